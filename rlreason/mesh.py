@@ -1,0 +1,133 @@
+"""Device mesh and logical-axis sharding rules. The only file naming mesh axes.
+
+Model code names logical axes ("embed", "heads", ...). Two short tables map
+them to the mesh axes (data, fsdp, tensor):
+
+  TRAIN_RULES    FSDP over `fsdp` plus tensor parallelism over `tensor`;
+                 the batch over (data, fsdp).
+  ROLLOUT_RULES  parameters replicated over data / fsdp and split over
+                 `tensor`, so decoding needs no parameter all-gathers;
+                 the batch over (data, fsdp).
+
+The same code runs on 1 CPU, 8 simulated CPU devices, a TPU slice or GPUs.
+"""
+
+import math
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import AxisType
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+AXES = ("data", "fsdp", "tensor")
+
+TRAIN_RULES: dict[str, Any] = {
+    "batch": ("data", "fsdp"),
+    "vocab": "tensor",
+    "embed": "fsdp",
+    "mlp": "tensor",
+    "heads": "tensor",
+    "kv_heads": "tensor",
+    "head_dim": None,
+    "norm": None,
+    "seq": None,
+}
+
+ROLLOUT_RULES: dict[str, Any] = {
+    **TRAIN_RULES,
+    "embed": None,
+}
+
+
+def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1,
+              devices=None) -> Mesh:
+  """A (data, fsdp, tensor) mesh; one size may be -1 to take the rest."""
+  devices = jax.devices() if devices is None else devices
+  sizes = [data, fsdp, tensor]
+  if sizes.count(-1) > 1:
+    raise ValueError(f"At most one mesh axis may be -1, got {sizes}")
+  if any(s == 0 or s < -1 for s in sizes):
+    raise ValueError(f"Mesh sizes must be positive or -1, got {sizes}")
+  if -1 in sizes:
+    known = -math.prod(sizes)
+    if len(devices) % known:
+      raise ValueError(f"{len(devices)} devices cannot be split into mesh "
+                       f"{dict(zip(AXES, sizes))}")
+    sizes[sizes.index(-1)] = len(devices) // known
+  if math.prod(sizes) != len(devices):
+    raise ValueError(f"Mesh {dict(zip(AXES, sizes))} needs "
+                     f"{math.prod(sizes)} devices, {len(devices)} available")
+  # Auto axes: classic jit with in/out shardings. (jax.make_mesh defaults to
+  # Explicit axes in recent JAX, which changes how sharding propagates.)
+  return jax.make_mesh(sizes, AXES, axis_types=(AxisType.Auto,) * 3,
+                       devices=devices)
+
+
+def is_axes(x) -> bool:
+  """True for a logical-axes leaf: a tuple of axis names (or None)."""
+  return isinstance(x, tuple) and all(a is None or isinstance(a, str)
+                                      for a in x)
+
+
+def spec(axes: tuple, rules: dict, shape=None, mesh: Mesh | None = None) -> P:
+  """Logical axes -> PartitionSpec.
+
+  With `shape` and `mesh`, a dimension that the mapped mesh axes do not
+  divide is replicated instead (e.g. 2 kv heads over tensor=4), and a mesh
+  axis is never used twice.
+  """
+  used = set()
+  out = []
+  for i, name in enumerate(axes):
+    if name is not None and name not in rules:
+      raise ValueError(f"Logical axis {name!r} has no rule; rules cover "
+                       f"{sorted(rules)}")
+    mapped = rules.get(name) if name is not None else None
+    if mapped is None:
+      out.append(None)
+      continue
+    mesh_axes = (mapped,) if isinstance(mapped, str) else tuple(mapped)
+    mesh_axes = tuple(a for a in mesh_axes if a not in used)
+    if shape is not None and mesh is not None:
+      size = math.prod(mesh.shape[a] for a in mesh_axes)
+      if shape[i] % size:
+        out.append(None)
+        continue
+    used.update(mesh_axes)
+    out.append(mesh_axes if len(mesh_axes) > 1 else
+               (mesh_axes[0] if mesh_axes else None))
+  return P(*out)
+
+
+def shardings(mesh: Mesh, axes_tree, rules: dict = TRAIN_RULES,
+              shapes=None):
+  """Pytree of logical-axes tuples -> pytree of NamedShardings.
+
+  `shapes` (a matching pytree of arrays or ShapeDtypeStructs) lets
+  indivisible dimensions fall back to replication.
+  """
+  if shapes is None:
+    return jax.tree.map(lambda a: NamedSharding(mesh, spec(a, rules)),
+                        axes_tree, is_leaf=is_axes)
+  return jax.tree.map(
+      lambda a, s: NamedSharding(mesh, spec(a, rules, s.shape, mesh)),
+      axes_tree, shapes, is_leaf=is_axes)
+
+
+def batch_sharding(mesh: Mesh, ndim: int, rules: dict = TRAIN_RULES):
+  """Sharding of a [N, ...] array split over the batch axes."""
+  return NamedSharding(mesh, spec(("batch",) + (None,) * (ndim - 1), rules))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def batch_divisor(mesh: Mesh, rules: dict = TRAIN_RULES) -> int:
+  """How many shards the batch axis is split into."""
+  mapped = rules["batch"]
+  names = (mapped,) if isinstance(mapped, str) else tuple(mapped)
+  return int(np.prod([mesh.shape[a] for a in names]))

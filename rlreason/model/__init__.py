@@ -1,0 +1,1 @@
+"""Decoder model, presets, HF checkpoint IO and tokenizers."""

@@ -1,0 +1,153 @@
+"""Tokenizers behind one interface, and prompt templates.
+
+  tok = tokenizer.load("char")            # built-in, for procedural tasks
+  tok = tokenizer.load("/path/to/hf/dir") # HF tokenizer (with chat template)
+  ids = tok.encode(tokenizer.apply_template(tok, question, "r1"))
+
+Interface: `vocab_size`, `pad_id`, `eos_id`, `bos_id` (or None),
+`encode(text) -> list[int]`, `decode(ids) -> str` (stops nothing, skips
+special tokens), `chat(messages) -> str` (the model's chat template).
+"""
+
+import os
+import string
+from typing import Protocol, Sequence
+
+
+class Tokenizer(Protocol):
+  vocab_size: int
+  pad_id: int
+  eos_id: int
+  bos_id: int | None
+
+  def encode(self, text: str) -> list[int]:
+    ...
+
+  def decode(self, ids: Sequence[int]) -> str:
+    ...
+
+  def chat(self, messages: list[dict]) -> str:
+    ...
+
+
+class CharTokenizer:
+  """Character-level tokenizer over newline + printable ASCII.
+
+  ids: 0 pad, 1 bos, 2 eos, then one id per character. vocab_size is padded
+  to 128 (the "tiny" preset's vocabulary).
+  """
+
+  ALPHABET = "\n" + "".join(chr(c) for c in range(32, 127))
+  pad_id, bos_id, eos_id = 0, 1, 2
+  _OFFSET = 3
+  vocab_size = 128
+
+  def __init__(self):
+    self._ids = {c: i + self._OFFSET for i, c in enumerate(self.ALPHABET)}
+
+  def encode(self, text: str) -> list[int]:
+    try:
+      return [self._ids[c] for c in text]
+    except KeyError as e:
+      pos = text.index(e.args[0])
+      raise ValueError(
+          f"Character {e.args[0]!r} at offset {pos} of {text[:40]!r}... is "
+          "not in the built-in char tokenizer's alphabet (newline + printable "
+          "ASCII)") from None
+
+  def decode(self, ids: Sequence[int]) -> str:
+    n = len(self.ALPHABET)
+    return "".join(self.ALPHABET[i - self._OFFSET] for i in ids
+                   if self._OFFSET <= i < self._OFFSET + n)
+
+  def chat(self, messages: list[dict]) -> str:
+    # No chat format for the built-in tokenizer: plain concatenation.
+    return "".join(m["content"] for m in messages)
+
+
+class HFTokenizer:
+  """A transformers tokenizer loaded from a local directory."""
+
+  def __init__(self, path: str):
+    import transformers  # Heavy import, only when a real model is used.
+
+    self._tok = transformers.AutoTokenizer.from_pretrained(
+        path, local_files_only=True)
+    self.eos_id = self._tok.eos_token_id
+    if self.eos_id is None:
+      raise ValueError(f"Tokenizer in {path} has no eos token")
+    self.pad_id = (self._tok.pad_token_id if self._tok.pad_token_id
+                   is not None else self.eos_id)
+    self.bos_id = self._tok.bos_token_id
+    self.vocab_size = len(self._tok)
+    self.path = path
+
+  def encode(self, text: str) -> list[int]:
+    return self._tok.encode(text, add_special_tokens=False)
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._tok.decode(list(ids), skip_special_tokens=True)
+
+  def chat(self, messages: list[dict]) -> str:
+    if not getattr(self._tok, "chat_template", None):
+      raise ValueError(f"Tokenizer in {self.path} has no chat template; use "
+                       "--template=plain, r1 or boxed")
+    return self._tok.apply_chat_template(messages, tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def load(name: str) -> Tokenizer:
+  """"char" for the built-in tokenizer, else a local HF directory."""
+  if name == "char":
+    return CharTokenizer()
+  if os.path.isdir(name):
+    return HFTokenizer(name)
+  raise ValueError(f"Tokenizer {name!r}: expected 'char' or a local "
+                   "directory with tokenizer files")
+
+
+# --- Prompt templates ---------------------------------------------------------
+
+# DeepSeek-R1-Zero (arXiv:2501.12948, Table 1), as used by oat/understand-r1-zero
+# ("r1" template); generation continues after the opening <think>.
+R1 = (
+    "A conversation between User and Assistant. The User asks a question, "
+    "and the Assistant solves it. The Assistant first thinks about the "
+    "reasoning process in the mind and then provides the User with the "
+    "answer. The reasoning process is enclosed within <think> </think> and "
+    "answer is enclosed within <answer> </answer> tags, respectively, i.e., "
+    "<think> reasoning process here </think> <answer> answer here </answer>."
+    "\nUser: {prompt}\nAssistant: <think>")
+# Qwen2.5-Math's CoT instruction (its model card), as a system message.
+BOXED_SYSTEM = ("Please reason step by step, and put your final answer within "
+                "\\boxed{}.")
+
+TEMPLATES = ("plain", "r1", "boxed", "chat")
+
+
+def apply_template(tok: Tokenizer, prompt: str, template: str,
+                   system: str | None = None) -> str:
+  """Prompt text -> model input text.
+
+  plain  the prompt as is.
+  r1     R1-Zero think/answer template (no chat markup; for base models).
+  boxed  the tokenizer's chat template with Qwen-Math's boxed-answer system
+         message (plain "prompt\\ninstruction" for the char tokenizer).
+  chat   the tokenizer's chat template, with `system` if given.
+  """
+  if template == "plain":
+    return prompt
+  if template == "r1":
+    return R1.format(prompt=prompt)
+  if template in ("boxed", "chat"):
+    system = BOXED_SYSTEM if template == "boxed" else system
+    if isinstance(tok, CharTokenizer):
+      return prompt if system is None else f"{prompt}\n{system}\n"
+    messages = [{"role": "system", "content": system}] if system else []
+    return tok.chat(messages + [{"role": "user", "content": prompt}])
+  raise ValueError(f"Unknown template {template!r}; expected one of "
+                   f"{TEMPLATES}")
+
+
+# Printable ASCII (+ newline) is what CharTokenizer covers.
+assert set(CharTokenizer.ALPHABET) == set(string.printable) - set("\t\r\x0b\x0c")
