@@ -1,0 +1,107 @@
+"""BaseConfig: the fields every run has. Experiments subclass it.
+
+Experiment files define `Config(BaseConfig)` (frozen) with the paper's
+defaults, and `PAPER`, a dict of overrides for `--scale=paper`. Every field
+is also a command-line flag (rlreason/flags.py). Only bool / int / float / str
+fields: lists are comma-separated strings.
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseConfig:
+  """Fields every RL run has. Defaults are the laptop-scale embedded run."""
+
+  # What to train.
+  model: str = "tiny"  # preset name or a local HF checkpoint directory
+  tokenizer: str = ""  # "" = "char" for presets, the model dir for HF dirs
+  init_from: str = ""  # params to start from: "" (random/HF), or a workdir
+  data: str = "task:arithmetic"  # see rlreason/data.py for the grammar
+  eval_data: str = ""  # "" = the held-out split of `data`
+  template: str = "plain"  # plain | r1 | boxed | chat
+  reward: str = "task"  # reward registry name (rlreason/rewards)
+  difficulty: int = 1  # procedural tasks only
+
+  # Scale of the run.
+  scale: str = "laptop"  # laptop | paper (the experiment's PAPER overrides)
+  steps: int = 100
+  batch_size: int = 16  # B prompts per step
+  group_size: int = 8  # G completions per prompt
+  max_prompt_len: int = 64
+  max_new_tokens: int = 64
+
+  # Sampling.
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0  # 0 = off
+
+  # Optimisation.
+  lr: float = 1e-3
+  warmup_steps: int = 0
+  schedule: str = "constant"  # constant | cosine (after warmup)
+  weight_decay: float = 0.0
+  adam_b1: float = 0.9
+  adam_b2: float = 0.99
+  grad_clip: float = 1.0  # global norm; 0 = off
+  ppo_epochs: int = 1  # passes over each rollout batch
+  minibatches: int = 1  # optimizer steps per epoch
+  micro_batches: int = 1  # gradient accumulation within a minibatch
+
+  # Numerics and parallelism.
+  dtype: str = "float32"  # compute dtype (bfloat16 on accelerators)
+  param_dtype: str = "float32"
+  remat: bool = False
+  mesh_data: int = 1
+  mesh_fsdp: int = -1  # -1 = all remaining devices
+  mesh_tensor: int = 1
+  multihost: bool = False  # jax.distributed.initialize() (also env)
+
+  # Bookkeeping.
+  workdir: str = ""  # "" = workdirs/<experiment>
+  seed: int = 0
+  log_every: int = 1
+  eval_every: int = 0  # 0 = only before and after training
+  eval_size: int = 64  # eval problems
+  eval_samples: int = 1  # samples per eval problem (greedy if 1)
+  checkpoint_every: int = 50
+  keep_checkpoints: int = 2
+  tensorboard: bool = True
+  wandb_project: str = ""
+
+  @property
+  def num_sequences(self) -> int:
+    """N = B * G."""
+    return self.batch_size * self.group_size
+
+  def validate(self) -> None:
+    """Fails fast, with the flag names, on contradictory settings."""
+    def check(ok, msg):
+      if not ok:
+        raise ValueError(f"Invalid config: {msg}")
+
+    check(self.scale in ("laptop", "paper"),
+          f"--scale={self.scale!r}; expected laptop or paper")
+    check(self.steps >= 0, f"--steps={self.steps} must be >= 0")
+    check(self.batch_size > 0 and self.group_size > 0,
+          "--batch_size and --group_size must be positive")
+    check(self.max_new_tokens > 0 and self.max_prompt_len > 0,
+          "--max_new_tokens and --max_prompt_len must be positive")
+    check(self.temperature >= 0, f"--temperature={self.temperature} < 0")
+    check(0 < self.top_p <= 1, f"--top_p={self.top_p} not in (0, 1]")
+    check(self.top_k >= 0, f"--top_k={self.top_k} < 0")
+    check(self.lr >= 0, f"--lr={self.lr} < 0")
+    check(self.schedule in ("constant", "cosine"),
+          f"--schedule={self.schedule!r}; expected constant or cosine")
+    check(self.ppo_epochs >= 1 and self.minibatches >= 1
+          and self.micro_batches >= 1,
+          "--ppo_epochs, --minibatches and --micro_batches must be >= 1")
+    n = self.num_sequences
+    check(n % self.minibatches == 0,
+          f"N = batch_size * group_size = {n} is not divisible by "
+          f"--minibatches={self.minibatches}")
+    mb = n // self.minibatches
+    check(mb % self.micro_batches == 0,
+          f"minibatch of {mb} sequences is not divisible by "
+          f"--micro_batches={self.micro_batches}")
+    check(self.eval_samples >= 1, "--eval_samples must be >= 1")

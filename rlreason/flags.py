@@ -1,0 +1,40 @@
+"""Dataclass <-> absl flags: one --flag per Config field.
+
+Call `define_from_dataclass(Config)` only under `if __name__ == "__main__"`,
+so importing an experiment defines no flags (tests and notebooks import many
+experiments in one process).
+
+`--scale=paper` starts from `replace(Config(), **paper)` (the experiment's
+PAPER overrides); flags given on the command line override either scale.
+"""
+
+import dataclasses
+
+from absl import flags
+
+_DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer,
+           float: flags.DEFINE_float, str: flags.DEFINE_string}
+
+
+def define_from_dataclass(cls) -> None:
+  """One --flag per field; default and help come from the field."""
+  for f in dataclasses.fields(cls):
+    default = f.default
+    kind = type(default)
+    if kind not in _DEFINE:
+      raise TypeError(f"{cls.__name__}.{f.name}: only bool/int/float/str "
+                      f"fields become flags, got {kind.__name__}")
+    _DEFINE[kind](f.name, default, f.metadata.get("help", f.name))
+
+
+def parse_dataclass(cls, paper: dict | None = None):
+  """Builds `cls` from parsed flags. Call inside app.run's main."""
+  values = flags.FLAGS
+  cfg = cls()
+  if values["scale"].value == "paper":
+    if paper is None:
+      raise ValueError(f"{cls.__module__} has no paper-scale settings")
+    cfg = dataclasses.replace(cfg, **paper)
+  explicit = {f.name: values[f.name].value for f in dataclasses.fields(cls)
+              if values[f.name].present}
+  return dataclasses.replace(cfg, **explicit)
