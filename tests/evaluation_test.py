@@ -1,0 +1,59 @@
+"""pass@k / maj@k / mean@k against hand-made cases."""
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from rlreason import evaluation
+
+
+@pytest.mark.parametrize("n,c,k", [(5, 2, 1), (5, 2, 2), (5, 2, 3), (10, 3, 4),
+                                   (4, 0, 2), (4, 4, 1), (6, 5, 2)])
+def test_pass_at_k_closed_form_and_enumeration(n, c, k):
+  closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+  # Enumerate every k-subset of n samples with the first c correct.
+  subsets = list(combinations(range(n), k))
+  enum = np.mean([any(i < c for i in s) for s in subsets])
+  assert evaluation.pass_at_k(n, c, k) == pytest.approx(closed, abs=1e-12)
+  assert evaluation.pass_at_k(n, c, k) == pytest.approx(enum, abs=1e-12)
+
+
+def test_pass_at_k_hand_values_and_errors():
+  assert evaluation.pass_at_k(4, 1, 1) == pytest.approx(0.25)
+  assert evaluation.pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - 3/6
+  assert evaluation.pass_at_k(4, 2, 3) == 1.0  # n - c < k
+  assert evaluation.pass_at_k(200, 1, 100) == pytest.approx(0.5)
+  with pytest.raises(ValueError, match="1 <= k <= n"):
+    evaluation.pass_at_k(3, 1, 4)
+
+
+def test_majority_ties_are_deterministic():
+  assert evaluation.majority(["7", "5", "5", "7"]) == "7"  # tie: first seen
+  assert evaluation.majority(["5", "7", "7", "5"]) == "5"
+  assert evaluation.majority([None, None, "3"]) == "3"
+  assert evaluation.majority([None, None]) is None
+
+
+def test_maj_at_k():
+  answers = ["12", "11", "12", None, "11", "11"]
+  correct = [True, False, True, False, False, False]
+  assert evaluation.maj_at_k(answers, correct, 1) == 1.0
+  assert evaluation.maj_at_k(answers, correct, 3) == 1.0  # 12 twice
+  assert evaluation.maj_at_k(answers, correct, 4) == 1.0  # None abstains
+  assert evaluation.maj_at_k(answers, correct, 5) == 1.0  # 2-2 tie -> "12"
+  assert evaluation.maj_at_k(answers, correct, 6) == 0.0  # 11 wins 3-2
+  assert evaluation.maj_at_k([None], [False], 1) == 0.0
+
+
+def test_summarize_and_ci():
+  correct = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+  s = evaluation.summarize(correct, ks=(1, 2))
+  assert s["mean@1"][0] == pytest.approx(2 / 3)
+  assert s["pass@1"][0] == pytest.approx((0.25 + 1 + 0) / 3)
+  assert s["pass@2"][0] == pytest.approx((0.5 + 1 + 0) / 3)
+  m, lo, hi = evaluation.mean_ci([1.0] * 10)
+  assert m == 1.0 and lo < 1.0 and hi == pytest.approx(1.0)
+  table = evaluation.markdown_table({"after": s})
+  assert "| after | " in table and "pass@2" in table
