@@ -1,0 +1,168 @@
+"""Length-based rewards: DAPO overlong shaping, DLER, LASER, token budgets.
+
+Lengths are completion token counts `[N]` supplied by the caller (the reward
+never tokenizes). Length limits may be scalars or per-item arrays `[N]`
+(difficulty-aware variants). Every function returns float32 [N] and is meant
+to be added to a correctness reward with `rewards.combine`; the ones that
+depend on correctness take it explicitly as `correct` [N] (1 = correct).
+"""
+
+from typing import Sequence
+
+import numpy as np
+
+
+def _per_item(x, n: int, name: str) -> np.ndarray:
+  x = np.asarray(x, np.float32)
+  if x.ndim == 0:
+    return np.full(n, x, np.float32)
+  if x.shape != (n,):
+    raise ValueError(f"{name} must be a scalar or [{n}], got {x.shape}")
+  return x
+
+
+def overlong(
+  completions: Sequence[str],
+  answers=None,
+  *,
+  lengths,
+  max_length,
+  buffer_length,
+  penalty_factor: float = 1.0,
+) -> np.ndarray:
+  """DAPO soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, eq. 13).
+
+      R(L) = 0                               if L <= Lmax - Lbuf
+           = ((Lmax - Lbuf) - L) / Lbuf      if Lmax - Lbuf < L <= Lmax
+           = -1                              if L > Lmax
+  times `penalty_factor` (verl's `overlong_buffer.penalty_factor`; the paper
+  uses 1). verl computes min(-(L - (Lmax - Lbuf)) / Lbuf * f, 0) without the
+  -1 floor; the two agree for L <= Lmax, the only lengths a sampler capped
+  at Lmax produces.
+
+  Args:
+    completions: N completions (only their count is used).
+    answers: ignored.
+    lengths: [N] completion lengths in tokens.
+    max_length: Lmax, scalar or [N].
+    buffer_length: Lbuf (> 0), the soft zone before Lmax.
+    penalty_factor: scale of the penalty.
+
+  Returns:
+    float32 [N] in [-penalty_factor, 0].
+  """
+  n = len(completions)
+  lengths = _per_item(lengths, n, "lengths")
+  max_length = _per_item(max_length, n, "max_length")
+  if buffer_length <= 0:
+    raise ValueError(f"buffer_length must be > 0, got {buffer_length}")
+  expected = max_length - buffer_length
+  r = np.clip((expected - lengths) / buffer_length, -1.0, 0.0)
+  return (penalty_factor * r).astype(np.float32)
+
+
+def truncation(
+  completions: Sequence[str], answers=None, *, lengths, max_length, correct
+) -> np.ndarray:
+  """DLER truncation penalty (Liu et al. 2025, arXiv 2510.15110).
+
+  R = correct if L <= max_length else 0: a response past the limit earns
+  nothing. Use it *instead of* the correctness reward (weight the `math`
+  component 0 and pass it as `correct`). A per-item `max_length` [N] gives
+  the difficulty-aware variant (tighter limits on easy prompts).
+  """
+  n = len(completions)
+  lengths = _per_item(lengths, n, "lengths")
+  correct = _per_item(correct, n, "correct")
+  limit = _per_item(max_length, n, "max_length")
+  return np.where(lengths <= limit, correct, 0.0).astype(np.float32)
+
+
+def laser(
+  completions: Sequence[str],
+  answers=None,
+  *,
+  lengths,
+  target_length,
+  correct,
+  scale: float = 0.5,
+  mode: str = "reward",
+) -> np.ndarray:
+  """LASER length step reward (Liu et al. 2025, arXiv 2505.15612).
+
+  Only correct responses are shaped (hkust-nlp/Laser `length_penalty.py`,
+  default scalar 0.5):
+    "reward":  +scale if L <= L_T;
+    "penalty": -scale if L > L_T;
+    "hybrid":  both.
+  Added to the correctness reward C(y). LASER-D passes a per-item
+  `target_length` [N], e.g. from `laser_d_targets`.
+  """
+  n = len(completions)
+  lengths = _per_item(lengths, n, "lengths")
+  target = _per_item(target_length, n, "target_length")
+  correct = _per_item(correct, n, "correct") >= 1.0
+  short = lengths <= target
+  if mode == "reward":
+    r = np.where(short, scale, 0.0)
+  elif mode == "penalty":
+    r = np.where(short, 0.0, -scale)
+  elif mode == "hybrid":
+    r = np.where(short, scale, -scale)
+  else:
+    raise ValueError(f"mode must be reward|penalty|hybrid, got {mode!r}")
+  return np.where(correct, r, 0.0).astype(np.float32)
+
+
+def laser_d_targets(
+  correct, group_size: int, easy: float, medium: float, hard: float
+) -> np.ndarray:
+  """Per-item LASER-D target lengths from each prompt's group accuracy.
+
+  Accuracy >= 2/3 -> `easy` (the tightest target), >= 1/3 -> `medium`,
+  else `hard` (hkust-nlp/Laser `compute_length_reward_larse_d`). Choosing
+  the three lengths adaptively from monitored coverage is left to the
+  experiment.
+
+  Args:
+    correct: [N] with N = B * G, grouped prompt-major.
+    group_size: G.
+  Returns:
+    float32 [N] target lengths.
+  """
+  correct = np.asarray(correct, np.float32) >= 1.0
+  acc = correct.reshape(-1, group_size).mean(axis=1)  # [B]
+  per_prompt = np.where(
+    acc >= 2 / 3, easy, np.where(acc >= 1 / 3, medium, hard)
+  )
+  return np.repeat(per_prompt, group_size).astype(np.float32)
+
+
+def token_budget(
+  completions: Sequence[str],
+  answers=None,
+  *,
+  lengths,
+  budget,
+  alpha: float = 3e-4,
+  mode: str = "exceed",
+) -> np.ndarray:
+  """Token-budget penalty.
+
+    "exceed": -alpha * max(0, L - budget)   (only overshoot costs);
+    "abs":    -alpha * |L - budget|         (L1-Exact, Aggarwal & Welleck
+                                             2025, arXiv 2503.04697, with
+                                             their alpha = 3e-4).
+  `budget` is a scalar or a per-prompt [N] array (e.g. parsed from a
+  "think for B tokens" instruction).
+  """
+  n = len(completions)
+  lengths = _per_item(lengths, n, "lengths")
+  budget = _per_item(budget, n, "budget")
+  if mode == "exceed":
+    r = -alpha * np.maximum(lengths - budget, 0.0)
+  elif mode == "abs":
+    r = -alpha * np.abs(lengths - budget)
+  else:
+    raise ValueError(f"mode must be exceed|abs, got {mode!r}")
+  return r.astype(np.float32)
