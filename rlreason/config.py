@@ -23,6 +23,12 @@ class BaseConfig:
   reward: str = "task"  # reward registry name (rlreason/rewards)
   difficulty: int = 1  # procedural tasks only
 
+  # Supervised warm start (rlreason/sft.py), cached under cache_dir.
+  warm_start_steps: int = 0  # 0 = none
+  warm_start_lr: float = 3e-3
+  warm_start_batch_size: int = 64
+  cache_dir: str = "workdirs/cache"
+
   # Scale of the run.
   scale: str = "laptop"  # laptop | paper (the experiment's PAPER overrides)
   steps: int = 100

@@ -9,8 +9,11 @@ PAPER overrides); flags given on the command line override either scale.
 """
 
 import dataclasses
+from typing import Callable
 
+from absl import app
 from absl import flags
+from absl import logging
 
 _DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer,
            float: flags.DEFINE_float, str: flags.DEFINE_string}
@@ -38,3 +41,22 @@ def parse_dataclass(cls, paper: dict | None = None):
   explicit = {f.name: values[f.name].value for f in dataclasses.fields(cls)
               if values[f.name].present}
   return dataclasses.replace(cfg, **explicit)
+
+
+def run_main(cls, run: Callable, paper: dict | None = None) -> None:
+  """The body of an experiment's `if __name__ == "__main__":`.
+
+  Defines the flags, parses them into `cls` and calls `run(cfg)`. Library
+  INFO logs (orbax prints several lines per checkpoint) are hidden unless
+  --verbosity is given; progress lines are printed regardless.
+  """
+  define_from_dataclass(cls)
+
+  def main(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+      logging.set_verbosity(logging.WARNING)
+    run(parse_dataclass(cls, paper))
+
+  app.run(main)

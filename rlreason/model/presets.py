@@ -19,7 +19,7 @@ PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(
         vocab_size=128, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
         head_dim=32, mlp_dim=384, rope_theta=10_000.0, rms_eps=1e-6,
-        tie_embeddings=True, max_position=512, family="qwen2"),
+        tie_embeddings=True, max_position=512, family="llama"),
     # Qwen/Qwen2.5-Math-1.5B (config.json)
     "qwen2.5-math-1.5b": ModelConfig(
         vocab_size=151_936, d_model=1536, n_layers=28, n_heads=12,

@@ -1,0 +1,359 @@
+"""The shared RL loop: rollout -> rewards -> advantages -> updates -> logs.
+
+  loop.train(cfg, make_batch=make_batch, loss_fn=loss_fn, name="grpo")
+
+An experiment supplies two functions:
+
+  make_batch(rollout, examples, ctx) -> (batch, metrics)
+      Host side, on WHOLE groups (before any minibatch split): rewards,
+      advantages, filters. `batch` is a dict of [N, ...] numpy arrays; start
+      from `ctx.batch_from_rollout(rollout)` and add "adv" etc.
+  loss_fn(params, batch, norm, *, cfg, model_cfg) -> (loss, metrics)
+      Pure; `norm` holds the whole minibatch's normalisers
+      (losses.normalizers). Bound with functools.partial and jitted.
+
+Everything else (mesh, model, data, checkpoints, metrics, evaluation,
+preemption, resume) lives here, once.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from absl import logging
+
+from rlreason import checkpoint
+from rlreason import data as data_lib
+from rlreason import evaluation
+from rlreason import mesh as mesh_lib
+from rlreason import metrics as metrics_lib
+from rlreason import policy
+from rlreason import rewards as rewards_lib
+from rlreason import rollout as rollout_lib
+from rlreason import sampling as sampling_lib
+from rlreason import sft
+from rlreason import train_step as ts
+from rlreason.model import hf
+from rlreason.model import presets
+from rlreason.model import tokenizer as tokenizer_lib
+from rlreason.model import transformer
+from rlreason.types import Rollout
+
+
+def maybe_initialize_distributed(cfg) -> None:
+  """jax.distributed.initialize() for --multihost or RLREASON_MULTIHOST=1.
+
+  Coordinator address, process count and id come from the environment
+  (TPU VMs and SLURM are detected by JAX itself; otherwise set
+  JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID).
+  """
+  if not (cfg.multihost or os.environ.get("RLREASON_MULTIHOST") == "1"):
+    return
+  if jax.distributed.is_initialized():
+    return
+  kwargs = {}
+  if "JAX_COORDINATOR_ADDRESS" in os.environ:
+    kwargs = dict(
+        coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+        num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+        process_id=int(os.environ["JAX_PROCESS_ID"]))
+  jax.distributed.initialize(**kwargs)
+
+
+@dataclasses.dataclass
+class Context:
+  """What make_batch and evaluation need, built once per run."""
+
+  cfg: Any
+  model_cfg: transformer.ModelConfig
+  tokenizer: Any
+  mesh: jax.sharding.Mesh
+  reward_fn: Callable  # (completions, answers, **kw) -> (total [N], parts)
+  correct_fn: Callable  # (completions, answers) -> 0/1 [N]
+  ref_params: Any = None
+
+  def encode_prompts(self, examples) -> list[list[int]]:
+    return [self.tokenizer.encode(tokenizer_lib.apply_template(
+        self.tokenizer, e.question, self.cfg.template)) for e in examples]
+
+  def generate(self, params, examples, rng, step, *, group_size,
+               sampling) -> Rollout:
+    return rollout_lib.generate(
+        params, self.encode_prompts(examples), rng, step,
+        model_cfg=self.model_cfg, tokenizer=self.tokenizer,
+        max_new_tokens=self.cfg.max_new_tokens, group_size=group_size,
+        sampling=sampling, mesh=self.mesh,
+        max_prompt_len=self.cfg.max_prompt_len)
+
+  def score(self, rollout: Rollout, examples) -> tuple[np.ndarray, dict]:
+    """Rewards [N] and per-component metrics, answers repeated per group."""
+    answers = [examples[i].answer for i in rollout.prompt_ids]
+    total, parts = self.reward_fn(rollout.texts, answers)
+    return total, parts
+
+  def batch_from_rollout(self, rollout: Rollout) -> dict[str, np.ndarray]:
+    """The [N, ...] fields every loss reads, on the host."""
+    tokens, positions, mask, logp = jax.device_get(
+        (rollout.tokens, rollout.positions, rollout.mask, rollout.logp))
+    return {"tokens": np.asarray(tokens), "positions": np.asarray(positions),
+            "mask": np.asarray(mask, np.float32),
+            "old_logp": np.asarray(logp, np.float32)}
+
+  def ref_logp(self, batch: dict, prompt_len: int) -> np.ndarray:
+    """log-probs [N, T] of the completions under the frozen reference."""
+    if self.ref_params is None:
+      raise ValueError("This experiment needs a reference model, but the "
+                       "loop was started without one (needs_ref=True)")
+    return np.asarray(policy.completion_logprobs(
+        self.ref_params, batch["tokens"], batch["positions"], self.model_cfg,
+        prompt_len, temperature=self.cfg.temperature))
+
+
+def load_model(cfg, mesh):
+  """(model_cfg, params) from --init_from, an HF directory or a preset."""
+  source = cfg.init_from or cfg.model
+  if os.path.isdir(source):
+    model_cfg, params = hf.load(source, mesh=mesh, dtype=cfg.param_dtype,
+                                compute_dtype=cfg.dtype)
+    model_cfg = dataclasses.replace(model_cfg, remat=cfg.remat)
+    return model_cfg, params
+  model_cfg = presets.get(cfg.model, dtype=cfg.dtype,
+                          param_dtype=cfg.param_dtype, remat=cfg.remat)
+  shardings = mesh_lib.shardings(mesh, transformer.param_axes(model_cfg),
+                                 mesh_lib.TRAIN_RULES,
+                                 transformer.param_shapes(model_cfg))
+  init = jax.jit(functools.partial(transformer.init, model_cfg),
+                 out_shardings=shardings)
+  return model_cfg, init(jax.random.key(cfg.seed))
+
+
+def load_tokenizer(cfg):
+  if cfg.tokenizer:
+    return tokenizer_lib.load(cfg.tokenizer)
+  source = cfg.init_from or cfg.model
+  if os.path.isdir(source) and os.path.exists(
+      os.path.join(source, "tokenizer_config.json")):
+    return tokenizer_lib.load(source)
+  return tokenizer_lib.load("char")
+
+
+def make_reward_fns(cfg):
+  """(shaped reward, 0/1 correctness) from --reward and --data."""
+  kind, location, _ = data_lib.parse_spec(cfg.data)
+  correct_name = f"task:{location}" if kind == "task" else "math"
+  name = correct_name if cfg.reward in ("task", "") else cfg.reward
+  reward_fn = rewards_lib.combine({name: 1.0})
+  correct = rewards_lib.get(correct_name)
+  return reward_fn, correct
+
+
+def workdir_for(cfg, name: str) -> str:
+  return cfg.workdir or os.path.join("workdirs", name)
+
+
+def write_run_info(workdir: str, cfg) -> None:
+  """config.json (resolved) and COMMIT, so any result traces back."""
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump({"class": f"{type(cfg).__module__}.{type(cfg).__name__}",
+               **dataclasses.asdict(cfg)}, f, indent=2)
+  try:
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+        cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10,
+        check=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain"], capture_output=True, text=True,
+        cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout
+    commit += "-dirty" if dirty.strip() else ""
+  except (OSError, subprocess.SubprocessError):
+    commit = "unknown"
+  with open(os.path.join(workdir, "COMMIT"), "w") as f:
+    f.write(commit + "\n")
+
+
+def run_eval(ctx: Context, params, examples, *, step: int,
+             samples: int = 1, temperature: float = 1.0,
+             ks=(1,)) -> dict[str, float]:
+  """Greedy (samples=1) or sampled accuracy on `examples`, as flat floats."""
+  sampling = sampling_lib.Sampling(
+      temperature=0.0 if samples == 1 else temperature)
+  # A fixed eval key: every evaluation sees the same randomness.
+  rng = jax.random.key(ctx.cfg.seed + 10_007)
+  correct, answers = [], []
+  bs = max(1, ctx.cfg.batch_size * ctx.cfg.group_size // samples)
+  for lo in range(0, len(examples), bs):
+    chunk = examples[lo:lo + bs]
+    r = ctx.generate(params, chunk, rng, step, group_size=samples,
+                     sampling=sampling)
+    gold = [chunk[i].answer for i in r.prompt_ids]
+    correct.append(np.asarray(ctx.correct_fn(r.texts, gold)).reshape(
+        len(chunk), samples))
+    answers += [r.texts[i * samples:(i + 1) * samples]
+                for i in range(len(chunk))]
+  correct = np.concatenate(correct)
+  summary = evaluation.summarize(correct, ks=[k for k in ks if k <= samples])
+  out = {}
+  for name, (m, lo, hi) in summary.items():
+    out[f"eval/{name}"], out[f"eval/{name}_lo"], out[f"eval/{name}_hi"] = (
+        m, lo, hi)
+  out["eval/accuracy"] = float(correct.mean())
+  return out
+
+
+def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
+  n = len(batch["mask"])
+  order = rng.permutation(n) if n_mb > 1 else np.arange(n)
+  for part in np.split(order, n_mb):
+    yield {k: v[part] for k, v in batch.items()}
+
+
+def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
+          needs_ref: bool = False) -> dict[str, float]:
+  """Runs (or resumes) an RL experiment; returns the final metrics."""
+  cfg.validate()
+  maybe_initialize_distributed(cfg)
+  if cfg.warm_start_steps and not cfg.init_from:
+    cfg = dataclasses.replace(cfg, init_from=sft.warm_start(cfg))
+  workdir = workdir_for(cfg, name)
+  is_main = jax.process_index() == 0
+  if is_main:
+    write_run_info(workdir, cfg)
+
+  # --- Mesh, model, optimizer -------------------------------------------------
+  mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
+  shards = mesh_lib.batch_divisor(mesh)
+  if cfg.num_sequences // cfg.minibatches % shards:
+    raise ValueError(
+        f"Invalid config: a minibatch of {cfg.num_sequences // cfg.minibatches}"
+        f" sequences cannot be split over {shards} batch shards of mesh "
+        f"{dict(mesh.shape)}")
+  tok = load_tokenizer(cfg)
+  model_cfg, params = load_model(cfg, mesh)
+  if tok.vocab_size > model_cfg.vocab_size:
+    raise ValueError(f"Tokenizer has {tok.vocab_size} ids but the model only "
+                     f"{model_cfg.vocab_size}")
+  ref_params = jax.tree.map(lambda x: x.copy(), params) if needs_ref else None
+  updates_per_step = cfg.ppo_epochs * cfg.minibatches
+  optimizer = ts.optimizer_from_config(cfg, cfg.steps * updates_per_step)
+  state_sh = ts.state_shardings(mesh, transformer.param_axes(model_cfg),
+                                transformer.param_shapes(model_cfg), optimizer)
+  state = jax.jit(functools.partial(ts.init_state, optimizer=optimizer),
+                  out_shardings=state_sh)(params)
+  del params
+  batch_sh = mesh_lib.batch_sharding(mesh, 1)
+  step_fn = ts.make_train_step(
+      functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg), optimizer,
+      state_sharding=state_sh, batch_sharding=batch_sh,
+      micro_batches=cfg.micro_batches)
+
+  reward_fn, correct_fn = make_reward_fns(cfg)
+  ctx = Context(cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params)
+
+  # --- Data and resume --------------------------------------------------------
+  train_examples = data_lib.load(cfg.data, "train")
+  eval_examples = data_lib.load(cfg.eval_data or cfg.data, "eval")
+  eval_examples = eval_examples[:cfg.eval_size]
+  prompts = data_lib.PromptIterator(
+      train_examples, cfg.batch_size, seed=cfg.seed)
+  ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                 keep=cfg.keep_checkpoints)
+  restored, meta = ckpt.restore(checkpoint.abstract(state))
+  start = 0
+  if restored is not None:
+    state, start = restored, int(meta["step"])
+    prompts.restore(meta["data"])
+    logging.info("Resuming %s from step %d", workdir, start)
+  writer = metrics_lib.MetricWriter(
+      workdir, enabled=is_main, tensorboard=cfg.tensorboard,
+      wandb_project=cfg.wandb_project, config=dataclasses.asdict(cfg))
+  preempt = checkpoint.Preemption()
+  rng = jax.random.key(cfg.seed)
+  sampling = sampling_lib.Sampling(temperature=cfg.temperature,
+                                   top_p=cfg.top_p, top_k=cfg.top_k)
+
+  def save(step):
+    ckpt.save(step, state, {"step": step, "data": prompts.state()})
+
+  def evaluate(step):
+    out = run_eval(ctx, state.params, eval_examples, step=step,
+                   samples=cfg.eval_samples, temperature=cfg.temperature,
+                   ks=sorted({1, cfg.eval_samples}))
+    writer.write(step, out)
+    return out
+
+  if start == 0:
+    first_eval = evaluate(0)
+    if is_main:
+      with open(os.path.join(workdir, "eval_before.json"), "w") as f:
+        json.dump(first_eval, f, indent=2)
+
+  # --- The RL loop ------------------------------------------------------------
+  progress = metrics_lib.Progress(cfg.steps, start)
+  last = {}
+  for step in range(start, cfg.steps):
+    t0 = time.time()
+    examples = next(prompts)
+    rollout = ctx.generate(state.params, examples, rng, step,
+                           group_size=cfg.group_size, sampling=sampling)
+    jax.block_until_ready(rollout.mask)
+    t1 = time.time()
+    batch, batch_metrics = make_batch(rollout, examples, ctx)
+    t2 = time.time()
+    mb_rng = np.random.default_rng([cfg.seed, step])
+    update_metrics = []
+    for _ in range(cfg.ppo_epochs):
+      for mb in _minibatches(batch, cfg.minibatches, mb_rng):
+        state, m = step_fn(state, jax.device_put(mb, batch_sh))
+        update_metrics.append(m)
+    update_metrics = jax.device_get(update_metrics)
+    t3 = time.time()
+
+    lengths = rollout.lengths
+    row = {k: np.mean([m[k] for m in update_metrics])
+           for k in update_metrics[0]}
+    row["skipped"] = float(np.sum([m["skipped"] for m in update_metrics]))
+    row.update(batch_metrics)
+    row.update({
+        "length": lengths.mean(), "length_max": lengths.max(),
+        "truncated": np.mean(rollout.finish_reasons == "length"),
+        "time/rollout": t1 - t0, "time/reward": t2 - t1,
+        "time/update": t3 - t2, "time/step": t3 - t0,
+        "tokens_per_sec": lengths.sum() / max(t1 - t0, 1e-9),
+    })
+    last = writer.write(step + 1, row)
+    if row["skipped"]:
+      logging.warning("Step %d: %d non-finite updates skipped", step + 1,
+                      row["skipped"])
+    if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+      progress.update(step + 1, last)
+    if cfg.eval_every and (step + 1) % cfg.eval_every == 0 \
+        and step + 1 < cfg.steps:
+      evaluate(step + 1)
+    if (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) \
+        or preempt.requested:
+      save(step + 1)
+    if preempt.requested:
+      logging.warning("Stopped at step %d after SIGTERM; rerun the same "
+                      "command to resume.", step + 1)
+      break
+
+  final = {}
+  if not preempt.requested:
+    if ckpt.latest_step() != cfg.steps:
+      save(cfg.steps)
+    final = evaluate(cfg.steps)
+    if is_main:
+      with open(os.path.join(workdir, "eval_after.json"), "w") as f:
+        json.dump(final, f, indent=2)
+  preempt.restore_handlers()
+  writer.close()
+  ckpt.close()
+  return {**last, **final, "workdir": workdir, "state": state,
+          "model_cfg": model_cfg}

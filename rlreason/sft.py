@@ -1,0 +1,153 @@
+"""Supervised fine-tuning: teacher forcing on prompt + reference solution.
+
+The loss covers completion tokens only (the solution and its EOS). It runs
+through the same model, mesh, train step and checkpoint code as RL. Used for
+warm starts (`warm_start`, cached on disk so a rerun skips it) and for SFT /
+expert-iteration baselines (`train_on_pairs`).
+"""
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+
+import jax
+import numpy as np
+from absl import logging
+
+from rlreason import data as data_lib
+from rlreason import losses
+from rlreason import mesh as mesh_lib
+from rlreason import metrics as metrics_lib
+from rlreason import policy
+from rlreason import rollout as rollout_lib
+from rlreason import train_step as ts
+from rlreason.model import hf
+from rlreason.model import tokenizer as tokenizer_lib
+from rlreason.model import transformer
+
+
+def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int,
+         max_prompt_len: int, max_new_tokens: int) -> dict[str, np.ndarray]:
+  """Left-padded prompts + right-padded completions -> a training batch.
+
+  Completions longer than max_new_tokens are cut (their tail has no loss).
+
+  Returns:
+    tokens, positions [N, P + T]; mask [N, T] (1 on completion tokens).
+  """
+  tokens, positions = rollout_lib.pad_prompts(prompts, pad_id,
+                                              max_len=max_prompt_len)
+  n, p = tokens.shape
+  t = max_new_tokens
+  comp = np.full((n, t), pad_id, np.int32)
+  mask = np.zeros((n, t), np.float32)
+  for i, ids in enumerate(completions):
+    ids = ids[:t]
+    comp[i, :len(ids)] = ids
+    mask[i, :len(ids)] = 1
+  start = positions.max(axis=1, keepdims=True) + 1  # first completion pos
+  comp_pos = np.where(mask > 0, start + np.arange(t)[None], -1)
+  return {"tokens": np.concatenate([tokens, comp], 1),
+          "positions": np.concatenate([positions, comp_pos], 1).astype(
+              np.int32),
+          "mask": mask}
+
+
+def nll_loss(params, batch, norm, *, model_cfg, mode="token-mean"):
+  """Mean negative log-likelihood of the completion tokens."""
+  prompt_len = batch["tokens"].shape[1] - batch["mask"].shape[1]
+  logp = policy.completion_logprobs(params, batch["tokens"],
+                                    batch["positions"], model_cfg, prompt_len)
+  loss = losses.aggregate(-logp, batch["mask"], mode, **norm)
+  return loss, {"nll": loss}
+
+
+def encode_pairs(tok, template: str, examples) -> tuple[list, list]:
+  """(prompt ids, completion ids + EOS) for examples with a solution."""
+  missing = [e.uid for e in examples if not e.solution]
+  if missing:
+    raise ValueError(f"SFT needs reference solutions; {len(missing)} "
+                     f"examples have none (e.g. {missing[:3]})")
+  prompts = [tok.encode(tokenizer_lib.apply_template(tok, e.question,
+                                                     template))
+             for e in examples]
+  completions = [tok.encode(e.solution) + [tok.eos_id] for e in examples]
+  return prompts, completions
+
+
+def train_on_pairs(params, model_cfg, tok, prompts, completions, *, mesh,
+                   steps: int, batch_size: int, lr: float,
+                   max_prompt_len: int, max_new_tokens: int, seed: int = 0,
+                   log_every: int = 50, label: str = "sft"):
+  """Teacher-forced training on (prompt, completion) id pairs; returns params.
+
+  Batches are drawn without replacement, epoch after epoch, deterministic in
+  `seed`.
+  """
+  optimizer = ts.make_optimizer(lr, total_steps=steps,
+                                warmup_steps=min(20, steps // 10),
+                                schedule="cosine", grad_clip=1.0)
+  state_sh = ts.state_shardings(mesh, transformer.param_axes(model_cfg),
+                                transformer.param_shapes(model_cfg), optimizer)
+  state = jax.jit(functools.partial(ts.init_state, optimizer=optimizer),
+                  out_shardings=state_sh)(params)
+  batch_sh = mesh_lib.batch_sharding(mesh, 1)
+  step_fn = ts.make_train_step(
+      functools.partial(nll_loss, model_cfg=model_cfg), optimizer,
+      state_sharding=state_sh, batch_sharding=batch_sh)
+  rng = np.random.default_rng(seed)
+  order = np.array([], np.int64)
+  progress = metrics_lib.Progress(steps, label=label)
+  for step in range(steps):
+    if len(order) < batch_size:
+      order = np.concatenate([order, rng.permutation(len(prompts))])
+    idx, order = order[:batch_size], order[batch_size:]
+    batch = pack([prompts[i] for i in idx], [completions[i] for i in idx],
+                 tok.pad_id, max_prompt_len, max_new_tokens)
+    state, m = step_fn(state, jax.device_put(batch, batch_sh))
+    if (step + 1) % log_every == 0 or step + 1 == steps:
+      progress.update(step + 1, {"loss": m["loss"]})
+  return state.params
+
+
+def warm_start(cfg, cache_dir: str | None = None) -> str:
+  """Runs (or reuses) the SFT warm start of `cfg`; returns its HF directory.
+
+  The result is cached under a key of every setting it depends on, so a
+  rerun (or another experiment with the same base) skips it.
+  """
+  # Deferred import: loop imports this module's siblings, not this one.
+  from rlreason import loop
+
+  settings = {k: getattr(cfg, k) for k in (
+      "model", "tokenizer", "data", "template", "seed", "warm_start_steps",
+      "warm_start_lr", "warm_start_batch_size", "max_prompt_len",
+      "max_new_tokens", "param_dtype")}
+  key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()
+                       ).hexdigest()[:16]
+  out = os.path.join(cache_dir or cfg.cache_dir, f"sft-{key}")
+  if os.path.exists(os.path.join(out, "config.json")):
+    logging.info("Warm start: reusing %s", out)
+    return out
+  mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
+  base = dataclasses.replace(cfg, init_from="")
+  model_cfg, params = loop.load_model(base, mesh)
+  tok = loop.load_tokenizer(base)
+  examples = data_lib.load(cfg.data, "train")
+  prompts, completions = encode_pairs(tok, cfg.template, examples)
+  print(f"Warm start: SFT for {cfg.warm_start_steps} steps on "
+        f"{len(examples)} {cfg.data} solutions -> {out}", flush=True)
+  params = train_on_pairs(
+      params, model_cfg, tok, prompts, completions, mesh=mesh,
+      steps=cfg.warm_start_steps, batch_size=cfg.warm_start_batch_size,
+      lr=cfg.warm_start_lr, max_prompt_len=cfg.max_prompt_len,
+      max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, label="warm start")
+  if jax.process_index() == 0:
+    tmp = out + ".tmp"
+    hf.save(tmp, model_cfg, params)
+    with open(os.path.join(tmp, "warm_start.json"), "w") as f:
+      json.dump(settings, f, indent=2)
+    os.replace(tmp, out)  # Atomic: a killed run never leaves half a cache.
+  return out
