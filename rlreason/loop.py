@@ -153,6 +153,17 @@ def make_reward_fns(cfg):
   return reward_fn, correct
 
 
+def eval_spec(cfg) -> str:
+  """--eval_data, or the held-out split of --data (eval_size problems)."""
+  if cfg.eval_data:
+    return cfg.eval_data
+  kind, _, options = data_lib.parse_spec(cfg.data)
+  if kind != "task":
+    return cfg.data
+  # Later options win: ask the generator for eval_size problems only.
+  return f"{cfg.data}{',' if options else ':'}n={cfg.eval_size}"
+
+
 def workdir_for(cfg, name: str) -> str:
   return cfg.workdir or os.path.join("workdirs", name)
 
@@ -219,6 +230,9 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
   """Runs (or resumes) an RL experiment; returns the final metrics."""
   cfg.validate()
   maybe_initialize_distributed(cfg)
+  # Data first: a bad spec or record fails before any compilation.
+  train_examples = data_lib.load(cfg.data, "train")
+  eval_examples = data_lib.load(eval_spec(cfg), "eval")[:cfg.eval_size]
   if cfg.warm_start_steps and not cfg.init_from:
     cfg = dataclasses.replace(cfg, init_from=sft.warm_start(cfg))
   workdir = workdir_for(cfg, name)
@@ -257,9 +271,6 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
   ctx = Context(cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params)
 
   # --- Data and resume --------------------------------------------------------
-  train_examples = data_lib.load(cfg.data, "train")
-  eval_examples = data_lib.load(cfg.eval_data or cfg.data, "eval")
-  eval_examples = eval_examples[:cfg.eval_size]
   prompts = data_lib.PromptIterator(
       train_examples, cfg.batch_size, seed=cfg.seed)
   ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
