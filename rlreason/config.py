@@ -27,6 +27,7 @@ class BaseConfig:
   warm_start_steps: int = 0  # 0 = none
   warm_start_lr: float = 3e-3
   warm_start_batch_size: int = 64
+  warm_start_noise: float = 0.0  # fraction of off-by-one demonstrations
   cache_dir: str = "workdirs/cache"
 
   # Scale of the run.

@@ -63,6 +63,10 @@ def maybe_initialize_distributed(cfg) -> None:
         coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
         num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
         process_id=int(os.environ["JAX_PROCESS_ID"]))
+  if jax.config.jax_platforms in (None, "", "cpu") or os.environ.get(
+      "JAX_PLATFORMS") == "cpu":
+    # CPU-only processes need a collectives backend for cross-process ops.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**kwargs)
 
 
@@ -99,7 +103,7 @@ class Context:
 
   def batch_from_rollout(self, rollout: Rollout) -> dict[str, np.ndarray]:
     """The [N, ...] fields every loss reads, on the host."""
-    tokens, positions, mask, logp = jax.device_get(
+    tokens, positions, mask, logp = mesh_lib.to_host(
         (rollout.tokens, rollout.positions, rollout.mask, rollout.logp))
     return {"tokens": np.asarray(tokens), "positions": np.asarray(positions),
             "mask": np.asarray(mask, np.float32),
@@ -321,9 +325,9 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
     update_metrics = []
     for _ in range(cfg.ppo_epochs):
       for mb in _minibatches(batch, cfg.minibatches, mb_rng):
-        state, m = step_fn(state, jax.device_put(mb, batch_sh))
+        state, m = step_fn(state, mesh_lib.put_global(mb, batch_sh))
         update_metrics.append(m)
-    update_metrics = jax.device_get(update_metrics)
+    update_metrics = mesh_lib.to_host(update_metrics)
     t3 = time.time()
 
     lengths = rollout.lengths

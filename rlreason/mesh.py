@@ -131,3 +131,34 @@ def batch_divisor(mesh: Mesh, rules: dict = TRAIN_RULES) -> int:
   mapped = rules["batch"]
   names = (mapped,) if isinstance(mapped, str) else tuple(mapped)
   return int(np.prod([mesh.shape[a] for a in names]))
+
+
+def to_host(tree):
+  """Device arrays -> numpy, gathering across processes when needed.
+
+  On one host this is jax.device_get. With several processes, an array
+  sharded over devices of other hosts is all-gathered so every process gets
+  the full value (they all run the same host-side code on it).
+  """
+  def get(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      from jax.experimental import multihost_utils
+
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(jax.device_get(x))
+
+  return jax.tree.map(get, tree)
+
+
+def put_global(tree, sharding):
+  """Host numpy (identical on every process) -> global arrays on `sharding`.
+
+  Each process contributes only the shards its own devices hold.
+  """
+  def put(x):
+    x = np.asarray(x)
+    if sharding.is_fully_addressable:
+      return jax.device_put(x, sharding)
+    return jax.make_array_from_callback(x.shape, sharding, lambda i: x[i])
+
+  return jax.tree.map(put, tree)

@@ -10,6 +10,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from rlreason import losses
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 
@@ -40,9 +41,7 @@ def log_softmax_at(logits_: jax.Array, targets: jax.Array,
 
 def entropy(logits_: jax.Array, temperature: float = 1.0) -> jax.Array:
   """Entropy of softmax(logits / temperature) in nats. [..., V] -> [...]."""
-  z = logits_.astype(jnp.float32) / temperature
-  logp = jax.nn.log_softmax(z, axis=-1)
-  return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+  return losses.entropy_from_logits(logits_.astype(jnp.float32) / temperature)
 
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "prompt_len",

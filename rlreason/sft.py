@@ -64,8 +64,30 @@ def nll_loss(params, batch, norm, *, model_cfg, mode="token-mean"):
   return loss, {"nll": loss}
 
 
-def encode_pairs(tok, template: str, examples) -> tuple[list, list]:
-  """(prompt ids, completion ids + EOS) for examples with a solution."""
+def off_by_one(solution: str) -> str:
+  """The solution with its final integer answer line increased by one.
+
+  A systematically wrong demonstrator (see `encode_pairs`); solutions whose
+  last line is not `answer: <integer>` are returned unchanged.
+  """
+  head, _, last = solution.rstrip().rpartition("\n")
+  prefix, _, value = last.partition(": ")
+  try:
+    wrong = int(value) + 1
+  except ValueError:
+    return solution
+  return f"{head}\n{prefix}: {wrong}" if head else f"{prefix}: {wrong}"
+
+
+def encode_pairs(tok, template: str, examples, *, noise: float = 0.0,
+                 seed: int = 0) -> tuple[list, list]:
+  """(prompt ids, completion ids + EOS) for examples with a solution.
+
+  `noise` is the fraction of demonstrations (chosen by `seed`) whose final
+  answer line is off by one: a warm start that imitates an imperfect
+  demonstrator, as SFT on a weaker model's traces does, which only a reward
+  signal can correct.
+  """
   missing = [e.uid for e in examples if not e.solution]
   if missing:
     raise ValueError(f"SFT needs reference solutions; {len(missing)} "
@@ -73,7 +95,10 @@ def encode_pairs(tok, template: str, examples) -> tuple[list, list]:
   prompts = [tok.encode(tokenizer_lib.apply_template(tok, e.question,
                                                      template))
              for e in examples]
-  completions = [tok.encode(e.solution) + [tok.eos_id] for e in examples]
+  noisy = np.random.default_rng(seed).random(len(examples)) < noise
+  completions = [
+      tok.encode(off_by_one(e.solution) if bad else e.solution) + [tok.eos_id]
+      for e, bad in zip(examples, noisy)]
   return prompts, completions
 
 
@@ -106,7 +131,7 @@ def train_on_pairs(params, model_cfg, tok, prompts, completions, *, mesh,
     idx, order = order[:batch_size], order[batch_size:]
     batch = pack([prompts[i] for i in idx], [completions[i] for i in idx],
                  tok.pad_id, max_prompt_len, max_new_tokens)
-    state, m = step_fn(state, jax.device_put(batch, batch_sh))
+    state, m = step_fn(state, mesh_lib.put_global(batch, batch_sh))
     if (step + 1) % log_every == 0 or step + 1 == steps:
       progress.update(step + 1, {"loss": m["loss"]})
   return state.params
@@ -124,7 +149,7 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   settings = {k: getattr(cfg, k) for k in (
       "model", "tokenizer", "data", "template", "seed", "warm_start_steps",
       "warm_start_lr", "warm_start_batch_size", "max_prompt_len",
-      "max_new_tokens", "param_dtype")}
+      "max_new_tokens", "param_dtype", "warm_start_noise")}
   key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()
                        ).hexdigest()[:16]
   out = os.path.join(cache_dir or cfg.cache_dir, f"sft-{key}")
@@ -136,7 +161,9 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   model_cfg, params = loop.load_model(base, mesh)
   tok = loop.load_tokenizer(base)
   examples = data_lib.load(cfg.data, "train")
-  prompts, completions = encode_pairs(tok, cfg.template, examples)
+  prompts, completions = encode_pairs(tok, cfg.template, examples,
+                                      noise=cfg.warm_start_noise,
+                                      seed=cfg.seed)
   print(f"Warm start: SFT for {cfg.warm_start_steps} steps on "
         f"{len(examples)} {cfg.data} solutions -> {out}", flush=True)
   params = train_on_pairs(
