@@ -97,7 +97,7 @@ def make_batch(rollout, examples, ctx):
   batch = ctx.batch_from_rollout(rollout)
   batch["adv"] = np.asarray(adv)
   if cfg.kl_coef:
-    batch["ref_logp"] = ctx.ref_logp(batch, rollout.prompt_len)
+    batch["ref_logp"] = ctx.ref_logp(rollout)
   grouped = rewards.reshape(-1, cfg.group_size)
   metrics = {"reward": rewards.mean(), "reward_std": grouped.std(-1).mean(),
              "accuracy": ctx.correct_fn(rollout.texts, [

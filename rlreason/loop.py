@@ -81,6 +81,7 @@ class Context:
   reward_fn: Callable  # (completions, answers, **kw) -> (total [N], parts)
   correct_fn: Callable  # (completions, answers) -> 0/1 [N]
   ref_params: Any = None
+  params: Any = None  # the policy that sampled the current rollout
 
   def encode_prompts(self, examples) -> list[list[int]]:
     return [self.tokenizer.encode(tokenizer_lib.apply_template(
@@ -102,21 +103,34 @@ class Context:
     return total, parts
 
   def batch_from_rollout(self, rollout: Rollout) -> dict[str, np.ndarray]:
-    """The [N, ...] fields every loss reads, on the host."""
+    """The [N, ...] fields every loss reads, on the host.
+
+    old_logp is the sampler's log-prob when it sampled from softmax(logits /
+    temperature) itself; with top-k / top-p filters the sampling distribution
+    differs from the one the losses score, so old_logp is recomputed under
+    the sampling policy (`sampler_logp` keeps the filtered one, for
+    truncated importance sampling).
+    """
     tokens, positions, mask, logp = mesh_lib.to_host(
         (rollout.tokens, rollout.positions, rollout.mask, rollout.logp))
-    return {"tokens": np.asarray(tokens), "positions": np.asarray(positions),
-            "mask": np.asarray(mask, np.float32),
-            "old_logp": np.asarray(logp, np.float32)}
+    batch = {"tokens": tokens, "positions": positions,
+             "mask": mask.astype(np.float32),
+             "sampler_logp": logp.astype(np.float32)}
+    batch["old_logp"] = batch["sampler_logp"]
+    if self.cfg.top_p < 1 or self.cfg.top_k > 0:
+      batch["old_logp"] = mesh_lib.to_host(policy.completion_logprobs(
+          self.params, rollout.tokens, rollout.positions, self.model_cfg,
+          rollout.prompt_len, temperature=self.cfg.temperature))
+    return batch
 
-  def ref_logp(self, batch: dict, prompt_len: int) -> np.ndarray:
+  def ref_logp(self, rollout: Rollout) -> np.ndarray:
     """log-probs [N, T] of the completions under the frozen reference."""
     if self.ref_params is None:
       raise ValueError("This experiment needs a reference model, but the "
                        "loop was started without one (needs_ref=True)")
-    return np.asarray(policy.completion_logprobs(
-        self.ref_params, batch["tokens"], batch["positions"], self.model_cfg,
-        prompt_len, temperature=self.cfg.temperature))
+    return mesh_lib.to_host(policy.completion_logprobs(
+        self.ref_params, rollout.tokens, rollout.positions, self.model_cfg,
+        rollout.prompt_len, temperature=self.cfg.temperature))
 
 
 def load_model(cfg, mesh):
@@ -319,7 +333,9 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
                            group_size=cfg.group_size, sampling=sampling)
     jax.block_until_ready(rollout.mask)
     t1 = time.time()
+    ctx.params = state.params
     batch, batch_metrics = make_batch(rollout, examples, ctx)
+    ctx.params = None  # `state` is donated by the updates below.
     t2 = time.time()
     mb_rng = np.random.default_rng([cfg.seed, step])
     update_metrics = []

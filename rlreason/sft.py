@@ -177,4 +177,8 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     with open(os.path.join(tmp, "warm_start.json"), "w") as f:
       json.dump(settings, f, indent=2)
     os.replace(tmp, out)  # Atomic: a killed run never leaves half a cache.
+  if jax.process_count() > 1:  # Others read what process 0 wrote.
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(f"warm_start {key}")
   return out

@@ -191,7 +191,9 @@ def test_hostile_batch_is_bounded_and_scores_normal_items(pool, tmp_path):
     completions, golds, pool=pool, timeout=1.5
   )
   elapsed = time.monotonic() - start
-  assert elapsed < 1.5 + 2.0, elapsed
+  # Margin for a loaded 2-core CI machine (another pytest worker runs
+  # beside this one); without the timeout the power tower runs for minutes.
+  assert elapsed < 1.5 + 8.0, elapsed
   np.testing.assert_array_equal(scores, [0, 0, 0, 1, 0, 0, 0, 1, 0])
   assert status[0] in (pool_lib.TIMEOUT, pool_lib.ERROR), status
   assert status[1] == status[2] == pool_lib.REJECTED
