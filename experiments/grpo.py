@@ -78,31 +78,51 @@ class Config(config.BaseConfig):
 # update per exploration stage. The paper trains DeepSeekMath-Instruct 7B on
 # GSM8K + MATH chain-of-thought questions (144K).
 PAPER = dict(
-    model="qwen2.5-math-7b", data="hf:openai/gsm8k:config=main",
-    eval_data="hf:openai/gsm8k:config=main,split=test", template="boxed",
-    reward="math", warm_start_steps=0, steps=500,
-    batch_size=16,  # 1024 sequences = 16 questions x 64 samples
-    group_size=64, max_prompt_len=512, max_new_tokens=1024, lr=1e-6,
-    warmup_steps=0, ppo_epochs=1, minibatches=1, micro_batches=16,
-    dtype="bfloat16", remat=True, eval_size=1319, checkpoint_every=50,
-    mesh_fsdp=-1, tensorboard=True)
+  model="qwen2.5-math-7b",
+  data="hf:openai/gsm8k:config=main",
+  eval_data="hf:openai/gsm8k:config=main,split=test",
+  template="boxed",
+  reward="math",
+  warm_start_steps=0,
+  steps=500,
+  batch_size=16,  # 1024 sequences = 16 questions x 64 samples
+  group_size=64,
+  max_prompt_len=512,
+  max_new_tokens=1024,
+  lr=1e-6,
+  warmup_steps=0,
+  ppo_epochs=1,
+  minibatches=1,
+  micro_batches=16,
+  dtype="bfloat16",
+  remat=True,
+  eval_size=1319,
+  checkpoint_every=50,
+  mesh_fsdp=-1,
+  tensorboard=True,
+)
 
 
 def make_batch(rollout, examples, ctx):
   """Rewards and GRPO advantages on whole groups (host side)."""
   cfg = ctx.cfg
   rewards, parts = ctx.score(rollout, examples)
-  adv = advantages.group_normalized(                                   # (1)
-      jnp.asarray(rewards), cfg.group_size, eps=cfg.std_eps)
+  adv = advantages.group_normalized(  # (1)
+    jnp.asarray(rewards), cfg.group_size, eps=cfg.std_eps
+  )
   batch = ctx.batch_from_rollout(rollout)
   batch["adv"] = np.asarray(adv)
   if cfg.kl_coef:
     batch["ref_logp"] = ctx.ref_logp(rollout)
   grouped = rewards.reshape(-1, cfg.group_size)
-  metrics = {"reward": rewards.mean(), "reward_std": grouped.std(-1).mean(),
-             "accuracy": ctx.correct_fn(rollout.texts, [
-                 examples[i].answer for i in rollout.prompt_ids]).mean(),
-             "solved_all": (grouped.min(-1) == grouped.max(-1)).mean()}
+  metrics = {
+    "reward": rewards.mean(),
+    "reward_std": grouped.std(-1).mean(),
+    "accuracy": ctx.correct_fn(
+      rollout.texts, [examples[i].answer for i in rollout.prompt_ids]
+    ).mean(),
+    "solved_all": (grouped.min(-1) == grouped.max(-1)).mean(),
+  }
   metrics.update({f"reward/{k}": v.mean() for k, v in parts.items()})
   return batch, metrics
 
@@ -112,28 +132,51 @@ def loss_fn(params, batch, norm, *, cfg, model_cfg):
   mask = batch["mask"]
   prompt_len = batch["tokens"].shape[1] - mask.shape[1]
   logp, entropy = policy.completion_logprobs(
-      params, batch["tokens"], batch["positions"], model_cfg, prompt_len,
-      temperature=cfg.temperature, with_entropy=True)
+    params,
+    batch["tokens"],
+    batch["positions"],
+    model_cfg,
+    prompt_len,
+    temperature=cfg.temperature,
+    with_entropy=True,
+  )
   per_token, m = losses.clipped_surrogate(
-      logp, batch["old_logp"], batch["adv"], mask,
-      clip_eps_low=cfg.clip_eps, clip_eps_high=cfg.clip_eps)
+    logp,
+    batch["old_logp"],
+    batch["adv"],
+    mask,
+    clip_eps_low=cfg.clip_eps,
+    clip_eps_high=cfg.clip_eps,
+  )
   metrics = {}
   if cfg.kl_coef:
-    kl_tok = kl.kl_k3(logp, batch["ref_logp"])                         # (2)
+    kl_tok = kl.kl_k3(logp, batch["ref_logp"])  # (2)
     per_token = per_token + cfg.kl_coef * kl_tok
     metrics["kl"] = losses.aggregate(kl_tok, mask)
-  loss = losses.aggregate(per_token, mask, cfg.aggregation,            # (3)
-                          max_len=mask.shape[1], **norm)
-  metrics.update(entropy=losses.aggregate(entropy, mask),
-                 clipfrac=losses.aggregate(m["clipfrac"], mask),
-                 approx_kl=losses.aggregate(m["approx_kl"], mask))
+  loss = losses.aggregate(
+    per_token,
+    mask,
+    cfg.aggregation,  # (3)
+    max_len=mask.shape[1],
+    **norm,
+  )
+  metrics.update(
+    entropy=losses.aggregate(entropy, mask),
+    clipfrac=losses.aggregate(m["clipfrac"], mask),
+    approx_kl=losses.aggregate(m["approx_kl"], mask),
+  )
   return loss, metrics
 
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(cfg, make_batch=make_batch, loss_fn=loss_fn, name="grpo",
-                   needs_ref=cfg.kl_coef > 0)
+  out = loop.train(
+    cfg,
+    make_batch=make_batch,
+    loss_fn=loss_fn,
+    name="grpo",
+    needs_ref=cfg.kl_coef > 0,
+  )
   report.write(out["workdir"], title="GRPO (DeepSeekMath)")
   return out
 

@@ -32,25 +32,38 @@ class Checkpointer:
       directory = os.path.abspath(directory)
     self.directory = directory
     self._manager = ocp.CheckpointManager(
-        directory,
-        options=ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=True,
-            enable_async_checkpointing=False),
-        item_names=("state", "meta"))
+      directory,
+      options=ocp.CheckpointManagerOptions(
+        max_to_keep=keep, create=True, enable_async_checkpointing=False
+      ),
+      item_names=("state", "meta"),
+    )
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
   def save(self, step: int, state, meta: dict) -> None:
-    finite = jax.tree.leaves(jax.tree.map(
-        lambda x: jnp.isfinite(x).all() if jnp.issubdtype(
-            x.dtype, jnp.floating) else True, state))
+    finite = jax.tree.leaves(
+      jax.tree.map(
+        lambda x: (
+          jnp.isfinite(x).all()
+          if jnp.issubdtype(x.dtype, jnp.floating)
+          else True
+        ),
+        state,
+      )
+    )
     if not all(bool(f) for f in finite):
-      raise ValueError(f"Refusing to checkpoint step {step}: the state holds "
-                       "non-finite values")
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-        force=True)
+      raise ValueError(
+        f"Refusing to checkpoint step {step}: the state holds non-finite values"
+      )
+    self._manager.save(
+      step,
+      args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+      ),
+      force=True,
+    )
     self._manager.wait_until_finished()
     logging.info("Saved checkpoint %d to %s", step, self.directory)
 
@@ -63,9 +76,13 @@ class Checkpointer:
     step = self.latest_step() if step is None else step
     if step is None:
       return None, None
-    out = self._manager.restore(step, args=ocp.args.Composite(
+    out = self._manager.restore(
+      step,
+      args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state),
-        meta=ocp.args.JsonRestore()))
+        meta=ocp.args.JsonRestore(),
+      ),
+    )
     logging.info("Restored checkpoint %d from %s", step, self.directory)
     return out.state, out.meta
 
@@ -76,9 +93,11 @@ class Checkpointer:
 def abstract(tree):
   """Arrays -> ShapeDtypeStructs with their shardings (restore targets)."""
   return jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                     sharding=getattr(x, "sharding", None)),
-      tree)
+    lambda x: jax.ShapeDtypeStruct(
+      x.shape, x.dtype, sharding=getattr(x, "sharding", None)
+    ),
+    tree,
+  )
 
 
 class Preemption:

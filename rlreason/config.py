@@ -83,32 +83,48 @@ class BaseConfig:
 
   def validate(self) -> None:
     """Fails fast, with the flag names, on contradictory settings."""
+
     def check(ok, msg):
       if not ok:
         raise ValueError(f"Invalid config: {msg}")
 
-    check(self.scale in ("laptop", "paper"),
-          f"--scale={self.scale!r}; expected laptop or paper")
+    check(
+      self.scale in ("laptop", "paper"),
+      f"--scale={self.scale!r}; expected laptop or paper",
+    )
     check(self.steps >= 0, f"--steps={self.steps} must be >= 0")
-    check(self.batch_size > 0 and self.group_size > 0,
-          "--batch_size and --group_size must be positive")
-    check(self.max_new_tokens > 0 and self.max_prompt_len > 0,
-          "--max_new_tokens and --max_prompt_len must be positive")
+    check(
+      self.batch_size > 0 and self.group_size > 0,
+      "--batch_size and --group_size must be positive",
+    )
+    check(
+      self.max_new_tokens > 0 and self.max_prompt_len > 0,
+      "--max_new_tokens and --max_prompt_len must be positive",
+    )
     check(self.temperature >= 0, f"--temperature={self.temperature} < 0")
     check(0 < self.top_p <= 1, f"--top_p={self.top_p} not in (0, 1]")
     check(self.top_k >= 0, f"--top_k={self.top_k} < 0")
     check(self.lr >= 0, f"--lr={self.lr} < 0")
-    check(self.schedule in ("constant", "cosine"),
-          f"--schedule={self.schedule!r}; expected constant or cosine")
-    check(self.ppo_epochs >= 1 and self.minibatches >= 1
-          and self.micro_batches >= 1,
-          "--ppo_epochs, --minibatches and --micro_batches must be >= 1")
+    check(
+      self.schedule in ("constant", "cosine"),
+      f"--schedule={self.schedule!r}; expected constant or cosine",
+    )
+    check(
+      self.ppo_epochs >= 1
+      and self.minibatches >= 1
+      and self.micro_batches >= 1,
+      "--ppo_epochs, --minibatches and --micro_batches must be >= 1",
+    )
     n = self.num_sequences
-    check(n % self.minibatches == 0,
-          f"N = batch_size * group_size = {n} is not divisible by "
-          f"--minibatches={self.minibatches}")
+    check(
+      n % self.minibatches == 0,
+      f"N = batch_size * group_size = {n} is not divisible by "
+      f"--minibatches={self.minibatches}",
+    )
     mb = n // self.minibatches
-    check(mb % self.micro_batches == 0,
-          f"minibatch of {mb} sequences is not divisible by "
-          f"--micro_batches={self.micro_batches}")
+    check(
+      mb % self.micro_batches == 0,
+      f"minibatch of {mb} sequences is not divisible by "
+      f"--micro_batches={self.micro_batches}",
+    )
     check(self.eval_samples >= 1, "--eval_samples must be >= 1")

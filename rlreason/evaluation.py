@@ -39,8 +39,9 @@ def majority(answers: Sequence[Hashable | None]) -> Hashable | None:
   return next(a for a in answers if a is not None and counts[a] == best)
 
 
-def maj_at_k(answers: Sequence[Hashable | None], correct: Sequence[bool],
-             k: int) -> float:
+def maj_at_k(
+  answers: Sequence[Hashable | None], correct: Sequence[bool], k: int
+) -> float:
   """1.0 if the majority answer of the first k samples is a correct one."""
   if len(answers) != len(correct):
     raise ValueError("maj_at_k: answers and correct differ in length")
@@ -77,9 +78,11 @@ def mean_ci(values: Sequence[float], z: float = 1.96):
   return m, m - z * se, m + z * se
 
 
-def summarize(correct: np.ndarray, answers: Sequence[Sequence] | None = None,
-              ks: Sequence[int] = (1,)) -> dict[str, tuple[float, float,
-                                                            float]]:
+def summarize(
+  correct: np.ndarray,
+  answers: Sequence[Sequence] | None = None,
+  ks: Sequence[int] = (1,),
+) -> dict[str, tuple[float, float, float]]:
   """Per-metric (mean, low, high) over problems.
 
   Args:
@@ -93,24 +96,30 @@ def summarize(correct: np.ndarray, answers: Sequence[Sequence] | None = None,
   for k in ks:
     if k > n:
       continue
-    out[f"pass@{k}"] = mean_ci([pass_at_k(n, int(c.sum()), k)
-                                for c in correct])
+    out[f"pass@{k}"] = mean_ci([pass_at_k(n, int(c.sum()), k) for c in correct])
     out[f"mean@{k}"] = mean_ci([mean_at_k(c, k) for c in correct])
     if answers is not None:
-      out[f"maj@{k}"] = mean_ci([maj_at_k(a, c, k)
-                                 for a, c in zip(answers, correct)])
+      out[f"maj@{k}"] = mean_ci(
+        [maj_at_k(a, c, k) for a, c in zip(answers, correct)]
+      )
   return out
 
 
-def markdown_table(rows: dict[str, dict[str, tuple[float, float, float]]]
-                   ) -> str:
+def markdown_table(
+  rows: dict[str, dict[str, tuple[float, float, float]]],
+) -> str:
   """{row name: summarize(...)} -> a markdown table of mean [low, high]."""
-  metrics = sorted({m for r in rows.values() for m in r},
-                   key=lambda m: (m.split("@")[0], int(m.split("@")[1])))
-  lines = ["| | " + " | ".join(metrics) + " |",
-           "|---|" + "---|" * len(metrics)]
+  metrics = sorted(
+    {m for r in rows.values() for m in r},
+    key=lambda m: (m.split("@")[0], int(m.split("@")[1])),
+  )
+  lines = ["| | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
   for name, r in rows.items():
-    cells = [f"{100 * r[m][0]:.1f} [{100 * r[m][1]:.1f}, {100 * r[m][2]:.1f}]"
-             if m in r else "" for m in metrics]
+    cells = [
+      f"{100 * r[m][0]:.1f} [{100 * r[m][1]:.1f}, {100 * r[m][2]:.1f}]"
+      if m in r
+      else ""
+      for m in metrics
+    ]
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines)

@@ -15,8 +15,12 @@ from absl import app
 from absl import flags
 from absl import logging
 
-_DEFINE = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer,
-           float: flags.DEFINE_float, str: flags.DEFINE_string}
+_DEFINE = {
+  bool: flags.DEFINE_boolean,
+  int: flags.DEFINE_integer,
+  float: flags.DEFINE_float,
+  str: flags.DEFINE_string,
+}
 
 
 def define_from_dataclass(cls) -> None:
@@ -25,8 +29,10 @@ def define_from_dataclass(cls) -> None:
     default = f.default
     kind = type(default)
     if kind not in _DEFINE:
-      raise TypeError(f"{cls.__name__}.{f.name}: only bool/int/float/str "
-                      f"fields become flags, got {kind.__name__}")
+      raise TypeError(
+        f"{cls.__name__}.{f.name}: only bool/int/float/str "
+        f"fields become flags, got {kind.__name__}"
+      )
     _DEFINE[kind](f.name, default, f.metadata.get("help", f.name))
 
 
@@ -38,8 +44,11 @@ def parse_dataclass(cls, paper: dict | None = None):
     if paper is None:
       raise ValueError(f"{cls.__module__} has no paper-scale settings")
     cfg = dataclasses.replace(cfg, **paper)
-  explicit = {f.name: values[f.name].value for f in dataclasses.fields(cls)
-              if values[f.name].present}
+  explicit = {
+    f.name: values[f.name].value
+    for f in dataclasses.fields(cls)
+    if values[f.name].present
+  }
   return dataclasses.replace(cfg, **explicit)
 
 

@@ -60,11 +60,14 @@ def maybe_initialize_distributed(cfg) -> None:
   kwargs = {}
   if "JAX_COORDINATOR_ADDRESS" in os.environ:
     kwargs = dict(
-        coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
-        num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
-        process_id=int(os.environ["JAX_PROCESS_ID"]))
-  if jax.config.jax_platforms in (None, "", "cpu") or os.environ.get(
-      "JAX_PLATFORMS") == "cpu":
+      coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+      num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+      process_id=int(os.environ["JAX_PROCESS_ID"]),
+    )
+  if (
+    jax.config.jax_platforms in (None, "", "cpu")
+    or os.environ.get("JAX_PLATFORMS") == "cpu"
+  ):
     # CPU-only processes need a collectives backend for cross-process ops.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**kwargs)
@@ -84,17 +87,31 @@ class Context:
   params: Any = None  # the policy that sampled the current rollout
 
   def encode_prompts(self, examples) -> list[list[int]]:
-    return [self.tokenizer.encode(tokenizer_lib.apply_template(
-        self.tokenizer, e.question, self.cfg.template)) for e in examples]
+    return [
+      self.tokenizer.encode(
+        tokenizer_lib.apply_template(
+          self.tokenizer, e.question, self.cfg.template
+        )
+      )
+      for e in examples
+    ]
 
-  def generate(self, params, examples, rng, step, *, group_size,
-               sampling) -> Rollout:
+  def generate(
+    self, params, examples, rng, step, *, group_size, sampling
+  ) -> Rollout:
     return rollout_lib.generate(
-        params, self.encode_prompts(examples), rng, step,
-        model_cfg=self.model_cfg, tokenizer=self.tokenizer,
-        max_new_tokens=self.cfg.max_new_tokens, group_size=group_size,
-        sampling=sampling, mesh=self.mesh,
-        max_prompt_len=self.cfg.max_prompt_len)
+      params,
+      self.encode_prompts(examples),
+      rng,
+      step,
+      model_cfg=self.model_cfg,
+      tokenizer=self.tokenizer,
+      max_new_tokens=self.cfg.max_new_tokens,
+      group_size=group_size,
+      sampling=sampling,
+      mesh=self.mesh,
+      max_prompt_len=self.cfg.max_prompt_len,
+    )
 
   def score(self, rollout: Rollout, examples) -> tuple[np.ndarray, dict]:
     """Rewards [N] and per-component metrics, answers repeated per group."""
@@ -112,42 +129,68 @@ class Context:
     truncated importance sampling).
     """
     tokens, positions, mask, logp = mesh_lib.to_host(
-        (rollout.tokens, rollout.positions, rollout.mask, rollout.logp))
-    batch = {"tokens": tokens, "positions": positions,
-             "mask": mask.astype(np.float32),
-             "sampler_logp": logp.astype(np.float32)}
+      (rollout.tokens, rollout.positions, rollout.mask, rollout.logp)
+    )
+    batch = {
+      "tokens": tokens,
+      "positions": positions,
+      "mask": mask.astype(np.float32),
+      "sampler_logp": logp.astype(np.float32),
+    }
     batch["old_logp"] = batch["sampler_logp"]
     if self.cfg.top_p < 1 or self.cfg.top_k > 0:
-      batch["old_logp"] = mesh_lib.to_host(policy.completion_logprobs(
-          self.params, rollout.tokens, rollout.positions, self.model_cfg,
-          rollout.prompt_len, temperature=self.cfg.temperature))
+      batch["old_logp"] = mesh_lib.to_host(
+        policy.completion_logprobs(
+          self.params,
+          rollout.tokens,
+          rollout.positions,
+          self.model_cfg,
+          rollout.prompt_len,
+          temperature=self.cfg.temperature,
+        )
+      )
     return batch
 
   def ref_logp(self, rollout: Rollout) -> np.ndarray:
     """log-probs [N, T] of the completions under the frozen reference."""
     if self.ref_params is None:
-      raise ValueError("This experiment needs a reference model, but the "
-                       "loop was started without one (needs_ref=True)")
-    return mesh_lib.to_host(policy.completion_logprobs(
-        self.ref_params, rollout.tokens, rollout.positions, self.model_cfg,
-        rollout.prompt_len, temperature=self.cfg.temperature))
+      raise ValueError(
+        "This experiment needs a reference model, but the "
+        "loop was started without one (needs_ref=True)"
+      )
+    return mesh_lib.to_host(
+      policy.completion_logprobs(
+        self.ref_params,
+        rollout.tokens,
+        rollout.positions,
+        self.model_cfg,
+        rollout.prompt_len,
+        temperature=self.cfg.temperature,
+      )
+    )
 
 
 def load_model(cfg, mesh):
   """(model_cfg, params) from --init_from, an HF directory or a preset."""
   source = cfg.init_from or cfg.model
   if os.path.isdir(source):
-    model_cfg, params = hf.load(source, mesh=mesh, dtype=cfg.param_dtype,
-                                compute_dtype=cfg.dtype)
+    model_cfg, params = hf.load(
+      source, mesh=mesh, dtype=cfg.param_dtype, compute_dtype=cfg.dtype
+    )
     model_cfg = dataclasses.replace(model_cfg, remat=cfg.remat)
     return model_cfg, params
-  model_cfg = presets.get(cfg.model, dtype=cfg.dtype,
-                          param_dtype=cfg.param_dtype, remat=cfg.remat)
-  shardings = mesh_lib.shardings(mesh, transformer.param_axes(model_cfg),
-                                 mesh_lib.TRAIN_RULES,
-                                 transformer.param_shapes(model_cfg))
-  init = jax.jit(functools.partial(transformer.init, model_cfg),
-                 out_shardings=shardings)
+  model_cfg = presets.get(
+    cfg.model, dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat
+  )
+  shardings = mesh_lib.shardings(
+    mesh,
+    transformer.param_axes(model_cfg),
+    mesh_lib.TRAIN_RULES,
+    transformer.param_shapes(model_cfg),
+  )
+  init = jax.jit(
+    functools.partial(transformer.init, model_cfg), out_shardings=shardings
+  )
   return model_cfg, init(jax.random.key(cfg.seed))
 
 
@@ -156,7 +199,8 @@ def load_tokenizer(cfg):
     return tokenizer_lib.load(cfg.tokenizer)
   source = cfg.init_from or cfg.model
   if os.path.isdir(source) and os.path.exists(
-      os.path.join(source, "tokenizer_config.json")):
+    os.path.join(source, "tokenizer_config.json")
+  ):
     return tokenizer_lib.load(source)
   return tokenizer_lib.load("char")
 
@@ -190,16 +234,30 @@ def write_run_info(workdir: str, cfg) -> None:
   """config.json (resolved) and COMMIT, so any result traces back."""
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
-    json.dump({"class": f"{type(cfg).__module__}.{type(cfg).__name__}",
-               **dataclasses.asdict(cfg)}, f, indent=2)
+    json.dump(
+      {
+        "class": f"{type(cfg).__module__}.{type(cfg).__name__}",
+        **dataclasses.asdict(cfg),
+      },
+      f,
+      indent=2,
+    )
   try:
     commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-        cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10,
-        check=True).stdout.strip()
+      ["git", "rev-parse", "HEAD"],
+      capture_output=True,
+      text=True,
+      cwd=os.path.dirname(os.path.abspath(__file__)),
+      timeout=10,
+      check=True,
+    ).stdout.strip()
     dirty = subprocess.run(
-        ["git", "status", "--porcelain"], capture_output=True, text=True,
-        cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout
+      ["git", "status", "--porcelain"],
+      capture_output=True,
+      text=True,
+      cwd=os.path.dirname(os.path.abspath(__file__)),
+      timeout=10,
+    ).stdout
     commit += "-dirty" if dirty.strip() else ""
   except (OSError, subprocess.SubprocessError):
     commit = "unknown"
@@ -207,31 +265,45 @@ def write_run_info(workdir: str, cfg) -> None:
     f.write(commit + "\n")
 
 
-def run_eval(ctx: Context, params, examples, *, step: int,
-             samples: int = 1, temperature: float = 1.0,
-             ks=(1,)) -> dict[str, float]:
+def run_eval(
+  ctx: Context,
+  params,
+  examples,
+  *,
+  step: int,
+  samples: int = 1,
+  temperature: float = 1.0,
+  ks=(1,),
+) -> dict[str, float]:
   """Greedy (samples=1) or sampled accuracy on `examples`, as flat floats."""
   sampling = sampling_lib.Sampling(
-      temperature=0.0 if samples == 1 else temperature)
+    temperature=0.0 if samples == 1 else temperature
+  )
   # A fixed eval key: every evaluation sees the same randomness.
   rng = jax.random.key(ctx.cfg.seed + 10_007)
   correct, answers = [], []
   bs = max(1, ctx.cfg.batch_size * ctx.cfg.group_size // samples)
   for lo in range(0, len(examples), bs):
-    chunk = examples[lo:lo + bs]
-    r = ctx.generate(params, chunk, rng, step, group_size=samples,
-                     sampling=sampling)
+    chunk = examples[lo : lo + bs]
+    r = ctx.generate(
+      params, chunk, rng, step, group_size=samples, sampling=sampling
+    )
     gold = [chunk[i].answer for i in r.prompt_ids]
-    correct.append(np.asarray(ctx.correct_fn(r.texts, gold)).reshape(
-        len(chunk), samples))
-    answers += [r.texts[i * samples:(i + 1) * samples]
-                for i in range(len(chunk))]
+    correct.append(
+      np.asarray(ctx.correct_fn(r.texts, gold)).reshape(len(chunk), samples)
+    )
+    answers += [
+      r.texts[i * samples : (i + 1) * samples] for i in range(len(chunk))
+    ]
   correct = np.concatenate(correct)
   summary = evaluation.summarize(correct, ks=[k for k in ks if k <= samples])
   out = {}
   for name, (m, lo, hi) in summary.items():
     out[f"eval/{name}"], out[f"eval/{name}_lo"], out[f"eval/{name}_hi"] = (
-        m, lo, hi)
+      m,
+      lo,
+      hi,
+    )
   out["eval/accuracy"] = float(correct.mean())
   return out
 
@@ -243,14 +315,20 @@ def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
     yield {k: v[part] for k, v in batch.items()}
 
 
-def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
-          needs_ref: bool = False) -> dict[str, float]:
+def train(
+  cfg,
+  *,
+  make_batch: Callable,
+  loss_fn: Callable,
+  name: str,
+  needs_ref: bool = False,
+) -> dict[str, float]:
   """Runs (or resumes) an RL experiment; returns the final metrics."""
   cfg.validate()
   maybe_initialize_distributed(cfg)
   # Data first: a bad spec or record fails before any compilation.
   train_examples = data_lib.load(cfg.data, "train")
-  eval_examples = data_lib.load(eval_spec(cfg), "eval")[:cfg.eval_size]
+  eval_examples = data_lib.load(eval_spec(cfg), "eval")[: cfg.eval_size]
   if cfg.warm_start_steps and not cfg.init_from:
     cfg = dataclasses.replace(cfg, init_from=sft.warm_start(cfg))
   workdir = workdir_for(cfg, name)
@@ -263,36 +341,50 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
   shards = mesh_lib.batch_divisor(mesh)
   if cfg.num_sequences // cfg.minibatches % shards:
     raise ValueError(
-        f"Invalid config: a minibatch of {cfg.num_sequences // cfg.minibatches}"
-        f" sequences cannot be split over {shards} batch shards of mesh "
-        f"{dict(mesh.shape)}")
+      f"Invalid config: a minibatch of {cfg.num_sequences // cfg.minibatches}"
+      f" sequences cannot be split over {shards} batch shards of mesh "
+      f"{dict(mesh.shape)}"
+    )
   tok = load_tokenizer(cfg)
   model_cfg, params = load_model(cfg, mesh)
   if tok.vocab_size > model_cfg.vocab_size:
-    raise ValueError(f"Tokenizer has {tok.vocab_size} ids but the model only "
-                     f"{model_cfg.vocab_size}")
+    raise ValueError(
+      f"Tokenizer has {tok.vocab_size} ids but the model only "
+      f"{model_cfg.vocab_size}"
+    )
   ref_params = jax.tree.map(lambda x: x.copy(), params) if needs_ref else None
   updates_per_step = cfg.ppo_epochs * cfg.minibatches
   optimizer = ts.optimizer_from_config(cfg, cfg.steps * updates_per_step)
-  state_sh = ts.state_shardings(mesh, transformer.param_axes(model_cfg),
-                                transformer.param_shapes(model_cfg), optimizer)
-  state = jax.jit(functools.partial(ts.init_state, optimizer=optimizer),
-                  out_shardings=state_sh)(params)
+  state_sh = ts.state_shardings(
+    mesh,
+    transformer.param_axes(model_cfg),
+    transformer.param_shapes(model_cfg),
+    optimizer,
+  )
+  state = jax.jit(
+    functools.partial(ts.init_state, optimizer=optimizer),
+    out_shardings=state_sh,
+  )(params)
   del params
   batch_sh = mesh_lib.batch_sharding(mesh, 1)
   step_fn = ts.make_train_step(
-      functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg), optimizer,
-      state_sharding=state_sh, batch_sharding=batch_sh,
-      micro_batches=cfg.micro_batches)
+    functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg),
+    optimizer,
+    state_sharding=state_sh,
+    batch_sharding=batch_sh,
+    micro_batches=cfg.micro_batches,
+  )
 
   reward_fn, correct_fn = make_reward_fns(cfg)
   ctx = Context(cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params)
 
   # --- Data and resume --------------------------------------------------------
   prompts = data_lib.PromptIterator(
-      train_examples, cfg.batch_size, seed=cfg.seed)
-  ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
-                                 keep=cfg.keep_checkpoints)
+    train_examples, cfg.batch_size, seed=cfg.seed
+  )
+  ckpt = checkpoint.Checkpointer(
+    os.path.join(workdir, "checkpoints"), keep=cfg.keep_checkpoints
+  )
   restored, meta = ckpt.restore(checkpoint.abstract(state))
   start = 0
   if restored is not None:
@@ -300,20 +392,31 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
     prompts.restore(meta["data"])
     logging.info("Resuming %s from step %d", workdir, start)
   writer = metrics_lib.MetricWriter(
-      workdir, enabled=is_main, tensorboard=cfg.tensorboard,
-      wandb_project=cfg.wandb_project, config=dataclasses.asdict(cfg))
+    workdir,
+    enabled=is_main,
+    tensorboard=cfg.tensorboard,
+    wandb_project=cfg.wandb_project,
+    config=dataclasses.asdict(cfg),
+  )
   preempt = checkpoint.Preemption()
   rng = jax.random.key(cfg.seed)
-  sampling = sampling_lib.Sampling(temperature=cfg.temperature,
-                                   top_p=cfg.top_p, top_k=cfg.top_k)
+  sampling = sampling_lib.Sampling(
+    temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
+  )
 
   def save(step):
     ckpt.save(step, state, {"step": step, "data": prompts.state()})
 
   def evaluate(step):
-    out = run_eval(ctx, state.params, eval_examples, step=step,
-                   samples=cfg.eval_samples, temperature=cfg.temperature,
-                   ks=sorted({1, cfg.eval_samples}))
+    out = run_eval(
+      ctx,
+      state.params,
+      eval_examples,
+      step=step,
+      samples=cfg.eval_samples,
+      temperature=cfg.temperature,
+      ks=sorted({1, cfg.eval_samples}),
+    )
     writer.write(step, out)
     return out
 
@@ -329,8 +432,14 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
   for step in range(start, cfg.steps):
     t0 = time.time()
     examples = next(prompts)
-    rollout = ctx.generate(state.params, examples, rng, step,
-                           group_size=cfg.group_size, sampling=sampling)
+    rollout = ctx.generate(
+      state.params,
+      examples,
+      rng,
+      step,
+      group_size=cfg.group_size,
+      sampling=sampling,
+    )
     jax.block_until_ready(rollout.mask)
     t1 = time.time()
     ctx.params = state.params
@@ -347,32 +456,45 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
     t3 = time.time()
 
     lengths = rollout.lengths
-    row = {k: np.mean([m[k] for m in update_metrics])
-           for k in update_metrics[0]}
+    row = {
+      k: np.mean([m[k] for m in update_metrics]) for k in update_metrics[0]
+    }
     row["skipped"] = float(np.sum([m["skipped"] for m in update_metrics]))
     row.update(batch_metrics)
-    row.update({
-        "length": lengths.mean(), "length_max": lengths.max(),
+    row.update(
+      {
+        "length": lengths.mean(),
+        "length_max": lengths.max(),
         "truncated": np.mean(rollout.finish_reasons == "length"),
-        "time/rollout": t1 - t0, "time/reward": t2 - t1,
-        "time/update": t3 - t2, "time/step": t3 - t0,
+        "time/rollout": t1 - t0,
+        "time/reward": t2 - t1,
+        "time/update": t3 - t2,
+        "time/step": t3 - t0,
         "tokens_per_sec": lengths.sum() / max(t1 - t0, 1e-9),
-    })
+      }
+    )
     last = writer.write(step + 1, row)
     if row["skipped"]:
-      logging.warning("Step %d: %d non-finite updates skipped", step + 1,
-                      row["skipped"])
+      logging.warning(
+        "Step %d: %d non-finite updates skipped", step + 1, row["skipped"]
+      )
     if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
       progress.update(step + 1, last)
-    if cfg.eval_every and (step + 1) % cfg.eval_every == 0 \
-        and step + 1 < cfg.steps:
+    if (
+      cfg.eval_every
+      and (step + 1) % cfg.eval_every == 0
+      and step + 1 < cfg.steps
+    ):
       evaluate(step + 1)
-    if (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) \
-        or preempt.requested:
+    if (
+      cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0
+    ) or preempt.requested:
       save(step + 1)
     if preempt.requested:
-      logging.warning("Stopped at step %d after SIGTERM; rerun the same "
-                      "command to resume.", step + 1)
+      logging.warning(
+        "Stopped at step %d after SIGTERM; rerun the same command to resume.",
+        step + 1,
+      )
       break
 
   final = {}
@@ -386,5 +508,10 @@ def train(cfg, *, make_batch: Callable, loss_fn: Callable, name: str,
   preempt.restore_handlers()
   writer.close()
   ckpt.close()
-  return {**last, **final, "workdir": workdir, "state": state,
-          "model_cfg": model_cfg}
+  return {
+    **last,
+    **final,
+    "workdir": workdir,
+    "state": state,
+    "model_cfg": model_cfg,
+  }

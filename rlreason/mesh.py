@@ -25,25 +25,26 @@ from jax.sharding import PartitionSpec as P
 AXES = ("data", "fsdp", "tensor")
 
 TRAIN_RULES: dict[str, Any] = {
-    "batch": ("data", "fsdp"),
-    "vocab": "tensor",
-    "embed": "fsdp",
-    "mlp": "tensor",
-    "heads": "tensor",
-    "kv_heads": "tensor",
-    "head_dim": None,
-    "norm": None,
-    "seq": None,
+  "batch": ("data", "fsdp"),
+  "vocab": "tensor",
+  "embed": "fsdp",
+  "mlp": "tensor",
+  "heads": "tensor",
+  "kv_heads": "tensor",
+  "head_dim": None,
+  "norm": None,
+  "seq": None,
 }
 
 ROLLOUT_RULES: dict[str, Any] = {
-    **TRAIN_RULES,
-    "embed": None,
+  **TRAIN_RULES,
+  "embed": None,
 }
 
 
-def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1,
-              devices=None) -> Mesh:
+def make_mesh(
+  data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None
+) -> Mesh:
   """A (data, fsdp, tensor) mesh; one size may be -1 to take the rest."""
   devices = jax.devices() if devices is None else devices
   sizes = [data, fsdp, tensor]
@@ -54,22 +55,28 @@ def make_mesh(data: int = 1, fsdp: int = -1, tensor: int = 1,
   if -1 in sizes:
     known = -math.prod(sizes)
     if len(devices) % known:
-      raise ValueError(f"{len(devices)} devices cannot be split into mesh "
-                       f"{dict(zip(AXES, sizes))}")
+      raise ValueError(
+        f"{len(devices)} devices cannot be split into mesh "
+        f"{dict(zip(AXES, sizes))}"
+      )
     sizes[sizes.index(-1)] = len(devices) // known
   if math.prod(sizes) != len(devices):
-    raise ValueError(f"Mesh {dict(zip(AXES, sizes))} needs "
-                     f"{math.prod(sizes)} devices, {len(devices)} available")
+    raise ValueError(
+      f"Mesh {dict(zip(AXES, sizes))} needs "
+      f"{math.prod(sizes)} devices, {len(devices)} available"
+    )
   # Auto axes: classic jit with in/out shardings. (jax.make_mesh defaults to
   # Explicit axes in recent JAX, which changes how sharding propagates.)
-  return jax.make_mesh(sizes, AXES, axis_types=(AxisType.Auto,) * 3,
-                       devices=devices)
+  return jax.make_mesh(
+    sizes, AXES, axis_types=(AxisType.Auto,) * 3, devices=devices
+  )
 
 
 def is_axes(x) -> bool:
   """True for a logical-axes leaf: a tuple of axis names (or None)."""
-  return isinstance(x, tuple) and all(a is None or isinstance(a, str)
-                                      for a in x)
+  return isinstance(x, tuple) and all(
+    a is None or isinstance(a, str) for a in x
+  )
 
 
 def spec(axes: tuple, rules: dict, shape=None, mesh: Mesh | None = None) -> P:
@@ -83,8 +90,9 @@ def spec(axes: tuple, rules: dict, shape=None, mesh: Mesh | None = None) -> P:
   out = []
   for i, name in enumerate(axes):
     if name is not None and name not in rules:
-      raise ValueError(f"Logical axis {name!r} has no rule; rules cover "
-                       f"{sorted(rules)}")
+      raise ValueError(
+        f"Logical axis {name!r} has no rule; rules cover {sorted(rules)}"
+      )
     mapped = rules.get(name) if name is not None else None
     if mapped is None:
       out.append(None)
@@ -97,24 +105,28 @@ def spec(axes: tuple, rules: dict, shape=None, mesh: Mesh | None = None) -> P:
         out.append(None)
         continue
     used.update(mesh_axes)
-    out.append(mesh_axes if len(mesh_axes) > 1 else
-               (mesh_axes[0] if mesh_axes else None))
+    out.append(
+      mesh_axes if len(mesh_axes) > 1 else (mesh_axes[0] if mesh_axes else None)
+    )
   return P(*out)
 
 
-def shardings(mesh: Mesh, axes_tree, rules: dict = TRAIN_RULES,
-              shapes=None):
+def shardings(mesh: Mesh, axes_tree, rules: dict = TRAIN_RULES, shapes=None):
   """Pytree of logical-axes tuples -> pytree of NamedShardings.
 
   `shapes` (a matching pytree of arrays or ShapeDtypeStructs) lets
   indivisible dimensions fall back to replication.
   """
   if shapes is None:
-    return jax.tree.map(lambda a: NamedSharding(mesh, spec(a, rules)),
-                        axes_tree, is_leaf=is_axes)
+    return jax.tree.map(
+      lambda a: NamedSharding(mesh, spec(a, rules)), axes_tree, is_leaf=is_axes
+    )
   return jax.tree.map(
-      lambda a, s: NamedSharding(mesh, spec(a, rules, s.shape, mesh)),
-      axes_tree, shapes, is_leaf=is_axes)
+    lambda a, s: NamedSharding(mesh, spec(a, rules, s.shape, mesh)),
+    axes_tree,
+    shapes,
+    is_leaf=is_axes,
+  )
 
 
 def batch_sharding(mesh: Mesh, ndim: int, rules: dict = TRAIN_RULES):
@@ -140,6 +152,7 @@ def to_host(tree):
   sharded over devices of other hosts is all-gathered so every process gets
   the full value (they all run the same host-side code on it).
   """
+
   def get(x):
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
       from jax.experimental import multihost_utils
@@ -155,6 +168,7 @@ def put_global(tree, sharding):
 
   Each process contributes only the shards its own devices hold.
   """
+
   def put(x):
     x = np.asarray(x)
     if sharding.is_fully_addressable:

@@ -18,10 +18,16 @@ def _scalar(v) -> float:
 
 
 class MetricWriter:
-
-  def __init__(self, workdir: str, *, enabled: bool = True,
-               tensorboard: bool = True, wandb_project: str = "",
-               config: dict | None = None, filename: str = "metrics.jsonl"):
+  def __init__(
+    self,
+    workdir: str,
+    *,
+    enabled: bool = True,
+    tensorboard: bool = True,
+    wandb_project: str = "",
+    config: dict | None = None,
+    filename: str = "metrics.jsonl",
+  ):
     self.enabled = enabled
     self._start = time.time()
     self._tb = self._wandb = None
@@ -38,17 +44,20 @@ class MetricWriter:
     if wandb_project:
       import wandb
 
-      self._wandb = wandb.init(project=wandb_project, config=config,
-                               dir=workdir, resume="allow")
+      self._wandb = wandb.init(
+        project=wandb_project, config=config, dir=workdir, resume="allow"
+      )
 
   def write(self, step: int, metrics: dict) -> dict:
     """Writes scalars (arrays are averaged); returns them as floats."""
     scalars = {k: _scalar(v) for k, v in metrics.items()}
     if not self.enabled:
       return scalars
-    row = {"step": int(step), "time": round(time.time() - self._start, 3),
-           **{k: (v if math.isfinite(v) else str(v))
-              for k, v in scalars.items()}}
+    row = {
+      "step": int(step),
+      "time": round(time.time() - self._start, 3),
+      **{k: (v if math.isfinite(v) else str(v)) for k, v in scalars.items()},
+    }
     self._file.write(json.dumps(row) + "\n")
     self._file.flush()
     if self._tb is not None:
@@ -77,15 +86,20 @@ def read_jsonl(path: str) -> list[dict]:
 class Progress:
   """One progress line per call, with rate and ETA."""
 
-  def __init__(self, total: int, start_step: int = 0, stream=None,
-               label: str = "step"):
+  def __init__(
+    self, total: int, start_step: int = 0, stream=None, label: str = "step"
+  ):
     self.total, self.start_step = total, start_step
     self.stream = stream or sys.stderr
     self.label = label
     self._t0 = time.time()
 
-  def update(self, step: int, metrics: dict | None = None,
-             keys=("reward", "accuracy", "loss", "length")):
+  def update(
+    self,
+    step: int,
+    metrics: dict | None = None,
+    keys=("reward", "accuracy", "loss", "length"),
+  ):
     done = step - self.start_step
     elapsed = time.time() - self._t0
     eta = elapsed / done * (self.total - step) if done > 0 else float("nan")

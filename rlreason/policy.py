@@ -22,8 +22,12 @@ def positions_from_mask(mask: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("model_cfg",))
-def logits(params, tokens: jax.Array, model_cfg: ModelConfig,
-           positions: jax.Array | None = None) -> jax.Array:
+def logits(
+  params,
+  tokens: jax.Array,
+  model_cfg: ModelConfig,
+  positions: jax.Array | None = None,
+) -> jax.Array:
   """Full forward. tokens [N, S] (positions 0..S-1 by default) -> [N, S, V]."""
   if positions is None:
     positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
@@ -31,8 +35,9 @@ def logits(params, tokens: jax.Array, model_cfg: ModelConfig,
   return out
 
 
-def log_softmax_at(logits_: jax.Array, targets: jax.Array,
-                   temperature: float = 1.0) -> jax.Array:
+def log_softmax_at(
+  logits_: jax.Array, targets: jax.Array, temperature: float = 1.0
+) -> jax.Array:
   """log softmax(logits / temperature)[target]. [..., V], [...] -> [...]."""
   z = logits_.astype(jnp.float32) / temperature
   picked = jnp.take_along_axis(z, targets[..., None], axis=-1)[..., 0]
@@ -44,12 +49,19 @@ def entropy(logits_: jax.Array, temperature: float = 1.0) -> jax.Array:
   return losses.entropy_from_logits(logits_.astype(jnp.float32) / temperature)
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg", "prompt_len",
-                                             "with_entropy"))
-def completion_logprobs(params, tokens: jax.Array, positions: jax.Array,
-                        model_cfg: ModelConfig, prompt_len: int, *,
-                        temperature: float = 1.0,
-                        with_entropy: bool = False):
+@functools.partial(
+  jax.jit, static_argnames=("model_cfg", "prompt_len", "with_entropy")
+)
+def completion_logprobs(
+  params,
+  tokens: jax.Array,
+  positions: jax.Array,
+  model_cfg: ModelConfig,
+  prompt_len: int,
+  *,
+  temperature: float = 1.0,
+  with_entropy: bool = False,
+):
   """Log-prob of every completion token under the policy.
 
   Args:
@@ -69,7 +81,7 @@ def completion_logprobs(params, tokens: jax.Array, positions: jax.Array,
   hidden, _ = transformer.hidden_states(params, tokens, positions, model_cfg)
   # Only positions P-1 .. S-2 predict completion tokens: skip the vocab
   # projection everywhere else.
-  hidden = hidden[:, prompt_len - 1:-1]
+  hidden = hidden[:, prompt_len - 1 : -1]
   step_logits = transformer.unembed(params, hidden, model_cfg)  # [N, T, V]
   logp = log_softmax_at(step_logits, tokens[:, prompt_len:], temperature)
   if with_entropy:

@@ -14,8 +14,12 @@ import numpy as np
 
 from rlreason import metrics as metrics_lib
 
-CURVES = (("reward", "Reward"), ("accuracy", "Train accuracy"),
-          ("length", "Response length (tokens)"), ("entropy", "Entropy"))
+CURVES = (
+  ("reward", "Reward"),
+  ("accuracy", "Train accuracy"),
+  ("length", "Response length (tokens)"),
+  ("entropy", "Entropy"),
+)
 
 
 def _load(path):
@@ -29,7 +33,7 @@ def _smooth(y: np.ndarray, window: int) -> np.ndarray:
   if len(y) < window or window <= 1:
     return y
   kernel = np.ones(window) / window
-  head = np.cumsum(y[:window - 1]) / np.arange(1, window)
+  head = np.cumsum(y[: window - 1]) / np.arange(1, window)
   return np.concatenate([head, np.convolve(y, kernel, mode="valid")])
 
 
@@ -45,13 +49,19 @@ def plot_curves(rows: list[dict], path: str, title: str = "") -> list[str]:
   fig, axes = plt.subplots(2, 2, figsize=(10, 7))
   drawn = []
   for ax, (key, label) in zip(axes.flat, CURVES):
-    pts = [(r["step"], r[key]) for r in train
-           if isinstance(r.get(key), (int, float))]
+    pts = [
+      (r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))
+    ]
     if pts:
       x, y = map(np.asarray, zip(*pts))
       ax.plot(x, y, color="C0", alpha=0.3, lw=1)
-      ax.plot(x, _smooth(y, max(1, len(y) // 15)), color="C0", lw=2,
-              label="train (moving avg)")
+      ax.plot(
+        x,
+        _smooth(y, max(1, len(y) // 15)),
+        color="C0",
+        lw=2,
+        label="train (moving avg)",
+      )
       drawn.append(key)
     if key == "accuracy" and evals:
       ex = [r["step"] for r in evals]
@@ -70,6 +80,15 @@ def plot_curves(rows: list[dict], path: str, title: str = "") -> list[str]:
   return drawn
 
 
+def _cell(d: dict | None, k: str) -> str:
+  """An eval metric as "mean% [low, high]", or "-"."""
+  if not d or k not in d:
+    return "-"
+  lo, hi = d.get(k + "_lo"), d.get(k + "_hi")
+  ci = f" [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else ""
+  return f"{100 * d[k]:.1f}%{ci}"
+
+
 def write(workdir: str, title: str = "") -> str:
   """Writes workdir/report.md and workdir/curves.png; returns the md path."""
   rows = metrics_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
@@ -82,37 +101,49 @@ def write(workdir: str, title: str = "") -> str:
       commit = f.read().strip()
   plot_curves(rows, os.path.join(workdir, "curves.png"), title)
   train = [r for r in rows if "reward" in r]
-  lines = [f"# {title or cfg.get('class', 'Run')}", "",
-           f"- workdir: `{os.path.abspath(workdir)}`",
-           f"- commit: `{commit}`",
-           f"- model: `{cfg.get('model')}` (init from "
-           f"`{cfg.get('init_from') or 'scratch/preset'}`), data: "
-           f"`{cfg.get('data')}`",
-           f"- RL steps logged: {len(train)}", ""]
+  lines = [
+    f"# {title or cfg.get('class', 'Run')}",
+    "",
+    f"- workdir: `{os.path.abspath(workdir)}`",
+    f"- commit: `{commit}`",
+    f"- model: `{cfg.get('model')}` (init from "
+    f"`{cfg.get('init_from') or 'scratch/preset'}`), data: "
+    f"`{cfg.get('data')}`",
+    f"- RL steps logged: {len(train)}",
+    "",
+  ]
   if before or after:
-    lines += ["## Held-out evaluation", "",
-              "| metric | before RL | after RL |", "|---|---|---|"]
-    keys = sorted(k for k in (after or before)
-                  if k.startswith("eval/") and not k.endswith(("_lo", "_hi")))
+    lines += [
+      "## Held-out evaluation",
+      "",
+      "| metric | before RL | after RL |",
+      "|---|---|---|",
+    ]
+    keys = sorted(
+      k
+      for k in (after or before)
+      if k.startswith("eval/") and not k.endswith(("_lo", "_hi"))
+    )
     for k in keys:
-      def cell(d):
-        if not d or k not in d:
-          return "-"
-        lo, hi = d.get(k + "_lo"), d.get(k + "_hi")
-        ci = f" [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else ""
-        return f"{100 * d[k]:.1f}%{ci}"
-      lines.append(f"| {k[5:]} | {cell(before)} | {cell(after)} |")
+      lines.append(f"| {k[5:]} | {_cell(before, k)} | {_cell(after, k)} |")
     lines.append("")
   if train:
     first, last = train[:10], train[-10:]
-    lines += ["## Training (mean of first / last 10 steps)", "",
-              "| metric | start | end |", "|---|---|---|"]
+    lines += [
+      "## Training (mean of first / last 10 steps)",
+      "",
+      "| metric | start | end |",
+      "|---|---|---|",
+    ]
     for key, _ in CURVES + (("truncated", ""), ("time/step", "")):
-      vals = [[r[key] for r in part if isinstance(r.get(key), (int, float))]
-              for part in (first, last)]
+      vals = [
+        [r[key] for r in part if isinstance(r.get(key), (int, float))]
+        for part in (first, last)
+      ]
       if all(vals):
-        lines.append(f"| {key} | {np.mean(vals[0]):.3f} | "
-                     f"{np.mean(vals[1]):.3f} |")
+        lines.append(
+          f"| {key} | {np.mean(vals[0]):.3f} | {np.mean(vals[1]):.3f} |"
+        )
     lines.append("")
   lines += ["## Curves", "", "![curves](curves.png)", ""]
   path = os.path.join(workdir, "report.md")

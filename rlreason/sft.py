@@ -28,8 +28,13 @@ from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
 
 
-def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int,
-         max_prompt_len: int, max_new_tokens: int) -> dict[str, np.ndarray]:
+def pack(
+  prompts: list[list[int]],
+  completions: list[list[int]],
+  pad_id: int,
+  max_prompt_len: int,
+  max_new_tokens: int,
+) -> dict[str, np.ndarray]:
   """Left-padded prompts + right-padded completions -> a training batch.
 
   Completions longer than max_new_tokens are cut (their tail has no loss).
@@ -37,29 +42,32 @@ def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int,
   Returns:
     tokens, positions [N, P + T]; mask [N, T] (1 on completion tokens).
   """
-  tokens, positions = rollout_lib.pad_prompts(prompts, pad_id,
-                                              max_len=max_prompt_len)
+  tokens, positions = rollout_lib.pad_prompts(
+    prompts, pad_id, max_len=max_prompt_len
+  )
   n, p = tokens.shape
   t = max_new_tokens
   comp = np.full((n, t), pad_id, np.int32)
   mask = np.zeros((n, t), np.float32)
   for i, ids in enumerate(completions):
     ids = ids[:t]
-    comp[i, :len(ids)] = ids
-    mask[i, :len(ids)] = 1
+    comp[i, : len(ids)] = ids
+    mask[i, : len(ids)] = 1
   start = positions.max(axis=1, keepdims=True) + 1  # first completion pos
   comp_pos = np.where(mask > 0, start + np.arange(t)[None], -1)
-  return {"tokens": np.concatenate([tokens, comp], 1),
-          "positions": np.concatenate([positions, comp_pos], 1).astype(
-              np.int32),
-          "mask": mask}
+  return {
+    "tokens": np.concatenate([tokens, comp], 1),
+    "positions": np.concatenate([positions, comp_pos], 1).astype(np.int32),
+    "mask": mask,
+  }
 
 
 def nll_loss(params, batch, norm, *, model_cfg, mode="token-mean"):
   """Mean negative log-likelihood of the completion tokens."""
   prompt_len = batch["tokens"].shape[1] - batch["mask"].shape[1]
-  logp = policy.completion_logprobs(params, batch["tokens"],
-                                    batch["positions"], model_cfg, prompt_len)
+  logp = policy.completion_logprobs(
+    params, batch["tokens"], batch["positions"], model_cfg, prompt_len
+  )
   loss = losses.aggregate(-logp, batch["mask"], mode, **norm)
   return loss, {"nll": loss}
 
@@ -79,8 +87,9 @@ def off_by_one(solution: str) -> str:
   return f"{head}\n{prefix}: {wrong}" if head else f"{prefix}: {wrong}"
 
 
-def encode_pairs(tok, template: str, examples, *, noise: float = 0.0,
-                 seed: int = 0) -> tuple[list, list]:
+def encode_pairs(
+  tok, template: str, examples, *, noise: float = 0.0, seed: int = 0
+) -> tuple[list, list]:
   """(prompt ids, completion ids + EOS) for examples with a solution.
 
   `noise` is the fraction of demonstrations (chosen by `seed`) whose final
@@ -90,38 +99,68 @@ def encode_pairs(tok, template: str, examples, *, noise: float = 0.0,
   """
   missing = [e.uid for e in examples if not e.solution]
   if missing:
-    raise ValueError(f"SFT needs reference solutions; {len(missing)} "
-                     f"examples have none (e.g. {missing[:3]})")
-  prompts = [tok.encode(tokenizer_lib.apply_template(tok, e.question,
-                                                     template))
-             for e in examples]
+    raise ValueError(
+      f"SFT needs reference solutions; {len(missing)} "
+      f"examples have none (e.g. {missing[:3]})"
+    )
+  prompts = [
+    tok.encode(tokenizer_lib.apply_template(tok, e.question, template))
+    for e in examples
+  ]
   noisy = np.random.default_rng(seed).random(len(examples)) < noise
   completions = [
-      tok.encode(off_by_one(e.solution) if bad else e.solution) + [tok.eos_id]
-      for e, bad in zip(examples, noisy)]
+    tok.encode(off_by_one(e.solution) if bad else e.solution) + [tok.eos_id]
+    for e, bad in zip(examples, noisy)
+  ]
   return prompts, completions
 
 
-def train_on_pairs(params, model_cfg, tok, prompts, completions, *, mesh,
-                   steps: int, batch_size: int, lr: float,
-                   max_prompt_len: int, max_new_tokens: int, seed: int = 0,
-                   log_every: int = 50, label: str = "sft"):
+def train_on_pairs(
+  params,
+  model_cfg,
+  tok,
+  prompts,
+  completions,
+  *,
+  mesh,
+  steps: int,
+  batch_size: int,
+  lr: float,
+  max_prompt_len: int,
+  max_new_tokens: int,
+  seed: int = 0,
+  log_every: int = 50,
+  label: str = "sft",
+):
   """Teacher-forced training on (prompt, completion) id pairs; returns params.
 
   Batches are drawn without replacement, epoch after epoch, deterministic in
   `seed`.
   """
-  optimizer = ts.make_optimizer(lr, total_steps=steps,
-                                warmup_steps=min(20, steps // 10),
-                                schedule="cosine", grad_clip=1.0)
-  state_sh = ts.state_shardings(mesh, transformer.param_axes(model_cfg),
-                                transformer.param_shapes(model_cfg), optimizer)
-  state = jax.jit(functools.partial(ts.init_state, optimizer=optimizer),
-                  out_shardings=state_sh)(params)
+  optimizer = ts.make_optimizer(
+    lr,
+    total_steps=steps,
+    warmup_steps=min(20, steps // 10),
+    schedule="cosine",
+    grad_clip=1.0,
+  )
+  state_sh = ts.state_shardings(
+    mesh,
+    transformer.param_axes(model_cfg),
+    transformer.param_shapes(model_cfg),
+    optimizer,
+  )
+  state = jax.jit(
+    functools.partial(ts.init_state, optimizer=optimizer),
+    out_shardings=state_sh,
+  )(params)
   batch_sh = mesh_lib.batch_sharding(mesh, 1)
   step_fn = ts.make_train_step(
-      functools.partial(nll_loss, model_cfg=model_cfg), optimizer,
-      state_sharding=state_sh, batch_sharding=batch_sh)
+    functools.partial(nll_loss, model_cfg=model_cfg),
+    optimizer,
+    state_sharding=state_sh,
+    batch_sharding=batch_sh,
+  )
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
   progress = metrics_lib.Progress(steps, label=label)
@@ -129,8 +168,13 @@ def train_on_pairs(params, model_cfg, tok, prompts, completions, *, mesh,
     if len(order) < batch_size:
       order = np.concatenate([order, rng.permutation(len(prompts))])
     idx, order = order[:batch_size], order[batch_size:]
-    batch = pack([prompts[i] for i in idx], [completions[i] for i in idx],
-                 tok.pad_id, max_prompt_len, max_new_tokens)
+    batch = pack(
+      [prompts[i] for i in idx],
+      [completions[i] for i in idx],
+      tok.pad_id,
+      max_prompt_len,
+      max_new_tokens,
+    )
     state, m = step_fn(state, mesh_lib.put_global(batch, batch_sh))
     if (step + 1) % log_every == 0 or step + 1 == steps:
       progress.update(step + 1, {"loss": m["loss"]})
@@ -146,12 +190,26 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   # Deferred import: loop imports this module's siblings, not this one.
   from rlreason import loop
 
-  settings = {k: getattr(cfg, k) for k in (
-      "model", "tokenizer", "data", "template", "seed", "warm_start_steps",
-      "warm_start_lr", "warm_start_batch_size", "max_prompt_len",
-      "max_new_tokens", "param_dtype", "warm_start_noise")}
-  key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()
-                       ).hexdigest()[:16]
+  settings = {
+    k: getattr(cfg, k)
+    for k in (
+      "model",
+      "tokenizer",
+      "data",
+      "template",
+      "seed",
+      "warm_start_steps",
+      "warm_start_lr",
+      "warm_start_batch_size",
+      "max_prompt_len",
+      "max_new_tokens",
+      "param_dtype",
+      "warm_start_noise",
+    )
+  }
+  key = hashlib.sha256(
+    json.dumps(settings, sort_keys=True).encode()
+  ).hexdigest()[:16]
   out = os.path.join(cache_dir or cfg.cache_dir, f"sft-{key}")
   if os.path.exists(os.path.join(out, "config.json")):
     logging.info("Warm start: reusing %s", out)
@@ -161,16 +219,29 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   model_cfg, params = loop.load_model(base, mesh)
   tok = loop.load_tokenizer(base)
   examples = data_lib.load(cfg.data, "train")
-  prompts, completions = encode_pairs(tok, cfg.template, examples,
-                                      noise=cfg.warm_start_noise,
-                                      seed=cfg.seed)
-  print(f"Warm start: SFT for {cfg.warm_start_steps} steps on "
-        f"{len(examples)} {cfg.data} solutions -> {out}", flush=True)
+  prompts, completions = encode_pairs(
+    tok, cfg.template, examples, noise=cfg.warm_start_noise, seed=cfg.seed
+  )
+  print(
+    f"Warm start: SFT for {cfg.warm_start_steps} steps on "
+    f"{len(examples)} {cfg.data} solutions -> {out}",
+    flush=True,
+  )
   params = train_on_pairs(
-      params, model_cfg, tok, prompts, completions, mesh=mesh,
-      steps=cfg.warm_start_steps, batch_size=cfg.warm_start_batch_size,
-      lr=cfg.warm_start_lr, max_prompt_len=cfg.max_prompt_len,
-      max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, label="warm start")
+    params,
+    model_cfg,
+    tok,
+    prompts,
+    completions,
+    mesh=mesh,
+    steps=cfg.warm_start_steps,
+    batch_size=cfg.warm_start_batch_size,
+    lr=cfg.warm_start_lr,
+    max_prompt_len=cfg.max_prompt_len,
+    max_new_tokens=cfg.max_new_tokens,
+    seed=cfg.seed,
+    label="warm start",
+  )
   if jax.process_index() == 0:
     tmp = out + ".tmp"
     hf.save(tmp, model_cfg, params)

@@ -32,29 +32,44 @@ class TrainState(NamedTuple):
   step: jax.Array  # [] int32, optimizer updates attempted
 
 
-def make_schedule(lr: float, *, total_steps: int, warmup_steps: int = 0,
-                  schedule: str = "constant") -> optax.Schedule:
+def make_schedule(
+  lr: float,
+  *,
+  total_steps: int,
+  warmup_steps: int = 0,
+  schedule: str = "constant",
+) -> optax.Schedule:
   """Linear warmup from 0, then constant or cosine decay to 0."""
   if schedule == "constant":
     after = optax.constant_schedule(lr)
   elif schedule == "cosine":
     after = optax.cosine_decay_schedule(lr, max(total_steps - warmup_steps, 1))
   else:
-    raise ValueError(f"Unknown schedule {schedule!r}; expected constant or "
-                     "cosine")
+    raise ValueError(
+      f"Unknown schedule {schedule!r}; expected constant or cosine"
+    )
   if warmup_steps <= 0:
     return after
   warmup = optax.linear_schedule(0.0, lr, warmup_steps)
   return optax.join_schedules([warmup, after], [warmup_steps])
 
 
-def make_optimizer(lr: float, *, total_steps: int, warmup_steps: int = 0,
-                   schedule: str = "constant", weight_decay: float = 0.0,
-                   b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-                   grad_clip: float = 1.0) -> optax.GradientTransformation:
+def make_optimizer(
+  lr: float,
+  *,
+  total_steps: int,
+  warmup_steps: int = 0,
+  schedule: str = "constant",
+  weight_decay: float = 0.0,
+  b1: float = 0.9,
+  b2: float = 0.999,
+  eps: float = 1e-8,
+  grad_clip: float = 1.0,
+) -> optax.GradientTransformation:
   """AdamW with warmup + constant/cosine schedule and global-norm clipping."""
-  sched = make_schedule(lr, total_steps=total_steps,
-                        warmup_steps=warmup_steps, schedule=schedule)
+  sched = make_schedule(
+    lr, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule
+  )
   adam = optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
   if grad_clip > 0:
     return optax.chain(optax.clip_by_global_norm(grad_clip), adam)
@@ -63,23 +78,34 @@ def make_optimizer(lr: float, *, total_steps: int, warmup_steps: int = 0,
 
 def optimizer_from_config(cfg, total_updates: int):
   return make_optimizer(
-      cfg.lr, total_steps=total_updates, warmup_steps=cfg.warmup_steps,
-      schedule=cfg.schedule, weight_decay=cfg.weight_decay, b1=cfg.adam_b1,
-      b2=cfg.adam_b2, grad_clip=cfg.grad_clip)
+    cfg.lr,
+    total_steps=total_updates,
+    warmup_steps=cfg.warmup_steps,
+    schedule=cfg.schedule,
+    weight_decay=cfg.weight_decay,
+    b1=cfg.adam_b1,
+    b2=cfg.adam_b2,
+    grad_clip=cfg.grad_clip,
+  )
 
 
 def init_state(params, optimizer) -> TrainState:
   return TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
 
 
-def state_shardings(mesh, params_axes, params_shapes, optimizer,
-                    rules=mesh_lib.TRAIN_RULES) -> TrainState:
+def state_shardings(
+  mesh, params_axes, params_shapes, optimizer, rules=mesh_lib.TRAIN_RULES
+) -> TrainState:
   """Shardings of a TrainState; optimizer moments inherit the param axes."""
   param_sh = mesh_lib.shardings(mesh, params_axes, rules, params_shapes)
   opt_shapes = jax.eval_shape(optimizer.init, params_shapes)
   opt_sh = optax.tree_map_params(
-      optimizer, lambda _, sh: sh, opt_shapes, param_sh,
-      transform_non_params=lambda _: mesh_lib.replicated(mesh))
+    optimizer,
+    lambda _, sh: sh,
+    opt_shapes,
+    param_sh,
+    transform_non_params=lambda _: mesh_lib.replicated(mesh),
+  )
   return TrainState(param_sh, opt_sh, mesh_lib.replicated(mesh))
 
 
@@ -91,15 +117,23 @@ def _all_finite(tree) -> jax.Array:
 def _micro(batch: dict, micro_batches: int, i) -> dict:
   """Rows i, i+M, i+2M, ...: with the batch sharded in contiguous blocks,
   every device keeps contributing equally and no data moves."""
+
   def take(x):
     x = x.reshape((x.shape[0] // micro_batches, micro_batches) + x.shape[1:])
     return jax.lax.dynamic_index_in_dim(x, i, axis=1, keepdims=False)
+
   return jax.tree.map(take, batch)
 
 
-def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
-                    *, state_sharding=None, batch_sharding=None,
-                    micro_batches: int = 1, donate: bool = True):
+def make_train_step(
+  loss_fn: LossFn,
+  optimizer: optax.GradientTransformation,
+  *,
+  state_sharding=None,
+  batch_sharding=None,
+  micro_batches: int = 1,
+  donate: bool = True,
+):
   """Returns jitted `step(state, batch) -> (state, metrics)`.
 
   Non-finite loss or gradients skip the update (params and optimizer state
@@ -112,36 +146,50 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     if micro_batches == 1:
       (loss, metrics), grads = grad_fn(state.params, batch, norm)
     else:
+
       def body(carry, i):
         (loss, metrics), grads = grad_fn(
-            state.params, _micro(batch, micro_batches, i), norm)
+          state.params, _micro(batch, micro_batches, i), norm
+        )
         acc_loss, acc_grads = carry
-        return (acc_loss + loss, jax.tree.map(jnp.add, acc_grads, grads)), \
-            metrics
+        return (
+          acc_loss + loss,
+          jax.tree.map(jnp.add, acc_grads, grads),
+        ), metrics
 
       zeros = jax.tree.map(jnp.zeros_like, state.params)
       (loss, grads), metrics = jax.lax.scan(
-          body, (jnp.zeros((), jnp.float32), zeros),
-          jnp.arange(micro_batches))
+        body, (jnp.zeros((), jnp.float32), zeros), jnp.arange(micro_batches)
+      )
       metrics = jax.tree.map(lambda m: m.mean(0), metrics)
 
     ok = jnp.isfinite(loss) & _all_finite(grads)
     # Zeroed gradients keep NaN out of the optimizer state on a skipped step.
     safe_grads = jax.tree.map(lambda g: jnp.where(ok, g, 0.0), grads)
-    updates, opt_state = optimizer.update(safe_grads, state.opt_state,
-                                          state.params)
+    updates, opt_state = optimizer.update(
+      safe_grads, state.opt_state, state.params
+    )
     params = optax.apply_updates(state.params, updates)
     keep = lambda new, old: jax.tree.map(
-        lambda n, o: jnp.where(ok, n, o), new, old)
-    new_state = TrainState(keep(params, state.params),
-                           keep(opt_state, state.opt_state), state.step + 1)
-    metrics = {**metrics, "loss": loss,
-               "grad_norm": optax.tree.norm(safe_grads),
-               "skipped": 1.0 - ok.astype(jnp.float32)}
+      lambda n, o: jnp.where(ok, n, o), new, old
+    )
+    new_state = TrainState(
+      keep(params, state.params),
+      keep(opt_state, state.opt_state),
+      state.step + 1,
+    )
+    metrics = {
+      **metrics,
+      "loss": loss,
+      "grad_norm": optax.tree.norm(safe_grads),
+      "skipped": 1.0 - ok.astype(jnp.float32),
+    }
     return new_state, metrics
 
   kwargs = {}
   if state_sharding is not None:
-    kwargs = dict(in_shardings=(state_sharding, batch_sharding),
-                  out_shardings=(state_sharding, None))
+    kwargs = dict(
+      in_shardings=(state_sharding, batch_sharding),
+      out_shardings=(state_sharding, None),
+    )
   return jax.jit(step, donate_argnums=0 if donate else (), **kwargs)

@@ -13,8 +13,10 @@ from rlreason import metrics
 
 
 def _state(scale=1.0):
-  return {"w": jnp.arange(16.0).reshape(8, 2) * scale,
-          "step": jnp.array(3, jnp.int32)}
+  return {
+    "w": jnp.arange(16.0).reshape(8, 2) * scale,
+    "step": jnp.array(3, jnp.int32),
+  }
 
 
 def test_round_trip_keep_last_and_meta(tmp_path):
@@ -34,8 +36,10 @@ def test_restore_into_a_sharding(tmp_path):
   ckpt = checkpoint.Checkpointer(str(tmp_path), keep=1)
   ckpt.save(5, _state(), {})
   mesh = mesh_lib.make_mesh(2, 2, 2)
-  target = jax.device_put(_state(0.0), {
-      "w": mesh_lib.batch_sharding(mesh, 2), "step": mesh_lib.replicated(mesh)})
+  target = jax.device_put(
+    _state(0.0),
+    {"w": mesh_lib.batch_sharding(mesh, 2), "step": mesh_lib.replicated(mesh)},
+  )
   state, _ = ckpt.restore(checkpoint.abstract(target))
   assert state["w"].sharding == target["w"].sharding
   np.testing.assert_array_equal(state["w"], _state()["w"])

@@ -9,8 +9,18 @@ import pytest
 from rlreason import evaluation
 
 
-@pytest.mark.parametrize("n,c,k", [(5, 2, 1), (5, 2, 2), (5, 2, 3), (10, 3, 4),
-                                   (4, 0, 2), (4, 4, 1), (6, 5, 2)])
+@pytest.mark.parametrize(
+  "n,c,k",
+  [
+    (5, 2, 1),
+    (5, 2, 2),
+    (5, 2, 3),
+    (10, 3, 4),
+    (4, 0, 2),
+    (4, 4, 1),
+    (6, 5, 2),
+  ],
+)
 def test_pass_at_k_closed_form_and_enumeration(n, c, k):
   closed = 1 - math.comb(n - c, k) / math.comb(n, k)
   # Enumerate every k-subset of n samples with the first c correct.

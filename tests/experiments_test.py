@@ -17,21 +17,34 @@ import pytest
 import experiments
 
 # Small enough for seconds on CPU; keeps each method's algorithmic choices.
-SMOKE = dict(steps=2, batch_size=4, group_size=4, max_new_tokens=16,
-             warm_start_steps=2, warm_start_batch_size=8, eval_size=4,
-             checkpoint_every=1, tensorboard=False)
+SMOKE = dict(
+  steps=2,
+  batch_size=4,
+  group_size=4,
+  max_new_tokens=16,
+  warm_start_steps=2,
+  warm_start_batch_size=8,
+  eval_size=4,
+  checkpoint_every=1,
+  tensorboard=False,
+)
 
 EXPERIMENTS = sorted(
-    m.name for m in pkgutil.iter_modules(experiments.__path__)
-    if not m.ispkg and m.name not in ("reproduce",))
+  m.name
+  for m in pkgutil.iter_modules(experiments.__path__)
+  if not m.ispkg and m.name not in ("reproduce",)
+)
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_smoke(name, tmp_path):
   module = importlib.import_module(f"experiments.{name}")
-  cfg = dataclasses.replace(module.Config(), **SMOKE,
-                            workdir=str(tmp_path / "run"),
-                            cache_dir=str(tmp_path / "cache"))
+  cfg = dataclasses.replace(
+    module.Config(),
+    **SMOKE,
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
   out = module.run(cfg)
   rows = [json.loads(line) for line in open(tmp_path / "run/metrics.jsonl")]
   train = [r for r in rows if "loss" in r]
@@ -46,8 +59,14 @@ def test_smoke(name, tmp_path):
 
 def _cmd(workdir, cache):
   flags = [f"--{k}={v}" for k, v in {**SMOKE, "steps": 4}.items()]
-  return [sys.executable, "-m", "experiments.grpo", *flags,
-          f"--workdir={workdir}", f"--cache_dir={cache}"]
+  return [
+    sys.executable,
+    "-m",
+    "experiments.grpo",
+    *flags,
+    f"--workdir={workdir}",
+    f"--cache_dir={cache}",
+  ]
 
 
 def _train_rows(workdir):
@@ -56,16 +75,21 @@ def _train_rows(workdir):
   for line in open(os.path.join(workdir, "metrics.jsonl")):
     r = json.loads(line)
     if "loss" in r:
-      rows[r["step"]] = {k: v for k, v in r.items()
-                         if not k.startswith(("time", "tokens_per_sec"))}
+      rows[r["step"]] = {
+        k: v
+        for k, v in r.items()
+        if not k.startswith(("time", "tokens_per_sec"))
+      }
   return rows
 
 
 def _final_params(workdir):
-  ckpt = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"),
-                               item_names=("state", "meta"))
-  state = ckpt.restore(4, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore())).state
+  ckpt = ocp.CheckpointManager(
+    os.path.join(workdir, "checkpoints"), item_names=("state", "meta")
+  )
+  state = ckpt.restore(
+    4, args=ocp.args.Composite(state=ocp.args.StandardRestore())
+  ).state
   return state[0] if isinstance(state, (list, tuple)) else state["params"]
 
 
@@ -73,11 +97,20 @@ def _final_params(workdir):
 def test_sigkill_then_rerun_resumes_bit_identically(tmp_path):
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
   cache = tmp_path / "cache"
-  subprocess.run(_cmd(tmp_path / "a", cache), check=True, env=env,
-                 capture_output=True, timeout=600)
+  subprocess.run(
+    _cmd(tmp_path / "a", cache),
+    check=True,
+    env=env,
+    capture_output=True,
+    timeout=600,
+  )
 
-  proc = subprocess.Popen(_cmd(tmp_path / "b", cache), env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  proc = subprocess.Popen(
+    _cmd(tmp_path / "b", cache),
+    env=env,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.PIPE,
+  )
   deadline = time.time() + 600
   while not os.path.exists(tmp_path / "b/checkpoints/2"):
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
@@ -85,8 +118,13 @@ def test_sigkill_then_rerun_resumes_bit_identically(tmp_path):
     time.sleep(0.05)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
-  resumed = subprocess.run(_cmd(tmp_path / "b", cache), env=env,
-                           capture_output=True, text=True, timeout=600)
+  resumed = subprocess.run(
+    _cmd(tmp_path / "b", cache),
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert resumed.returncode == 0, resumed.stderr[-3000:]
 
   a, b = _train_rows(tmp_path / "a"), _train_rows(tmp_path / "b")
@@ -94,4 +132,5 @@ def test_sigkill_then_rerun_resumes_bit_identically(tmp_path):
   assert a == b
   pa, pb = _final_params(tmp_path / "a"), _final_params(tmp_path / "b")
   import jax
+
   jax.tree.map(np.testing.assert_array_equal, pa, pb)

@@ -10,21 +10,37 @@ from rlreason import mesh as mesh_lib
 from rlreason import policy
 from rlreason.model import transformer
 
-CFG = transformer.ModelConfig(vocab_size=64, d_model=32, n_layers=2,
-                              n_heads=4, n_kv_heads=2, head_dim=8, mlp_dim=64,
-                              qkv_bias=True)
+CFG = transformer.ModelConfig(
+  vocab_size=64,
+  d_model=32,
+  n_layers=2,
+  n_heads=4,
+  n_kv_heads=2,
+  head_dim=8,
+  mlp_dim=64,
+  qkv_bias=True,
+)
 
 
 def test_make_mesh_fills_minus_one():
   assert jax.device_count() == 8
   assert dict(mesh_lib.make_mesh(2, -1, 2).shape) == {
-      "data": 2, "fsdp": 2, "tensor": 2}
+    "data": 2,
+    "fsdp": 2,
+    "tensor": 2,
+  }
   assert dict(mesh_lib.make_mesh(1, 1, -1).shape)["tensor"] == 8
 
 
-@pytest.mark.parametrize("sizes,msg", [
-    ((3, -1, 1), "cannot be split"), ((2, 2, 4), "needs 16 devices"),
-    ((-1, -1, 1), "At most one"), ((0, 1, 1), "positive")])
+@pytest.mark.parametrize(
+  "sizes,msg",
+  [
+    ((3, -1, 1), "cannot be split"),
+    ((2, 2, 4), "needs 16 devices"),
+    ((-1, -1, 1), "At most one"),
+    ((0, 1, 1), "positive"),
+  ],
+)
 def test_make_mesh_errors(sizes, msg):
   with pytest.raises(ValueError, match=msg):
     mesh_lib.make_mesh(*sizes)
@@ -34,8 +50,9 @@ def test_spec_replicates_indivisible_dims_and_never_reuses_an_axis():
   mesh = mesh_lib.make_mesh(1, 2, 4)
   rules = mesh_lib.TRAIN_RULES
   # 2 kv heads cannot split over tensor=4: replicated instead of failing.
-  assert mesh_lib.spec(("embed", "kv_heads", "head_dim"), rules, (32, 2, 8),
-                       mesh) == P("fsdp", None, None)
+  assert mesh_lib.spec(
+    ("embed", "kv_heads", "head_dim"), rules, (32, 2, 8), mesh
+  ) == P("fsdp", None, None)
   assert mesh_lib.spec(("batch", None), rules) == P(("data", "fsdp"), None)
   assert mesh_lib.spec(("embed", "embed"), rules) == P("fsdp", None)
   with pytest.raises(ValueError, match="'bogus' has no rule"):
@@ -46,19 +63,22 @@ def test_spec_replicates_indivisible_dims_and_never_reuses_an_axis():
 def test_sharded_forward_equals_single_device(rules):
   rules = getattr(mesh_lib, rules)
   params = transformer.init(CFG, jax.random.key(0))
-  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 64, (8, 12)),
-                       jnp.int32)
+  tokens = jnp.asarray(
+    np.random.default_rng(0).integers(0, 64, (8, 12)), jnp.int32
+  )
   single = policy.logits(params, tokens, CFG)
 
   mesh = mesh_lib.make_mesh(2, 2, 2)
-  shardings = mesh_lib.shardings(mesh, transformer.param_axes(CFG), rules,
-                                 transformer.param_shapes(CFG))
+  shardings = mesh_lib.shardings(
+    mesh, transformer.param_axes(CFG), rules, transformer.param_shapes(CFG)
+  )
   sharded_params = jax.device_put(params, shardings)
   sharded_tokens = jax.device_put(tokens, mesh_lib.batch_sharding(mesh, 2))
   kernel = sharded_params["layer_0"]["mlp"]["gate_kernel"]
   assert len({s.device for s in kernel.addressable_shards}) == 8
-  want = P("fsdp", "tensor") if rules is mesh_lib.TRAIN_RULES else P(
-      None, "tensor")
+  want = (
+    P("fsdp", "tensor") if rules is mesh_lib.TRAIN_RULES else P(None, "tensor")
+  )
   assert kernel.sharding.spec == want
   out = policy.logits(sharded_params, sharded_tokens, CFG)
   np.testing.assert_allclose(out, single, atol=1e-5)

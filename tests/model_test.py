@@ -11,10 +11,18 @@ from rlreason import policy
 from rlreason.model import presets
 from rlreason.model import transformer
 
-CFG = transformer.ModelConfig(vocab_size=50, d_model=32, n_layers=2,
-                              n_heads=4, n_kv_heads=2, head_dim=8, mlp_dim=64,
-                              qkv_bias=True, qk_norm=True,
-                              rope_scaling=(8.0, 1.0, 4.0, 16))
+CFG = transformer.ModelConfig(
+  vocab_size=50,
+  d_model=32,
+  n_layers=2,
+  n_heads=4,
+  n_kv_heads=2,
+  head_dim=8,
+  mlp_dim=64,
+  qkv_bias=True,
+  qk_norm=True,
+  rope_scaling=(8.0, 1.0, 4.0, 16),
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +58,9 @@ def test_left_padding_equals_unpadded(params):
   alone = policy.logits(params, tokens, CFG)
   padded = jnp.concatenate([jnp.zeros((1, 3), jnp.int32), tokens], axis=1)
   mask = jnp.concatenate([jnp.zeros((1, 3)), jnp.ones((1, 7))], axis=1)
-  out = policy.logits(params, padded, CFG,
-                      positions=policy.positions_from_mask(mask))
+  out = policy.logits(
+    params, padded, CFG, positions=policy.positions_from_mask(mask)
+  )
   np.testing.assert_allclose(out[:, 3:], alone, atol=1e-5)
   assert np.isfinite(np.asarray(out)).all()
 
@@ -59,8 +68,9 @@ def test_left_padding_equals_unpadded(params):
 def test_completion_logprobs_match_full_log_softmax(params):
   tokens = _tokens(2, 10, seed=2)
   pos = jnp.broadcast_to(jnp.arange(10), (2, 10))
-  logp, ent = policy.completion_logprobs(params, tokens, pos, CFG, 4,
-                                         temperature=0.7, with_entropy=True)
+  logp, ent = policy.completion_logprobs(
+    params, tokens, pos, CFG, 4, temperature=0.7, with_entropy=True
+  )
   full = jax.nn.log_softmax(policy.logits(params, tokens, CFG) / 0.7, -1)
   want = jnp.take_along_axis(full[:, 3:-1], tokens[:, 4:, None], -1)[..., 0]
   np.testing.assert_allclose(logp, want, atol=1e-5)
@@ -87,17 +97,24 @@ def test_remat_gives_same_gradients(params):
   remat = CFG.__class__(**{**CFG.__dict__, "remat": True})
   g1 = jax.jit(jax.grad(functools.partial(loss, cfg=CFG)))(params)
   g2 = jax.jit(jax.grad(functools.partial(loss, cfg=remat)))(params)
-  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5),
-               g1, g2)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5), g1, g2)
 
 
 def test_param_axes_cover_every_param():
   axes = transformer.param_axes(CFG)
   shapes = transformer.param_shapes(CFG)
-  pairs = jax.tree.map(lambda a, s: (a, s.shape), axes, shapes,
-                       is_leaf=lambda x: isinstance(x, tuple))
-  for a, shape in jax.tree.leaves(pairs, is_leaf=lambda x: isinstance(
-      x, tuple) and len(x) == 2 and isinstance(x[1], tuple)):
+  pairs = jax.tree.map(
+    lambda a, s: (a, s.shape),
+    axes,
+    shapes,
+    is_leaf=lambda x: isinstance(x, tuple),
+  )
+  for a, shape in jax.tree.leaves(
+    pairs,
+    is_leaf=lambda x: (
+      isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], tuple)
+    ),
+  ):
     assert len(a) == len(shape) and all(isinstance(n, str) for n in a)
 
 
@@ -108,10 +125,18 @@ def test_tiny_preset_size():
   assert sum(x.size for x in jax.tree.leaves(shapes)) == n
 
 
-@pytest.mark.parametrize("name,billions", [
-    ("qwen2.5-math-1.5b", 1.54), ("qwen2.5-math-7b", 7.62),
-    ("deepseek-r1-distill-qwen-1.5b", 1.78), ("qwen3-1.7b", 1.72),
-    ("qwen3-8b", 8.19), ("llama-3.2-1b", 1.24), ("llama-3.1-8b", 8.03)])
+@pytest.mark.parametrize(
+  "name,billions",
+  [
+    ("qwen2.5-math-1.5b", 1.54),
+    ("qwen2.5-math-7b", 7.62),
+    ("deepseek-r1-distill-qwen-1.5b", 1.78),
+    ("qwen3-1.7b", 1.72),
+    ("qwen3-8b", 8.19),
+    ("llama-3.2-1b", 1.24),
+    ("llama-3.1-8b", 8.03),
+  ],
+)
 def test_real_presets_have_published_sizes(name, billions):
   shapes = transformer.param_shapes(presets.get(name))
   n = sum(x.size for x in jax.tree.leaves(shapes))

@@ -28,8 +28,16 @@ from rlreason import train_step as ts
 from rlreason.model import transformer
 
 MEDIUM = transformer.ModelConfig(
-    vocab_size=32_000, d_model=768, n_layers=12, n_heads=12, n_kv_heads=4,
-    head_dim=64, mlp_dim=2048, qkv_bias=True, family="qwen2")
+  vocab_size=32_000,
+  d_model=768,
+  n_layers=12,
+  n_heads=12,
+  n_kv_heads=4,
+  head_dim=64,
+  mlp_dim=2048,
+  qkv_bias=True,
+  family="qwen2",
+)
 
 
 def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
@@ -55,8 +63,9 @@ def model_flops(cfg, seqs, seq_len) -> float:
 
 
 def loss_fn(params, batch, norm, *, model_cfg, prompt_len):
-  logp = policy.completion_logprobs(params, batch["tokens"],
-                                    batch["positions"], model_cfg, prompt_len)
+  logp = policy.completion_logprobs(
+    params, batch["tokens"], batch["positions"], model_cfg, prompt_len
+  )
   per_token = -batch["adv"][:, None] * logp
   return losses.aggregate(per_token, batch["mask"], **norm), {}
 
@@ -73,17 +82,17 @@ def main():
   n, s, p = args.seqs, args.seq_len, args.prompt_len
   rng = np.random.default_rng(0)
   batch = {
-      "tokens": jnp.asarray(rng.integers(0, cfg.vocab_size, (n, s)),
-                            jnp.int32),
-      "positions": jnp.broadcast_to(jnp.arange(s), (n, s)),
-      "mask": jnp.ones((n, s - p), jnp.float32),
-      "adv": jnp.asarray(rng.normal(size=n), jnp.float32),
+    "tokens": jnp.asarray(rng.integers(0, cfg.vocab_size, (n, s)), jnp.int32),
+    "positions": jnp.broadcast_to(jnp.arange(s), (n, s)),
+    "mask": jnp.ones((n, s - p), jnp.float32),
+    "adv": jnp.asarray(rng.normal(size=n), jnp.float32),
   }
   params = transformer.init(cfg, jax.random.key(0))
   opt = ts.make_optimizer(1e-5, total_steps=100)
   state = ts.init_state(params, opt)
   step = ts.make_train_step(
-      functools.partial(loss_fn, model_cfg=cfg, prompt_len=p), opt)
+    functools.partial(loss_fn, model_cfg=cfg, prompt_len=p), opt
+  )
   t = time.perf_counter()
   state, m = step(state, batch)
   jax.block_until_ready(m)
@@ -98,13 +107,19 @@ def main():
   peak = matmul_peak()
   flops = model_flops(cfg, n, s)
   print(f"devices: {jax.devices()}")
-  print(f"model: {cfg.num_params() / 1e6:.1f}M params, {n} x {s} tokens, "
-        f"{args.dtype}")
+  print(
+    f"model: {cfg.num_params() / 1e6:.1f}M params, {n} x {s} tokens, "
+    f"{args.dtype}"
+  )
   print(f"first step (compile + run): {compile_s:.1f} s")
-  print(f"train step: {step_s:.3f} s median of {args.steps} "
-        f"({n * s / step_s:,.0f} tokens/s)")
-  print(f"model FLOPs/step: {flops / 1e9:.1f} GFLOP -> "
-        f"{flops / step_s / 1e9:.1f} GFLOP/s")
+  print(
+    f"train step: {step_s:.3f} s median of {args.steps} "
+    f"({n * s / step_s:,.0f} tokens/s)"
+  )
+  print(
+    f"model FLOPs/step: {flops / 1e9:.1f} GFLOP -> "
+    f"{flops / step_s / 1e9:.1f} GFLOP/s"
+  )
   print(f"measured matmul peak: {peak / 1e9:.1f} GFLOP/s")
   print(f"MFU: {100 * flops / step_s / peak:.1f}% of measured peak")
 

@@ -1,4 +1,4 @@
-"""Hugging Face checkpoints (config.json + safetensors) <-> (ModelConfig, params).
+"""Hugging Face checkpoints (config.json + safetensors) <-> ModelConfig, params.
 
   model_cfg, params = hf.load("/path/to/Qwen2.5-Math-1.5B", mesh=mesh)
   hf.save("/path/out", model_cfg, params)  # loads in transformers
@@ -27,9 +27,9 @@ from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 
 _FAMILIES = {
-    "LlamaForCausalLM": "llama",
-    "Qwen2ForCausalLM": "qwen2",
-    "Qwen3ForCausalLM": "qwen3",
+  "LlamaForCausalLM": "llama",
+  "Qwen2ForCausalLM": "qwen2",
+  "Qwen3ForCausalLM": "qwen3",
 }
 _ARCH = {family: arch for arch, family in _FAMILIES.items()}
 
@@ -41,17 +41,23 @@ class CheckpointError(ValueError):
 # --- config.json <-> ModelConfig ----------------------------------------------
 
 
-def config_from_hf(hf_cfg: dict, *, source: str = "config.json",
-                   dtype: str = "float32",
-                   compute_dtype: str | None = None) -> ModelConfig:
+def config_from_hf(
+  hf_cfg: dict,
+  *,
+  source: str = "config.json",
+  dtype: str = "float32",
+  compute_dtype: str | None = None,
+) -> ModelConfig:
   """ModelConfig from a transformers config dict."""
   archs = hf_cfg.get("architectures") or []
   arch = archs[0] if archs else None
   family = _FAMILIES.get(arch) if arch else hf_cfg.get("model_type")
   if family not in _ARCH:
     raise CheckpointError(
-        f"{source}: unsupported architecture {arch or hf_cfg.get('model_type')!r}"
-        f"; supported: {', '.join(sorted(_FAMILIES))}")
+      f"{source}: unsupported architecture "
+      f"{arch or hf_cfg.get('model_type')!r}"
+      f"; supported: {', '.join(sorted(_FAMILIES))}"
+    )
   if hf_cfg.get("mlp_bias"):
     raise CheckpointError(f"{source}: mlp_bias=true is not supported")
   if hf_cfg.get("use_sliding_window"):
@@ -65,29 +71,30 @@ def config_from_hf(hf_cfg: dict, *, source: str = "config.json",
     # transformers >= 5 writes `rope_parameters` (with rope_theta inside);
     # older versions write `rope_theta` + `rope_scaling`.
     rope = hf_cfg.get("rope_parameters") or hf_cfg.get("rope_scaling") or {}
-    rope_theta = float(rope.get("rope_theta")
-                       or hf_cfg.get("rope_theta", 10_000.0))
+    rope_theta = float(
+      rope.get("rope_theta") or hf_cfg.get("rope_theta", 10_000.0)
+    )
     rope_scaling = _rope_scaling_from_hf(rope, source)
     attention_bias = bool(hf_cfg.get("attention_bias", False))
     return ModelConfig(
-        vocab_size=hf_cfg["vocab_size"],
-        d_model=d,
-        n_layers=hf_cfg["num_hidden_layers"],
-        n_heads=n_heads,
-        n_kv_heads=hf_cfg.get("num_key_value_heads") or n_heads,
-        head_dim=hf_cfg.get("head_dim") or d // n_heads,
-        mlp_dim=hf_cfg["intermediate_size"],
-        rope_theta=rope_theta,
-        rope_scaling=rope_scaling,
-        rms_eps=float(hf_cfg.get("rms_norm_eps", 1e-6)),
-        qkv_bias=True if family == "qwen2" else attention_bias,
-        o_bias=False if family == "qwen2" else attention_bias,
-        qk_norm=family == "qwen3",
-        tie_embeddings=bool(hf_cfg.get("tie_word_embeddings", False)),
-        dtype=compute_dtype or dtype,
-        param_dtype=dtype,
-        max_position=int(hf_cfg.get("max_position_embeddings", 4096)),
-        family=family,
+      vocab_size=hf_cfg["vocab_size"],
+      d_model=d,
+      n_layers=hf_cfg["num_hidden_layers"],
+      n_heads=n_heads,
+      n_kv_heads=hf_cfg.get("num_key_value_heads") or n_heads,
+      head_dim=hf_cfg.get("head_dim") or d // n_heads,
+      mlp_dim=hf_cfg["intermediate_size"],
+      rope_theta=rope_theta,
+      rope_scaling=rope_scaling,
+      rms_eps=float(hf_cfg.get("rms_norm_eps", 1e-6)),
+      qkv_bias=True if family == "qwen2" else attention_bias,
+      o_bias=False if family == "qwen2" else attention_bias,
+      qk_norm=family == "qwen3",
+      tie_embeddings=bool(hf_cfg.get("tie_word_embeddings", False)),
+      dtype=compute_dtype or dtype,
+      param_dtype=dtype,
+      max_position=int(hf_cfg.get("max_position_embeddings", 4096)),
+      family=family,
     )
   except KeyError as e:
     raise CheckpointError(f"{source}: missing field {e.args[0]!r}") from None
@@ -100,51 +107,62 @@ def _rope_scaling_from_hf(rs: dict | None, source: str):
   if kind in ("default", None):
     return None
   if kind != "llama3":
-    raise CheckpointError(f"{source}: rope_scaling type {kind!r} is not "
-                          "supported (only llama3)")
-  return (float(rs["factor"]), float(rs["low_freq_factor"]),
-          float(rs["high_freq_factor"]),
-          int(rs["original_max_position_embeddings"]))
+    raise CheckpointError(
+      f"{source}: rope_scaling type {kind!r} is not supported (only llama3)"
+    )
+  return (
+    float(rs["factor"]),
+    float(rs["low_freq_factor"]),
+    float(rs["high_freq_factor"]),
+    int(rs["original_max_position_embeddings"]),
+  )
 
 
 def config_to_hf(model_cfg: ModelConfig) -> dict:
   """transformers config dict for `model_cfg`."""
   c = model_cfg
   out = {
-      "architectures": [_ARCH[c.family]],
-      "model_type": c.family,
-      "vocab_size": c.vocab_size,
-      "hidden_size": c.d_model,
-      "intermediate_size": c.mlp_dim,
-      "num_hidden_layers": c.n_layers,
-      "num_attention_heads": c.n_heads,
-      "num_key_value_heads": c.n_kv_heads,
-      "head_dim": c.head_dim,
-      "hidden_act": "silu",
-      "max_position_embeddings": c.max_position,
-      "rms_norm_eps": c.rms_eps,
-      "rope_theta": c.rope_theta,
-      "tie_word_embeddings": c.tie_embeddings,
-      "torch_dtype": c.param_dtype,
-      "use_cache": True,
+    "architectures": [_ARCH[c.family]],
+    "model_type": c.family,
+    "vocab_size": c.vocab_size,
+    "hidden_size": c.d_model,
+    "intermediate_size": c.mlp_dim,
+    "num_hidden_layers": c.n_layers,
+    "num_attention_heads": c.n_heads,
+    "num_key_value_heads": c.n_kv_heads,
+    "head_dim": c.head_dim,
+    "hidden_act": "silu",
+    "max_position_embeddings": c.max_position,
+    "rms_norm_eps": c.rms_eps,
+    "rope_theta": c.rope_theta,
+    "tie_word_embeddings": c.tie_embeddings,
+    "torch_dtype": c.param_dtype,
+    "use_cache": True,
   }
   if c.family == "qwen2":
     if not c.qkv_bias or c.o_bias or c.qk_norm:
-      raise ValueError("family='qwen2' needs qkv_bias=True, o_bias=False, "
-                       "qk_norm=False")
+      raise ValueError(
+        "family='qwen2' needs qkv_bias=True, o_bias=False, qk_norm=False"
+      )
     out["use_sliding_window"] = False
   else:
     if c.qkv_bias != c.o_bias:
-      raise ValueError(f"family={c.family!r} has one attention_bias flag for "
-                       "q/k/v/o; qkv_bias and o_bias must agree")
+      raise ValueError(
+        f"family={c.family!r} has one attention_bias flag for "
+        "q/k/v/o; qkv_bias and o_bias must agree"
+      )
     if c.qk_norm != (c.family == "qwen3"):
       raise ValueError(f"family={c.family!r} and qk_norm={c.qk_norm} disagree")
     out["attention_bias"] = c.qkv_bias
   if c.rope_scaling is not None:
     factor, low, high, original = c.rope_scaling
     out["rope_scaling"] = {
-        "rope_type": "llama3", "factor": factor, "low_freq_factor": low,
-        "high_freq_factor": high, "original_max_position_embeddings": original}
+      "rope_type": "llama3",
+      "factor": factor,
+      "low_freq_factor": low,
+      "high_freq_factor": high,
+      "original_max_position_embeddings": original,
+    }
   return out
 
 
@@ -160,30 +178,44 @@ def config_to_hf(model_cfg: ModelConfig) -> dict:
 
 def hf_names(model_cfg: ModelConfig) -> dict[tuple[str, ...], tuple[str, str]]:
   """Our param path -> (HF tensor name, layout kind)."""
-  names = {("embedding",): ("model.embed_tokens.weight", "same"),
-           ("final_norm", "scale"): ("model.norm.weight", "same")}
+  names = {
+    ("embedding",): ("model.embed_tokens.weight", "same"),
+    ("final_norm", "scale"): ("model.norm.weight", "same"),
+  }
   if not model_cfg.tie_embeddings:
     names[("lm_head",)] = ("lm_head.weight", "T")
   for i in range(model_cfg.n_layers):
     ours, hf = f"layer_{i}", f"model.layers.{i}"
-    names[(ours, "input_norm", "scale")] = (f"{hf}.input_layernorm.weight",
-                                            "same")
+    names[(ours, "input_norm", "scale")] = (
+      f"{hf}.input_layernorm.weight",
+      "same",
+    )
     names[(ours, "post_attn_norm", "scale")] = (
-        f"{hf}.post_attention_layernorm.weight", "same")
+      f"{hf}.post_attention_layernorm.weight",
+      "same",
+    )
     for p in ("q", "k", "v"):
       names[(ours, "attn", f"{p}_kernel")] = (
-          f"{hf}.self_attn.{p}_proj.weight", "heads_in")
+        f"{hf}.self_attn.{p}_proj.weight",
+        "heads_in",
+      )
       if model_cfg.qkv_bias:
-        names[(ours, "attn", f"{p}_bias")] = (f"{hf}.self_attn.{p}_proj.bias",
-                                              "heads_bias")
-    names[(ours, "attn", "o_kernel")] = (f"{hf}.self_attn.o_proj.weight",
-                                         "heads_out")
+        names[(ours, "attn", f"{p}_bias")] = (
+          f"{hf}.self_attn.{p}_proj.bias",
+          "heads_bias",
+        )
+    names[(ours, "attn", "o_kernel")] = (
+      f"{hf}.self_attn.o_proj.weight",
+      "heads_out",
+    )
     if model_cfg.o_bias:
       names[(ours, "attn", "o_bias")] = (f"{hf}.self_attn.o_proj.bias", "same")
     if model_cfg.qk_norm:
       for p in ("q", "k"):
         names[(ours, "attn", f"{p}_norm", "scale")] = (
-            f"{hf}.self_attn.{p}_norm.weight", "same")
+          f"{hf}.self_attn.{p}_norm.weight",
+          "same",
+        )
     for p in ("gate", "up", "down"):
       names[(ours, "mlp", f"{p}_kernel")] = (f"{hf}.mlp.{p}_proj.weight", "T")
   return names
@@ -213,19 +245,19 @@ def _read(sl, kind: str, index: tuple, shape: tuple) -> np.ndarray:
   if kind == "heads_in":
     d_s, x_s, dh_s = idx
     dh = shape[2]
-    block = sl[x_s.start * dh:x_s.stop * dh, d_s]  # [x*Dh, d]
+    block = sl[x_s.start * dh : x_s.stop * dh, d_s]  # [x*Dh, d]
     x = x_s.stop - x_s.start
     return block.reshape(x, dh, -1).transpose(2, 0, 1)[:, :, dh_s]
   if kind == "heads_out":
     h_s, dh_s, d_s = idx
     dh = shape[1]
-    block = sl[d_s, h_s.start * dh:h_s.stop * dh]  # [d, h*Dh]
+    block = sl[d_s, h_s.start * dh : h_s.stop * dh]  # [d, h*Dh]
     h = h_s.stop - h_s.start
     return block.reshape(-1, h, dh).transpose(1, 2, 0)[:, dh_s, :]
   if kind == "heads_bias":
     x_s, dh_s = idx
     dh = shape[1]
-    block = sl[x_s.start * dh:x_s.stop * dh]
+    block = sl[x_s.start * dh : x_s.stop * dh]
     return block.reshape(x_s.stop - x_s.start, dh)[:, dh_s]
   raise ValueError(kind)
 
@@ -256,28 +288,34 @@ def _weight_files(path: str) -> dict[str, str]:
       with open(index) as f:
         weight_map = json.load(f)["weight_map"]
     except (ValueError, KeyError) as e:
-      raise CheckpointError(f"{index}: not a valid safetensors index ({e})")
+      raise CheckpointError(
+        f"{index}: not a valid safetensors index ({e})"
+      ) from None
     files = {n: os.path.join(path, f) for n, f in weight_map.items()}
     for f in sorted(set(files.values())):
       if not os.path.exists(f):
-        raise CheckpointError(f"{index} lists {os.path.basename(f)}, which is "
-                              f"missing from {path}")
+        raise CheckpointError(
+          f"{index} lists {os.path.basename(f)}, which is missing from {path}"
+        )
     return files
   if os.path.exists(single):
     with _open(single) as f:
       return {n: single for n in f.keys()}
   raise CheckpointError(
-      f"No model.safetensors or model.safetensors.index.json in {path} "
-      "(PyTorch .bin checkpoints are not read; re-save with "
-      "safe_serialization=True)")
+    f"No model.safetensors or model.safetensors.index.json in {path} "
+    "(PyTorch .bin checkpoints are not read; re-save with "
+    "safe_serialization=True)"
+  )
 
 
 def _open(file: str):
   try:
     return safetensors.safe_open(file, framework="numpy")
   except Exception as e:  # safetensors raises its own error types.
-    raise CheckpointError(f"{file}: corrupt or unreadable safetensors file "
-                          f"({type(e).__name__}: {e})") from None
+    raise CheckpointError(
+      f"{file}: corrupt or unreadable safetensors file "
+      f"({type(e).__name__}: {e})"
+    ) from None
 
 
 def read_config(path: str) -> dict:
@@ -293,9 +331,13 @@ def read_config(path: str) -> dict:
     raise CheckpointError(f"{file}: invalid JSON ({e})") from None
 
 
-def load(path: str, mesh: jax.sharding.Mesh | None = None,
-         dtype: str = "float32", compute_dtype: str | None = None,
-         rules: dict = mesh_lib.TRAIN_RULES) -> tuple[ModelConfig, Any]:
+def load(
+  path: str,
+  mesh: jax.sharding.Mesh | None = None,
+  dtype: str = "float32",
+  compute_dtype: str | None = None,
+  rules: dict = mesh_lib.TRAIN_RULES,
+) -> tuple[ModelConfig, Any]:
   """Loads a local HF checkpoint directory into (ModelConfig, params).
 
   Args:
@@ -307,17 +349,21 @@ def load(path: str, mesh: jax.sharding.Mesh | None = None,
     compute_dtype: activation dtype; defaults to `dtype`.
     rules: logical-axis rules (mesh.TRAIN_RULES or mesh.ROLLOUT_RULES).
   """
-  model_cfg = config_from_hf(read_config(path),
-                             source=os.path.join(path, "config.json"),
-                             dtype=dtype, compute_dtype=compute_dtype)
+  model_cfg = config_from_hf(
+    read_config(path),
+    source=os.path.join(path, "config.json"),
+    dtype=dtype,
+    compute_dtype=compute_dtype,
+  )
   files = _weight_files(path)
   shapes = transformer.param_shapes(model_cfg)
   if mesh is None:
     single = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     shardings = jax.tree.map(lambda _: single, shapes)
   else:
-    shardings = mesh_lib.shardings(mesh, transformer.param_axes(model_cfg),
-                                   rules, shapes)
+    shardings = mesh_lib.shardings(
+      mesh, transformer.param_axes(model_cfg), rules, shapes
+    )
   names = hf_names(model_cfg)
   handles = {}
 
@@ -330,18 +376,25 @@ def load(path: str, mesh: jax.sharding.Mesh | None = None,
   flat_shapes = _flatten(shapes)
   for p, (hf_name, kind) in names.items():
     if hf_name not in files:
-      raise CheckpointError(f"{path}: tensor {hf_name!r} (needed for "
-                            f"{'/'.join(p)}) is in no safetensors file")
+      raise CheckpointError(
+        f"{path}: tensor {hf_name!r} (needed for "
+        f"{'/'.join(p)}) is in no safetensors file"
+      )
     got = tuple(handle(files[hf_name]).get_slice(hf_name).get_shape())
     want = _hf_shape(flat_shapes[p].shape, kind)
     if got != want:
       raise CheckpointError(
-          f"{files[hf_name]}: tensor {hf_name!r} has shape {list(got)} but "
-          f"config.json implies {list(want)}")
+        f"{files[hf_name]}: tensor {hf_name!r} has shape {list(got)} but "
+        f"config.json implies {list(want)}"
+      )
   extra = set(files) - {n for n, _ in names.values()} - {"lm_head.weight"}
   if extra:
-    logging.warning("%s: ignoring %d unused tensors, e.g. %s", path,
-                    len(extra), sorted(extra)[:3])
+    logging.warning(
+      "%s: ignoring %d unused tensors, e.g. %s",
+      path,
+      len(extra),
+      sorted(extra)[:3],
+    )
 
   flat_shardings = _flatten(shardings)
   np_dtype = np.dtype(shapes["embedding"].dtype)
@@ -350,16 +403,24 @@ def load(path: str, mesh: jax.sharding.Mesh | None = None,
     sl = handle(files[hf_name]).get_slice(hf_name)
     shape = flat_shapes[p].shape
     leaves[p] = jax.make_array_from_callback(
-        shape, flat_shardings[p],
-        lambda index, sl=sl, kind=kind, shape=shape: np.ascontiguousarray(
-            _read(sl, kind, index, shape)).astype(np_dtype))
+      shape,
+      flat_shardings[p],
+      lambda index, sl=sl, kind=kind, shape=shape: np.ascontiguousarray(
+        _read(sl, kind, index, shape)
+      ).astype(np_dtype),
+    )
   for h in handles.values():
     h.__exit__(None, None, None)
   return model_cfg, _unflatten(leaves)
 
 
-def save(path: str, model_cfg: ModelConfig, params,
-         max_shard_bytes: int = 4 << 30, extra_config: dict | None = None):
+def save(
+  path: str,
+  model_cfg: ModelConfig,
+  params,
+  max_shard_bytes: int = 4 << 30,
+  extra_config: dict | None = None,
+):
   """Writes config.json + safetensors (sharded above `max_shard_bytes`)."""
   os.makedirs(path, exist_ok=True)
   hf_cfg = {**config_to_hf(model_cfg), **(extra_config or {})}
@@ -375,8 +436,9 @@ def save(path: str, model_cfg: ModelConfig, params,
   shards.append(current)
   meta = {"format": "pt"}
   if len(shards) == 1:
-    safetensors.numpy.save_file(shards[0],
-                                os.path.join(path, "model.safetensors"), meta)
+    safetensors.numpy.save_file(
+      shards[0], os.path.join(path, "model.safetensors"), meta
+    )
   else:
     weight_map, total = {}, 0
     for i, shard in enumerate(shards):
@@ -386,8 +448,11 @@ def save(path: str, model_cfg: ModelConfig, params,
         weight_map[n] = name
         total += x.nbytes
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
-      json.dump({"metadata": {"total_size": total}, "weight_map": weight_map},
-                f, indent=2)
+      json.dump(
+        {"metadata": {"total_size": total}, "weight_map": weight_map},
+        f,
+        indent=2,
+      )
   with open(os.path.join(path, "config.json"), "w") as f:
     json.dump(hf_cfg, f, indent=2)
 

@@ -14,73 +14,193 @@ _LLAMA3_ROPE_8B = (8.0, 1.0, 4.0, 8192)  # Llama-3.1 rope_scaling
 _LLAMA3_ROPE_3_2 = (32.0, 1.0, 4.0, 8192)  # Llama-3.2 rope_scaling
 
 PRESETS: dict[str, ModelConfig] = {
-    # ~0.4M parameters: a model that learns the procedural tasks on a laptop
-    # CPU in minutes. Vocab 128 covers the built-in character tokenizer.
-    "tiny": ModelConfig(
-        vocab_size=128, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2,
-        head_dim=32, mlp_dim=384, rope_theta=10_000.0, rms_eps=1e-6,
-        tie_embeddings=True, max_position=512, family="llama"),
-    # Qwen/Qwen2.5-Math-1.5B (config.json)
-    "qwen2.5-math-1.5b": ModelConfig(
-        vocab_size=151_936, d_model=1536, n_layers=28, n_heads=12,
-        n_kv_heads=2, head_dim=128, mlp_dim=8960, rope_theta=10_000.0,
-        rms_eps=1e-6, qkv_bias=True, tie_embeddings=True, max_position=4096,
-        dtype="bfloat16", family="qwen2"),
-    # Qwen/Qwen2.5-Math-7B
-    "qwen2.5-math-7b": ModelConfig(
-        vocab_size=152_064, d_model=3584, n_layers=28, n_heads=28,
-        n_kv_heads=4, head_dim=128, mlp_dim=18_944, rope_theta=10_000.0,
-        rms_eps=1e-6, qkv_bias=True, tie_embeddings=False, max_position=4096,
-        dtype="bfloat16", family="qwen2"),
-    # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B (from Qwen2.5-Math-1.5B,
-    # untied head, 128k positions).
-    "deepseek-r1-distill-qwen-1.5b": ModelConfig(
-        vocab_size=151_936, d_model=1536, n_layers=28, n_heads=12,
-        n_kv_heads=2, head_dim=128, mlp_dim=8960, rope_theta=10_000.0,
-        rms_eps=1e-6, qkv_bias=True, tie_embeddings=False,
-        max_position=131_072, dtype="bfloat16", family="qwen2"),
-    # deepseek-ai/DeepSeek-R1-Distill-Qwen-7B
-    "deepseek-r1-distill-qwen-7b": ModelConfig(
-        vocab_size=152_064, d_model=3584, n_layers=28, n_heads=28,
-        n_kv_heads=4, head_dim=128, mlp_dim=18_944, rope_theta=10_000.0,
-        rms_eps=1e-6, qkv_bias=True, tie_embeddings=False,
-        max_position=131_072, dtype="bfloat16", family="qwen2"),
-    # Qwen/Qwen3-1.7B
-    "qwen3-1.7b": ModelConfig(
-        vocab_size=151_936, d_model=2048, n_layers=28, n_heads=16,
-        n_kv_heads=8, head_dim=128, mlp_dim=6144, rope_theta=1_000_000.0,
-        rms_eps=1e-6, qk_norm=True, tie_embeddings=True, max_position=40_960,
-        dtype="bfloat16", family="qwen3"),
-    # Qwen/Qwen3-4B
-    "qwen3-4b": ModelConfig(
-        vocab_size=151_936, d_model=2560, n_layers=36, n_heads=32,
-        n_kv_heads=8, head_dim=128, mlp_dim=9728, rope_theta=1_000_000.0,
-        rms_eps=1e-6, qk_norm=True, tie_embeddings=True, max_position=40_960,
-        dtype="bfloat16", family="qwen3"),
-    # Qwen/Qwen3-8B
-    "qwen3-8b": ModelConfig(
-        vocab_size=151_936, d_model=4096, n_layers=36, n_heads=32,
-        n_kv_heads=8, head_dim=128, mlp_dim=12_288, rope_theta=1_000_000.0,
-        rms_eps=1e-6, qk_norm=True, tie_embeddings=False, max_position=40_960,
-        dtype="bfloat16", family="qwen3"),
-    # meta-llama/Llama-3.2-1B
-    "llama-3.2-1b": ModelConfig(
-        vocab_size=128_256, d_model=2048, n_layers=16, n_heads=32,
-        n_kv_heads=8, head_dim=64, mlp_dim=8192, rope_theta=500_000.0,
-        rope_scaling=_LLAMA3_ROPE_3_2, rms_eps=1e-5, tie_embeddings=True,
-        max_position=131_072, dtype="bfloat16", family="llama"),
-    # meta-llama/Llama-3.2-3B
-    "llama-3.2-3b": ModelConfig(
-        vocab_size=128_256, d_model=3072, n_layers=28, n_heads=24,
-        n_kv_heads=8, head_dim=128, mlp_dim=8192, rope_theta=500_000.0,
-        rope_scaling=_LLAMA3_ROPE_3_2, rms_eps=1e-5, tie_embeddings=True,
-        max_position=131_072, dtype="bfloat16", family="llama"),
-    # meta-llama/Llama-3.1-8B
-    "llama-3.1-8b": ModelConfig(
-        vocab_size=128_256, d_model=4096, n_layers=32, n_heads=32,
-        n_kv_heads=8, head_dim=128, mlp_dim=14_336, rope_theta=500_000.0,
-        rope_scaling=_LLAMA3_ROPE_8B, rms_eps=1e-5, tie_embeddings=False,
-        max_position=131_072, dtype="bfloat16", family="llama"),
+  # ~0.4M parameters: a model that learns the procedural tasks on a laptop
+  # CPU in minutes. Vocab 128 covers the built-in character tokenizer.
+  "tiny": ModelConfig(
+    vocab_size=128,
+    d_model=128,
+    n_layers=2,
+    n_heads=4,
+    n_kv_heads=2,
+    head_dim=32,
+    mlp_dim=384,
+    rope_theta=10_000.0,
+    rms_eps=1e-6,
+    tie_embeddings=True,
+    max_position=512,
+    family="llama",
+  ),
+  # Qwen/Qwen2.5-Math-1.5B (config.json)
+  "qwen2.5-math-1.5b": ModelConfig(
+    vocab_size=151_936,
+    d_model=1536,
+    n_layers=28,
+    n_heads=12,
+    n_kv_heads=2,
+    head_dim=128,
+    mlp_dim=8960,
+    rope_theta=10_000.0,
+    rms_eps=1e-6,
+    qkv_bias=True,
+    tie_embeddings=True,
+    max_position=4096,
+    dtype="bfloat16",
+    family="qwen2",
+  ),
+  # Qwen/Qwen2.5-Math-7B
+  "qwen2.5-math-7b": ModelConfig(
+    vocab_size=152_064,
+    d_model=3584,
+    n_layers=28,
+    n_heads=28,
+    n_kv_heads=4,
+    head_dim=128,
+    mlp_dim=18_944,
+    rope_theta=10_000.0,
+    rms_eps=1e-6,
+    qkv_bias=True,
+    tie_embeddings=False,
+    max_position=4096,
+    dtype="bfloat16",
+    family="qwen2",
+  ),
+  # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B (from Qwen2.5-Math-1.5B,
+  # untied head, 128k positions).
+  "deepseek-r1-distill-qwen-1.5b": ModelConfig(
+    vocab_size=151_936,
+    d_model=1536,
+    n_layers=28,
+    n_heads=12,
+    n_kv_heads=2,
+    head_dim=128,
+    mlp_dim=8960,
+    rope_theta=10_000.0,
+    rms_eps=1e-6,
+    qkv_bias=True,
+    tie_embeddings=False,
+    max_position=131_072,
+    dtype="bfloat16",
+    family="qwen2",
+  ),
+  # deepseek-ai/DeepSeek-R1-Distill-Qwen-7B
+  "deepseek-r1-distill-qwen-7b": ModelConfig(
+    vocab_size=152_064,
+    d_model=3584,
+    n_layers=28,
+    n_heads=28,
+    n_kv_heads=4,
+    head_dim=128,
+    mlp_dim=18_944,
+    rope_theta=10_000.0,
+    rms_eps=1e-6,
+    qkv_bias=True,
+    tie_embeddings=False,
+    max_position=131_072,
+    dtype="bfloat16",
+    family="qwen2",
+  ),
+  # Qwen/Qwen3-1.7B
+  "qwen3-1.7b": ModelConfig(
+    vocab_size=151_936,
+    d_model=2048,
+    n_layers=28,
+    n_heads=16,
+    n_kv_heads=8,
+    head_dim=128,
+    mlp_dim=6144,
+    rope_theta=1_000_000.0,
+    rms_eps=1e-6,
+    qk_norm=True,
+    tie_embeddings=True,
+    max_position=40_960,
+    dtype="bfloat16",
+    family="qwen3",
+  ),
+  # Qwen/Qwen3-4B
+  "qwen3-4b": ModelConfig(
+    vocab_size=151_936,
+    d_model=2560,
+    n_layers=36,
+    n_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    mlp_dim=9728,
+    rope_theta=1_000_000.0,
+    rms_eps=1e-6,
+    qk_norm=True,
+    tie_embeddings=True,
+    max_position=40_960,
+    dtype="bfloat16",
+    family="qwen3",
+  ),
+  # Qwen/Qwen3-8B
+  "qwen3-8b": ModelConfig(
+    vocab_size=151_936,
+    d_model=4096,
+    n_layers=36,
+    n_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    mlp_dim=12_288,
+    rope_theta=1_000_000.0,
+    rms_eps=1e-6,
+    qk_norm=True,
+    tie_embeddings=False,
+    max_position=40_960,
+    dtype="bfloat16",
+    family="qwen3",
+  ),
+  # meta-llama/Llama-3.2-1B
+  "llama-3.2-1b": ModelConfig(
+    vocab_size=128_256,
+    d_model=2048,
+    n_layers=16,
+    n_heads=32,
+    n_kv_heads=8,
+    head_dim=64,
+    mlp_dim=8192,
+    rope_theta=500_000.0,
+    rope_scaling=_LLAMA3_ROPE_3_2,
+    rms_eps=1e-5,
+    tie_embeddings=True,
+    max_position=131_072,
+    dtype="bfloat16",
+    family="llama",
+  ),
+  # meta-llama/Llama-3.2-3B
+  "llama-3.2-3b": ModelConfig(
+    vocab_size=128_256,
+    d_model=3072,
+    n_layers=28,
+    n_heads=24,
+    n_kv_heads=8,
+    head_dim=128,
+    mlp_dim=8192,
+    rope_theta=500_000.0,
+    rope_scaling=_LLAMA3_ROPE_3_2,
+    rms_eps=1e-5,
+    tie_embeddings=True,
+    max_position=131_072,
+    dtype="bfloat16",
+    family="llama",
+  ),
+  # meta-llama/Llama-3.1-8B
+  "llama-3.1-8b": ModelConfig(
+    vocab_size=128_256,
+    d_model=4096,
+    n_layers=32,
+    n_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    mlp_dim=14_336,
+    rope_theta=500_000.0,
+    rope_scaling=_LLAMA3_ROPE_8B,
+    rms_eps=1e-5,
+    tie_embeddings=False,
+    max_position=131_072,
+    dtype="bfloat16",
+    family="llama",
+  ),
 }
 
 
@@ -89,7 +209,9 @@ def get(name: str, **overrides) -> ModelConfig:
   try:
     cfg = PRESETS[name.lower()]
   except KeyError:
-    raise ValueError(f"Unknown model preset {name!r}; known presets: "
-                     f"{', '.join(sorted(PRESETS))}, or a local HF checkpoint "
-                     "directory.") from None
+    raise ValueError(
+      f"Unknown model preset {name!r}; known presets: "
+      f"{', '.join(sorted(PRESETS))}, or a local HF checkpoint "
+      "directory."
+    ) from None
   return dataclasses.replace(cfg, **overrides)

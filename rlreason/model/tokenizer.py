@@ -20,14 +20,11 @@ class Tokenizer(Protocol):
   eos_id: int
   bos_id: int | None
 
-  def encode(self, text: str) -> list[int]:
-    ...
+  def encode(self, text: str) -> list[int]: ...
 
-  def decode(self, ids: Sequence[int]) -> str:
-    ...
+  def decode(self, ids: Sequence[int]) -> str: ...
 
-  def chat(self, messages: list[dict]) -> str:
-    ...
+  def chat(self, messages: list[dict]) -> str: ...
 
 
 class CharTokenizer:
@@ -51,14 +48,18 @@ class CharTokenizer:
     except KeyError as e:
       pos = text.index(e.args[0])
       raise ValueError(
-          f"Character {e.args[0]!r} at offset {pos} of {text[:40]!r}... is "
-          "not in the built-in char tokenizer's alphabet (newline + printable "
-          "ASCII)") from None
+        f"Character {e.args[0]!r} at offset {pos} of {text[:40]!r}... is "
+        "not in the built-in char tokenizer's alphabet (newline + printable "
+        "ASCII)"
+      ) from None
 
   def decode(self, ids: Sequence[int]) -> str:
     n = len(self.ALPHABET)
-    return "".join(self.ALPHABET[i - self._OFFSET] for i in ids
-                   if self._OFFSET <= i < self._OFFSET + n)
+    return "".join(
+      self.ALPHABET[i - self._OFFSET]
+      for i in ids
+      if self._OFFSET <= i < self._OFFSET + n
+    )
 
   def chat(self, messages: list[dict]) -> str:
     # No chat format for the built-in tokenizer: plain concatenation.
@@ -72,12 +73,16 @@ class HFTokenizer:
     import transformers  # Heavy import, only when a real model is used.
 
     self._tok = transformers.AutoTokenizer.from_pretrained(
-        path, local_files_only=True)
+      path, local_files_only=True
+    )
     self.eos_id = self._tok.eos_token_id
     if self.eos_id is None:
       raise ValueError(f"Tokenizer in {path} has no eos token")
-    self.pad_id = (self._tok.pad_token_id if self._tok.pad_token_id
-                   is not None else self.eos_id)
+    self.pad_id = (
+      self._tok.pad_token_id
+      if self._tok.pad_token_id is not None
+      else self.eos_id
+    )
     self.bos_id = self._tok.bos_token_id
     self.vocab_size = len(self._tok)
     self.path = path
@@ -90,43 +95,51 @@ class HFTokenizer:
 
   def chat(self, messages: list[dict]) -> str:
     if not getattr(self._tok, "chat_template", None):
-      raise ValueError(f"Tokenizer in {self.path} has no chat template; use "
-                       "--template=plain, r1 or boxed")
-    return self._tok.apply_chat_template(messages, tokenize=False,
-                                         add_generation_prompt=True)
+      raise ValueError(
+        f"Tokenizer in {self.path} has no chat template; use "
+        "--template=plain, r1 or boxed"
+      )
+    return self._tok.apply_chat_template(
+      messages, tokenize=False, add_generation_prompt=True
+    )
 
 
 def load(name: str) -> Tokenizer:
-  """"char" for the built-in tokenizer, else a local HF directory."""
+  """ "char" for the built-in tokenizer, else a local HF directory."""
   if name == "char":
     return CharTokenizer()
   if os.path.isdir(name):
     return HFTokenizer(name)
-  raise ValueError(f"Tokenizer {name!r}: expected 'char' or a local "
-                   "directory with tokenizer files")
+  raise ValueError(
+    f"Tokenizer {name!r}: expected 'char' or a local "
+    "directory with tokenizer files"
+  )
 
 
 # --- Prompt templates ---------------------------------------------------------
 
-# DeepSeek-R1-Zero (arXiv:2501.12948, Table 1), as used by oat/understand-r1-zero
+# DeepSeek-R1-Zero (arXiv:2501.12948, Table 1), as in oat/understand-r1-zero
 # ("r1" template); generation continues after the opening <think>.
 R1 = (
-    "A conversation between User and Assistant. The User asks a question, "
-    "and the Assistant solves it. The Assistant first thinks about the "
-    "reasoning process in the mind and then provides the User with the "
-    "answer. The reasoning process is enclosed within <think> </think> and "
-    "answer is enclosed within <answer> </answer> tags, respectively, i.e., "
-    "<think> reasoning process here </think> <answer> answer here </answer>."
-    "\nUser: {prompt}\nAssistant: <think>")
+  "A conversation between User and Assistant. The User asks a question, "
+  "and the Assistant solves it. The Assistant first thinks about the "
+  "reasoning process in the mind and then provides the User with the "
+  "answer. The reasoning process is enclosed within <think> </think> and "
+  "answer is enclosed within <answer> </answer> tags, respectively, i.e., "
+  "<think> reasoning process here </think> <answer> answer here </answer>."
+  "\nUser: {prompt}\nAssistant: <think>"
+)
 # Qwen2.5-Math's CoT instruction (its model card), as a system message.
-BOXED_SYSTEM = ("Please reason step by step, and put your final answer within "
-                "\\boxed{}.")
+BOXED_SYSTEM = (
+  "Please reason step by step, and put your final answer within \\boxed{}."
+)
 
 TEMPLATES = ("plain", "r1", "boxed", "chat")
 
 
-def apply_template(tok: Tokenizer, prompt: str, template: str,
-                   system: str | None = None) -> str:
+def apply_template(
+  tok: Tokenizer, prompt: str, template: str, system: str | None = None
+) -> str:
   """Prompt text -> model input text.
 
   plain  the prompt as is.
@@ -145,9 +158,12 @@ def apply_template(tok: Tokenizer, prompt: str, template: str,
       return prompt if system is None else f"{prompt}\n{system}\n"
     messages = [{"role": "system", "content": system}] if system else []
     return tok.chat(messages + [{"role": "user", "content": prompt}])
-  raise ValueError(f"Unknown template {template!r}; expected one of "
-                   f"{TEMPLATES}")
+  raise ValueError(
+    f"Unknown template {template!r}; expected one of {TEMPLATES}"
+  )
 
 
 # Printable ASCII (+ newline) is what CharTokenizer covers.
-assert set(CharTokenizer.ALPHABET) == set(string.printable) - set("\t\r\x0b\x0c")
+assert set(CharTokenizer.ALPHABET) == set(string.printable) - set(
+  "\t\r\x0b\x0c"
+)

@@ -33,8 +33,11 @@ import jax.numpy as jnp
 
 Params = Any
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16,
-           "float16": jnp.float16}
+_DTYPES = {
+  "float32": jnp.float32,
+  "bfloat16": jnp.bfloat16,
+  "float16": jnp.float16,
+}
 # Large finite negative, not -inf: a fully masked row (a padding query) then
 # gives a uniform softmax instead of NaN.
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -71,20 +74,23 @@ class ModelConfig:
   def __post_init__(self):
     if self.n_heads % self.n_kv_heads:
       raise ValueError(
-          f"n_heads={self.n_heads} is not a multiple of "
-          f"n_kv_heads={self.n_kv_heads}")
+        f"n_heads={self.n_heads} is not a multiple of "
+        f"n_kv_heads={self.n_kv_heads}"
+      )
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
-        raise ValueError(f"{name}={getattr(self, name)!r}; expected one of "
-                         f"{sorted(_DTYPES)}")
+        raise ValueError(
+          f"{name}={getattr(self, name)!r}; expected one of {sorted(_DTYPES)}"
+        )
 
   @property
   def compute_dtype(self):
     return _DTYPES[self.dtype]
 
   def num_params(self) -> int:
-    attn = self.d_model * self.head_dim * (2 * self.n_heads
-                                           + 2 * self.n_kv_heads)
+    attn = (
+      self.d_model * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads)
+    )
     layer = attn + 3 * self.d_model * self.mlp_dim + 2 * self.d_model
     emb = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
     return self.n_layers * layer + emb + self.d_model
@@ -100,14 +106,19 @@ class Cache(NamedTuple):
   index: jax.Array
 
 
-def init_cache(model_cfg: ModelConfig, n: int, length: int,
-               dtype=None) -> Cache:
+def init_cache(
+  model_cfg: ModelConfig, n: int, length: int, dtype=None
+) -> Cache:
   """Empty cache of `length` slots for `n` sequences."""
   dtype = dtype or model_cfg.compute_dtype
   shape = (n, length, model_cfg.n_kv_heads, model_cfg.head_dim)
   zeros = tuple(jnp.zeros(shape, dtype) for _ in range(model_cfg.n_layers))
-  return Cache(k=zeros, v=zeros, pos=jnp.full((n, length), -1, jnp.int32),
-               index=jnp.zeros((), jnp.int32))
+  return Cache(
+    k=zeros,
+    v=zeros,
+    pos=jnp.full((n, length), -1, jnp.int32),
+    index=jnp.zeros((), jnp.int32),
+  )
 
 
 def rope_frequencies(model_cfg: ModelConfig) -> jax.Array:
@@ -119,8 +130,9 @@ def rope_frequencies(model_cfg: ModelConfig) -> jax.Array:
   interpolated smoothly.
   """
   dh = model_cfg.head_dim
-  inv = 1.0 / (model_cfg.rope_theta
-               ** (jnp.arange(0, dh, 2, dtype=jnp.float32) / dh))
+  inv = 1.0 / (
+    model_cfg.rope_theta ** (jnp.arange(0, dh, 2, dtype=jnp.float32) / dh)
+  )
   if model_cfg.rope_scaling is None:
     return inv
   factor, low, high, original = model_cfg.rope_scaling
@@ -133,11 +145,13 @@ def rope_frequencies(model_cfg: ModelConfig) -> jax.Array:
   return jnp.where(is_medium, smoothed, scaled)
 
 
-def apply_rope(x: jax.Array, positions: jax.Array,
-               inv_freq: jax.Array) -> jax.Array:
+def apply_rope(
+  x: jax.Array, positions: jax.Array, inv_freq: jax.Array
+) -> jax.Array:
   """Rotary embedding, HF "rotate_half" layout. x: [N, Q, H, Dh]."""
-  angles = (positions[..., None].astype(jnp.float32)
-            * inv_freq[None, None, :])  # [N, Q, Dh/2]
+  angles = (
+    positions[..., None].astype(jnp.float32) * inv_freq[None, None, :]
+  )  # [N, Q, Dh/2]
   angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
   sin, cos = jnp.sin(angles), jnp.cos(angles)
   x32 = x.astype(jnp.float32)
@@ -147,8 +161,9 @@ def apply_rope(x: jax.Array, positions: jax.Array,
 
 
 def _param(module, name, axes, shape, init, dtype):
-  return module.param(name, nn.with_logical_partitioning(init, axes), shape,
-                      dtype)
+  return module.param(
+    name, nn.with_logical_partitioning(init, axes), shape, dtype
+  )
 
 
 _KERNEL_INIT = nn.initializers.normal(stddev=0.02)
@@ -163,11 +178,16 @@ class RMSNorm(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    scale = _param(self, "scale", (self.axis_name,), (x.shape[-1],),
-                   nn.initializers.ones, self.param_dtype)
+    scale = _param(
+      self,
+      "scale",
+      (self.axis_name,),
+      (x.shape[-1],),
+      nn.initializers.ones,
+      self.param_dtype,
+    )
     x32 = x.astype(jnp.float32)
-    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True)
-                              + self.eps)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + self.eps)
     scale = scale.reshape((1,) * (x.ndim - 1) + scale.shape)
     return scale.astype(x.dtype) * x32.astype(x.dtype)
 
@@ -184,12 +204,24 @@ class Attention(nn.Module):
     d, h, k, dh = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
 
     def proj(name, heads, axes):
-      w = _param(self, f"{name}_kernel", ("embed", axes, "head_dim"),
-                 (d, heads, dh), _KERNEL_INIT, pdt)
+      w = _param(
+        self,
+        f"{name}_kernel",
+        ("embed", axes, "head_dim"),
+        (d, heads, dh),
+        _KERNEL_INIT,
+        pdt,
+      )
       y = jnp.einsum("nqd,dhk->nqhk", x, w.astype(dt))
       if cfg.qkv_bias:
-        b = _param(self, f"{name}_bias", (axes, "head_dim"), (heads, dh),
-                   nn.initializers.zeros, pdt)
+        b = _param(
+          self,
+          f"{name}_bias",
+          (axes, "head_dim"),
+          (heads, dh),
+          nn.initializers.zeros,
+          pdt,
+        )
         y = y + b.astype(dt)[None, None]
       return y
 
@@ -206,28 +238,45 @@ class Attention(nn.Module):
 
     # Write this block into the cache, then attend over every slot.
     k_cache = jax.lax.dynamic_update_slice_in_dim(
-        k_cache, kk.astype(k_cache.dtype), index, axis=1)
+      k_cache, kk.astype(k_cache.dtype), index, axis=1
+    )
     v_cache = jax.lax.dynamic_update_slice_in_dim(
-        v_cache, vv.astype(v_cache.dtype), index, axis=1)
+      v_cache, vv.astype(v_cache.dtype), index, axis=1
+    )
     n, nq = x.shape[0], x.shape[1]
     s = k_cache.shape[1]
     q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
-    scores = jnp.einsum("nqkgd,nskd->nkgqs", q, k_cache.astype(dt),
-                        preferred_element_type=jnp.float32)
+    scores = jnp.einsum(
+      "nqkgd,nskd->nkgqs",
+      q,
+      k_cache.astype(dt),
+      preferred_element_type=jnp.float32,
+    )
     scores = scores / math.sqrt(dh)
     query_slot = index + jnp.arange(nq)  # [Q]
-    visible = ((jnp.arange(s)[None, :] <= query_slot[:, None])[None]
-               & (slot_pos[:, None, :] >= 0))  # [N, Q, S]
+    visible = (jnp.arange(s)[None, :] <= query_slot[:, None])[None] & (
+      slot_pos[:, None, :] >= 0
+    )  # [N, Q, S]
     scores = jnp.where(visible[:, None, None], scores, _MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
     out = jnp.einsum("nkgqs,nskd->nqkgd", probs, v_cache.astype(dt))
     out = out.reshape(n, nq, h, dh)
-    wo = _param(self, "o_kernel", ("heads", "head_dim", "embed"), (h, dh, d),
-                _KERNEL_INIT, pdt)
+    wo = _param(
+      self,
+      "o_kernel",
+      ("heads", "head_dim", "embed"),
+      (h, dh, d),
+      _KERNEL_INIT,
+      pdt,
+    )
     y = jnp.einsum("nqhk,hkd->nqd", out, wo.astype(dt))
     if cfg.o_bias:
-      y = y + _param(self, "o_bias", ("embed",), (d,), nn.initializers.zeros,
-                     pdt).astype(dt)[None, None]
+      y = (
+        y
+        + _param(
+          self, "o_bias", ("embed",), (d,), nn.initializers.zeros, pdt
+        ).astype(dt)[None, None]
+      )
     return y, k_cache, v_cache
 
 
@@ -241,11 +290,13 @@ class Mlp(nn.Module):
     cfg = self.cfg
     dt, pdt = cfg.compute_dtype, _DTYPES[cfg.param_dtype]
     d, f = cfg.d_model, cfg.mlp_dim
-    gate = _param(self, "gate_kernel", ("embed", "mlp"), (d, f), _KERNEL_INIT,
-                  pdt)
+    gate = _param(
+      self, "gate_kernel", ("embed", "mlp"), (d, f), _KERNEL_INIT, pdt
+    )
     up = _param(self, "up_kernel", ("embed", "mlp"), (d, f), _KERNEL_INIT, pdt)
-    down = _param(self, "down_kernel", ("mlp", "embed"), (f, d), _KERNEL_INIT,
-                  pdt)
+    down = _param(
+      self, "down_kernel", ("mlp", "embed"), (f, d), _KERNEL_INIT, pdt
+    )
     hidden = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
     return hidden @ down.astype(dt)
 
@@ -259,7 +310,8 @@ class Block(nn.Module):
     pdt = _DTYPES[cfg.param_dtype]
     h = RMSNorm(cfg.rms_eps, pdt, name="input_norm")(x)
     h, k_cache, v_cache = Attention(cfg, name="attn")(
-        h, positions, k_cache, v_cache, slot_pos, index)
+      h, positions, k_cache, v_cache, slot_pos, index
+    )
     x = x + h
     h = RMSNorm(cfg.rms_eps, pdt, name="post_attn_norm")(x)
     x = x + Mlp(cfg, name="mlp")(h)
@@ -274,11 +326,23 @@ class Transformer(nn.Module):
   def setup(self):
     cfg = self.cfg
     pdt = _DTYPES[cfg.param_dtype]
-    self.embedding = _param(self, "embedding", ("vocab", "embed"),
-                            (cfg.vocab_size, cfg.d_model), _KERNEL_INIT, pdt)
+    self.embedding = _param(
+      self,
+      "embedding",
+      ("vocab", "embed"),
+      (cfg.vocab_size, cfg.d_model),
+      _KERNEL_INIT,
+      pdt,
+    )
     if not cfg.tie_embeddings:
-      self.lm_head = _param(self, "lm_head", ("embed", "vocab"),
-                            (cfg.d_model, cfg.vocab_size), _KERNEL_INIT, pdt)
+      self.lm_head = _param(
+        self,
+        "lm_head",
+        ("embed", "vocab"),
+        (cfg.d_model, cfg.vocab_size),
+        _KERNEL_INIT,
+        pdt,
+      )
     block = nn.remat(Block) if cfg.remat else Block
     self.layers = [block(cfg, name=f"layer_{i}") for i in range(cfg.n_layers)]
     self.final_norm = RMSNorm(cfg.rms_eps, pdt)
@@ -286,22 +350,29 @@ class Transformer(nn.Module):
   def __call__(self, tokens, positions, cache: Cache):
     x = jnp.take(self.embedding, tokens, axis=0).astype(self.cfg.compute_dtype)
     slot_pos = jax.lax.dynamic_update_slice_in_dim(
-        cache.pos, positions.astype(jnp.int32), cache.index, axis=1)
+      cache.pos, positions.astype(jnp.int32), cache.index, axis=1
+    )
     ks, vs = [], []
     for i, layer in enumerate(self.layers):
-      x, k, v = layer(x, positions, cache.k[i], cache.v[i], slot_pos,
-                      cache.index)
+      x, k, v = layer(
+        x, positions, cache.k[i], cache.v[i], slot_pos, cache.index
+      )
       ks.append(k)
       vs.append(v)
-    new_cache = Cache(k=tuple(ks), v=tuple(vs), pos=slot_pos,
-                      index=cache.index + tokens.shape[1])
+    new_cache = Cache(
+      k=tuple(ks),
+      v=tuple(vs),
+      pos=slot_pos,
+      index=cache.index + tokens.shape[1],
+    )
     return self.final_norm(x), new_cache
 
   def unembed(self, hidden):
     """hidden [..., D] -> fp32 logits [..., V]."""
     w = self.embedding.T if self.cfg.tie_embeddings else self.lm_head
-    return jnp.dot(hidden, w.astype(hidden.dtype),
-                   preferred_element_type=jnp.float32)
+    return jnp.dot(
+      hidden, w.astype(hidden.dtype), preferred_element_type=jnp.float32
+    )
 
   def forward(self, tokens, positions, cache: Cache):
     hidden, cache = self(tokens, positions, cache)
@@ -318,8 +389,9 @@ def _dummy_inputs(model_cfg):
 
 def _boxed_init(model_cfg: ModelConfig, rng):
   model = Transformer(model_cfg)
-  variables = model.init(rng, *_dummy_inputs(model_cfg),
-                         method=Transformer.forward)
+  variables = model.init(
+    rng, *_dummy_inputs(model_cfg), method=Transformer.forward
+  )
   return variables["params"]
 
 
@@ -331,11 +403,13 @@ def init(model_cfg: ModelConfig, rng: jax.Array) -> Params:
 
 def param_axes(model_cfg: ModelConfig) -> Params:
   """Pytree of logical-axis-name tuples, with the structure of the params."""
-  boxed = jax.eval_shape(functools.partial(_boxed_init, model_cfg),
-                         jax.random.key(0))
+  boxed = jax.eval_shape(
+    functools.partial(_boxed_init, model_cfg), jax.random.key(0)
+  )
   specs = nn.get_partition_spec(boxed)
-  return jax.tree.map(tuple, specs,
-                      is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  return jax.tree.map(
+    tuple, specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)
+  )
 
 
 def param_shapes(model_cfg: ModelConfig) -> Params:
@@ -343,31 +417,43 @@ def param_shapes(model_cfg: ModelConfig) -> Params:
   return jax.eval_shape(functools.partial(init, model_cfg), jax.random.key(0))
 
 
-def hidden_states(params: Params, tokens: jax.Array, positions: jax.Array,
-                  model_cfg: ModelConfig,
-                  cache: Cache | None = None) -> tuple[jax.Array, Cache]:
+def hidden_states(
+  params: Params,
+  tokens: jax.Array,
+  positions: jax.Array,
+  model_cfg: ModelConfig,
+  cache: Cache | None = None,
+) -> tuple[jax.Array, Cache]:
   """tokens, positions [N, Q] -> final-norm hidden [N, Q, D] and the cache.
 
   Without a cache the call attends within the block only (a full forward).
   """
   if cache is None:
     cache = init_cache(model_cfg, tokens.shape[0], tokens.shape[1])
-  return Transformer(model_cfg).apply({"params": params}, tokens, positions,
-                                      cache)
+  return Transformer(model_cfg).apply(
+    {"params": params}, tokens, positions, cache
+  )
 
 
-def unembed(params: Params, hidden: jax.Array,
-            model_cfg: ModelConfig) -> jax.Array:
+def unembed(
+  params: Params, hidden: jax.Array, model_cfg: ModelConfig
+) -> jax.Array:
   """hidden [..., D] -> fp32 logits [..., V]."""
-  return Transformer(model_cfg).apply({"params": params}, hidden,
-                                      method=Transformer.unembed)
+  return Transformer(model_cfg).apply(
+    {"params": params}, hidden, method=Transformer.unembed
+  )
 
 
-def apply(params: Params, tokens: jax.Array, positions: jax.Array,
-          model_cfg: ModelConfig,
-          cache: Cache | None = None) -> tuple[jax.Array, Cache]:
+def apply(
+  params: Params,
+  tokens: jax.Array,
+  positions: jax.Array,
+  model_cfg: ModelConfig,
+  cache: Cache | None = None,
+) -> tuple[jax.Array, Cache]:
   """tokens, positions [N, Q] -> fp32 logits [N, Q, V] and the updated cache."""
   if cache is None:
     cache = init_cache(model_cfg, tokens.shape[0], tokens.shape[1])
-  return Transformer(model_cfg).apply({"params": params}, tokens, positions,
-                                      cache, method=Transformer.forward)
+  return Transformer(model_cfg).apply(
+    {"params": params}, tokens, positions, cache, method=Transformer.forward
+  )
