@@ -355,25 +355,15 @@ def train(
   ref_params = jax.tree.map(lambda x: x.copy(), params) if needs_ref else None
   updates_per_step = cfg.ppo_epochs * cfg.minibatches
   optimizer = ts.optimizer_from_config(cfg, cfg.steps * updates_per_step)
-  state_sh = ts.state_shardings(
+  state, step_fn, batch_sh = ts.setup(
     mesh,
-    transformer.param_axes(model_cfg),
-    transformer.param_shapes(model_cfg),
+    model_cfg,
+    params,
     optimizer,
-  )
-  state = jax.jit(
-    functools.partial(ts.init_state, optimizer=optimizer),
-    out_shardings=state_sh,
-  )(params)
-  del params
-  batch_sh = mesh_lib.batch_sharding(mesh, 1)
-  step_fn = ts.make_train_step(
     functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg),
-    optimizer,
-    state_sharding=state_sh,
-    batch_sharding=batch_sh,
     micro_batches=cfg.micro_batches,
   )
+  del params
 
   reward_fn, correct_fn = make_reward_fns(cfg)
   ctx = Context(cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params)

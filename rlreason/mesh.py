@@ -60,6 +60,10 @@ def make_mesh(
         f"{dict(zip(AXES, sizes))}"
       )
     sizes[sizes.index(-1)] = len(devices) // known
+  if -1 not in (data, fsdp, tensor) and math.prod(sizes) < len(devices):
+    # Every size explicit and smaller than the host: use the first devices
+    # (e.g. --mesh_fsdp=1 for a single-device run on a multi-device host).
+    devices = devices[: math.prod(sizes)]
   if math.prod(sizes) != len(devices):
     raise ValueError(
       f"Mesh {dict(zip(AXES, sizes))} needs "

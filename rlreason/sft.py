@@ -25,7 +25,6 @@ from rlreason import rollout as rollout_lib
 from rlreason import train_step as ts
 from rlreason.model import hf
 from rlreason.model import tokenizer as tokenizer_lib
-from rlreason.model import transformer
 
 
 def pack(
@@ -144,22 +143,12 @@ def train_on_pairs(
     schedule="cosine",
     grad_clip=1.0,
   )
-  state_sh = ts.state_shardings(
+  state, step_fn, batch_sh = ts.setup(
     mesh,
-    transformer.param_axes(model_cfg),
-    transformer.param_shapes(model_cfg),
+    model_cfg,
+    params,
     optimizer,
-  )
-  state = jax.jit(
-    functools.partial(ts.init_state, optimizer=optimizer),
-    out_shardings=state_sh,
-  )(params)
-  batch_sh = mesh_lib.batch_sharding(mesh, 1)
-  step_fn = ts.make_train_step(
     functools.partial(nll_loss, model_cfg=model_cfg),
-    optimizer,
-    state_sharding=state_sh,
-    batch_sharding=batch_sh,
   )
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)

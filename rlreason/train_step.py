@@ -14,6 +14,7 @@ micro-batches, so the summed micro-batch losses and gradients equal the
 full-batch ones for every aggregation mode (DESIGN.md principle 6).
 """
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -22,6 +23,7 @@ import optax
 
 from rlreason import losses
 from rlreason import mesh as mesh_lib
+from rlreason.model import transformer
 
 LossFn = Callable[[Any, dict, dict], tuple[jax.Array, dict]]
 
@@ -193,3 +195,30 @@ def make_train_step(
       out_shardings=(state_sharding, None),
     )
   return jax.jit(step, donate_argnums=0 if donate else (), **kwargs)
+
+
+def setup(
+  mesh, model_cfg, params, optimizer, loss_fn: LossFn, *, micro_batches: int = 1
+):
+  """(sharded TrainState, jitted step, batch sharding) for `params`.
+
+  The state is laid out by mesh.TRAIN_RULES; the step donates it.
+  """
+  state_sh = state_shardings(
+    mesh,
+    transformer.param_axes(model_cfg),
+    transformer.param_shapes(model_cfg),
+    optimizer,
+  )
+  state = jax.jit(
+    functools.partial(init_state, optimizer=optimizer), out_shardings=state_sh
+  )(params)
+  batch_sh = mesh_lib.batch_sharding(mesh, 1)
+  step = make_train_step(
+    loss_fn,
+    optimizer,
+    state_sharding=state_sh,
+    batch_sharding=batch_sh,
+    micro_batches=micro_batches,
+  )
+  return state, step, batch_sh

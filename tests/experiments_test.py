@@ -27,6 +27,9 @@ SMOKE = dict(
   eval_size=4,
   checkpoint_every=1,
   tensorboard=False,
+  # One device: no cross-device collectives to starve on a loaded 2-core
+  # machine; sharded == single-device is tested in train_step_test.py.
+  mesh_fsdp=1,
 )
 
 EXPERIMENTS = sorted(

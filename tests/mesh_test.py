@@ -30,6 +30,8 @@ def test_make_mesh_fills_minus_one():
     "tensor": 2,
   }
   assert dict(mesh_lib.make_mesh(1, 1, -1).shape)["tensor"] == 8
+  # All sizes explicit and fewer than the devices: the first devices.
+  assert mesh_lib.make_mesh(1, 2, 1).devices.size == 2
 
 
 @pytest.mark.parametrize(
