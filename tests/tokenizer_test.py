@@ -1,0 +1,59 @@
+"""Tokenizers: the built-in char tokenizer and a local HF tokenizer."""
+
+import pytest
+
+from rlreason.model import tokenizer
+
+
+def test_char_tokenizer_round_trip_and_errors():
+  tok = tokenizer.load("char")
+  text = "3+4*2=3+8\n=11\nanswer: 11"
+  ids = tok.encode(text)
+  assert len(ids) == len(text) and min(ids) >= 3
+  assert max(ids) < tok.vocab_size == 128
+  # Special tokens are dropped on decode.
+  assert tok.decode([tok.bos_id] + ids + [tok.eos_id, tok.pad_id]) == text
+  with pytest.raises(ValueError, match="'\u2603' at offset 2"):
+    tok.encode("ab\u2603")
+
+
+def test_templates_for_char_tokenizer():
+  tok = tokenizer.load("char")
+  assert tokenizer.apply_template(tok, "1+1=", "plain") == "1+1="
+  r1 = tokenizer.apply_template(tok, "1+1=", "r1")
+  assert r1.endswith("User: 1+1=\nAssistant: <think>")
+  assert "\\boxed{}" in tokenizer.apply_template(tok, "q", "boxed")
+  with pytest.raises(ValueError, match="Unknown template 'nope'"):
+    tokenizer.apply_template(tok, "q", "nope")
+
+
+def test_hf_tokenizer_from_local_dir_with_chat_template(tmp_path):
+  tokenizers = pytest.importorskip("tokenizers")
+  transformers = pytest.importorskip("transformers")
+  vocab = {"<pad>": 0, "<eos>": 1, "[UNK]": 2}
+  for w in "hello world user assistant system : 1 + 2 = 3".split():
+    vocab.setdefault(w, len(vocab))
+  core = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, "[UNK]"))
+  core.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+  fast = transformers.PreTrainedTokenizerFast(
+    tokenizer_object=core, eos_token="<eos>", pad_token="<pad>"
+  )
+  fast.chat_template = (
+    "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} "
+    "{% endfor %}{% if add_generation_prompt %}assistant : {% endif %}"
+  )
+  fast.save_pretrained(tmp_path)
+
+  tok = tokenizer.load(str(tmp_path))
+  assert (tok.eos_id, tok.pad_id) == (1, 0)
+  ids = tok.encode("1 + 2 = 3")
+  assert tok.decode(ids + [tok.eos_id]) == "1 + 2 = 3"
+  chat = tokenizer.apply_template(tok, "1 + 2", "chat")
+  assert chat == "user : 1 + 2 assistant : "
+  boxed = tokenizer.apply_template(tok, "1 + 2", "boxed")
+  assert boxed.startswith("system : Please reason step by step")
+
+
+def test_unknown_tokenizer_source():
+  with pytest.raises(ValueError, match="expected 'char' or a local"):
+    tokenizer.load("/no/such/dir")
