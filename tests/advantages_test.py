@@ -8,12 +8,12 @@ import functools
 import math
 
 from absl.testing import absltest
-from absl.testing import parameterized
 import chex
 import jax
 import numpy as np
 
 from rlreason import advantages
+from rlreason import testing
 
 _GROUP_ESTIMATORS = {
   "grpo": functools.partial(advantages.group_normalized, group_size=4),
@@ -26,19 +26,7 @@ _GROUP_ESTIMATORS = {
 }
 
 
-class _TestCase(parameterized.TestCase):
-  """Compiles without XLA's optimisation passes, restored after each test.
-
-  These tests compile hundreds of tiny programs (every jitted variant and
-  every eager op) and run each once: XLA's passes would be about half of
-  their time.
-  """
-
-  def setUp(self):
-    super().setUp()
-    flag = "jax_disable_most_optimizations"
-    self.addCleanup(jax.config.update, flag, jax.config.read(flag))
-    jax.config.update(flag, True)
+_TestCase = testing.FastCompileTestCase
 
 
 class GroupNormalizedTest(_TestCase):

@@ -15,6 +15,7 @@ import numpy as np
 
 from rlreason import kl
 from rlreason import losses
+from rlreason import testing
 
 LN = np.log
 
@@ -29,19 +30,7 @@ def _on_policy_grads(loss_fn, logp, adv, mask, modes, **kw):
   return [jax.grad(total)(logp, mode, kw) for mode in modes]
 
 
-class _TestCase(parameterized.TestCase):
-  """Compiles without XLA's optimisation passes, restored after each test.
-
-  These tests compile hundreds of tiny programs (every jitted variant and
-  every eager op) and run each once: XLA's passes would be about half of
-  their time.
-  """
-
-  def setUp(self):
-    super().setUp()
-    flag = "jax_disable_most_optimizations"
-    self.addCleanup(jax.config.update, flag, jax.config.read(flag))
-    jax.config.update(flag, True)
+_TestCase = testing.FastCompileTestCase
 
 
 class AggregateTest(_TestCase):
