@@ -281,7 +281,7 @@ def run_eval(
   )
   # A fixed eval key: every evaluation sees the same randomness.
   rng = jax.random.key(ctx.cfg.seed + 10_007)
-  correct, answers = [], []
+  correct = []
   bs = max(1, ctx.cfg.batch_size * ctx.cfg.group_size // samples)
   for lo in range(0, len(examples), bs):
     chunk = examples[lo : lo + bs]
@@ -292,9 +292,6 @@ def run_eval(
     correct.append(
       np.asarray(ctx.correct_fn(r.texts, gold)).reshape(len(chunk), samples)
     )
-    answers += [
-      r.texts[i * samples : (i + 1) * samples] for i in range(len(chunk))
-    ]
   correct = np.concatenate(correct)
   summary = evaluation.summarize(correct, ks=[k for k in ks if k <= samples])
   out = {}
