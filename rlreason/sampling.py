@@ -426,10 +426,8 @@ def _check_inputs(
     )
 
 
-# Logical axes of a cache k / v buffer (the model's layout, [N, S, K, Dh]).
-_KV_AXES = getattr(
-  transformer, "CACHE_AXES", ("batch", "seq", "kv_heads", "head_dim")
-)
+# Logical axes of a cache k / v buffer (the model's layout).
+_KV_AXES = transformer.CACHE_AXES
 
 
 def _constrain(x: jax.Array, axes: tuple, mesh) -> jax.Array:

@@ -17,7 +17,8 @@ Causality is by slot order (a token attends to itself and to earlier slots), so
 left-padded prompts work with positions that count from 0 at the first real
 token.
 
-KV cache: `init_cache(model_cfg, N, S)` gives fixed-size buffers. Each call
+KV cache: `init_cache(model_cfg, N, S)` gives fixed-size [N, K, S, Dh]
+buffers (no transpose of the cache when decoding). Each call
 writes its Q tokens at slots [index, index + Q) and advances index. All rows
 share the write index (prompts are left padded so that they end together).
 """
@@ -96,8 +97,13 @@ class ModelConfig:
     return self.n_layers * layer + emb + self.d_model
 
 
+# Logical axes of a cache buffer: [N, K, S, Dh], so a decode step attends
+# without transposing the cache (sampling.py constrains it by these names).
+CACHE_AXES = ("batch", "kv_heads", "seq", "head_dim")
+
+
 class Cache(NamedTuple):
-  """KV cache. k, v: per layer [N, S, K, Dh]; pos: [N, S] position of each
+  """KV cache. k, v: per layer [N, K, S, Dh]; pos: [N, S] position of each
   slot (-1 = empty or padding); index: [] next slot to write."""
 
   k: tuple[jax.Array, ...]
@@ -111,7 +117,7 @@ def init_cache(
 ) -> Cache:
   """Empty cache of `length` slots for `n` sequences."""
   dtype = dtype or model_cfg.compute_dtype
-  shape = (n, length, model_cfg.n_kv_heads, model_cfg.head_dim)
+  shape = (n, model_cfg.n_kv_heads, length, model_cfg.head_dim)
   zeros = tuple(jnp.zeros(shape, dtype) for _ in range(model_cfg.n_layers))
   return Cache(
     k=zeros,
@@ -238,16 +244,16 @@ class Attention(nn.Module):
 
     # Write this block into the cache, then attend over every slot.
     k_cache = jax.lax.dynamic_update_slice_in_dim(
-      k_cache, kk.astype(k_cache.dtype), index, axis=1
+      k_cache, kk.swapaxes(1, 2).astype(k_cache.dtype), index, axis=2
     )
     v_cache = jax.lax.dynamic_update_slice_in_dim(
-      v_cache, vv.astype(v_cache.dtype), index, axis=1
+      v_cache, vv.swapaxes(1, 2).astype(v_cache.dtype), index, axis=2
     )
     n, nq = x.shape[0], x.shape[1]
-    s = k_cache.shape[1]
+    s = k_cache.shape[2]
     q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
     scores = jnp.einsum(
-      "nqkgd,nskd->nkgqs",
+      "nqkgd,nksd->nkgqs",
       q,
       k_cache.astype(dt),
       preferred_element_type=jnp.float32,
@@ -259,8 +265,10 @@ class Attention(nn.Module):
     )  # [N, Q, S]
     scores = jnp.where(visible[:, None, None], scores, _MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    out = jnp.einsum("nkgqs,nskd->nqkgd", probs, v_cache.astype(dt))
-    out = out.reshape(n, nq, h, dh)
+    # This output order keeps both products plain batched matmuls over
+    # (N, K); XLA:CPU falls back to a slow dot for the others.
+    out = jnp.einsum("nkgqs,nksd->nkgqd", probs, v_cache.astype(dt))
+    out = out.transpose(0, 3, 1, 2, 4).reshape(n, nq, h, dh)
     wo = _param(
       self,
       "o_kernel",
