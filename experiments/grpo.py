@@ -30,21 +30,14 @@ TPU:  launch/tpu.sh run experiments.grpo --scale=paper \
 
 import dataclasses
 
-import jax.numpy as jnp
-import numpy as np
-
-from rlreason import advantages
-from rlreason import config
 from rlreason import flags as rr_flags
-from rlreason import kl
 from rlreason import loop
-from rlreason import losses
-from rlreason import policy
+from rlreason import objective
 from rlreason import report
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(config.BaseConfig):
+class Config(objective.PGConfig):
   """Laptop-scale defaults; the paper's values are in PAPER below."""
 
   data: str = "task:arithmetic:difficulty=1,n=4000"
@@ -66,11 +59,13 @@ class Config(config.BaseConfig):
   warm_start_noise: float = 0.6
   eval_size: int = 200
   checkpoint_every: int = 20
-  # GRPO's own knobs.
-  kl_coef: float = 0.04  # beta, Sec. 4.2
-  clip_eps: float = 0.2  # epsilon of Eq. 3 (value not stated; PPO default)
-  std_eps: float = 1e-6  # added to the group std (verl's value)
-  aggregation: str = "seq-mean-token-mean"  # Eq. 3
+  # GRPO's own knobs (objective.PGConfig holds the rest).
+  advantage: str = "grpo"  # (1) group-normalised outcome reward
+  kl_coef: float = 0.04  # (2) beta, Sec. 4.2, with the k3 estimator
+  kl_estimator: str = "k3"
+  clip_eps_low: float = 0.2  # epsilon of Eq. 3 (value not stated; PPO's)
+  clip_eps_high: float = 0.2
+  aggregation: str = "seq-mean-token-mean"  # (3) Eq. 3
 
 
 # Sec. 4.2 ("Training and Evaluating DeepSeekMath-RL"): lr 1e-6, beta 0.04,
@@ -103,77 +98,12 @@ PAPER = dict(
 )
 
 
-def make_batch(rollout, examples, ctx):
-  """Rewards and GRPO advantages on whole groups (host side)."""
-  cfg = ctx.cfg
-  rewards, parts = ctx.score(rollout, examples)
-  adv = advantages.group_normalized(  # (1)
-    jnp.asarray(rewards), cfg.group_size, eps=cfg.std_eps
-  )
-  batch = ctx.batch_from_rollout(rollout)
-  batch["adv"] = np.asarray(adv)
-  if cfg.kl_coef:
-    batch["ref_logp"] = ctx.ref_logp(rollout)
-  grouped = rewards.reshape(-1, cfg.group_size)
-  metrics = {
-    "reward": rewards.mean(),
-    "reward_std": grouped.std(-1).mean(),
-    "accuracy": ctx.correct_fn(
-      rollout.texts, [examples[i].answer for i in rollout.prompt_ids]
-    ).mean(),
-    "solved_all": (grouped.min(-1) == grouped.max(-1)).mean(),
-  }
-  metrics.update({f"reward/{k}": v.mean() for k, v in parts.items()})
-  return batch, metrics
-
-
-def loss_fn(params, batch, norm, *, cfg, model_cfg):
-  """Clipped surrogate + beta * k3 KL, aggregated per Eq. 3."""
-  mask = batch["mask"]
-  prompt_len = batch["tokens"].shape[1] - mask.shape[1]
-  logp, entropy = policy.completion_logprobs(
-    params,
-    batch["tokens"],
-    batch["positions"],
-    model_cfg,
-    prompt_len,
-    temperature=cfg.temperature,
-    with_entropy=True,
-  )
-  per_token, m = losses.clipped_surrogate(
-    logp,
-    batch["old_logp"],
-    batch["adv"],
-    mask,
-    clip_eps_low=cfg.clip_eps,
-    clip_eps_high=cfg.clip_eps,
-  )
-  metrics = {}
-  if cfg.kl_coef:
-    kl_tok = kl.kl_k3(logp, batch["ref_logp"])  # (2)
-    per_token = per_token + cfg.kl_coef * kl_tok
-    metrics["kl"] = losses.aggregate(kl_tok, mask)
-  loss = losses.aggregate(
-    per_token,
-    mask,
-    cfg.aggregation,  # (3)
-    max_len=mask.shape[1],
-    **norm,
-  )
-  metrics.update(
-    entropy=losses.aggregate(entropy, mask),
-    clipfrac=losses.aggregate(m["clipfrac"], mask),
-    approx_kl=losses.aggregate(m["approx_kl"], mask),
-  )
-  return loss, metrics
-
-
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   out = loop.train(
     cfg,
-    make_batch=make_batch,
-    loss_fn=loss_fn,
+    make_batch=objective.make_batch,  # (1)
+    loss_fn=objective.loss_fn,  # (2), (3)
     name="grpo",
     needs_ref=cfg.kl_coef > 0,
   )
