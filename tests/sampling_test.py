@@ -4,6 +4,8 @@ Every sampler call here shares a few static configurations, so the module
 compiles the sampler only a handful of times.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -163,6 +165,33 @@ def test_greedy_is_deterministic_argmax_of_full_forward(params):
   mask = np.asarray(a.mask, bool)
   np.testing.assert_array_equal(np.asarray(a.tokens)[mask], want[mask])
   assert (np.asarray(a.logp) == 0).all()  # a point mass
+
+
+def test_bf16_decode_of_fp32_weights_matches_full_forward(params):
+  """The sampler casts fp32 weights to the bf16 compute dtype once, up front;
+  its logits stay those of the bf16 full forward (bf16 tolerance)."""
+  cfg = dataclasses.replace(CFG, dtype="bfloat16")
+  tokens, positions = _prompts(seed=2)
+  out = sampling.sample(
+    params,
+    jnp.asarray(tokens),
+    jnp.asarray(positions),
+    jax.random.key(3),
+    model_cfg=cfg,
+    max_new_tokens=T,
+    sampling=Sampling(TEMPERATURE),
+    stop_ids=STOP,
+    pad_id=PAD,
+    return_logits=True,
+  )
+  full_tokens, full_positions = _full_sequence(tokens, positions, out)
+  full = policy.logits(params, full_tokens, cfg, positions=full_positions)
+  p = tokens.shape[1]
+  want = np.asarray(full[:, p - 1 : p - 1 + T], np.float32)
+  got = np.asarray(out.logits, np.float32)
+  mask = np.asarray(out.mask, bool)
+  scale = np.abs(want[mask]).max()
+  assert np.abs(got[mask] - want[mask]).max() <= 0.05 * scale
 
 
 def test_same_shapes_do_not_recompile(params, sampled):
