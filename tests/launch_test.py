@@ -1,0 +1,177 @@
+"""launch/: dry runs print the expected commands; shellcheck passes."""
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAUNCH = os.path.join(ROOT, "launch")
+SCRIPTS = [
+  "tpu.sh",
+  "gpu.sh",
+  "local.sh",
+  "slurm.sbatch",
+  "env.sh",
+  "common.sh",
+]
+# A 4-worker v4 slice with settings that appear nowhere else.
+ENV = dict(
+  PROJECT="proj-x",
+  ZONE="zone-y",
+  TPU_NAME="slice-z",
+  ACCELERATOR_TYPE="v4-32",
+  NODES="4",
+  GPUS_PER_NODE="8",
+  SLURM_PARTITION="part-q",
+)
+
+
+def _run(*args, env=None):
+  out = subprocess.run(
+    ["bash", *args],
+    cwd=ROOT,
+    env={**os.environ, **ENV, **(env or {})},
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert out.returncode == 0, out.stderr
+  return out.stdout
+
+
+def _commands(stdout):
+  """The printed commands ('+ ...' lines) as argument lists."""
+  return [shlex.split(l[2:]) for l in stdout.splitlines() if l.startswith("+ ")]
+
+
+def test_shellcheck_passes():
+  shellcheck = shutil.which("shellcheck")
+  assert shellcheck, "shellcheck missing: pip install -e '.[test]'"
+  out = subprocess.run(
+    [shellcheck, "-x", *SCRIPTS],
+    cwd=LAUNCH,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_tpu_create_and_delete():
+  (create,) = _commands(_run("launch/tpu.sh", "--dry-run", "create"))
+  assert create[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "create"]
+  for flag in (
+    "slice-z",
+    "--accelerator-type=v4-32",
+    "--project=proj-x",
+    "--zone=zone-y",
+  ):
+    assert flag in create
+  (delete,) = _commands(_run("launch/tpu.sh", "--dry-run", "delete"))
+  assert delete[4:6] == ["delete", "slice-z"] and "--quiet" in delete
+
+
+@pytest.mark.parametrize(
+  "accelerator, workers",
+  [
+    ("v4-8", 1),
+    ("v4-32", 4),
+    ("v5p-128", 16),
+    ("v5litepod-16", 4),
+    ("v6e-8", 1),
+  ],
+)
+def test_worker_count(accelerator, workers):
+  out = _run("launch/tpu.sh", "workers", env={"ACCELERATOR_TYPE": accelerator})
+  assert int(out) == workers
+
+
+def test_tpu_sync_ships_the_head_commit():
+  head = subprocess.run(
+    ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+  ).stdout.strip()
+  archive, scp, unpack = _commands(_run("launch/tpu.sh", "--dry-run", "sync"))
+  assert archive[:3] == ["git", "-C", ROOT] and archive[-1] == head
+  assert scp[4] == "scp" and "--worker=all" in scp
+  command = [a for a in unpack if a.startswith("--command=")][0]
+  assert f"tar xzf rlreason-{head}.tar.gz" in command
+  assert f"echo {head} > $HOME/rlreason/COMMIT" in command
+
+
+def test_tpu_run_starts_every_worker_in_our_tmux_session():
+  out = _run(
+    "launch/tpu.sh",
+    "--dry-run",
+    "run",
+    "experiments.grpo",
+    "--scale=paper",
+    "--note=it's quoted",
+  )
+  (ssh,) = _commands(out)
+  assert ssh[4:6] == ["ssh", "slice-z"] and "--worker=all" in ssh
+  remote = [a for a in ssh if a.startswith("--command=")][0]
+  job = shlex.split(remote.split("tmux new-session -d -s rlreason ", 1)[1])[0]
+  assert job.startswith("cd $HOME/rlreason && RLREASON_MULTIHOST=1 python3 -m")
+  argv = shlex.split(job.split(" -m ", 1)[1].split(" 2>&1 ")[0])
+  assert argv == ["experiments.grpo", "--scale=paper", "--note=it's quoted"]
+  # A second `run` refuses to start beside a running one.
+  assert "tmux has-session -t rlreason" in remote
+
+
+def test_tpu_stop_kills_only_our_session():
+  (ssh,) = _commands(_run("launch/tpu.sh", "--dry-run", "stop"))
+  remote = [a for a in ssh if a.startswith("--command=")][0]
+  assert "tmux kill-session -t rlreason" in remote
+  assert not re.search(r"\b(pkill|killall|kill -9)\b", remote)
+  assert "--worker=all" in ssh
+
+
+def test_slurm_submit_prints_sbatch_and_srun_for_4_nodes():
+  out = _run(
+    "launch/gpu.sh", "--dry-run", "submit", "experiments.grpo", "--scale=paper"
+  )
+  cmds = _commands(out)
+  sbatch = [c for c in cmds if c[0] == "sbatch"][0]
+  for flag in ("--nodes=4", "--gpus-per-node=8", "--partition=part-q"):
+    assert flag in sbatch
+  assert sbatch[-3:] == [
+    os.path.join(LAUNCH, "slurm.sbatch"),
+    "experiments.grpo",
+    "--scale=paper",
+  ]
+  srun = [c for c in cmds if c[0] == "srun"][0]
+  assert "--nodes=4" in srun and "--ntasks-per-node=1" in srun
+  assert srun[-4:] == ["python3", "-m", "experiments.grpo", "--scale=paper"]
+  assert "RLREASON_MULTIHOST=1" in srun
+
+
+def test_local_dry_run_starts_n_processes_on_loopback():
+  out = _run(
+    "launch/local.sh",
+    "--dry-run",
+    "2",
+    "experiments.grpo",
+    "--steps=2",
+    env={"PORT": "12345"},
+  )
+  procs = [c for c in _commands(out) if c[0] == "timeout"]
+  assert len(procs) == 2
+  for i, cmd in enumerate(procs):
+    assert "JAX_COORDINATOR_ADDRESS=127.0.0.1:12345" in cmd
+    assert f"JAX_PROCESS_ID={i}" in cmd and "JAX_NUM_PROCESSES=2" in cmd
+
+
+def test_bad_module_is_refused():
+  out = subprocess.run(
+    ["bash", "launch/tpu.sh", "--dry-run", "run", "rm -rf /"],
+    cwd=ROOT,
+    env={**os.environ, **ENV},
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
+  assert out.returncode != 0 and "not a python module" in out.stderr
