@@ -22,7 +22,9 @@ setuptools.setup(
         "JAX/TPU-native RL for language-model reasoning (GRPO, PPO and paper"
         " variants)."
     ),
-    packages=setuptools.find_packages(include=["rlreason", "rlreason.*"]),
+    packages=setuptools.find_packages(
+        include=["rlreason", "rlreason.*", "experiments", "experiments.*"]
+    ),
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",

@@ -9,13 +9,25 @@ interval (normal approximation over problems; Wilson for 0/1 accuracies).
   maj@k   the majority answer among the first k samples is correct. Ties go
           to the answer seen first; unparsed answers (None) do not vote.
   mean@k  mean correctness of the first k samples (avg@k in some papers).
+
+`sample_and_score` generates and verifies the samples these metrics read
+(greedy, or n per problem at a temperature) with a fixed key, so every
+evaluation of the same params sees the same randomness.
 """
 
 import collections
+import dataclasses
 import math
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
+import jax
 import numpy as np
+
+from rlreason import sampling as sampling_lib
+
+# Offset of the evaluation key from the run's seed: evaluation randomness is
+# fixed and differs from the training rollouts'.
+EVAL_SEED_OFFSET = 10_007
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -123,3 +135,73 @@ def markdown_table(
     ]
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scored:
+  """n completions for each of B problems and their verdicts.
+
+  Attributes:
+    texts: B lists of n completion strings.
+    correct: [B, n] 0/1 correctness from the verifier.
+    answers: B lists of n extracted answers (None: unparsed), for maj@k;
+      None when no extractor was given.
+  """
+
+  texts: list[list[str]]
+  correct: np.ndarray
+  answers: list[list[Hashable | None]] | None = None
+
+
+def sample_and_score(
+  ctx,
+  params,
+  examples,
+  *,
+  step: int,
+  samples: int = 1,
+  temperature: float = 1.0,
+  seed: int = 0,
+  sequences_per_call: int = 128,
+  extract_fn: Callable[[str], Hashable | None] | None = None,
+) -> Scored:
+  """Greedy (samples=1) or `samples` sampled completions per problem.
+
+  Args:
+    ctx: a loop.Context (its `generate` and `correct_fn` are used).
+    params: the policy.
+    examples: B data.Examples; gold answers come from `.answer`.
+    step: folded into the sampling key (as in the training rollouts).
+    samples: n completions per problem; 1 decodes greedily.
+    temperature: sampling temperature when samples > 1.
+    seed: the run's seed; the key is seed + EVAL_SEED_OFFSET.
+    sequences_per_call: prompts go through `ctx.generate` in chunks of
+      sequences_per_call // samples (at least 1).
+    extract_fn: completion -> hashable answer (None when unparsed), for
+      maj@k; None skips extraction.
+  """
+  if not examples:
+    raise ValueError("sample_and_score: no examples to evaluate")
+  sampling = sampling_lib.Sampling(
+    temperature=0.0 if samples == 1 else temperature
+  )
+  rng = jax.random.key(seed + EVAL_SEED_OFFSET)
+  per_call = max(1, sequences_per_call // samples)
+  texts, correct = [], []
+  for lo in range(0, len(examples), per_call):
+    chunk = examples[lo : lo + per_call]
+    r = ctx.generate(
+      params, chunk, rng, step, group_size=samples, sampling=sampling
+    )
+    gold = [chunk[i].answer for i in r.prompt_ids]
+    # Completions are prompt-major: prompt i owns rows i*n .. (i+1)*n - 1.
+    correct.append(
+      np.asarray(ctx.correct_fn(r.texts, gold)).reshape(len(chunk), samples)
+    )
+    texts += [
+      list(r.texts[i * samples : (i + 1) * samples]) for i in range(len(chunk))
+    ]
+  answers = None
+  if extract_fn is not None:
+    answers = [[extract_fn(t) for t in row] for row in texts]
+  return Scored(texts, np.concatenate(correct), answers)

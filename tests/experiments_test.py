@@ -35,7 +35,7 @@ SMOKE = dict(
 EXPERIMENTS = sorted(
   m.name
   for m in pkgutil.iter_modules(experiments.__path__)
-  if not m.ispkg and m.name not in ("reproduce",)
+  if not m.ispkg and m.name not in ("reproduce", "evaluate")
 )
 
 

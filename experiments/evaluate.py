@@ -1,0 +1,149 @@
+r"""Score a checkpoint on a task or dataset and write a table.
+
+  python -m experiments.evaluate --checkpoint=workdirs/grpo
+  python -m experiments.evaluate --checkpoint=workdirs/grpo/checkpoints/60 \
+      --data=task:arithmetic:difficulty=2 --samples=8 --ks=1,4,8
+  python -m experiments.evaluate --checkpoint=/ckpt/Qwen2.5-Math-1.5B \
+      --data=/data/math500.jsonl --template=boxed --max_new_tokens=2048 \
+      --samples=16 --dtype=bfloat16 --out=/runs/eval/q15_math500
+  python -m experiments.evaluate --checkpoint=workdirs/grpo \
+      --export_hf=workdirs/grpo/hf --evaluate=false
+
+--checkpoint is an RL workdir (its latest checkpoint), one of its
+checkpoints/<step>, a Hugging Face directory, or a preset name (random init).
+A workdir's model, tokenizer, template, lengths and seed are the ones its
+config.json records, and without --data it is scored on the held-out data
+the run evaluated on; flags left at "" / 0 / -1 keep those values.
+
+Writes to --out (default <workdir>/eval/step_<N>, or workdirs/eval/<name>):
+eval.md (the table, also printed), eval.json (settings + every metric with
+its 95% interval) and samples.jsonl (per problem: prompt, gold answer,
+completions, extracted answers, correct). --export_hf=DIR also writes the
+params as an HF directory (config.json + safetensors, the tokenizer files
+when the run used an HF tokenizer; the "tiny" preset's tokenizer is the
+built-in character tokenizer, which has none).
+"""
+
+import dataclasses
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from rlreason import data as data_lib
+from rlreason import evaluate as evaluate_lib
+from rlreason import flags as rr_flags
+from rlreason import mesh as mesh_lib
+from rlreason import trained
+
+
+def _field(default, help_text):
+  return dataclasses.field(default=default, metadata={"help": help_text})
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Flags of the evaluate entry point; "" / 0 / -1 = the run's value."""
+
+  checkpoint: str = _field(
+    "", "RL workdir, workdir/checkpoints/<step>, HF directory or preset"
+  )
+  data: str = _field("", "data spec; '' = the run's held-out data")
+  split: str = _field("eval", "split to load (task eval splits are held out)")
+  num_problems: int = _field(-1, "first N; 0 = all, -1 = the run's eval_size")
+  samples: int = _field(1, "samples per problem; 1 = greedy only")
+  ks: str = _field("", "comma-separated k for pass@k etc; '' = 1,2,4..n")
+  temperature: float = _field(1.0, "sampling temperature (samples > 1)")
+  greedy: bool = _field(True, "also decode greedily when samples > 1")
+  out: str = _field("", "output directory; '' = <workdir>/eval/step_<N>")
+  write_samples: bool = _field(True, "write samples.jsonl")
+  export_hf: str = _field("", "also write the params as an HF directory")
+  evaluate: bool = _field(True, "score the checkpoint (false: export only)")
+  template: str = _field("", "prompt template; '' = the run's (plain)")
+  tokenizer: str = _field("", "'' = the run's (char for presets)")
+  max_prompt_len: int = _field(0, "0 = the run's")
+  max_new_tokens: int = _field(0, "0 = the run's")
+  seed: int = _field(-1, "eval key and preset init; -1 = the run's (0)")
+  dtype: str = _field("", "compute dtype; '' = the run's (float32)")
+  param_dtype: str = _field("", "'' = the run's (float32)")
+  sequences_per_call: int = _field(0, "sequences per generate call")
+  mesh_data: int = _field(1, "mesh axis sizes, as in training")
+  mesh_fsdp: int = _field(-1, "-1 = all remaining devices")
+  mesh_tensor: int = _field(1, "tensor-parallel axis size")
+
+
+def _ks(text: str) -> tuple[int, ...]:
+  try:
+    return tuple(int(k) for k in text.split(",") if k.strip())
+  except ValueError:
+    raise ValueError(f"--ks={text!r}: expected integers like 1,4,8") from None
+
+
+def default_out(policy: trained.Policy) -> str:
+  if policy.workdir is not None:
+    return os.path.join(policy.workdir, "eval", f"step_{policy.step}")
+  name = os.path.basename(os.path.normpath(policy.source))
+  return os.path.join("workdirs", "eval", name)
+
+
+def run(cfg: Config) -> dict:
+  """Loads, optionally exports, evaluates and writes; returns the results."""
+  mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
+  policy = trained.load(
+    cfg.checkpoint,
+    mesh=mesh,
+    dtype=cfg.dtype,
+    param_dtype=cfg.param_dtype,
+    seed=None if cfg.seed < 0 else cfg.seed,
+  )
+  where = f" step {policy.step}" if policy.step is not None else ""
+  print(f"Loaded {policy.kind} {cfg.checkpoint}{where}", flush=True)
+  out = {"policy": policy}
+  if cfg.export_hf:
+    out["export_hf"] = trained.export_hf(policy, cfg.export_hf)
+    print(f"Exported HF checkpoint to {cfg.export_hf}", flush=True)
+  if not cfg.evaluate:
+    return out
+  report = evaluate_lib.evaluate(
+    policy,
+    data=cfg.data,
+    split=cfg.split,
+    num_problems=None if cfg.num_problems < 0 else cfg.num_problems,
+    samples=cfg.samples,
+    temperature=cfg.temperature,
+    ks=_ks(cfg.ks),
+    greedy=cfg.greedy,
+    sequences_per_call=cfg.sequences_per_call,
+    template=cfg.template or None,
+    tokenizer=cfg.tokenizer or None,
+    max_prompt_len=cfg.max_prompt_len or None,
+    max_new_tokens=cfg.max_new_tokens or None,
+  )
+  out_dir = cfg.out or default_out(policy)
+  paths = evaluate_lib.write(report, out_dir, samples_jsonl=cfg.write_samples)
+  with open(paths["md"]) as f:
+    print(f.read(), flush=True)
+  print(f"Wrote {', '.join(paths.values())}", flush=True)
+  return {**out, "report": report, "out": out_dir, "files": paths}
+
+
+def _main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  values = flags.FLAGS
+  cfg = Config(
+    **{f.name: values[f.name].value for f in dataclasses.fields(Config)}
+  )
+  try:
+    run(cfg)
+  except (trained.CheckpointError, data_lib.DataError) as e:
+    sys.exit(f"Error: {e}")  # A bad path or spec: the message says which.
+
+
+if __name__ == "__main__":
+  rr_flags.define_from_dataclass(Config)  # Only here: imports define none.
+  app.run(_main)
