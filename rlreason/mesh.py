@@ -168,15 +168,23 @@ def to_host(tree):
 
 
 def put_global(tree, sharding):
-  """Host numpy (identical on every process) -> global arrays on `sharding`.
+  """Host values (identical on every process) -> global arrays on `sharding`.
 
-  Each process contributes only the shards its own devices hold.
+  Leaves are numpy arrays, scalars or process-local jax arrays (PRNG keys
+  included). On one host this is jax.device_put. With several processes,
+  each contributes only the shards its own devices hold.
   """
 
   def put(x):
-    x = np.asarray(x)
+    if not isinstance(x, jax.Array):
+      x = np.asarray(x)
     if sharding.is_fully_addressable:
       return jax.device_put(x, sharding)
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      # Keys travel as their raw uint32 data.
+      data = put(jax.random.key_data(x))
+      return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+    x = np.asarray(x)
     return jax.make_array_from_callback(x.shape, sharding, lambda i: x[i])
 
   return jax.tree.map(put, tree)

@@ -90,7 +90,14 @@ def _cell(d: dict | None, k: str) -> str:
 
 
 def write(workdir: str, title: str = "") -> str:
-  """Writes workdir/report.md and workdir/curves.png; returns the md path."""
+  """Writes workdir/report.md and workdir/curves.png; returns the md path.
+
+  In a multi-process run only process 0 writes.
+  """
+  import jax  # Lazy: the report CLI never starts a JAX backend.
+
+  if jax.distributed.is_initialized() and jax.process_index() != 0:
+    return os.path.join(workdir, "report.md")
   rows = metrics_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
   cfg = _load(os.path.join(workdir, "config.json")) or {}
   before = _load(os.path.join(workdir, "eval_before.json"))

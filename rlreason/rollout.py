@@ -186,7 +186,7 @@ def generate(
     )
     # Every process holds the same global batch and places its own shards.
     tokens, positions = mesh_lib.put_global((tokens, positions), batch)
-    rng, step = jax.device_put((rng, step), mesh_lib.replicated(mesh))
+    rng, step = mesh_lib.put_global((rng, step), mesh_lib.replicated(mesh))
   out = sampling_lib.sample(
     params,
     tokens,

@@ -71,6 +71,34 @@ def nll_loss(params, batch, norm, *, model_cfg, mode="token-mean"):
   return loss, {"nll": loss}
 
 
+def rejection_sampled(
+  correct, texts, group_size: int, *, dedup: bool = True
+) -> np.ndarray:
+  """[N] 0/1: the completions expert iteration imitates.
+
+  Rejection sampling (expert iteration in Havrilla et al. 2024,
+  arXiv:2403.04642; STaR, RAFT, ReST-EM): keep the verified-correct
+  samples and, with `dedup`, only the first copy of each distinct
+  completion text of a prompt, so that a repeated solution is not
+  weighted up.
+
+  Args:
+    correct: [N] 0/1 correctness (> 0 = correct), N = B * G.
+    texts: N completion strings, each prompt's G contiguous.
+    group_size: G.
+    dedup: drop later duplicates within a group.
+  """
+  keep = np.asarray(correct, np.float32) > 0
+  if dedup:
+    for lo in range(0, len(texts), group_size):
+      seen = set()
+      for i in range(lo, lo + group_size):
+        if keep[i]:
+          keep[i] = texts[i] not in seen
+          seen.add(texts[i])
+  return keep.astype(np.float32)
+
+
 def off_by_one(solution: str) -> str:
   """The solution with its final integer answer line increased by one.
 
@@ -231,6 +259,8 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     seed=cfg.seed,
     label="warm start",
   )
+  # Every process takes part in gathering the parameters; process 0 writes.
+  params = mesh_lib.to_host(params)
   if jax.process_index() == 0:
     tmp = out + ".tmp"
     hf.save(tmp, model_cfg, params)

@@ -1,0 +1,258 @@
+"""Multi-process: 2 processes x 2 CPU devices == 1 process x 4 devices.
+
+Two processes on 127.0.0.1 (jax.distributed, gloo CPU collectives; set up by
+loop.maybe_initialize_distributed from the environment, as on a cluster)
+run a few GRPO steps (warm start, rollouts, updates, per-step checkpoints,
+evaluation) in one shared workdir. A single process with 4 simulated devices
+runs the same config on the same mesh. Metrics and final parameters match,
+and only process 0 writes the logs.
+
+Each run is a subprocess of tests/multihost_worker.py, in its own process
+group, killed when it outlives its time limit.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
+# Generous: two processes of 2 devices each share a loaded 2-core machine.
+TIMEOUT_S = 420
+
+CONFIG = dict(
+  steps=3,
+  batch_size=4,
+  group_size=4,
+  max_new_tokens=16,
+  warm_start_steps=2,
+  warm_start_batch_size=8,
+  eval_size=4,
+  checkpoint_every=1,
+  tensorboard=False,
+  reward="digits",  # registered by the worker: non-zero advantages at once
+  # 4 devices: 2 processes x 2, or 1 process x 4. FSDP over all of them puts
+  # every parameter and the batch across both processes.
+  mesh_fsdp=4,
+)
+
+# Values that differ between runs by nature, not by computation.
+WALL_CLOCK = ("time", "tokens_per_sec")
+
+
+def _free_port() -> int:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _env(devices: int, **extra) -> dict:
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if not k.startswith(("JAX_", "RLREASON_"))
+  }
+  env.update(
+    JAX_PLATFORMS="cpu",
+    XLA_FLAGS=" ".join(
+      [
+        f"--xla_force_host_platform_device_count={devices}",
+        # XLA:CPU aborts a collective whose participants are more than 40 s
+        # apart; under load on a shared 2-core machine they can be.
+        "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120",
+        "--xla_cpu_collective_call_terminate_timeout_seconds=300",
+      ]
+    ),
+    **extra,
+  )
+  return env
+
+
+def _run_all(runs, timeout=TIMEOUT_S):
+  """Starts (args, env, log path) runs together; waits for all to succeed.
+
+  On a failure or the time limit, every run still alive is killed (its
+  whole process group: reward pools included) and the test fails with the
+  tail of each log.
+  """
+  procs = []
+  for args, env, log in runs:
+    with open(log, "w") as f:
+      procs.append(
+        subprocess.Popen(
+          [sys.executable, WORKER, *args],
+          env=env,
+          stdout=f,
+          stderr=subprocess.STDOUT,
+          start_new_session=True,
+        )
+      )
+  deadline = time.monotonic() + timeout
+  failed = None
+  try:
+    while any(p.poll() is None for p in procs):
+      if any(p.poll() not in (None, 0) for p in procs):
+        failed = "a process failed"
+        break
+      if time.monotonic() > deadline:
+        failed = f"timed out after {timeout} s"
+        break
+      time.sleep(0.2)
+    else:
+      if any(p.returncode for p in procs):
+        failed = "a process failed"
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+  if failed:
+    tails = []
+    for (_, _, log), p in zip(runs, procs):
+      with open(log) as f:
+        tails.append(f"--- {log} (exit {p.returncode}):\n{f.read()[-3000:]}")
+    pytest.fail(f"{failed}\n" + "\n".join(tails))
+
+
+def _train_rows(workdir):
+  rows = [
+    json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))
+  ]
+  return [
+    {k: v for k, v in r.items() if not k.startswith(WALL_CLOCK)} for r in rows
+  ]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """The two-process run, then the single-process reference.
+
+  They share the warm-start cache: the two processes compute and write it
+  (exercising the multi-process warm start), the reference reuses it, so the
+  RL steps start from the same parameters. (Run separately, the two warm
+  starts differ by float rounding in the all-reduce order, which Adam
+  amplifies to ~1e-5.)
+  """
+  tmp = tmp_path_factory.mktemp("multihost")
+  cache = str(tmp / "cache")
+  multi = dict(CONFIG, workdir=str(tmp / "multi"), cache_dir=cache)
+  port = _free_port()
+  _run_all(
+    [
+      (
+        [json.dumps(multi), str(tmp / f"proc{i}")],
+        _env(
+          2,
+          RLREASON_MULTIHOST="1",
+          JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+          JAX_NUM_PROCESSES="2",
+          JAX_PROCESS_ID=str(i),
+          RLREASON_DISTRIBUTED_TIMEOUT="120",
+        ),
+        tmp / f"proc{i}.log",
+      )
+      for i in range(2)
+    ]
+  )
+  single = dict(CONFIG, workdir=str(tmp / "single"), cache_dir=cache)
+  _run_all(
+    [([json.dumps(single), str(tmp / "single")], _env(4), tmp / "single.log")]
+  )
+  return tmp
+
+
+def test_processes_see_the_global_mesh(runs):
+  for i in range(2):
+    info = json.load(open(runs / f"proc{i}.json"))
+    assert info["process_index"] == i
+    assert info["process_count"] == 2
+    assert info["device_count"] == 4
+  single = json.load(open(runs / "single.json"))
+  assert (single["process_count"], single["device_count"]) == (1, 4)
+
+
+def test_metrics_match_single_process(runs):
+  single, multi = _train_rows(runs / "single"), _train_rows(runs / "multi")
+  # Written once per step: process 1 wrote no rows of its own.
+  assert [r["step"] for r in multi] == [r["step"] for r in single]
+  assert [r["step"] for r in single] == [0, 1, 2, 3, 3]
+  assert any(r.get("grad_norm", 0) > 0 for r in single)  # the params moved
+  for a, b in zip(single, multi):
+    assert sorted(a) == sorted(b)
+    for k in a:
+      np.testing.assert_allclose(
+        b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=f"step {a['step']} {k}"
+      )
+
+
+def test_final_params_match_single_process(runs):
+  single = np.load(runs / "single.npz")
+  p0, p1 = np.load(runs / "proc0.npz"), np.load(runs / "proc1.npz")
+  assert sorted(single) == sorted(p0) == sorted(p1)
+  for k in single:
+    np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
+    np.testing.assert_allclose(
+      p0[k], single[k], rtol=1e-5, atol=1e-6, err_msg=k
+    )
+
+
+def _checkpoint(workdir, step):
+  """(params as numpy, meta) of a run's checkpoint, restored in this process."""
+  step_dir = os.path.join(workdir, "checkpoints", str(step))
+  checkpointer = ocp.StandardCheckpointer()
+  saved = checkpointer.metadata(os.path.join(step_dir, "state"))
+  cpu = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = jax.tree.map(
+    lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=cpu),
+    saved.item_metadata,
+  )
+  state = checkpointer.restore(os.path.join(step_dir, "state"), target)
+  with open(os.path.join(step_dir, "meta", "metadata")) as f:
+    meta = json.load(f)
+  return jax.tree.map(np.asarray, state["params"]), meta
+
+
+def test_checkpoint_written_by_both_processes_restores(runs):
+  multi, meta = _checkpoint(runs / "multi", CONFIG["steps"])
+  single, single_meta = _checkpoint(runs / "single", CONFIG["steps"])
+  assert meta == single_meta
+  final = np.load(runs / "proc0.npz")
+  flat = {
+    jax.tree_util.keystr(path): x
+    for path, x in jax.tree_util.tree_leaves_with_path(multi)
+  }
+  assert sorted(flat) == sorted(final)
+  for k, x in flat.items():
+    np.testing.assert_array_equal(x, final[k], err_msg=k)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+    multi,
+    single,
+  )
+
+
+def test_only_process_0_writes(runs):
+  multi = runs / "multi"
+  for f in (
+    "config.json",
+    "COMMIT",
+    "metrics.jsonl",
+    "eval_before.json",
+    "eval_after.json",
+    "report.md",
+  ):
+    assert (multi / f).exists(), f
+  # MetricWriter appends: a second writer would have duplicated every row.
+  steps = [r["step"] for r in _train_rows(multi)]
+  assert steps == [0, 1, 2, 3, 3]
+  # The warm start was written once, atomically, into the shared cache.
+  names = [p.name for p in (runs / "cache").iterdir()]
+  assert len(names) == 1 and names[0].startswith("sft-"), names

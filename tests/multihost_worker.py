@@ -1,0 +1,68 @@
+"""One process of a GRPO run, for tests/multihost_test.py (not a test).
+
+  python tests/multihost_worker.py '<config overrides as JSON>' OUT_PREFIX
+
+Runs experiments.grpo.run with the overrides, then writes OUT_PREFIX.npz
+(the final parameters, gathered from every process: all processes must take
+part) and OUT_PREFIX.json (the returned scalar metrics). Multi-process
+settings come from the environment (RLREASON_MULTIHOST=1,
+JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), as in a real
+launch.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+
+# Run as a script: the repository root is not on the path by itself.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# The same numerics as the tests (tests/conftest.py).
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_default_matmul_precision", "highest")
+# Compile-bound (a few steps of a tiny model): skip XLA's optimisation passes,
+# as rlreason.testing.FastCompileTestCase does.
+jax.config.update("jax_disable_most_optimizations", True)
+
+from experiments import grpo  # noqa: E402
+from rlreason import mesh as mesh_lib  # noqa: E402
+from rlreason import rewards  # noqa: E402
+
+# A reward that varies within every group from the first step (the digits
+# written), so that a run of a few steps of a barely trained model already
+# has non-zero advantages and moves the parameters.
+rewards.register(
+  "digits",
+  lambda completions, answers=None: np.array(
+    [sum(ch.isdigit() for ch in c) for c in completions], np.float32
+  ),
+)
+
+
+def main(overrides: str, out_prefix: str) -> None:
+  cfg = dataclasses.replace(grpo.Config(), **json.loads(overrides))
+  out = grpo.run(cfg)
+  params = mesh_lib.to_host(out["state"].params)
+  flat = {
+    jax.tree_util.keystr(path): np.asarray(x)
+    for path, x in jax.tree_util.tree_leaves_with_path(params)
+  }
+  np.savez(out_prefix + ".npz", **flat)
+  scalars = {
+    k: float(v)
+    for k, v in out.items()
+    if isinstance(v, (int, float, np.floating, np.integer))
+  }
+  scalars["process_index"] = jax.process_index()
+  scalars["process_count"] = jax.process_count()
+  scalars["device_count"] = jax.device_count()
+  with open(out_prefix + ".json", "w") as f:
+    json.dump(scalars, f)
+
+
+if __name__ == "__main__":
+  main(*sys.argv[1:])
