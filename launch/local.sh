@@ -29,11 +29,15 @@ port="${PORT:-$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0
 log_dir="${LOG_DIR:-rlreason-logs/local}"
 run mkdir -p "$log_dir"
 
+# XLA:CPU aborts a collective whose participants arrive more than 40 s apart;
+# processes sharing a few cores can be that far apart.
+collective_timeouts="--xla_cpu_collective_call_warn_stuck_timeout_seconds=120 --xla_cpu_collective_call_terminate_timeout_seconds=300"
+
 pids=()
 for ((i = 0; i < n; i++)); do
   cmd=(timeout "${TIMEOUT:-900}" env JAX_PLATFORMS=cpu
-    XLA_FLAGS="--xla_force_host_platform_device_count=${DEVICES_PER_PROCESS:-2}"
-    RLREASON_MULTIHOST=1 JAX_COORDINATOR_ADDRESS="127.0.0.1:$port"
+    XLA_FLAGS="--xla_force_host_platform_device_count=${DEVICES_PER_PROCESS:-2} $collective_timeouts"
+    RLREASON_MULTIHOST=1 RLREASON_DISTRIBUTED_TIMEOUT=300 JAX_COORDINATOR_ADDRESS="127.0.0.1:$port"
     JAX_NUM_PROCESSES="$n" JAX_PROCESS_ID="$i"
     "$python" -m "$module" "$@")
   printf '+ %s > %s 2>&1 &\n' "$(quote_all "${cmd[@]}")" "$log_dir/process-$i.log"

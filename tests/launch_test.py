@@ -1,5 +1,6 @@
 """launch/: dry runs print the expected commands; shellcheck passes."""
 
+import json
 import os
 import re
 import shlex
@@ -175,3 +176,48 @@ def test_bad_module_is_refused():
     timeout=60,
   )
   assert out.returncode != 0 and "not a python module" in out.stderr
+
+
+def test_local_two_process_run_trains_and_writes_one_set_of_logs(tmp_path):
+  """launch/local.sh: 2 processes x 2 CPU devices, jax.distributed on."""
+  workdir, logs = tmp_path / "run", tmp_path / "logs"
+  flags = dict(
+    steps=2,
+    batch_size=4,
+    group_size=4,
+    max_new_tokens=16,
+    warm_start_steps=2,
+    warm_start_batch_size=8,
+    eval_size=4,
+    checkpoint_every=1,
+    tensorboard=False,
+    workdir=workdir,
+    cache_dir=tmp_path / "cache",
+  )
+  out = subprocess.run(
+    [
+      "bash",
+      "launch/local.sh",
+      "2",
+      "experiments.grpo",
+      *[f"--{k}={v}" for k, v in flags.items()],
+    ],
+    cwd=ROOT,
+    env={**os.environ, "LOG_DIR": str(logs), "TIMEOUT": "600"},
+    capture_output=True,
+    text=True,
+    timeout=700,
+  )
+  process_logs = "".join(
+    f"--- {p}\n{p.read_text()[-2000:]}" for p in sorted(logs.glob("*.log"))
+  )
+  assert out.returncode == 0, out.stderr + process_logs
+  assert sorted(p.name for p in logs.iterdir()) == [
+    "process-0.log",
+    "process-1.log",
+  ]
+  rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+  # One set of logs: every training step appears once (process 0 writes).
+  assert [r["step"] for r in rows if "loss" in r] == [1, 2]
+  for name in ("config.json", "COMMIT", "eval_after.json", "report.md"):
+    assert (workdir / name).exists(), name
