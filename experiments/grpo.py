@@ -105,7 +105,7 @@ def run(cfg: Config) -> dict:
     make_batch=objective.make_batch,  # (1)
     loss_fn=objective.loss_fn,  # (2), (3)
     name="grpo",
-    needs_ref=cfg.kl_coef > 0,
+    needs_ref=cfg.needs_ref,
   )
   report.write(out["workdir"], title="GRPO (DeepSeekMath)")
   return out

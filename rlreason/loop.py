@@ -52,6 +52,14 @@ def maybe_initialize_distributed(cfg) -> None:
   Coordinator address, process count and id come from the environment
   (TPU VMs and SLURM are detected by JAX itself; otherwise set
   JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID).
+  RLREASON_DISTRIBUTED_TIMEOUT (seconds) bounds the wait for the others.
+
+  Every process then runs the same host-side code on the same global batch
+  (prompts, rewards, advantages: cheap next to the model) and places only
+  the shards its own devices hold (mesh.put_global); device results come
+  back gathered (mesh.to_host). All processes take part in checkpoints;
+  only process 0 writes logs, metrics and reports. A run matches the
+  single-process run on the same mesh (tests/multihost_test.py).
   """
   if not (cfg.multihost or os.environ.get("RLREASON_MULTIHOST") == "1"):
     return
@@ -63,6 +71,10 @@ def maybe_initialize_distributed(cfg) -> None:
       coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
       num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
       process_id=int(os.environ["JAX_PROCESS_ID"]),
+    )
+  if "RLREASON_DISTRIBUTED_TIMEOUT" in os.environ:
+    kwargs["initialization_timeout"] = int(
+      os.environ["RLREASON_DISTRIBUTED_TIMEOUT"]
     )
   if (
     jax.config.jax_platforms in (None, "", "cpu")
@@ -85,6 +97,17 @@ class Context:
   correct_fn: Callable  # (completions, answers) -> 0/1 [N]
   ref_params: Any = None
   params: Any = None  # the policy that sampled the current rollout
+  # (round) -> (rollout, examples): the next B prompts of the run's prompt
+  # iterator, sampled by `params` with a key of (seed, step, round). Set by
+  # the loop during make_batch, for methods that sample more than one batch
+  # per step (DAPO dynamic sampling, rlreason/dynamic_sampling.py).
+  sample_more: Callable | None = None
+  # Parameters trained beside the policy (train(..., extra_params=...)),
+  # e.g. {"critic": ...} (value.py), as of the current rollout.
+  extra: dict | None = None
+  # The RL step being built (0-based), set by the loop before make_batch,
+  # for reward schedules (e.g. experiments/format_length.py).
+  step: int = 0
 
   def encode_prompts(self, examples) -> list[list[int]]:
     return [
@@ -195,13 +218,18 @@ def load_model(cfg, mesh):
 
 
 def load_tokenizer(cfg):
+  """--tokenizer, else the tokenizer saved with --init_from or --model.
+
+  --model is checked too: a warm start's cache directory (--init_from) holds
+  weights only, and the char tokenizer would silently not match the model.
+  """
   if cfg.tokenizer:
     return tokenizer_lib.load(cfg.tokenizer)
-  source = cfg.init_from or cfg.model
-  if os.path.isdir(source) and os.path.exists(
-    os.path.join(source, "tokenizer_config.json")
-  ):
-    return tokenizer_lib.load(source)
+  for source in (cfg.init_from, cfg.model):
+    if os.path.isdir(source) and os.path.exists(
+      os.path.join(source, "tokenizer_config.json")
+    ):
+      return tokenizer_lib.load(source)
   return tokenizer_lib.load("char")
 
 
@@ -260,7 +288,13 @@ def write_run_info(workdir: str, cfg) -> None:
     ).stdout
     commit += "-dirty" if dirty.strip() else ""
   except (OSError, subprocess.SubprocessError):
+    # A tree shipped without .git (launch/tpu.sh sync) records its commit.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shipped = os.path.join(root, "COMMIT")
     commit = "unknown"
+    if os.path.exists(shipped):
+      with open(shipped) as f:
+        commit = f.read().strip() or commit
   with open(os.path.join(workdir, "COMMIT"), "w") as f:
     f.write(commit + "\n")
 
@@ -276,23 +310,16 @@ def run_eval(
   ks=(1,),
 ) -> dict[str, float]:
   """Greedy (samples=1) or sampled accuracy on `examples`, as flat floats."""
-  sampling = sampling_lib.Sampling(
-    temperature=0.0 if samples == 1 else temperature
-  )
-  # A fixed eval key: every evaluation sees the same randomness.
-  rng = jax.random.key(ctx.cfg.seed + 10_007)
-  correct = []
-  bs = max(1, ctx.cfg.batch_size * ctx.cfg.group_size // samples)
-  for lo in range(0, len(examples), bs):
-    chunk = examples[lo : lo + bs]
-    r = ctx.generate(
-      params, chunk, rng, step, group_size=samples, sampling=sampling
-    )
-    gold = [chunk[i].answer for i in r.prompt_ids]
-    correct.append(
-      np.asarray(ctx.correct_fn(r.texts, gold)).reshape(len(chunk), samples)
-    )
-  correct = np.concatenate(correct)
+  correct = evaluation.sample_and_score(
+    ctx,
+    params,
+    examples,
+    step=step,
+    samples=samples,
+    temperature=temperature,
+    seed=ctx.cfg.seed,
+    sequences_per_call=ctx.cfg.num_sequences,
+  ).correct
   summary = evaluation.summarize(correct, ks=[k for k in ks if k <= samples])
   out = {}
   for name, (m, lo, hi) in summary.items():
@@ -319,8 +346,21 @@ def train(
   loss_fn: Callable,
   name: str,
   needs_ref: bool = False,
+  extra_params: Callable | None = None,
+  prompt_iterator: Callable | None = None,
 ) -> dict[str, float]:
-  """Runs (or resumes) an RL experiment; returns the final metrics."""
+  """Runs (or resumes) an RL experiment; returns the final metrics.
+
+  `prompt_iterator(cfg, train_examples)` replaces the default
+  data.PromptIterator (e.g. curriculum.StagedPrompts); it must offer
+  `next()`, `state()` and `restore(state)` like PromptIterator.
+
+  `extra_params(cfg, model_cfg, params) -> train_step.ExtraParams` adds
+  parameters trained beside the policy's (e.g. a critic,
+  value.extra_params) under their own top-level keys: loss_fn gets them in
+  `params`, make_batch in `ctx.extra`; rollouts and evaluations see the
+  policy's alone; checkpoints hold both.
+  """
   cfg.validate()
   maybe_initialize_distributed(cfg)
   # Data first: a bad spec or record fails before any compilation.
@@ -350,8 +390,20 @@ def train(
       f"{model_cfg.vocab_size}"
     )
   ref_params = jax.tree.map(lambda x: x.copy(), params) if needs_ref else None
+  axes, lr_scales, extra_keys = None, None, ()
+  if extra_params is not None:
+    extra = extra_params(cfg, model_cfg, params)
+    params = {**params, **extra.params}
+    axes = {**transformer.param_axes(model_cfg), **extra.axes}
+    lr_scales, extra_keys = extra.lr_scales, tuple(extra.params)
+
+  def policy_of(p):
+    return {k: v for k, v in p.items() if k not in extra_keys}
+
   updates_per_step = cfg.ppo_epochs * cfg.minibatches
-  optimizer = ts.optimizer_from_config(cfg, cfg.steps * updates_per_step)
+  optimizer = ts.optimizer_from_config(
+    cfg, cfg.steps * updates_per_step, lr_scales
+  )
   state, step_fn, batch_sh = ts.setup(
     mesh,
     model_cfg,
@@ -359,6 +411,7 @@ def train(
     optimizer,
     functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg),
     micro_batches=cfg.micro_batches,
+    axes=axes,
   )
   del params
 
@@ -366,9 +419,12 @@ def train(
   ctx = Context(cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params)
 
   # --- Data and resume --------------------------------------------------------
-  prompts = data_lib.PromptIterator(
-    train_examples, cfg.batch_size, seed=cfg.seed
-  )
+  if prompt_iterator is not None:
+    prompts = prompt_iterator(cfg, train_examples)
+  else:
+    prompts = data_lib.PromptIterator(
+      train_examples, cfg.batch_size, seed=cfg.seed
+    )
   ckpt = checkpoint.Checkpointer(
     os.path.join(workdir, "checkpoints"), keep=cfg.keep_checkpoints
   )
@@ -391,13 +447,27 @@ def train(
     temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
   )
 
+  def sample_more(step, round_):
+    # The prompts advance the checkpointed iterator; the key is a function
+    # of (seed, step, round), so a resumed run draws the same samples.
+    more = next(prompts)
+    rollout = ctx.generate(
+      ctx.params,
+      more,
+      jax.random.fold_in(rng, round_),
+      step,
+      group_size=cfg.group_size,
+      sampling=sampling,
+    )
+    return rollout, more
+
   def save(step):
     ckpt.save(step, state, {"step": step, "data": prompts.state()})
 
   def evaluate(step):
     out = run_eval(
       ctx,
-      state.params,
+      policy_of(state.params),
       eval_examples,
       step=step,
       samples=cfg.eval_samples,
@@ -420,7 +490,7 @@ def train(
     t0 = time.time()
     examples = next(prompts)
     rollout = ctx.generate(
-      state.params,
+      policy_of(state.params),
       examples,
       rng,
       step,
@@ -429,9 +499,12 @@ def train(
     )
     jax.block_until_ready(rollout.mask)
     t1 = time.time()
-    ctx.params = state.params
+    ctx.params = policy_of(state.params)
+    ctx.extra = {k: state.params[k] for k in extra_keys}
+    ctx.sample_more = functools.partial(sample_more, step)
+    ctx.step = step
     batch, batch_metrics = make_batch(rollout, examples, ctx)
-    ctx.params = None  # `state` is donated by the updates below.
+    ctx.params = ctx.extra = None  # `state` is donated by the updates below.
     t2 = time.time()
     mb_rng = np.random.default_rng([cfg.seed, step])
     update_metrics = []

@@ -7,9 +7,11 @@ loss, clip range, KL term, entropy term or aggregation. They share
   loss_fn(params, batch, norm, *, cfg, model_cfg) -> (loss, metrics)
 
 built here from `PGConfig` fields (advantages.get, losses.get_policy_loss,
-kl.get, losses.aggregate). An experiment subclasses `PGConfig` with its
-paper's defaults and either uses these two functions as they are or wraps
-them: `outcome_batch(..., adv_fn=...)` takes any advantage function, and
+kl.get, losses.aggregate). The KL to the reference goes into the loss
+(kl_coef, GRPO) or into the reward (kl_reward_coef, RLOO, REINFORCE++).
+An experiment subclasses `PGConfig` with its paper's defaults and either
+uses these two functions as they are or wraps them:
+`outcome_batch(..., adv_fn=...)` takes any advantage function, and
 `pg_loss(..., token_weight=..., extra=...)` takes per-token weights (e.g.
 forking tokens) and extra loss terms, so an experiment adds only what its
 paper changes.
@@ -21,7 +23,7 @@ mask [N, T], old_logp [N, T], adv [N] or [N, T], optionally ref_logp [N, T]
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -42,64 +44,132 @@ OUTCOME_ESTIMATORS = (
   "gpg",
   "max_minus_second",
 )
+# Token estimators of outcome rewards, (rewards [N], mask [N, T], ...) -> [N, T]
+# (REINFORCE++); they take the per-token KL penalty of kl_reward_coef as
+# token rewards.
+TOKEN_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+# Estimators that need no group (G = 1 allowed).
+_GROUP_FREE = ("lite_ppo", "reinforce_plus_plus")
 
 
 @dataclasses.dataclass(frozen=True)
 class PGConfig(config.BaseConfig):
   """The knobs of the GRPO-family objective (GRPO's values by default)."""
 
-  advantage: str = "grpo"  # one of OUTCOME_ESTIMATORS
+  # The estimators `make_batch` accepts; a subclass may narrow or widen it.
+  estimators: ClassVar[tuple[str, ...]] = OUTCOME_ESTIMATORS + TOKEN_ESTIMATORS
+
+  advantage: str = "grpo"  # one of `estimators`
   std_eps: float = 1e-6  # added to the group std (verl's value)
   policy_loss: str = "ppo"  # losses.get_policy_loss name
   clip_eps_low: float = 0.2
   clip_eps_high: float = 0.2
   kl_coef: float = 0.0  # beta of the KL-to-reference loss term; 0 = off
   kl_estimator: str = "k3"  # kl.get name
+  # beta of a per-token KL penalty in the REWARD (InstructGPT, RLOO,
+  # REINFORCE++): r_t -= beta * KL_t(old || ref); 0 = off.
+  kl_reward_coef: float = 0.0
+  kl_reward_estimator: str = "k1"  # kl.get name, for kl_reward_coef
   entropy_coef: float = 0.0  # entropy bonus coefficient; 0 = off
   aggregation: str = "seq-mean-token-mean"  # losses.AGGREGATION_MODES
 
   def validate(self) -> None:
     super().validate()
-    if self.advantage not in OUTCOME_ESTIMATORS:
+    if self.advantage not in self.estimators:
       raise ValueError(
         f"Invalid config: --advantage={self.advantage!r}; the shared "
-        f"objective takes one of {OUTCOME_ESTIMATORS} (token-level "
-        "estimators need their own make_batch)"
+        f"objective takes one of {self.estimators} (estimators with "
+        "other inputs, e.g. gae, need their own make_batch)"
       )
     losses.get_policy_loss(self.policy_loss)
     kl.get(self.kl_estimator)
+    kl.get(self.kl_reward_estimator)
     if self.aggregation not in losses.AGGREGATION_MODES:
       raise ValueError(
         f"Invalid config: --aggregation={self.aggregation!r}; valid: "
         f"{losses.AGGREGATION_MODES}"
       )
-    if self.group_size < 2 and self.advantage != "lite_ppo":
+    if self.group_size < 2 and self.advantage not in _GROUP_FREE:
       raise ValueError(
         f"Invalid config: --advantage={self.advantage} compares the "
         f"completions of a group, so --group_size must be >= 2 (got "
         f"{self.group_size})"
       )
 
+  @property
+  def needs_ref(self) -> bool:
+    """Whether the loop must keep a frozen reference model."""
+    return bool(self.kl_coef or self.kl_reward_coef)
 
-def outcome_advantages(rewards: np.ndarray, cfg) -> np.ndarray:
-  """[N] advantages of the outcome rewards with cfg.advantage."""
+
+def outcome_advantages(
+  rewards: np.ndarray,
+  cfg,
+  *,
+  mask: np.ndarray | None = None,
+  token_rewards: np.ndarray | None = None,
+) -> np.ndarray:
+  """Advantages of the outcome rewards with cfg.advantage.
+
+  Args:
+    rewards: [N] outcome rewards.
+    cfg: a PGConfig.
+    mask: [N, T] completion mask; needed by TOKEN_ESTIMATORS.
+    token_rewards: optional [N, T] per-token rewards (the KL penalty of
+      kl_reward_coef). Token estimators take them per token; outcome
+      estimators add their sum to the outcome reward (the whole completion
+      is one action, as RLOO's sequence-level KL reward).
+
+  Returns:
+    [N] (outcome estimators) or [N, T] (token estimators) advantages.
+  """
   fn = advantages.get(cfg.advantage)
+  r = jnp.asarray(rewards, jnp.float32)
+  if cfg.advantage in TOKEN_ESTIMATORS:
+    if mask is None:
+      raise ValueError(f"--advantage={cfg.advantage} needs the mask")
+    args = (r, jnp.asarray(mask))
+    if cfg.advantage == "reinforce_plus_plus_baseline":
+      args += (cfg.group_size,)
+    tr = None if token_rewards is None else jnp.asarray(token_rewards)
+    return np.asarray(fn(*args, token_rewards=tr))
+  if token_rewards is not None:
+    r = r + jnp.asarray(token_rewards, jnp.float32).sum(-1)
   kwargs = {}
   if cfg.advantage in ("grpo", "lite_ppo"):
     kwargs["eps"] = cfg.std_eps
-  return np.asarray(fn(jnp.asarray(rewards), cfg.group_size, **kwargs))
+  return np.asarray(fn(r, cfg.group_size, **kwargs))
+
+
+def kl_reward_penalty(batch: dict, cfg) -> np.ndarray:
+  """[N, T] token rewards -kl_reward_coef * KL_t, 0 where mask = 0.
+
+  KL_t compares the rollout-time policy (batch["old_logp"]) with the
+  reference (batch["ref_logp"]), as verl's apply_kl_penalty and OpenRLHF.
+  """
+  kl_tok = kl.get(cfg.kl_reward_estimator)(
+    jnp.asarray(batch["old_logp"]), jnp.asarray(batch["ref_logp"])
+  )
+  penalty = -cfg.kl_reward_coef * np.asarray(kl_tok, np.float32)
+  return np.where(batch["mask"] > 0, penalty, 0.0).astype(np.float32)
 
 
 def reward_metrics(rewards, parts, rollout, examples, ctx) -> dict:
   """Reward, accuracy and group statistics every method logs."""
   grouped = np.asarray(rewards).reshape(-1, ctx.cfg.group_size)
   gold = [examples[i].answer for i in rollout.prompt_ids]
+  correct = np.asarray(ctx.correct_fn(rollout.texts, gold)) > 0
   metrics = {
     "reward": grouped.mean(),
     "reward_std": grouped.std(-1).mean(),
-    "accuracy": np.mean(ctx.correct_fn(rollout.texts, gold)),
+    "accuracy": correct.mean(),
     "solved_all": (grouped.min(-1) == grouped.max(-1)).mean(),
   }
+  # Length by outcome (Dr. GRPO's diagnostic: GRPO grows wrong answers).
+  lengths = np.asarray(rollout.lengths, np.float32)
+  for name, sel in (("correct", correct), ("incorrect", ~correct)):
+    if sel.any():
+      metrics[f"length/{name}"] = lengths[sel].mean()
   metrics.update({f"reward/{k}": np.mean(v) for k, v in parts.items()})
   return metrics
 
@@ -127,12 +197,21 @@ def outcome_batch(
   )
   total = np.asarray(total, np.float32)
   batch = ctx.batch_from_rollout(rollout)
-  batch["adv"] = np.asarray(
-    adv_fn(total) if adv_fn else outcome_advantages(total, cfg), np.float32
-  )
-  if cfg.kl_coef:
+  if cfg.needs_ref:
     batch["ref_logp"] = ctx.ref_logp(rollout)
+  token_rewards = kl_reward_penalty(batch, cfg) if cfg.kl_reward_coef else None
+  if adv_fn:
+    adv = adv_fn(total)
+  else:
+    adv = outcome_advantages(
+      total, cfg, mask=batch["mask"], token_rewards=token_rewards
+    )
+  batch["adv"] = np.asarray(adv, np.float32)
   metrics = reward_metrics(total, parts, rollout, examples, ctx)
+  if token_rewards is not None:
+    metrics["kl_reward"] = -token_rewards.sum() / max(
+      cfg.kl_reward_coef * batch["mask"].sum(), 1e-9
+    )
   metrics["adv_abs"] = np.abs(batch["adv"]).mean()
   return batch, metrics
 
@@ -162,6 +241,7 @@ def pg_loss(
   token_weight: Callable[..., jax.Array] | None = None,
   extra: Callable[..., tuple[jax.Array, dict]] | None = None,
   policy_loss: losses.PolicyLoss | None = None,
+  forward: tuple[jax.Array, jax.Array] | None = None,
 ) -> tuple[jax.Array, dict[str, Any]]:
   """Policy loss + kl_coef * KL - entropy_coef * H, aggregated once.
 
@@ -174,13 +254,16 @@ def pg_loss(
     extra: optional fn(logp, entropy, batch) -> (per_token [N, T], metrics),
       added to the per-token loss before aggregation.
     policy_loss: overrides `policy_loss_fn(cfg)`.
+    forward: optional (logp [N, T], entropy [N, T]) already computed from
+      `params` by the caller (policy.completion_logprobs), e.g. together
+      with the logits a regulariser needs; the hooks may close over them.
 
   Returns:
     (scalar loss, metrics) with entropy, clipfrac, approx_kl (and kl).
   """
   mask = batch["mask"]
   prompt_len = batch["tokens"].shape[1] - mask.shape[1]
-  logp, entropy = policy.completion_logprobs(
+  logp, entropy = forward or policy.completion_logprobs(
     params,
     batch["tokens"],
     batch["positions"],

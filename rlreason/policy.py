@@ -50,7 +50,8 @@ def entropy(logits_: jax.Array, temperature: float = 1.0) -> jax.Array:
 
 
 @functools.partial(
-  jax.jit, static_argnames=("model_cfg", "prompt_len", "with_entropy")
+  jax.jit,
+  static_argnames=("model_cfg", "prompt_len", "with_entropy", "with_logits"),
 )
 def completion_logprobs(
   params,
@@ -61,6 +62,7 @@ def completion_logprobs(
   *,
   temperature: float = 1.0,
   with_entropy: bool = False,
+  with_logits: bool = False,
 ):
   """Log-prob of every completion token under the policy.
 
@@ -73,10 +75,15 @@ def completion_logprobs(
     temperature: the losses score under logits / temperature, as the peers
       do (research/peers.md).
     with_entropy: also return the per-token entropy [N, T].
+    with_logits: also return the scored logits, logits / temperature in
+      float32 [N, T, V], for losses that need the whole distribution (e.g.
+      entropy_reg.py). Call it inside a jitted loss or reduction: [N, T, V]
+      is large.
 
   Returns:
     logp [N, T] with logp[:, t] = log pi(tokens[:, P + t] | tokens[:, :P + t]),
-    and entropy [N, T] if asked.
+    then entropy [N, T] if asked, then logits [N, T, V] if asked: a tuple
+    when more than logp is asked for.
   """
   hidden, _ = transformer.hidden_states(params, tokens, positions, model_cfg)
   # Only positions P-1 .. S-2 predict completion tokens: skip the vocab
@@ -84,6 +91,9 @@ def completion_logprobs(
   hidden = hidden[:, prompt_len - 1 : -1]
   step_logits = transformer.unembed(params, hidden, model_cfg)  # [N, T, V]
   logp = log_softmax_at(step_logits, tokens[:, prompt_len:], temperature)
+  out = (logp,)
   if with_entropy:
-    return logp, entropy(step_logits, temperature)
-  return logp
+    out += (entropy(step_logits, temperature),)
+  if with_logits:
+    out += (step_logits.astype(jnp.float32) / temperature,)
+  return out if len(out) > 1 else logp

@@ -34,6 +34,15 @@ class TrainState(NamedTuple):
   step: jax.Array  # [] int32, optimizer updates attempted
 
 
+class ExtraParams(NamedTuple):
+  """Parameters trained beside the policy's, under their own top-level keys
+  of the params dict (e.g. a critic, value.extra_params)."""
+
+  params: dict  # {key: pytree}
+  axes: dict  # {key: logical axes with that pytree's structure}
+  lr_scales: dict  # {key: lr factor}, see make_optimizer
+
+
 def make_schedule(
   lr: float,
   *,
@@ -67,18 +76,71 @@ def make_optimizer(
   b2: float = 0.999,
   eps: float = 1e-8,
   grad_clip: float = 1.0,
+  lr_scales: dict[str, float] | None = None,
 ) -> optax.GradientTransformation:
-  """AdamW with warmup + constant/cosine schedule and global-norm clipping."""
+  """AdamW with warmup + constant/cosine schedule and global-norm clipping.
+
+  `lr_scales` ({top-level params key: factor}) trains those subtrees as if
+  by their own optimizer (e.g. a critic beside the policy, value.py): each
+  is clipped to `grad_clip` on its own, and its updates (Adam step and
+  weight decay) are scaled by the factor, i.e. its peak lr is lr * factor.
+  The other keys form one group at `lr`.
+  """
   sched = make_schedule(
     lr, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule
   )
   adam = optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+  if lr_scales:
+    parts = [adam, scale_by_key(lr_scales)]
+    if grad_clip > 0:
+      parts.insert(0, clip_by_group_norm(grad_clip, tuple(lr_scales)))
+    return optax.chain(*parts)
   if grad_clip > 0:
     return optax.chain(optax.clip_by_global_norm(grad_clip), adam)
   return adam
 
 
-def optimizer_from_config(cfg, total_updates: int):
+def _groups(tree: dict, keys: tuple[str, ...]) -> list[dict]:
+  """Top-level dict `tree` split into one dict per key in `keys` + the rest."""
+  rest = {k: v for k, v in tree.items() if k not in keys}
+  return [{k: tree[k]} for k in keys if k in tree] + [rest]
+
+
+def clip_by_group_norm(
+  max_norm: float, keys: tuple[str, ...]
+) -> optax.GradientTransformation:
+  """Global-norm clipping, separately for each top-level key in `keys` and
+  for all the other keys together (stateless)."""
+
+  def update(updates, state, params=None):
+    del params
+    out = {}
+    for group in _groups(updates, keys):
+      norm = optax.tree.norm(group)
+      scale = jnp.minimum(1.0, max_norm / jnp.maximum(norm, 1e-12))
+      out.update(jax.tree.map(lambda u, s=scale: u * s.astype(u.dtype), group))
+    return out, state
+
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
+def scale_by_key(scales: dict[str, float]) -> optax.GradientTransformation:
+  """Multiplies the updates of top-level key k by scales[k] (stateless)."""
+
+  def update(updates, state, params=None):
+    del params
+    out = {}
+    for k, v in updates.items():
+      scale = scales.get(k, 1.0)
+      out[k] = jax.tree.map(lambda u, s=scale: u * s, v)
+    return out, state
+
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
+def optimizer_from_config(
+  cfg, total_updates: int, lr_scales: dict[str, float] | None = None
+):
   return make_optimizer(
     cfg.lr,
     total_steps=total_updates,
@@ -88,6 +150,7 @@ def optimizer_from_config(cfg, total_updates: int):
     b1=cfg.adam_b1,
     b2=cfg.adam_b2,
     grad_clip=cfg.grad_clip,
+    lr_scales=lr_scales,
   )
 
 
@@ -198,18 +261,29 @@ def make_train_step(
 
 
 def setup(
-  mesh, model_cfg, params, optimizer, loss_fn: LossFn, *, micro_batches: int = 1
+  mesh,
+  model_cfg,
+  params,
+  optimizer,
+  loss_fn: LossFn,
+  *,
+  micro_batches: int = 1,
+  axes=None,
 ):
   """(sharded TrainState, jitted step, batch sharding) for `params`.
 
-  The state is laid out by mesh.TRAIN_RULES; the step donates it.
+  The state is laid out by mesh.TRAIN_RULES; the step donates it. `axes`
+  (logical axes with the structure of `params`) is needed when `params`
+  holds more than the model's parameters (e.g. a critic, value.py).
   """
-  state_sh = state_shardings(
-    mesh,
-    transformer.param_axes(model_cfg),
-    transformer.param_shapes(model_cfg),
-    optimizer,
-  )
+  if axes is None:
+    axes, shapes = (
+      transformer.param_axes(model_cfg),
+      transformer.param_shapes(model_cfg),
+    )
+  else:
+    shapes = jax.eval_shape(lambda p: p, params)
+  state_sh = state_shardings(mesh, axes, shapes, optimizer)
   state = jax.jit(
     functools.partial(init_state, optimizer=optimizer), out_shardings=state_sh
   )(params)

@@ -1,0 +1,545 @@
+r"""Laptop-scale mini-reproductions of each method's central claim.
+
+  python -m experiments.reproduce --method=dr_grpo --seeds=0,1,2 [--steps=N]
+
+runs every variant of the method's `Claim` for every seed, each in its own
+workdir (workdirs/reproduce/<method>/<variant>/seed<k>), then writes
+
+  workdirs/reproduce/<method>/results.md    table: the claim's metric per
+                                            variant, mean +- std [min, max]
+                                            over seeds
+  workdirs/reproduce/<method>/curves.png    the metrics over RL steps, mean
+                                            over seeds (band: min..max)
+  workdirs/reproduce/<method>/results.json  the per-seed numbers
+
+Rerunning the command reuses finished runs and resumes unfinished ones from
+their checkpoints (each run is an ordinary experiment workdir). The warm
+start is cached per seed (workdirs/cache), so variants share it.
+
+Adding a claim: one `CLAIMS` entry per method, naming experiment modules
+(experiments/<module>.py) and Config overrides per variant, and the
+per-step metric of metrics.jsonl that carries the claim. Runs are the
+experiments' laptop defaults unless the entry overrides them; --set applies
+overrides to every variant (e.g. --set=batch_size=8,eval_size=50).
+"""
+
+import dataclasses
+import importlib
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+from absl import app
+from absl import flags
+from absl import logging
+
+from rlreason import metrics as metrics_lib
+from rlreason import report
+
+HEAD, TAIL = 0.1, 0.25  # fractions of the steps: "start" and "end" windows
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A paper's central claim as a comparison of laptop-scale runs.
+
+  Attributes:
+    claim: what the paper claims, with its figure / table.
+    variants: label -> (experiment module name, Config overrides). Labels
+      name directories: letters, digits, '_', '.', '-'.
+    metric: the per-step metrics.jsonl key that carries the claim.
+    expected: the outcome that reproduces the claim, in words.
+    extra: more per-step keys shown in the table and plot.
+  """
+
+  claim: str
+  variants: dict[str, tuple[str, dict]]
+  metric: str
+  expected: str
+  extra: tuple[str, ...] = ()
+
+
+CLAIMS: dict[str, Claim] = {
+  "dr_grpo": Claim(
+    claim=(
+      "GRPO's 1/|o_i| normaliser and std scaling make incorrect responses "
+      "grow longer; Dr. GRPO stops that growth (arXiv:2503.20783, Fig. 1 "
+      "right). Both variants without KL, as the paper (--beta 0)."
+    ),
+    variants={
+      "grpo": ("grpo", {"kl_coef": 0.0}),
+      "dr_grpo": ("dr_grpo", {}),
+    },
+    metric="length/incorrect",
+    expected=(
+      "dr_grpo's incorrect-response length grows less (delta) and ends at "
+      "or below grpo's"
+    ),
+    extra=("length/correct", "accuracy"),
+  ),
+  "dapo": Claim(
+    claim=(
+      "Clip-higher (epsilon_high 0.28 > epsilon_low 0.2) keeps the policy's "
+      "entropy from collapsing (arXiv:2503.14476, Fig. 2b); everything else "
+      "is DAPO in both variants."
+    ),
+    variants={
+      "clip_0.2_0.2": ("dapo", {"clip_eps_high": 0.2}),
+      "clip_0.2_0.28": ("dapo", {}),
+    },
+    metric="entropy",
+    expected="clip_0.2_0.28 ends with higher entropy than clip_0.2_0.2",
+    extra=("accuracy", "clipfrac"),
+  ),
+  "rloo": Claim(
+    claim=(
+      "REINFORCE with a leave-one-out baseline matches or beats RAFT "
+      "(fine-tuning on the verified samples) and PPO-style clipped "
+      "objectives (arXiv:2402.14740)."
+    ),
+    variants={
+      "rloo": ("rloo", {}),
+      "expert_iteration": ("expert_iteration", {}),
+      "grpo": ("grpo", {}),
+    },
+    metric="accuracy",
+    expected="rloo's accuracy at least expert_iteration's",
+    extra=("length",),
+  ),
+  "reinforce_pp": Claim(
+    claim=(
+      "Global advantage normalisation (REINFORCE++, and its group-baseline "
+      "variant) trains at least as well as GRPO's per-prompt normalisation "
+      "(arXiv:2501.03262)."
+    ),
+    variants={
+      "reinforce_pp": ("reinforce_pp", {}),
+      "reinforce_pp_baseline": (
+        "reinforce_pp",
+        {"advantage": "reinforce_plus_plus_baseline"},
+      ),
+      "grpo": ("grpo", {}),
+    },
+    metric="accuracy",
+    expected="both REINFORCE++ variants at least grpo's accuracy",
+    extra=("entropy", "length"),
+  ),
+  "gspo": Claim(
+    claim=(
+      "GSPO clips about two orders of magnitude more tokens than GRPO yet "
+      "learns at least as efficiently (arXiv:2507.18071, Sec. 5); GRPO "
+      "with the paper's 0.2 / 0.27 clip and the same 4 minibatches."
+    ),
+    variants={
+      "grpo": (
+        "grpo",
+        {"minibatches": 4, "kl_coef": 0.0, "clip_eps_high": 0.27},
+      ),
+      "gspo": ("gspo", {}),
+    },
+    metric="clipfrac",
+    expected="gspo's clipfrac far above grpo's; its accuracy not lower",
+    extra=("accuracy", "entropy"),
+  ),
+  "expert_iteration": Claim(
+    claim=(
+      "Expert iteration (SFT on verified self-samples) is competitive with "
+      "RL from the same verifier (arXiv:2403.04642)."
+    ),
+    variants={
+      "expert_iteration": ("expert_iteration", {}),
+      "grpo": ("grpo", {}),
+    },
+    metric="accuracy",
+    expected="expert_iteration's accuracy close to grpo's",
+    extra=("length",),
+  ),
+  "forking_tokens": Claim(
+    claim=(
+      "Policy gradients through the top-20% entropy tokens alone match or "
+      "beat the full gradient; the bottom 80% alone is clearly worse "
+      "(arXiv:2506.01939, abstract); DAPO's loss in all three."
+    ),
+    variants={
+      "top20": ("forking_tokens", {}),
+      "full": ("forking_tokens", {"token_selection": "all"}),
+      "bottom80": ("forking_tokens", {"token_selection": "bottom"}),
+    },
+    metric="accuracy",
+    expected="top20's accuracy >= full's; bottom80's the lowest",
+    extra=("entropy",),
+  ),
+  "entropy_mechanism": Claim(
+    claim=(
+      "Restricting the update of high-covariance tokens (Clip-Cov, KL-Cov) "
+      "keeps the policy entropy from collapsing as it does under GRPO "
+      "(arXiv:2505.22617, Sec. 4-5); no KL term in all three."
+    ),
+    variants={
+      "grpo": ("entropy_mechanism", {"policy_loss": "ppo"}),
+      "clip_cov": ("entropy_mechanism", {"policy_loss": "clip_cov"}),
+      "kl_cov": ("entropy_mechanism", {}),
+    },
+    metric="entropy",
+    expected="clip_cov and kl_cov end with higher entropy than grpo",
+    extra=("accuracy",),
+  ),
+  "tricks_or_traps": Claim(
+    claim=(
+      "Lite PPO (group-mean / batch-std advantages + token-level loss) "
+      "beats GRPO's group normalisation with sequence-level loss "
+      "(arXiv:2508.08221); both critic-free, vanilla PPO loss, no KL."
+    ),
+    variants={
+      "lite_ppo": ("tricks_or_traps", {}),
+      "group_seq": (
+        "tricks_or_traps",
+        {"adv_norm": "group", "aggregation": "seq-mean-token-mean"},
+      ),
+    },
+    metric="accuracy",
+    expected="lite_ppo's accuracy >= group_seq's",
+    extra=("entropy", "length"),
+  ),
+  "entropy_advantage": Claim(
+    claim=(
+      "An entropy term in the advantage improves pass@k, more so at "
+      "large k (arXiv:2506.14758); alpha = 0 is plain GRPO. pass@16 of "
+      "the final policy is in each run's eval_after.json."
+    ),
+    variants={
+      "entropy_adv": ("entropy_advantage", {}),
+      "grpo": ("entropy_advantage", {"adv_entropy_alpha": 0.0}),
+    },
+    metric="accuracy",
+    expected=(
+      "entropy_adv's eval/pass@16 above grpo's, train accuracy about equal"
+    ),
+    extra=("entropy", "adv_entropy_term"),
+  ),
+  "ppo": Claim(
+    claim=(
+      "PPO with a learned critic and GAE (gamma = lambda = 1, no KL) "
+      "trains a reasoning policy from a verifier (arXiv:2503.24290); "
+      "GRPO for reference."
+    ),
+    variants={"ppo": ("ppo", {}), "grpo": ("grpo", {})},
+    metric="accuracy",
+    expected="ppo's accuracy rises, comparable to grpo's",
+    extra=("value/explained_var", "entropy"),
+  ),
+  "truncated_ppo": Claim(
+    claim=(
+      "PPO updates on truncated responses with Extended GAE learn as well "
+      "as PPO on complete ones (arXiv:2506.15050)."
+    ),
+    variants={"truncated_ppo": ("truncated_ppo", {}), "ppo": ("ppo", {})},
+    metric="accuracy",
+    expected="truncated_ppo's accuracy comparable to ppo's",
+    extra=("value/explained_var", "entropy"),
+  ),
+  "siren": Claim(
+    claim=(
+      "Self-anchored, selective entropy regularisation keeps the entropy "
+      "near its starting level, where a plain bonus drifts and no "
+      "regulariser collapses (arXiv:2509.25133)."
+    ),
+    variants={
+      "siren": ("siren", {}),
+      "no_anchor": ("siren", {"self_anchored": False}),
+      "none": ("siren", {"siren_coef": 0.0}),
+    },
+    metric="entropy",
+    expected="siren's entropy delta closest to 0; accuracy not lower",
+    extra=("accuracy", "siren/h_bar"),
+  ),
+  "lp_reg": Claim(
+    claim=(
+      "Shielding low-probability tokens of negative samples with a KL to "
+      "a min-p proxy sustains entropy in on-policy training "
+      "(arXiv:2510.03222); lp_coef = 0 is the same loss without it."
+    ),
+    variants={
+      "lp_reg": ("lp_reg", {}),
+      "baseline": ("lp_reg", {"lp_coef": 0.0}),
+    },
+    metric="entropy",
+    expected="lp_reg's entropy decays less than baseline's",
+    extra=("accuracy", "lp_reg_frac"),
+  ),
+}
+
+
+# ----------------------------------------------------------------------------
+# Running.
+
+
+def _config(module_name: str, overrides: dict, seed: int, steps: int, **kw):
+  module = importlib.import_module(f"experiments.{module_name}")
+  cfg = dataclasses.replace(module.Config(), **overrides, **kw, seed=seed)
+  if steps:
+    cfg = dataclasses.replace(cfg, steps=steps)
+  return module, cfg
+
+
+def _finished(cfg) -> bool:
+  """Whether cfg.workdir holds this run, finished; errors on a clash."""
+  path = os.path.join(cfg.workdir, "config.json")
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    saved = json.load(f)
+  want = dataclasses.asdict(cfg)
+  # init_from is replaced by the warm-start directory; steps may grow.
+  diff = sorted(
+    k
+    for k in want
+    if k not in ("init_from", "steps") and saved.get(k) != want[k]
+  )
+  if diff or saved["steps"] > cfg.steps:
+    diff = diff or ["steps"]
+    raise ValueError(
+      f"{cfg.workdir} holds a run with a different config ("
+      + ", ".join(f"{k}: {saved.get(k)!r} != {want[k]!r}" for k in diff)
+      + "); delete it or pass another --root"
+    )
+  done = os.path.exists(os.path.join(cfg.workdir, "eval_after.json"))
+  return done and saved["steps"] == cfg.steps
+
+
+def run_all(
+  name: str,
+  claim: Claim,
+  seeds: Sequence[int],
+  *,
+  steps: int = 0,
+  root: str = "workdirs/reproduce",
+  common: dict | None = None,
+) -> str:
+  """Runs (or reuses) every variant x seed, then writes the report.
+
+  Args:
+    name: the method (directory name).
+    claim: what to run and measure.
+    seeds: one run per seed and variant.
+    steps: RL steps of every run; 0 = each experiment's default.
+    root: runs go to root/name/<variant>/seed<k>.
+    common: Config overrides for every run (applied after the variant's).
+
+  Returns:
+    The path of results.md.
+  """
+  for seed in seeds:  # Seed-major: the variants share the seed's warm start.
+    for label, (module_name, overrides) in claim.variants.items():
+      workdir = os.path.join(root, name, label, f"seed{seed}")
+      module, cfg = _config(
+        module_name,
+        {**overrides, **(common or {})},
+        seed,
+        steps,
+        workdir=workdir,
+      )
+      if _finished(cfg):
+        print(f"[reproduce] {label} seed {seed}: reusing {workdir}")
+        continue
+      print(f"[reproduce] {label} seed {seed}: running {workdir}", flush=True)
+      module.run(cfg)
+  return write_report(name, claim, seeds, root=root)
+
+
+# ----------------------------------------------------------------------------
+# Reading and reporting.
+
+
+def curve(workdir: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+  """(steps, values) of a per-step key; the last row per step wins."""
+  by_step = {}
+  for row in metrics_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl")):
+    if "loss" in row and isinstance(row.get(key), (int, float)):
+      by_step[row["step"]] = row[key]
+  steps = np.array(sorted(by_step), np.int64)
+  return steps, np.array([by_step[s] for s in steps], np.float64)
+
+
+def _window_means(steps, values, total: int) -> tuple[float, float]:
+  """Means over the first HEAD and the last TAIL fraction of `total` steps."""
+  head = values[steps <= max(1, round(HEAD * total))]
+  tail = values[steps > total - max(1, round(TAIL * total))]
+  return tuple(
+    float(np.mean(v)) if len(v) else float("nan") for v in (head, tail)
+  )
+
+
+def _eval(workdir: str, which: str) -> float:
+  path = os.path.join(workdir, f"eval_{which}.json")
+  if not os.path.exists(path):
+    return float("nan")
+  with open(path) as f:
+    return float(json.load(f).get("eval/accuracy", float("nan")))
+
+
+def summarize(name: str, claim: Claim, seeds, *, root: str) -> dict:
+  """{variant: {column: [value per seed]}} for the table."""
+  out = {}
+  for label in claim.variants:
+    cols = {}
+    for seed in seeds:
+      workdir = os.path.join(root, name, label, f"seed{seed}")
+      with open(os.path.join(workdir, "config.json")) as f:
+        total = json.load(f)["steps"]
+      for key in (claim.metric, *claim.extra):
+        head, tail = _window_means(*curve(workdir, key), total)
+        cols.setdefault(key, []).append(tail)
+        if key == claim.metric:
+          cols.setdefault("delta", []).append(tail - head)
+      cols.setdefault("held-out before", []).append(_eval(workdir, "before"))
+      cols.setdefault("held-out after", []).append(_eval(workdir, "after"))
+    out[label] = cols
+  return out
+
+
+def _cell(values) -> str:
+  v = np.asarray(values, np.float64)
+  v = v[np.isfinite(v)]
+  if not len(v):
+    return "-"
+  std = v.std(ddof=1) if len(v) > 1 else 0.0
+  return f"{v.mean():.3f} ± {std:.3f} [{v.min():.3f}, {v.max():.3f}]"
+
+
+def plot(name: str, claim: Claim, seeds, *, root: str, path: str) -> None:
+  """One panel per metric: each variant's mean over seeds (band: min..max)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  keys = (claim.metric, *claim.extra)
+  fig, axes = plt.subplots(
+    1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False
+  )
+  for ax, key in zip(axes[0], keys):
+    for i, label in enumerate(claim.variants):
+      curves = [
+        curve(os.path.join(root, name, label, f"seed{s}"), key) for s in seeds
+      ]
+      common = sorted(set.intersection(*(set(c[0].tolist()) for c in curves)))
+      if not common:
+        continue
+      ys = np.stack([v[np.isin(s, common)] for s, v in curves])
+      w = max(1, len(common) // 15)
+      mean = report._smooth(ys.mean(0), w)
+      ax.plot(common, mean, color=f"C{i}", lw=2, label=label)
+      if len(seeds) > 1:
+        lo, hi = report._smooth(ys.min(0), w), report._smooth(ys.max(0), w)
+        ax.fill_between(common, lo, hi, color=f"C{i}", alpha=0.15)
+    ax.set_title(key)
+    ax.set_xlabel("RL step")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=8)
+  fig.suptitle(f"{name}: mean over seeds {','.join(map(str, seeds))}")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def write_report(name: str, claim: Claim, seeds, *, root: str) -> str:
+  """results.md, results.json and curves.png under root/name."""
+  table = summarize(name, claim, seeds, root=root)
+  outdir = os.path.join(root, name)
+  plot(name, claim, seeds, root=root, path=os.path.join(outdir, "curves.png"))
+  with open(os.path.join(outdir, "results.json"), "w") as f:
+    json.dump({"seeds": list(seeds), "variants": table}, f, indent=2)
+  columns = [
+    claim.metric,
+    "delta",
+    *claim.extra,
+    "held-out before",
+    "held-out after",
+  ]
+  seeds_arg = ",".join(map(str, seeds))
+  lines = [
+    f"# Mini-reproduction: {name}",
+    "",
+    f"Claim: {claim.claim}",
+    "",
+    f"Expected: {claim.expected}.",
+    "",
+    f"Command: `python -m experiments.reproduce --method={name} "
+    f"--seeds={seeds_arg}`",
+    "",
+    f"Per-step metrics are means over the last {TAIL:.0%} of the steps; "
+    f"delta is that minus the mean over the first {HEAD:.0%} (growth "
+    "during training). Held-out: greedy accuracy before / after RL. Cells: "
+    "mean ± std [min, max] over seeds.",
+    "",
+    "| variant | " + " | ".join(columns) + " |",
+    "|---" * (len(columns) + 1) + "|",
+  ]
+  for label, cols in table.items():
+    cells = [_cell(cols.get(c, [])) for c in columns]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  lines += ["", "![curves](curves.png)", ""]
+  path = os.path.join(outdir, "results.md")
+  with open(path, "w") as f:
+    f.write("\n".join(lines))
+  return path
+
+
+# ----------------------------------------------------------------------------
+# Command line.
+
+
+def parse_overrides(text: str, module_names: Sequence[str]) -> dict:
+  """'k=v,k2=v2' -> typed overrides (types from the experiments' Configs)."""
+  if not text:
+    return {}
+  fields = {}
+  for m in module_names:
+    cls = importlib.import_module(f"experiments.{m}").Config
+    fields.update({f.name: type(f.default) for f in dataclasses.fields(cls)})
+  out = {}
+  for item in text.split(","):
+    key, _, value = item.partition("=")
+    if key not in fields:
+      raise ValueError(f"--set: no Config field {key!r}")
+    kind = fields[key]
+    if kind is bool:
+      out[key] = value.lower() in ("1", "true", "yes")
+    else:
+      out[key] = kind(value)
+  return out
+
+
+def main(argv) -> None:
+  del argv
+  f = flags.FLAGS
+  if f.method not in CLAIMS:
+    raise app.UsageError(
+      f"--method={f.method!r}; registered: {', '.join(sorted(CLAIMS))}"
+    )
+  claim = CLAIMS[f.method]
+  seeds = [int(s) for s in f.seeds.split(",") if s]
+  modules = [m for m, _ in claim.variants.values()]
+  print(
+    run_all(
+      f.method,
+      claim,
+      seeds,
+      steps=f.steps,
+      root=f.root,
+      common=parse_overrides(f.set, modules),
+    )
+  )
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("method", None, "a CLAIMS key", required=True)
+  flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds")
+  flags.DEFINE_integer("steps", 0, "RL steps per run; 0 = each default")
+  flags.DEFINE_string("root", "workdirs/reproduce", "where runs go")
+  flags.DEFINE_string("set", "", "k=v,... Config overrides for every run")
+  logging.set_verbosity(logging.WARNING)
+  app.run(main)

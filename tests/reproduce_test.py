@@ -1,0 +1,77 @@
+"""experiments/reproduce.py: runs, reuses runs, writes table and plot."""
+
+import dataclasses
+import importlib
+import json
+import os
+
+import pytest
+
+from experiments import reproduce
+
+TINY = dict(
+  batch_size=4,
+  group_size=4,
+  max_new_tokens=16,
+  warm_start_steps=2,
+  warm_start_batch_size=8,
+  eval_size=4,
+  checkpoint_every=1,
+  tensorboard=False,
+  mesh_fsdp=1,
+)
+
+
+@pytest.mark.parametrize("name", sorted(reproduce.CLAIMS))
+def test_every_claim_names_valid_configs(name):
+  claim = reproduce.CLAIMS[name]
+  assert len(claim.variants) >= 2
+  for module_name, overrides in claim.variants.values():
+    module = importlib.import_module(f"experiments.{module_name}")
+    dataclasses.replace(module.Config(), **overrides).validate()
+
+
+def test_parse_overrides_types_values():
+  got = reproduce.parse_overrides(
+    "batch_size=8,lr=0.5,tensorboard=false,data=task:x", ["grpo"]
+  )
+  assert got == dict(batch_size=8, lr=0.5, tensorboard=False, data="task:x")
+  with pytest.raises(ValueError, match="no Config field 'nope'"):
+    reproduce.parse_overrides("nope=1", ["grpo"])
+
+
+def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
+  claim = reproduce.Claim(
+    claim="tiny",
+    variants={
+      "grpo": ("grpo", {"kl_coef": 0.0}),
+      "dr_grpo": ("dr_grpo", {}),
+    },
+    metric="length",
+    expected="anything",
+    extra=("accuracy",),
+  )
+  common = dict(TINY, cache_dir=str(tmp_path / "cache"))
+  root = str(tmp_path / "runs")
+  path = reproduce.run_all(
+    "tiny", claim, [0], steps=2, root=root, common=common
+  )
+  text = open(path).read()
+  assert "| grpo |" in text and "| dr_grpo |" in text
+  assert os.path.getsize(tmp_path / "runs/tiny/curves.png") > 0
+  results = json.load(open(tmp_path / "runs/tiny/results.json"))
+  assert len(results["variants"]["dr_grpo"]["length"]) == 1
+
+  # A second call reuses the finished runs instead of training again.
+  from experiments import grpo
+
+  def fail(cfg):
+    raise AssertionError("should have reused the finished run")
+
+  monkeypatch.setattr(grpo, "run", fail)
+  reproduce.run_all("tiny", claim, [0], steps=2, root=root, common=common)
+  # A different config in the same workdir is an error, not a silent reuse.
+  with pytest.raises(ValueError, match="different config"):
+    reproduce.run_all(
+      "tiny", claim, [0], steps=2, root=root, common=dict(common, lr=1.0)
+    )
