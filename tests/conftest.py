@@ -19,3 +19,15 @@ import jax  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_default_matmul_precision", "highest")
+# Compiled programs are shared between test processes (pytest-xdist workers,
+# subprocesses): the experiment smoke tests compile the same sampler, warm
+# start and evaluation programs many times over.
+jax.config.update(
+  "jax_compilation_cache_dir",
+  os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR",
+    os.path.join(os.path.dirname(os.path.dirname(__file__)), ".jax_cache"),
+  ),
+)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
