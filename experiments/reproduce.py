@@ -268,6 +268,139 @@ CLAIMS: dict[str, Claim] = {
     expected="lp_reg's entropy decays less than baseline's",
     extra=("accuracy", "lp_reg_frac"),
   ),
+  # Issue 9: reward design, label-free RL and length control.
+  "ttrl": Claim(
+    claim=(
+      "Majority-vote pseudo-labels on unlabeled test prompts improve pass@1 "
+      "toward RL with the true labels, beyond the initial majority vote "
+      "(arXiv:2504.16084, Table 1); gold_labels trains on the true rewards."
+    ),
+    variants={
+      "ttrl": ("ttrl", {}),
+      "gold_labels": ("ttrl", {"label_source": "gold"}),
+    },
+    metric="accuracy",
+    expected=(
+      "ttrl's accuracy grows (delta > 0) toward gold_labels' and ends above "
+      "its starting ttrl/label_accuracy (maj@G)"
+    ),
+    extra=("ttrl/label_accuracy", "ttrl/reward_accuracy"),
+  ),
+  "rent": Claim(
+    claim=(
+      "Minimising the entropy of the answer tokens, with no labels, "
+      "improves accuracy (arXiv:2505.22660); grpo uses the verifier."
+    ),
+    variants={"rent": ("rent", {}), "grpo": ("grpo", {})},
+    metric="accuracy",
+    expected="rent's held-out accuracy above its start and near grpo's",
+    extra=("entropy", "reward"),
+  ),
+  "format_length": Claim(
+    claim=(
+      "Format and length surrogate rewards, with no ground truth, train as "
+      "well as the correctness reward (arXiv:2505.19439); all three on the "
+      "tagged arithmetic task."
+    ),
+    variants={
+      "correctness": ("format_length", {"reward_mode": "correctness"}),
+      "format_only": ("format_length", {"length_weight": 0.0}),
+      "format_length": ("format_length", {}),
+    },
+    metric="accuracy",
+    expected=(
+      "format_length's accuracy close to correctness' and at least "
+      "format_only's"
+    ),
+    extra=("length", "reward"),
+  ),
+  "logic_rl": Claim(
+    claim=(
+      "On the same knights-and-knaves puzzles, a difficulty curriculum "
+      "beats a random shuffle (arXiv:2502.14768, curriculum ablation)."
+    ),
+    variants={
+      "curriculum": ("logic_rl", {}),
+      "shuffled": ("logic_rl", {"curriculum": ""}),
+    },
+    metric="accuracy",
+    expected="curriculum's accuracy and held-out accuracy at least shuffled's",
+    extra=("reward/format", "length"),
+  ),
+  "dler": Claim(
+    claim=(
+      "A plain truncation penalty with batch-normalised advantages, "
+      "clip-higher and dynamic sampling cuts length while keeping accuracy "
+      "(arXiv:2510.15110); no_limit is the same recipe at grpo's 40-token "
+      "budget."
+    ),
+    variants={
+      "no_limit": ("dler", {"max_new_tokens": 40}),
+      "dler": ("dler", {}),
+    },
+    metric="length",
+    expected=(
+      "dler's length well below no_limit's and its held-out accuracy (at "
+      "its 20-token budget) above its start"
+    ),
+    extra=("accuracy",),
+  ),
+  "laser": Claim(
+    claim=(
+      "A step length reward shortens correct responses, and LASER-D's "
+      "difficulty-adaptive targets do so with accuracy kept "
+      "(arXiv:2505.15612); no_length is the recipe without the reward."
+    ),
+    variants={
+      "no_length": ("laser", {"length_reward_scale": 0.0}),
+      "laser": ("laser", {"variant": "laser"}),
+      "laser_d": ("laser", {}),
+    },
+    metric="length",
+    expected=(
+      "laser's and laser_d's length below no_length's; laser_d's accuracy "
+      "at least laser's"
+    ),
+    extra=("accuracy", "laser/target_easy"),
+  ),
+  "simplerl_zoo": Claim(
+    claim=(
+      "Zero RL works when the query difficulty matches the model "
+      "(arXiv:2503.18892); the held-out set (difficulties 1-2) is shared, "
+      "strict_format adds the format-gated reward."
+    ),
+    variants={
+      "matched": ("simplerl_zoo", {}),
+      "too_hard": (
+        "simplerl_zoo",
+        {"data": "task:arithmetic:difficulty=3,n=4000"},
+      ),
+      "strict_format": ("simplerl_zoo", {"format_reward": "strict"}),
+    },
+    metric="accuracy",
+    expected="matched's held-out accuracy after RL above too_hard's",
+    extra=("reward",),
+  ),
+  "empo": Claim(
+    claim=(
+      "Minimising the semantic entropy of the answers, with no labels, "
+      "improves accuracy (arXiv:2504.05812); grpo uses the verifier."
+    ),
+    variants={"empo": ("empo", {}), "grpo": ("grpo", {})},
+    metric="accuracy",
+    expected="empo's held-out accuracy above its start and near grpo's",
+    extra=("empo/semantic_entropy",),
+  ),
+  "rlpr": Claim(
+    claim=(
+      "The policy's probability of the reference answer, debiased and "
+      "std-filtered, replaces the verifier (arXiv:2506.18254)."
+    ),
+    variants={"rlpr": ("rlpr", {}), "grpo": ("grpo", {})},
+    metric="accuracy",
+    expected="rlpr's held-out accuracy above its start and close to grpo's",
+    extra=("reward", "rlpr/kept"),
+  ),
 }
 
 

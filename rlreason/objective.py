@@ -221,6 +221,29 @@ def make_batch(rollout, examples, ctx):
   return outcome_batch(rollout, examples, ctx)
 
 
+def drop_groups(batch: dict, keep: np.ndarray, group_size: int) -> dict:
+  """Takes the groups with keep[b] False out of the update.
+
+  Their mask and advantages are zeroed, so they weigh nothing in any loss
+  or normaliser while the batch keeps its [N, ...] shapes (filters such as
+  RLPR's std filter or EMPO's entropy threshold).
+
+  Args:
+    batch: make_batch's dict with "mask" [N, T] and "adv" [N] or [N, T].
+    keep: [B] bool, N = B * G prompt-major.
+    group_size: G.
+  """
+  rows = np.repeat(np.asarray(keep, bool), group_size)
+  out = dict(batch)
+  out["mask"] = np.where(rows[:, None], batch["mask"], 0).astype(
+    batch["mask"].dtype
+  )
+  adv = np.asarray(batch["adv"])
+  shape = (-1,) + (1,) * (adv.ndim - 1)
+  out["adv"] = np.where(rows.reshape(shape), adv, 0.0).astype(np.float32)
+  return out
+
+
 def policy_loss_fn(cfg) -> losses.PolicyLoss:
   """cfg.policy_loss with its clip range bound."""
   fn = losses.get_policy_loss(cfg.policy_loss)

@@ -10,10 +10,13 @@ keyword arguments. Names:
 
   correctness  math, exact_match, task:<task name> (task:arithmetic, ...)
   format       format (= format_strict), format_strict, format_soft,
-               answer_line
+               answer_line, logic_rl (format + answer, Logic-RL)
   length       overlong (DAPO), truncation (DLER), laser (LASER), token_budget
   label-free   majority_vote (TTRL), neg_entropy (RENT), self_certainty,
-               format_length (Format-Length surrogate)
+               format_length (Format-Length surrogate), semantic_cluster
+               (EMPO); rewards.likelihood holds RLPR's reference-answer
+               probability reward (it needs policy scores, see
+               self_scoring.py)
 
     fn = rewards.get("overlong", max_length=4096, buffer_length=512)
     total_fn = rewards.combine({"math": 1.0, "format": 0.1})
@@ -30,6 +33,7 @@ from rlreason.rewards import format as format_lib
 from rlreason.rewards import label_free
 from rlreason.rewards import length
 from rlreason.rewards import math as math_lib
+from rlreason.rewards import semantic
 from rlreason.rewards import verifiers
 
 RewardFn = Callable[..., np.ndarray]
@@ -41,6 +45,7 @@ _REGISTRY: dict[str, RewardFn] = {
   "format_strict": format_lib.format_strict,
   "format_soft": format_lib.format_soft,
   "answer_line": format_lib.answer_line,
+  "logic_rl": format_lib.logic_rl,
   "overlong": length.overlong,
   "truncation": length.truncation,
   "laser": length.laser,
@@ -49,6 +54,7 @@ _REGISTRY: dict[str, RewardFn] = {
   "neg_entropy": label_free.neg_entropy,
   "self_certainty": label_free.self_certainty,
   "format_length": label_free.format_length,
+  "semantic_cluster": semantic.semantic_cluster_reward,
 }
 _TASK_PREFIX = "task:"
 

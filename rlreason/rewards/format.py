@@ -1,13 +1,16 @@
 """Format rewards: R1 think/answer tags and the procedural answer line.
 
-All return float32 [N] in {0, 1}. Scans use str.find/count (linear time), so
-hostile completions cannot trigger regex backtracking.
+The format checks return float32 [N] in {0, 1}; `logic_rl` and
+`format_gated` combine a format check with correctness. Scans use
+str.find/count (linear time), so hostile completions cannot trigger regex
+backtracking.
 """
 
 from typing import Sequence
 
 import numpy as np
 
+from rlreason.rewards import extract
 from rlreason.tasks import base as tasks_base
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -70,3 +73,62 @@ def answer_line(completions: Sequence[str], answers=None) -> np.ndarray:
     [tasks_base.extract_answer(c) is not None for c in completions],
     np.float32,
   )
+
+
+def logic_rl(
+  completions: Sequence[str],
+  answers: Sequence[str],
+  *,
+  check,
+  prefilled: str = "",
+  format_ok: float = 1.0,
+  format_bad: float = -1.0,
+  right: float = 2.0,
+  wrong: float = -1.5,
+  missing: float = -2.0,
+) -> np.ndarray:
+  """Logic-RL's rule reward (Xie et al. 2025, arXiv:2502.14768, Sec. 2).
+
+      S = S_format + S_answer
+      S_format = +1 if `format_strict` holds, else -1
+      S_answer = +2 if the answer tag's value is correct, -1.5 if it is
+                 wrong, -2 if there is no (non-empty) answer tag
+
+  The strict format penalises the shortcuts the paper saw (skipping the
+  think block, answering outside the tags, several answer blocks).
+
+  Args:
+    completions: N completions.
+    answers: N gold answers.
+    check: fn(value, gold) -> bool, the task's answer check.
+    prefilled: text the prompt ends with (e.g. "<think>" for the R1
+      template), prepended for the format check.
+  """
+  if answers is None or len(answers) != len(completions):
+    raise ValueError("need one gold answer per completion")
+  fmt = format_strict(completions, prefilled=prefilled) > 0
+  out = np.where(fmt, format_ok, format_bad).astype(np.float32)
+  for i, (c, gold) in enumerate(zip(completions, answers, strict=True)):
+    value = extract.answer_tag(c)
+    if not value:
+      out[i] += missing
+      continue
+    try:
+      ok = bool(check(value, gold))
+    except (ValueError, ArithmeticError, RecursionError):
+      ok = False
+    out[i] += right if ok else wrong
+  return out
+
+
+def format_gated(correct, format_ok, *, penalty: float = -1.0) -> np.ndarray:
+  """Correctness where the format holds, `penalty` where it does not.
+
+  The format-gated rule reward that SimpleRL-Zoo (Zeng et al. 2025,
+  arXiv:2503.18892) weighs against correctness alone: r = correct in
+  {0, 1} for well-formatted responses, `penalty` otherwise. [N] arrays in,
+  float32 [N] out.
+  """
+  correct = np.asarray(correct, np.float32)
+  format_ok = np.asarray(format_ok, np.float32) > 0
+  return np.where(format_ok, correct, penalty).astype(np.float32)

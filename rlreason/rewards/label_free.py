@@ -2,8 +2,11 @@
 and format-plus-length surrogate signals.
 
 None of these reads the gold answers (`answers` is accepted and ignored so
-they fit the registry signature). Completions are grouped prompt-major:
-N = B * G, completion i belongs to prompt i // G.
+they fit the registry signature); `vote_metrics` reads them only to log how
+good the majority-vote pseudo-labels are. Completions are grouped
+prompt-major: N = B * G, completion i belongs to prompt i // G. EMPO's
+semantic clustering is in rewards/semantic.py, RLPR's reference-answer
+probability in rewards/likelihood.py.
 """
 
 import collections
@@ -161,14 +164,54 @@ def format_length(
   if lengths.shape != (n,):
     raise ValueError(f"lengths must be [{n}], got {lengths.shape}")
   f = length_weight * length_score(lengths, max_length, peak)
+  think = think_block(completions)
   out = np.zeros(n, np.float32)
   for i, c in enumerate(completions):
-    start = c.find("<think>")
-    think = start >= 0 and c.find("</think>", start) >= 0
     a = extract.extract(c)
     has_answer = bool(a) and math_lib.prefilter(a)
     if has_answer:
-      out[i] = 0.5 * think + 0.5 + f[i]
+      out[i] = 0.5 * think[i] + 0.5 + f[i]
     else:
       out[i] = min(0.0, f[i])
   return out
+
+
+def think_block(completions: Sequence[str]) -> np.ndarray:
+  """[N] 1 iff a `<think>` is later closed by `</think>` (soft format).
+
+  The authors' soft_format_reward_func_v2 (regex <think>.*?</think>).
+  """
+  out = np.zeros(len(completions), np.float32)
+  for i, c in enumerate(completions):
+    start = c.find("<think>")
+    out[i] = start >= 0 and c.find("</think>", start) >= 0
+  return out
+
+
+def vote_metrics(votes, correct, group_size: int) -> dict[str, float]:
+  """How good the majority-vote pseudo-labels are (TTRL's diagnostics).
+
+  Args:
+    votes: [N] 0/1, 1 where a completion's answer is its group's majority
+      answer (the `majority_vote` reward), N = B * G prompt-major.
+    correct: [N] 0/1 correctness against the gold answers (for logging
+      only; the reward never sees them).
+    group_size: G.
+
+  Returns:
+    label_accuracy: fraction of prompts whose majority answer is correct
+      (maj@G); a prompt with no extractable answer has a wrong label.
+      The completions voting for the label all carry it, so the label is
+      correct iff one of them is.
+    reward_accuracy: fraction of completions whose pseudo-reward equals
+      their true reward (TTRL's "reward accuracy").
+    majority_ratio: mean share of a group that votes for its label.
+  """
+  votes = np.asarray(votes, np.float32).reshape(-1, group_size) > 0
+  correct = np.asarray(correct, np.float32).reshape(-1, group_size) > 0
+  label_ok = (votes & correct).any(-1)
+  return {
+    "label_accuracy": float(label_ok.mean()),
+    "reward_accuracy": float((votes == correct).mean()),
+    "majority_ratio": float(votes.mean()),
+  }

@@ -166,3 +166,74 @@ def token_budget(
   else:
     raise ValueError(f"mode must be exceed|abs, got {mode!r}")
   return r.astype(np.float32)
+
+
+# LASER-D difficulty buckets: accuracy >= 2/3 (easy), >= 1/3, else (hard).
+LASER_D_BUCKETS = ("easy", "medium", "hard")
+
+
+def laser_d_adaptive_targets(
+  lengths,
+  correct,
+  group_size: int,
+  thresholds,
+  *,
+  max_length: float,
+  expected_correct: int = 1,
+) -> dict[str, float]:
+  """LASER-D's adaptive target length of each difficulty bucket.
+
+  hkust-nlp/Laser `_choose_target_length` (round_method="floor"): for
+  bucket l with n_l = floor(2G/3) (easy), floor(G/3) (medium) or 1 (hard),
+  the target is the smallest threshold L such that
+
+      floor(coverage_l(L) * n_l) >= expected_correct,
+
+  where coverage_l(L) is the fraction of bucket-l responses that are
+  correct AND at most L tokens long (the bucket's accuracy if longer
+  responses were cut at L); `max_length` when no threshold qualifies or
+  the bucket is empty. Easy prompts thus get tight targets and hard ones
+  keep the budget. The authors measure coverage on a monitoring set every
+  few steps; here it is measured on whatever batch is passed.
+
+  Args:
+    lengths: [N] response lengths, N = B * G prompt-major.
+    correct: [N] 0/1.
+    group_size: G.
+    thresholds: candidate target lengths (any order).
+    max_length: the target when none qualifies.
+    expected_correct: the expected correct responses a target must keep.
+
+  Returns:
+    {"easy": L, "medium": L, "hard": L}.
+  """
+  lengths = np.asarray(lengths, np.float32).reshape(-1, group_size)
+  correct = np.asarray(correct, np.float32).reshape(-1, group_size) >= 1.0
+  acc = correct.mean(-1)
+  bucket = np.where(acc >= 2 / 3, 0, np.where(acc >= 1 / 3, 1, 2))
+  lower_n = (int(group_size * 2 / 3), int(group_size / 3), 1)
+  targets = {}
+  for k, name in enumerate(LASER_D_BUCKETS):
+    sel = bucket == k
+    targets[name] = float(max_length)
+    if not sel.any():
+      continue
+    for length in sorted(thresholds):
+      coverage = (correct[sel] & (lengths[sel] <= length)).mean()
+      if int(coverage * lower_n[k]) >= expected_correct:
+        targets[name] = float(min(length, max_length))
+        break
+  return targets
+
+
+def laser_d_bucket_targets(
+  correct, group_size: int, targets: dict[str, float]
+) -> np.ndarray:
+  """[N] per-response target lengths from `laser_d_adaptive_targets`."""
+  return laser_d_targets(
+    correct,
+    group_size,
+    easy=targets["easy"],
+    medium=targets["medium"],
+    hard=targets["hard"],
+  )
