@@ -47,7 +47,6 @@ from rlreason import dynamic_sampling
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 from rlreason.rewards import length
 
 
@@ -133,15 +132,13 @@ def run(cfg: Config) -> dict:
     batch_fn = dynamic_sampling.refill(
       make_batch, max_rounds=cfg.max_sample_rounds
     )
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="dapo",
+    title="DAPO (arXiv:2503.14476)",
     make_batch=batch_fn,
     loss_fn=objective.loss_fn,  # (1), (3), (5)
-    name="dapo",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="DAPO (arXiv:2503.14476)")
-  return out
 
 
 if __name__ == "__main__":

@@ -58,8 +58,8 @@ from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import metrics as metrics_lib
 from rlreason import objective
-from rlreason import report
 from rlreason import sft
+from rlreason import storage
 from rlreason.rewards import length
 
 
@@ -112,8 +112,7 @@ PAPER = dict(
 def make_batch(rollout, examples, ctx):
   """Truncated correctness (1); batch-normalised advantages (2)."""
   cfg = ctx.cfg
-  gold = [examples[i].answer for i in rollout.prompt_ids]
-  correct = np.asarray(ctx.correct_fn(rollout.texts, gold), np.float32)
+  correct = objective.correctness(rollout, examples, ctx)
   finished = np.asarray(rollout.finish_reasons) == "eos"
   r = length.truncation(
     rollout.texts,
@@ -156,33 +155,28 @@ def plot_accuracy_vs_tokens(workdir: str, title: str = "") -> str:
   ax.set_title(title or "accuracy vs tokens")
   ax.grid(alpha=0.3)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  storage.save_figure(fig, path, dpi=110)
   plt.close(fig)
   return path
 
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  if cfg.warm_start_steps and not cfg.init_from:
-    base = dataclasses.replace(
-      cfg, max_new_tokens=cfg.warm_start_max_new_tokens
-    )
-    cfg = dataclasses.replace(cfg, init_from=sft.warm_start(base))
+  cfg = sft.warm_started(cfg, max_new_tokens=cfg.warm_start_max_new_tokens)
   batch_fn = make_batch
   if cfg.dynamic_sampling:  # (4)
     batch_fn = dynamic_sampling.refill(
       make_batch, max_rounds=cfg.max_sample_rounds
     )
-  out = loop.train(
+  out = loop.train_and_report(
     cfg,
+    name="dler",
+    title="DLER (arXiv:2510.15110)",
     make_batch=batch_fn,
     loss_fn=objective.loss_fn,  # (2), (3), (5)
-    name="dler",
-    needs_ref=cfg.needs_ref,
   )
   if jax.process_index() == 0:
     plot_accuracy_vs_tokens(out["workdir"], "DLER: accuracy vs tokens")
-  report.write(out["workdir"], title="DLER (arXiv:2510.15110)")
   return out
 
 

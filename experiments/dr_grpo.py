@@ -36,7 +36,6 @@ from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,15 +87,13 @@ PAPER = dict(
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="dr_grpo",
+    title="Dr. GRPO (arXiv:2503.20783)",
     make_batch=objective.make_batch,  # (1)
     loss_fn=objective.loss_fn,  # (2), (3)
-    name="dr_grpo",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="Dr. GRPO (arXiv:2503.20783)")
-  return out
 
 
 if __name__ == "__main__":

@@ -42,7 +42,6 @@ from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 from rlreason.rewards import extract
 from rlreason.rewards import semantic
 
@@ -114,15 +113,13 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="empo",
+    title="EMPO (arXiv:2504.05812)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    name="empo",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="EMPO (arXiv:2504.05812)")
-  return out
 
 
 if __name__ == "__main__":

@@ -34,13 +34,12 @@ TPU:  launch/tpu.sh run experiments.entropy_advantage --scale=paper \
 import dataclasses
 
 from experiments import grpo
+from rlreason import config
 from rlreason import advantages
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import losses
 from rlreason import objective
-from rlreason import policy
-from rlreason import report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,12 +57,10 @@ class Config(grpo.Config):
 # and batch size are not restated here: DAPO-Math-17k and 256 prompts per
 # step are assumptions.
 PAPER = dict(
+  config.PAPER_COMMON,
   model="qwen2.5-math-7b",
   data="hf:BytedTsinghua-SIA/DAPO-Math-17k",
   eval_data="hf:HuggingFaceH4/aime_2024:split=train",
-  template="boxed",
-  reward="math",
-  warm_start_steps=0,
   steps=500,
   batch_size=256,
   group_size=8,
@@ -72,27 +69,17 @@ PAPER = dict(
   max_prompt_len=1024,
   max_new_tokens=3072,  # Qwen2.5-Math's 4k context minus the prompt
   lr=1e-6,
-  warmup_steps=0,
-  dtype="bfloat16",
-  remat=True,
   eval_size=30,
   eval_samples=256,
   checkpoint_every=50,
-  mesh_fsdp=-1,
 )
 
 
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   """GRPO's loss with the entropy-shaped advantage (1)."""
   mask = batch["mask"]
-  logp, entropy = policy.completion_logprobs(
-    params,
-    batch["tokens"],
-    batch["positions"],
-    model_cfg,
-    batch["tokens"].shape[1] - mask.shape[1],
-    temperature=cfg.temperature,
-    with_entropy=True,
+  logp, entropy = objective.completion_forward(
+    params, batch, cfg=cfg, model_cfg=model_cfg
   )
   shaped = advantages.entropy_shaped(
     batch["adv"],
@@ -118,15 +105,13 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="entropy_advantage",
+    title="Entropy-shaped advantage (GRPO)",
     make_batch=objective.make_batch,
     loss_fn=loss_fn,
-    name="entropy_advantage",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="Entropy-shaped advantage (GRPO)")
-  return out
 
 
 if __name__ == "__main__":

@@ -44,12 +44,12 @@ import jax
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason import entropy_law
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import losses
 from rlreason import objective
-from rlreason import report
 
 POLICY_LOSSES = ("kl_cov", "clip_cov", "ppo")
 
@@ -89,12 +89,10 @@ class Config(grpo.Config):
 # assumed (verl's default). Training data: the paper trains on math RL data
 # (DAPO-Math-17k here; the exact mix is not restated here).
 PAPER = dict(
+  config.PAPER_COMMON,
   model="/ckpt/Qwen2.5-7B",  # no preset; a local HF checkpoint
   data="hf:BytedTsinghua-SIA/DAPO-Math-17k",
   eval_data="hf:HuggingFaceH4/MATH-500:split=test",
-  template="boxed",
-  reward="math",
-  warm_start_steps=0,
   steps=600,
   batch_size=256,
   group_size=8,
@@ -103,14 +101,10 @@ PAPER = dict(
   max_prompt_len=1024,
   max_new_tokens=8192,
   lr=1e-6,
-  warmup_steps=0,
   clip_cov_ratio=2e-4,
   kl_cov_ratio=2e-3,
-  dtype="bfloat16",
-  remat=True,
   eval_size=500,
   checkpoint_every=50,
-  mesh_fsdp=-1,
 )
 
 
@@ -149,7 +143,7 @@ def policy_loss(cfg: Config, batch: dict) -> losses.PolicyLoss:
 
 
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
-  loss, metrics = objective.pg_loss(
+  return objective.pg_loss(
     params,
     batch,
     norm,
@@ -157,24 +151,22 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     model_cfg=model_cfg,
     policy_loss=policy_loss(cfg, batch),
   )
-  return loss, metrics
 
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  out = loop.train_and_report(
     cfg,
+    name="entropy_mechanism",
+    title=f"Entropy mechanism ({cfg.policy_loss})",
     make_batch=make_batch,
     loss_fn=loss_fn,
-    name="entropy_mechanism",
-    needs_ref=cfg.needs_ref,
   )
-  if jax.process_index() == 0:
+  if jax.process_index() == 0:  # (3) the law's fit: entropy_law.{json,png}
     law = entropy_law.write(
       out["workdir"], key=cfg.law_key, title=f"{cfg.policy_loss}"
     )
     out.update({f"law/{k}": v for k, v in law.items() if k != "key"})
-  report.write(out["workdir"], title=f"Entropy mechanism ({cfg.policy_loss})")
   return out
 
 

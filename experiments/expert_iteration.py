@@ -45,7 +45,6 @@ from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import losses
 from rlreason import objective
-from rlreason import report
 from rlreason import sft
 
 
@@ -98,9 +97,8 @@ def make_batch(rollout, examples, ctx):
   """Keeps the verified, distinct samples (2) as NLL targets (1)."""
   cfg = ctx.cfg
   total, parts = ctx.score(rollout, examples)
-  gold = [examples[i].answer for i in rollout.prompt_ids]
   keep = sft.rejection_sampled(
-    ctx.correct_fn(rollout.texts, gold),
+    objective.correctness(rollout, examples, ctx),
     rollout.texts,
     cfg.group_size,
     dedup=cfg.dedup,
@@ -125,14 +123,13 @@ def loss_fn(params, batch, norm, *, cfg, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="expert_iteration",
+    title="Expert iteration (arXiv:2403.04642)",
     make_batch=make_batch,
     loss_fn=loss_fn,
-    name="expert_iteration",
   )
-  report.write(out["workdir"], title="Expert iteration (arXiv:2403.04642)")
-  return out
 
 
 if __name__ == "__main__":

@@ -41,11 +41,11 @@ import dataclasses
 import jax.numpy as jnp
 
 from experiments import grpo
+from rlreason import config
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import losses
 from rlreason import objective
-from rlreason import report
 
 SELECTIONS = ("top", "bottom", "all")
 
@@ -80,12 +80,10 @@ class Config(grpo.Config):
 # tokens (DAPO's; the paper's exact length per model size is not restated
 # here).
 PAPER = dict(
+  config.PAPER_COMMON,
   model="qwen3-8b",  # the paper's 8B point; 14B / 32B: --model=/ckpt/...
   data="hf:BytedTsinghua-SIA/DAPO-Math-17k",
   eval_data="hf:HuggingFaceH4/aime_2024:split=train",
-  template="boxed",
-  reward="math",
-  warm_start_steps=0,
   steps=400,
   batch_size=512,
   group_size=16,
@@ -96,12 +94,9 @@ PAPER = dict(
   lr=1e-6,
   warmup_steps=10,  # DAPO: 10 warmup steps
   weight_decay=0.1,  # DAPO's AdamW weight decay
-  dtype="bfloat16",
-  remat=True,
   eval_size=30,
   eval_samples=16,  # avg@16 on AIME (the paper's protocol, assumed)
   checkpoint_every=20,
-  mesh_fsdp=-1,
 )
 
 
@@ -123,7 +118,7 @@ def token_weight(cfg: Config):
 
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   """DAPO's objective with the forking-token mask (1)."""
-  loss, metrics = objective.pg_loss(
+  return objective.pg_loss(
     params,
     batch,
     norm,
@@ -131,20 +126,17 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     model_cfg=model_cfg,
     token_weight=token_weight(cfg),
   )
-  return loss, metrics
 
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="forking_tokens",
+    title=f"Forking tokens ({cfg.token_selection})",
     make_batch=objective.make_batch,
     loss_fn=loss_fn,
-    name="forking_tokens",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title=f"Forking tokens ({cfg.token_selection})")
-  return out
 
 
 if __name__ == "__main__":

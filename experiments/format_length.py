@@ -44,13 +44,11 @@ TPU:  launch/tpu.sh run experiments.format_length --scale=paper \
 
 import dataclasses
 
-import numpy as np
 
 from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 from rlreason.rewards import label_free
 from rlreason.tasks import tagged
 
@@ -118,8 +116,7 @@ def make_batch(rollout, examples, ctx):
   """The surrogate reward (1, 2); GRPO advantages."""
   cfg = ctx.cfg
   if cfg.reward_mode == "correctness":
-    gold = [examples[i].answer for i in rollout.prompt_ids]
-    correct = np.asarray(ctx.correct_fn(rollout.texts, gold), np.float32)
+    correct = objective.correctness(rollout, examples, ctx)
     r = 0.5 * label_free.think_block(rollout.texts) + correct
     return objective.outcome_batch(
       rollout, examples, ctx, rewards=(r, {"correctness": r})
@@ -141,15 +138,13 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="format_length",
+    title="Format-Length (arXiv:2505.19439)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    name="format_length",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="Format-Length (arXiv:2505.19439)")
-  return out
 
 
 if __name__ == "__main__":

@@ -30,10 +30,10 @@ TPU:  launch/tpu.sh run experiments.grpo --scale=paper \
 
 import dataclasses
 
+from rlreason import config
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,42 +73,33 @@ class Config(objective.PGConfig):
 # update per exploration stage. The paper trains DeepSeekMath-Instruct 7B on
 # GSM8K + MATH chain-of-thought questions (144K).
 PAPER = dict(
+  config.PAPER_COMMON,
   model="qwen2.5-math-7b",
   data="hf:openai/gsm8k:config=main",
   eval_data="hf:openai/gsm8k:config=main,split=test",
-  template="boxed",
-  reward="math",
-  warm_start_steps=0,
   steps=500,
   batch_size=16,  # 1024 sequences = 16 questions x 64 samples
   group_size=64,
   max_prompt_len=512,
   max_new_tokens=1024,
   lr=1e-6,
-  warmup_steps=0,
   ppo_epochs=1,
   minibatches=1,
   micro_batches=16,
-  dtype="bfloat16",
-  remat=True,
   eval_size=1319,
   checkpoint_every=50,
-  mesh_fsdp=-1,
-  tensorboard=True,
 )
 
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="grpo",
+    title="GRPO (DeepSeekMath)",
     make_batch=objective.make_batch,  # (1)
     loss_fn=objective.loss_fn,  # (2), (3)
-    name="grpo",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="GRPO (DeepSeekMath)")
-  return out
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,15 +82,13 @@ PAPER = dict(
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="gspo",
+    title="GSPO (arXiv:2507.18071)",
     make_batch=objective.make_batch,
     loss_fn=objective.loss_fn,  # (1), (2), (4)
-    name="gspo",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="GSPO (arXiv:2507.18071)")
-  return out
 
 
 if __name__ == "__main__":

@@ -43,13 +43,11 @@ TPU:  launch/tpu.sh run experiments.laser --scale=paper \
 
 import dataclasses
 
-import numpy as np
 
 from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 from rlreason.rewards import length
 
 
@@ -129,8 +127,7 @@ PAPER = dict(
 def make_batch(rollout, examples, ctx):
   """Correctness + the step length reward (1) with adaptive targets (2)."""
   cfg = ctx.cfg
-  gold = [examples[i].answer for i in rollout.prompt_ids]
-  correct = np.asarray(ctx.correct_fn(rollout.texts, gold), np.float32)
+  correct = objective.correctness(rollout, examples, ctx)
   extra = {}
   if cfg.variant == "laser":
     target = float(cfg.target_length)
@@ -164,15 +161,13 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="laser",
+    title="LASER (arXiv:2505.15612)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    name="laser",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="LASER (arXiv:2505.15612)")
-  return out
 
 
 if __name__ == "__main__":

@@ -52,7 +52,6 @@ from rlreason import data as data_lib
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 from rlreason import tasks
 from rlreason.rewards import format as format_lib
 from rlreason.tasks import tagged
@@ -137,18 +136,16 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="logic_rl",
+    title="Logic-RL (arXiv:2502.14768)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    name="logic_rl",
-    needs_ref=cfg.needs_ref,
     prompt_iterator=(
       curriculum.make(cfg.curriculum) if cfg.curriculum else None
     ),
   )
-  report.write(out["workdir"], title="Logic-RL (arXiv:2502.14768)")
-  return out
 
 
 if __name__ == "__main__":

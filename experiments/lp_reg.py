@@ -37,13 +37,13 @@ TPU:  launch/tpu.sh run experiments.lp_reg --scale=paper \
 import dataclasses
 
 from experiments import grpo
+from rlreason import config
 from rlreason import entropy_reg
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import losses
 from rlreason import mesh as mesh_lib
 from rlreason import objective
-from rlreason import report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,12 +73,10 @@ class Config(grpo.Config):
 # = batch), lr 1e-6 constant, no weight decay, prompt 2048 / response 8192
 # tokens, temperature 1, greedy validation.
 PAPER = dict(
+  config.PAPER_COMMON,
   model="/ckpt/Qwen3-14B-Base",  # no preset; a local HF checkpoint
   data="hf:BytedTsinghua-SIA/DAPO-Math-17k",
   eval_data="hf:HuggingFaceH4/MATH-500:split=test",
-  template="boxed",
-  reward="math",
-  warm_start_steps=0,
   steps=1000,
   batch_size=256,
   group_size=8,
@@ -87,13 +85,9 @@ PAPER = dict(
   max_prompt_len=2048,
   max_new_tokens=8192,
   lr=1e-6,
-  warmup_steps=0,
   weight_decay=0.0,
-  dtype="bfloat16",
-  remat=True,
   eval_size=500,
   checkpoint_every=50,
-  mesh_fsdp=-1,
 )
 
 
@@ -150,15 +144,13 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="lp_reg",
+    title="Lp-Reg",
     make_batch=make_batch,
     loss_fn=loss_fn,
-    name="lp_reg",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="Lp-Reg")
-  return out
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason import advantages
 from rlreason import flags as rr_flags
 from rlreason import kl
@@ -51,7 +52,6 @@ from rlreason import loop
 from rlreason import losses
 from rlreason import mesh as mesh_lib
 from rlreason import objective
-from rlreason import report
 from rlreason import value
 
 
@@ -98,12 +98,10 @@ class Config(grpo.Config):
 # (DAPO-Math-17k stands in); the response budget and minibatching here are
 # assumptions (verl-style: 8k tokens, 4 policy updates per step).
 PAPER = dict(
+  config.PAPER_COMMON,
   model="/ckpt/Qwen2.5-7B",  # no preset; a local HF checkpoint
   data="hf:BytedTsinghua-SIA/DAPO-Math-17k",
   eval_data="hf:HuggingFaceH4/MATH-500:split=test",
-  template="boxed",
-  reward="math",
-  warm_start_steps=0,
   steps=500,
   batch_size=128,
   group_size=64,
@@ -113,12 +111,8 @@ PAPER = dict(
   max_new_tokens=8192,
   lr=1e-6,
   critic_lr_scale=5.0,
-  warmup_steps=0,
-  dtype="bfloat16",
-  remat=True,
   eval_size=500,
   checkpoint_every=50,
-  mesh_fsdp=-1,
 )
 
 
@@ -175,6 +169,13 @@ def make_batch(rollout, examples, ctx):
   return batch, metrics
 
 
+def critic(cfg: Config):
+  """(1) The critic trained beside the policy (loop.train's extra_params)."""
+  return value.extra_params(
+    cfg.critic_lr_scale, from_policy=cfg.critic_init == "policy"
+  )
+
+
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   """Clipped surrogate on the policy + clipped value loss on the critic."""
   policy_params = {k: v for k, v in params.items() if k != value.KEY}
@@ -195,18 +196,14 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="ppo",
+    title="PPO (critic + GAE)",
     make_batch=make_batch,
     loss_fn=loss_fn,
-    name="ppo",
-    needs_ref=cfg.needs_ref,
-    extra_params=value.extra_params(
-      cfg.critic_lr_scale, from_policy=cfg.critic_init == "policy"
-    ),
+    extra_params=critic(cfg),
   )
-  report.write(out["workdir"], title="PPO (critic + GAE)")
-  return out
 
 
 if __name__ == "__main__":

@@ -46,7 +46,6 @@ from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import mesh as mesh_lib
 from rlreason import objective
-from rlreason import report
 from rlreason import self_scoring
 from rlreason.rewards import label_free
 
@@ -128,15 +127,13 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="rent",
+    title="RENT (arXiv:2505.22660)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    name="rent",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="RENT (arXiv:2505.22660)")
-  return out
 
 
 if __name__ == "__main__":

@@ -401,6 +401,218 @@ CLAIMS: dict[str, Claim] = {
     expected="rlpr's held-out accuracy above its start and close to grpo's",
     extra=("reward", "rlpr/kept"),
   ),
+  "pope": Claim(
+    claim=(
+      "On hard problems, rollouts guided by an oracle solution prefix "
+      "transfer to the unguided problems (POPE); the same recipe without "
+      "guidance learns little."
+    ),
+    variants={
+      "pope": ("pope", {}),
+      "no_guidance": ("pope", {"prefix_fraction": 0.0}),
+    },
+    metric="accuracy",
+    expected="pope's unguided accuracy ends above no_guidance's",
+    extra=("guided/groups", "guided/reward"),
+  ),
+  "guide": Claim(
+    claim=(
+      "Hints for all-wrong groups, with the importance ratio taken under "
+      "the hint-free context, beat vanilla GRPO (arXiv:2506.13923)."
+    ),
+    variants={
+      "guide": ("guide", {}),
+      "hinted_context": ("guide", {"unhinted_context": False}),
+      "grpo": ("guide", {"hint_points": 0}),
+    },
+    metric="accuracy",
+    expected="guide's held-out accuracy >= grpo's and hinted_context's",
+    extra=("guided/groups", "approx_kl"),
+  ),
+  "ghpo": Claim(
+    claim=(
+      "Solution hints of growing length for prompts beyond reach, plain "
+      "RL elsewhere, beat GRPO (arXiv:2507.10628)."
+    ),
+    variants={
+      "ghpo": ("ghpo", {}),
+      "grpo": ("ghpo", {"hint_ratios": ""}),
+    },
+    metric="accuracy",
+    expected="ghpo's held-out accuracy >= grpo's",
+    extra=("guided/groups",),
+  ),
+  "seele": Claim(
+    claim=(
+      "Per-problem hint lengths fitted by an IRT model keep rollouts near "
+      "the target accuracy and beat GRPO and a fixed hint "
+      "(arXiv:2509.06923)."
+    ),
+    variants={
+      "seele": ("seele", {}),
+      "fixed_hint": ("seele", {"fixed_ratio": 0.5}),
+      "grpo": ("seele", {"fixed_ratio": 0.0, "rounds": 0}),
+    },
+    metric="accuracy",
+    expected="seele's held-out accuracy >= grpo's and fixed_hint's",
+    extra=("guided/reward", "seele/hint_ratio"),
+  ),
+  "dars": Claim(
+    claim=(
+      "Extra rollouts for low-accuracy prompts raise Pass@K at equal "
+      "rollout cost (DARS, arXiv:2508.13755); BroRL widens every group "
+      "instead (arXiv:2510.01180)."
+    ),
+    variants={
+      "dars": ("dars", {}),
+      "grpo_matched": ("dars", {"extra_groups": 0, "group_size": 12}),
+      "brorl": ("dars", {"extra_groups": 0, "group_size": 32, "batch_size": 4}),
+    },
+    metric="accuracy",
+    expected="dars's eval pass@8 (eval_after.json) >= grpo_matched's",
+    extra=("dars/hard_prompts", "dars/extra_accuracy"),
+  ),
+  "dump": Claim(
+    claim=(
+      "UCB scheduling over data distributions by mean |advantage| trains "
+      "faster than uniform sampling of the mixture (arXiv:2504.09710)."
+    ),
+    variants={
+      "dump": ("dump", {}),
+      "uniform": (
+        "grpo",
+        {"data": "task:arithmetic:difficulty=1-4,n=4000", "max_new_tokens": 56},
+      ),
+    },
+    metric="accuracy",
+    expected="dump's held-out accuracy >= uniform's",
+    extra=("adv_abs",),
+  ),
+  "kdrl": Claim(
+    claim=(
+      "GRPO plus reverse-KL distillation from a teacher beats GRPO and "
+      "distillation alone (arXiv:2506.02208)."
+    ),
+    variants={
+      "kdrl": ("kdrl", {}),
+      "grpo": ("kdrl", {"kd_coef": 0.0}),
+      "kd_only": ("kdrl", {"kd_coef": 0.2, "rl_coef": 0.0}),
+    },
+    metric="accuracy",
+    expected="kdrl's held-out accuracy >= grpo's and kd_only's",
+    extra=("kd", "kd/logp_gap"),
+  ),
+  "adacl": Claim(
+    claim=(
+      "A curriculum on the current policy's difficulty estimates, "
+      "re-estimated as it learns, beats uniform sampling of the mixture "
+      "(ADCL, arXiv:2505.08364)."
+    ),
+    variants={
+      "adacl": ("adacl", {}),
+      "uniform": (
+        "grpo",
+        {"data": "task:arithmetic:difficulty=1-4,n=4000", "max_new_tokens": 56},
+      ),
+    },
+    metric="accuracy",
+    expected="adacl's held-out accuracy >= uniform's",
+    extra=("difficulty/mean_accuracy",),
+  ),
+  "ampo": Claim(
+    claim=(
+      "Off-policy solutions from several sources, only for all-wrong "
+      "groups and chosen by the student's comprehension, beat GRPO "
+      "(AMPO, arXiv:2510.02227)."
+    ),
+    variants={
+      "ampo": ("ampo", {}),
+      "one_source": ("ampo", {"teachers": "reference"}),
+      "grpo": ("ampo", {"teachers": ""}),
+    },
+    metric="accuracy",
+    expected="ampo's held-out accuracy >= grpo's and >= one_source's",
+    extra=("ampo/guided_groups",),
+  ),
+  "knowrl": Claim(
+    claim=(
+      "Training with a minimal-sufficient subset of knowledge-point hints "
+      "improves unhinted accuracy over GRPO and over all KPs (KnowRL)."
+    ),
+    variants={
+      "knowrl": ("knowrl", {}),
+      "all_kps": ("knowrl", {"select": False}),
+      "grpo": ("knowrl", {"use_hints": False}),
+    },
+    metric="accuracy",
+    expected="knowrl's held-out accuracy >= grpo's and all_kps'",
+    extra=("knowrl/kps",),
+  ),
+  "search_r1": Claim(
+    claim=(
+      "Masking the retrieved tokens out of the loss makes multi-turn search "
+      "RL learn better (arXiv:2503.09516, Sec. 5 ablation); multi-turn "
+      "episodes over the procedural knowledge base (envs/search.py)."
+    ),
+    variants={
+      "masked": ("search_r1", {}),
+      "unmasked": ("search_r1", {"mask_observations": False}),
+    },
+    metric="accuracy",
+    expected="masked's accuracy rises and ends at or above unmasked's",
+    extra=("turns", "searches"),
+  ),
+  "toolrl": Claim(
+    claim=(
+      "ToolRL's graded tool-call reward (format + name / parameter / value "
+      "matching) trains tool use better than an answer-only reward "
+      "(arXiv:2504.13958, reward ablations)."
+    ),
+    variants={
+      "toolrl": ("toolrl", {}),
+      "answer_only": (
+        "toolrl",
+        {"format_coef": 0.0, "correct_coef": 0.0, "answer_coef": 1.0},
+      ),
+    },
+    metric="reward/answer",
+    expected="toolrl's answer accuracy at or above answer_only's",
+    extra=("reward/tool_call", "reward/format", "turns"),
+  ),
+  "treerl": Claim(
+    claim=(
+      "Entropy-forked tree rollouts with subtree-value process advantages "
+      "beat independent chains at the same number of leaves "
+      "(arXiv:2506.11902, TreeRL vs ChainRL)."
+    ),
+    variants={"treerl": ("treerl", {}), "grpo": ("grpo", {"kl_coef": 0.0})},
+    metric="accuracy",
+    expected="treerl's held-out accuracy at or above grpo's",
+    extra=("fork_col",),
+  ),
+  "igpo": Claim(
+    claim=(
+      "Information-gain turn rewards give denser credit than the outcome "
+      "reward alone on multi-hop search (arXiv:2510.14967)."
+    ),
+    variants={
+      "igpo": ("igpo", {}),
+      "search_r1": ("search_r1", {"data": "task:kbqa:difficulty=2,n=300"}),
+    },
+    metric="accuracy",
+    expected="igpo's held-out accuracy at or above search_r1's (2-hop)",
+    extra=("igpo/info_gain", "turns"),
+  ),
+  "ettrl": Claim(
+    claim=(
+      "Entropy-forked tree rollouts and entropy-based advantage reshaping "
+      "improve test-time RL with fewer sampled tokens (arXiv:2508.11356)."
+    ),
+    variants={"ettrl": ("ettrl", {}), "ttrl": ("ttrl", {})},
+    metric="accuracy",
+    expected="ettrl's accuracy at or above ttrl's with fewer sampled tokens",
+    extra=("tree/sampled_tokens", "ttrl/label_accuracy"),
+  ),
 }
 
 

@@ -41,7 +41,6 @@ from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,15 +77,13 @@ PAPER = dict(
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="rloo",
+    title="RLOO (arXiv:2402.14740)",
     make_batch=objective.make_batch,  # (1), (4)
     loss_fn=objective.loss_fn,  # (2), (3)
-    name="rloo",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="RLOO (arXiv:2402.14740)")
-  return out
 
 
 if __name__ == "__main__":

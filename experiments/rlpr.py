@@ -45,7 +45,6 @@ from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 from rlreason import self_scoring
 from rlreason.rewards import likelihood
 
@@ -150,15 +149,13 @@ def run(cfg: Config) -> dict:
   std_filter = None
   if cfg.std_filter:  # (3)
     std_filter = likelihood.StdFilter(momentum=cfg.std_filter_momentum)
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="rlpr",
+    title="RLPR (arXiv:2506.18254)",
     make_batch=functools.partial(make_batch, std_filter=std_filter),
     loss_fn=objective.loss_fn,
-    name="rlpr",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="RLPR (arXiv:2506.18254)")
-  return out
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 from rlreason import sft
 from rlreason.rewards import extract
 from rlreason.rewards import format as format_lib
@@ -104,8 +103,7 @@ PAPER = dict(
 def make_batch(rollout, examples, ctx):
   """Correctness, gated by the format (2) when asked; GRPO advantages."""
   cfg = ctx.cfg
-  gold = [examples[i].answer for i in rollout.prompt_ids]
-  correct = np.asarray(ctx.correct_fn(rollout.texts, gold), np.float32)
+  correct = objective.correctness(rollout, examples, ctx)
   parsable = np.array(
     [extract.extract(t) is not None for t in rollout.texts], np.float32
   )
@@ -122,18 +120,14 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  if cfg.warm_start_steps and not cfg.init_from:
-    base = dataclasses.replace(cfg, data=cfg.warm_start_data or cfg.data)
-    cfg = dataclasses.replace(cfg, init_from=sft.warm_start(base))
-  out = loop.train(
+  cfg = sft.warm_started(cfg, data=cfg.warm_start_data or cfg.data)
+  return loop.train_and_report(
     cfg,
+    name="simplerl_zoo",
+    title="SimpleRL-Zoo (arXiv:2503.18892)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    name="simplerl_zoo",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="SimpleRL-Zoo (arXiv:2503.18892)")
-  return out
 
 
 if __name__ == "__main__":

@@ -36,20 +36,20 @@ TPU:  launch/tpu.sh run experiments.siren --scale=paper \
 
 import dataclasses
 import json
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from etils import epath
 
 from experiments import grpo
+from rlreason import config
 from rlreason import entropy_reg
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import mesh as mesh_lib
 from rlreason import objective
-from rlreason import policy
-from rlreason import report
+from rlreason import storage
 
 NAME = "siren"
 
@@ -86,12 +86,10 @@ class Config(grpo.Config):
 # 3072 tokens, temperature 1, 2 epochs; validation samples 16 at
 # temperature 0.6, top-p 0.7 (maj@16 / pass@16).
 PAPER = dict(
+  config.PAPER_COMMON,
   model="qwen2.5-math-7b",
   data="hf:Elliott/Openr1-Math-46k-8192",
   eval_data="hf:HuggingFaceH4/aime_2024:split=train",
-  template="boxed",
-  reward="math",
-  warm_start_steps=0,
   steps=720,  # 2 epochs of 46k prompts at 128 per step
   batch_size=128,
   group_size=8,
@@ -102,22 +100,19 @@ PAPER = dict(
   lr=1e-6,
   warmup_steps=5,
   weight_decay=0.1,
-  dtype="bfloat16",
-  remat=True,
   eval_size=30,
   eval_samples=16,
   checkpoint_every=20,
-  mesh_fsdp=-1,
 )
 
 
 def _anchor(rollout, ctx) -> float:
   """H_anchor: the initial policy's statistic, computed once per run."""
   cfg = ctx.cfg
-  path = os.path.join(loop.workdir_for(cfg, NAME), "siren_anchor.json")
-  if os.path.exists(path):
-    with open(path) as f:
-      return float(json.load(f)["anchor"])
+  path = epath.Path(loop.workdir_for(cfg, NAME)) / "siren_anchor.json"
+  saved = storage.read_json(path)  # a resumed run keeps its anchor
+  if saved is not None:
+    return float(saved["anchor"])
   # The first batch under the policy that sampled it: the initial policy.
   anchor = float(
     mesh_lib.to_host(
@@ -135,8 +130,7 @@ def _anchor(rollout, ctx) -> float:
     )
   )
   if jax.process_index() == 0:
-    with open(path, "w") as f:
-      json.dump({"anchor": anchor}, f)
+    path.write_text(json.dumps({"anchor": anchor}))
   return anchor
 
 
@@ -152,15 +146,8 @@ def make_batch(rollout, examples, ctx):
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   """The baseline's loss + the selective, anchored entropy term."""
   mask = batch["mask"]
-  logp, entropy, logits = policy.completion_logprobs(
-    params,
-    batch["tokens"],
-    batch["positions"],
-    model_cfg,
-    batch["tokens"].shape[1] - mask.shape[1],
-    temperature=cfg.temperature,
-    with_entropy=True,
-    with_logits=True,
+  logp, entropy, logits = objective.completion_forward(
+    params, batch, cfg=cfg, model_cfg=model_cfg, logits=True
   )
   loss, metrics = objective.pg_loss(
     params,
@@ -185,15 +172,13 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name=NAME,
+    title="SIREN",
     make_batch=make_batch,
     loss_fn=loss_fn,
-    name=NAME,
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="SIREN")
-  return out
 
 
 if __name__ == "__main__":

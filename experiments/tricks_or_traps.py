@@ -38,11 +38,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason import advantages
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 
 ADV_NORMS = ("mixed", "group", "batch", "none")
 
@@ -73,12 +73,10 @@ class Config(grpo.Config):
 # assumed, and DAPO-Math-17k stands in for the paper's difficulty-graded
 # math sets.
 PAPER = dict(
+  config.PAPER_COMMON,
   model="qwen3-8b",
   data="hf:BytedTsinghua-SIA/DAPO-Math-17k",
   eval_data="hf:HuggingFaceH4/MATH-500:split=test",
-  template="boxed",
-  reward="math",
-  warm_start_steps=0,
   steps=300,
   batch_size=128,
   group_size=8,
@@ -87,12 +85,8 @@ PAPER = dict(
   max_prompt_len=1024,
   max_new_tokens=8192,
   lr=1e-6,
-  warmup_steps=0,
-  dtype="bfloat16",
-  remat=True,
   eval_size=500,
   checkpoint_every=50,
-  mesh_fsdp=-1,
 )
 
 
@@ -129,15 +123,13 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="tricks_or_traps",
+    title=f"Tricks or Traps ({cfg.adv_norm})",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,  # (2), (3): vanilla PPO loss, cfg-bound
-    name="tricks_or_traps",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title=f"Tricks or Traps ({cfg.adv_norm})")
-  return out
 
 
 if __name__ == "__main__":

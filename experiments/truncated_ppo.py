@@ -51,7 +51,6 @@ from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import mesh as mesh_lib
 from rlreason import objective
-from rlreason import report
 from rlreason import rollout as rollout_lib
 from rlreason import sampling as sampling_lib
 from rlreason import sft
@@ -278,23 +277,18 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  if cfg.warm_start_steps and not cfg.init_from:
-    # The warm start imitates whole responses, not single windows.
-    budget = dataclasses.replace(cfg, max_new_tokens=cfg.max_response_len)
-    cfg = dataclasses.replace(cfg, init_from=sft.warm_start(budget))
+  # The warm start imitates whole responses, not single windows.
+  cfg = sft.warm_started(cfg, max_new_tokens=cfg.max_response_len)
   slots = Slots(cfg.num_sequences)
-  out = loop.train(
+  return loop.train_and_report(
     cfg,
+    name="truncated_ppo",
+    title="T-PPO (windowed PPO + EGAE)",
     make_batch=functools.partial(make_batch, slots=slots),
     loss_fn=loss_fn,
-    name="truncated_ppo",
     needs_ref=False,
-    extra_params=value.extra_params(
-      cfg.critic_lr_scale, from_policy=cfg.critic_init == "policy"
-    ),
+    extra_params=ppo.critic(cfg),
   )
-  report.write(out["workdir"], title="T-PPO (windowed PPO + EGAE)")
-  return out
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ from experiments import grpo
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import report
 from rlreason import sft
 from rlreason.rewards import extract
 from rlreason.rewards import label_free
@@ -132,8 +131,7 @@ def make_batch(rollout, examples, ctx):
   votes = label_free.majority_vote(
     rollout.texts, group_size=g, extract_fn=extract.extract
   )
-  gold = [examples[i].answer for i in rollout.prompt_ids]
-  correct = np.asarray(ctx.correct_fn(rollout.texts, gold), np.float32)
+  correct = objective.correctness(rollout, examples, ctx)
   rewards = votes if cfg.label_source == "vote" else correct
   # (2) The first k samples of each prompt, with their group-normalised
   # advantages among themselves.
@@ -161,19 +159,15 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  if cfg.warm_start_steps and not cfg.init_from:
-    # (3) Warm-start on the train split, never on the test prompts.
-    base = dataclasses.replace(cfg, data=cfg.warm_start_data or cfg.data)
-    cfg = dataclasses.replace(cfg, init_from=sft.warm_start(base))
-  out = loop.train(
+  # (3) Warm-start on the train split, never on the test prompts.
+  cfg = sft.warm_started(cfg, data=cfg.warm_start_data or cfg.data)
+  return loop.train_and_report(
     cfg,
+    name="ttrl",
+    title="TTRL (arXiv:2504.16084)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    name="ttrl",
-    needs_ref=cfg.needs_ref,
   )
-  report.write(out["workdir"], title="TTRL (arXiv:2504.16084)")
-  return out
 
 
 if __name__ == "__main__":

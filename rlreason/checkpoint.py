@@ -23,12 +23,16 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from absl import logging
 
+from rlreason import storage
+
 
 class Checkpointer:
   """Keep-last-N orbax checkpoints in `directory` (local path or gs://)."""
 
   def __init__(self, directory: str, keep: int = 2):
-    if not directory.startswith("gs://"):
+    # Orbax resolves URLs (gs://) itself; a local path must be absolute.
+    directory = os.fspath(directory)
+    if storage.is_local(directory):
       directory = os.path.abspath(directory)
     self.directory = directory
     self._manager = ocp.CheckpointManager(

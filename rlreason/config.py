@@ -1,12 +1,31 @@
 """BaseConfig: the fields every run has. Experiments subclass it.
 
 Experiment files define `Config(BaseConfig)` (frozen) with the paper's
-defaults, and `PAPER`, a dict of overrides for `--scale=paper`. Every field
-is also a command-line flag (rlreason/flags.py). Only bool / int / float / str
-fields: lists are comma-separated strings.
+defaults, and `PAPER`, a dict of overrides for `--scale=paper` (built on
+`PAPER_COMMON`). Every field is also a command-line flag
+(rlreason/flags.py). Only bool / int / float / str fields: lists are
+comma-separated strings.
 """
 
 import dataclasses
+
+# What every paper-scale run shares, whatever the paper: a pretrained
+# checkpoint (no tiny warm start), math answers in \boxed{} checked by
+# math-verify, no learning-rate warm-up, bfloat16 compute with
+# rematerialised layers, FSDP over every device, TensorBoard. An
+# experiment's PAPER starts from it and lists only its paper's values:
+#   PAPER = dict(config.PAPER_COMMON, model=..., data=..., lr=1e-6, ...)
+# (keyword arguments win, e.g. template="chat" or warmup_steps=20).
+PAPER_COMMON = dict(
+  warm_start_steps=0,
+  template="boxed",
+  reward="math",
+  warmup_steps=0,
+  dtype="bfloat16",
+  remat=True,
+  mesh_fsdp=-1,
+  tensorboard=True,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,13 +58,22 @@ class DataError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Example:
   """One prompt. `solution` is a reference solution when the source has one
-  (tasks, GSM8K rationale, MATH solution), else ""."""
+  (tasks, GSM8K rationale, MATH solution), else "".
+
+  For hint-guided methods (rlreason/hints.py): `knowledge` holds atomic
+  knowledge points (procedural tasks supply them), `hint` is guidance shown
+  with the question and `prefix` a partial solution the response starts
+  from; both are "" for an ordinary prompt.
+  """
 
   uid: str
   question: str
   answer: str
   solution: str = ""
   difficulty: int = 0
+  knowledge: tuple[str, ...] = ()
+  hint: str = ""
+  prefix: str = ""
 
 
 # --------------------------------------------------------------- spec parsing
@@ -320,7 +329,10 @@ def _task_examples(name: str, split: str, options) -> list[Example]:
       problems = task.problems(split, count, d, seed=seed)
     except ValueError as e:
       raise DataError(f"task:{name}: {e} (ask for fewer with n=)") from None
-    out += [Example(p.uid, p.prompt, p.answer, p.solution, d) for p in problems]
+    out += [
+      Example(p.uid, p.prompt, p.answer, p.solution, d, p.knowledge)
+      for p in problems
+    ]
   return out
 
 

@@ -16,13 +16,13 @@ entropy of the policy on its own rollouts) against the training `accuracy`
 (or `reward`) of the same step.
 """
 
-import json
-import os
 from typing import NamedTuple, Sequence
 
 import numpy as np
+from etils import epath
 
 from rlreason import metrics as metrics_lib
+from rlreason import storage
 
 
 class Fit(NamedTuple):
@@ -90,7 +90,7 @@ def plot(
   entropy: np.ndarray,
   performance: np.ndarray,
   result: Fit,
-  path: str,
+  path: epath.PathLike,
   *,
   ylabel: str = "accuracy",
   title: str = "",
@@ -122,7 +122,7 @@ def plot(
   ax.grid(alpha=0.3)
   ax.set_title(title or "Entropy-performance law")
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  storage.save_figure(fig, path, dpi=110)
   plt.close(fig)
 
 
@@ -133,19 +133,19 @@ def write(workdir: str, *, key: str = "accuracy", title: str = "") -> dict:
     The JSON written: a, b, r2, n, ceiling (b - a) and the key used; empty
     when the run logged no (entropy, key) pairs.
   """
-  rows = metrics_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  run = epath.Path(workdir)
+  rows = metrics_lib.read_jsonl(run / "metrics.jsonl")
   h, p = points(rows, key)
   if not len(h):
     return {}
   result = fit(h, p)
   out = {**result._asdict(), "ceiling": result.ceiling, "key": key}
-  with open(os.path.join(workdir, "entropy_law.json"), "w") as f:
-    json.dump(out, f, indent=2)
+  storage.write_json(run / "entropy_law.json", out)
   plot(
     h,
     p,
     result,
-    os.path.join(workdir, "entropy_law.png"),
+    run / "entropy_law.png",
     ylabel=f"train {key}",
     title=title,
   )

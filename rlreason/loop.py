@@ -13,12 +13,13 @@ An experiment supplies two functions:
       (losses.normalizers). Bound with functools.partial and jitted.
 
 Everything else (mesh, model, data, checkpoints, metrics, evaluation,
-preemption, resume) lives here, once.
+preemption, resume) lives here, once. An experiment's `run(cfg)` is
+`train_and_report`: `train`, then the run's report.md (rlreason/report.py).
+The workdir may be local or gs:// (rlreason/storage.py).
 """
 
 import dataclasses
 import functools
-import json
 import os
 import subprocess
 import time
@@ -27,17 +28,21 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from absl import logging
+from etils import epath
 
 from rlreason import checkpoint
 from rlreason import data as data_lib
 from rlreason import evaluation
+from rlreason import hints
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason import policy
+from rlreason import report
 from rlreason import rewards as rewards_lib
 from rlreason import rollout as rollout_lib
 from rlreason import sampling as sampling_lib
 from rlreason import sft
+from rlreason import storage
 from rlreason import train_step as ts
 from rlreason.model import hf
 from rlreason.model import presets
@@ -108,13 +113,16 @@ class Context:
   # The RL step being built (0-based), set by the loop before make_batch,
   # for reward schedules (e.g. experiments/format_length.py).
   step: int = 0
+  # (ctx, params, examples, rng, step, *, group_size, sampling) -> rollout:
+  # replaces the single-turn sampler for training and evaluation (e.g.
+  # multiturn.make_generate_fn: environment episodes).
+  generate_fn: Callable | None = None
 
   def encode_prompts(self, examples) -> list[list[int]]:
+    # A hinted example (hints.with_hint) shows its hint and prefix.
     return [
       self.tokenizer.encode(
-        tokenizer_lib.apply_template(
-          self.tokenizer, e.question, self.cfg.template
-        )
+        hints.prompt_text(self.tokenizer, e, self.cfg.template)
       )
       for e in examples
     ]
@@ -122,6 +130,16 @@ class Context:
   def generate(
     self, params, examples, rng, step, *, group_size, sampling
   ) -> Rollout:
+    if self.generate_fn is not None:
+      return self.generate_fn(
+        self,
+        params,
+        examples,
+        rng,
+        step,
+        group_size=group_size,
+        sampling=sampling,
+      )
     return rollout_lib.generate(
       params,
       self.encode_prompts(examples),
@@ -259,17 +277,19 @@ def workdir_for(cfg, name: str) -> str:
 
 
 def write_run_info(workdir: str, cfg) -> None:
-  """config.json (resolved) and COMMIT, so any result traces back."""
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    json.dump(
-      {
-        "class": f"{type(cfg).__module__}.{type(cfg).__name__}",
-        **dataclasses.asdict(cfg),
-      },
-      f,
-      indent=2,
-    )
+  """config.json (resolved) and COMMIT, so any result traces back.
+
+  `workdir` may be a local path or a gs:// URL (etils.epath).
+  """
+  workdir = epath.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  storage.write_json(
+    workdir / "config.json",
+    {
+      "class": f"{type(cfg).__module__}.{type(cfg).__name__}",
+      **dataclasses.asdict(cfg),
+    },
+  )
   try:
     commit = subprocess.run(
       ["git", "rev-parse", "HEAD"],
@@ -295,8 +315,7 @@ def write_run_info(workdir: str, cfg) -> None:
     if os.path.exists(shipped):
       with open(shipped) as f:
         commit = f.read().strip() or commit
-  with open(os.path.join(workdir, "COMMIT"), "w") as f:
-    f.write(commit + "\n")
+  (workdir / "COMMIT").write_text(commit + "\n")
 
 
 def run_eval(
@@ -348,12 +367,16 @@ def train(
   needs_ref: bool = False,
   extra_params: Callable | None = None,
   prompt_iterator: Callable | None = None,
+  generate_fn: Callable | None = None,
 ) -> dict[str, float]:
   """Runs (or resumes) an RL experiment; returns the final metrics.
 
   `prompt_iterator(cfg, train_examples)` replaces the default
   data.PromptIterator (e.g. curriculum.StagedPrompts); it must offer
   `next()`, `state()` and `restore(state)` like PromptIterator.
+
+  `generate_fn` replaces the sampler (Context.generate_fn), e.g.
+  multiturn.make_generate_fn for environment episodes.
 
   `extra_params(cfg, model_cfg, params) -> train_step.ExtraParams` adds
   parameters trained beside the policy's (e.g. a critic,
@@ -366,8 +389,7 @@ def train(
   # Data first: a bad spec or record fails before any compilation.
   train_examples = data_lib.load(cfg.data, "train")
   eval_examples = data_lib.load(eval_spec(cfg), "eval")[: cfg.eval_size]
-  if cfg.warm_start_steps and not cfg.init_from:
-    cfg = dataclasses.replace(cfg, init_from=sft.warm_start(cfg))
+  cfg = sft.warm_started(cfg)
   workdir = workdir_for(cfg, name)
   is_main = jax.process_index() == 0
   if is_main:
@@ -417,6 +439,7 @@ def train(
 
   reward_fn, correct_fn = make_reward_fns(cfg)
   ctx = Context(cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params)
+  ctx.generate_fn = generate_fn
 
   # --- Data and resume --------------------------------------------------------
   if prompt_iterator is not None:
@@ -480,8 +503,7 @@ def train(
   if start == 0:
     first_eval = evaluate(0)
     if is_main:
-      with open(os.path.join(workdir, "eval_before.json"), "w") as f:
-        json.dump(first_eval, f, indent=2)
+      storage.write_json(epath.Path(workdir) / "eval_before.json", first_eval)
 
   # --- The RL loop ------------------------------------------------------------
   progress = metrics_lib.Progress(cfg.steps, start)
@@ -563,8 +585,7 @@ def train(
       save(cfg.steps)
     final = evaluate(cfg.steps)
     if is_main:
-      with open(os.path.join(workdir, "eval_after.json"), "w") as f:
-        json.dump(final, f, indent=2)
+      storage.write_json(epath.Path(workdir) / "eval_after.json", final)
   preempt.restore_handlers()
   writer.close()
   ckpt.close()
@@ -575,3 +596,32 @@ def train(
     "state": state,
     "model_cfg": model_cfg,
   }
+
+
+def train_and_report(
+  cfg,
+  *,
+  name: str,
+  title: str,
+  make_batch: Callable,
+  loss_fn: Callable,
+  needs_ref: bool | None = None,
+  **train_kwargs,
+) -> dict[str, Any]:
+  """An experiment's run(cfg): `train`, then report.md titled `title`.
+
+  `needs_ref` defaults to cfg.needs_ref (False for configs without it);
+  `train_kwargs` go to `train` (extra_params, prompt_iterator).
+  """
+  if needs_ref is None:
+    needs_ref = getattr(cfg, "needs_ref", False)
+  out = train(
+    cfg,
+    make_batch=make_batch,
+    loss_fn=loss_fn,
+    name=name,
+    needs_ref=needs_ref,
+    **train_kwargs,
+  )
+  report.write(out["workdir"], title=title)
+  return out

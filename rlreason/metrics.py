@@ -2,6 +2,12 @@
 
 Only process 0 writes (`enabled=False` elsewhere). Each jsonl line is
 {"step": int, "time": seconds since start, <name>: float, ...}.
+
+The workdir may be a gs:// URL (rlreason/storage.py). An object store
+cannot append, so there the writer keeps the file's lines (those of an
+earlier run included, on resume) and rewrites the object at most every
+`upload_secs` and on close; a local metrics.jsonl is appended to and
+flushed at every write.
 """
 
 import json
@@ -11,6 +17,9 @@ import sys
 import time
 
 import numpy as np
+from etils import epath
+
+from rlreason import storage
 
 
 def _scalar(v) -> float:
@@ -27,25 +36,42 @@ class MetricWriter:
     wandb_project: str = "",
     config: dict | None = None,
     filename: str = "metrics.jsonl",
+    upload_secs: float = 30.0,
   ):
     self.enabled = enabled
     self._start = time.time()
     self._tb = self._wandb = None
     self._file = None
+    self._lines = None  # remote workdirs: every line of the object
+    self._uploaded = 0.0  # time of the last upload (remote)
+    self._upload_secs = upload_secs
     if not enabled:
       return
-    os.makedirs(workdir, exist_ok=True)
-    self.path = os.path.join(workdir, filename)
-    self._file = open(self.path, "a")
+    workdir = epath.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    self.path = workdir / filename
+    if storage.is_local(self.path):
+      self._file = open(self.path, "a")
+    else:
+      self._lines = []
+      if self.path.exists():  # a resumed run continues the object
+        self._lines = self.path.read_text().splitlines(keepends=True)
+        if self._lines and not self._lines[-1].endswith("\n"):
+          self._lines[-1] += "\n"
+      self._uploaded = time.time()
     if tensorboard:
       from tensorboardX import SummaryWriter  # Lazy: optional at import time.
 
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      # gs:// needs google-cloud-storage (tensorboardX's GCS writer).
+      self._tb = SummaryWriter(os.fspath(workdir / "tensorboard"))
     if wandb_project:
       import wandb
 
       self._wandb = wandb.init(
-        project=wandb_project, config=config, dir=workdir, resume="allow"
+        project=wandb_project,
+        config=config,
+        dir=os.fspath(workdir) if storage.is_local(workdir) else None,
+        resume="allow",
       )
 
   def write(self, step: int, metrics: dict) -> dict:
@@ -58,17 +84,35 @@ class MetricWriter:
       "time": round(time.time() - self._start, 3),
       **{k: (v if math.isfinite(v) else str(v)) for k, v in scalars.items()},
     }
-    self._file.write(json.dumps(row) + "\n")
-    self._file.flush()
+    line = json.dumps(row) + "\n"
     if self._tb is not None:
       for k, v in scalars.items():
         self._tb.add_scalar(k, v, step)
-      self._tb.flush()
+    if self._file is not None:  # local: append and flush every row
+      self._file.write(line)
+      self.flush()
+    else:  # remote: rewrite the object at most every upload_secs
+      self._lines.append(line)
+      if time.time() - self._uploaded >= self._upload_secs:
+        self.flush()
     if self._wandb is not None:
       self._wandb.log(scalars, step=step)
     return scalars
 
+  def flush(self) -> None:
+    """Makes every row written so far visible in the workdir."""
+    if self._file is not None:
+      self._file.flush()
+    elif self._lines is not None:
+      self.path.write_text("".join(self._lines))
+      self._uploaded = time.time()
+    if self._tb is not None:
+      self._tb.flush()
+
   def close(self):
+    if self._lines is not None:
+      self.flush()  # the last rows of a remote metrics.jsonl
+      self._lines = None
     if self._file is not None:
       self._file.close()
       self._file = None
@@ -78,9 +122,10 @@ class MetricWriter:
       self._wandb.finish()
 
 
-def read_jsonl(path: str) -> list[dict]:
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+def read_jsonl(path: epath.PathLike) -> list[dict]:
+  """The rows of a jsonl file (local or gs://)."""
+  text = epath.Path(path).read_text()
+  return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 class Progress:

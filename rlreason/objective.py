@@ -154,11 +154,16 @@ def kl_reward_penalty(batch: dict, cfg) -> np.ndarray:
   return np.where(batch["mask"] > 0, penalty, 0.0).astype(np.float32)
 
 
+def correctness(rollout, examples, ctx) -> np.ndarray:
+  """[N] 0/1 float32: the verifier (ctx.correct_fn) on every completion."""
+  gold = [examples[i].answer for i in rollout.prompt_ids]
+  return np.asarray(ctx.correct_fn(rollout.texts, gold), np.float32)
+
+
 def reward_metrics(rewards, parts, rollout, examples, ctx) -> dict:
   """Reward, accuracy and group statistics every method logs."""
   grouped = np.asarray(rewards).reshape(-1, ctx.cfg.group_size)
-  gold = [examples[i].answer for i in rollout.prompt_ids]
-  correct = np.asarray(ctx.correct_fn(rollout.texts, gold)) > 0
+  correct = correctness(rollout, examples, ctx) > 0
   metrics = {
     "reward": grouped.mean(),
     "reward_std": grouped.std(-1).mean(),
@@ -254,6 +259,26 @@ def policy_loss_fn(cfg) -> losses.PolicyLoss:
   return fn
 
 
+def completion_forward(params, batch: dict, *, cfg, model_cfg, logits=False):
+  """(logp [N, T], entropy [N, T]) of the batch's completions under `params`.
+
+  Scored at cfg.temperature, as `pg_loss` scores them; with `logits`, also
+  the scored logits [N, T, V] (policy.completion_logprobs), for a loss that
+  needs the whole distribution and passes (logp, entropy) to pg_loss's
+  `forward`.
+  """
+  return policy.completion_logprobs(
+    params,
+    batch["tokens"],
+    batch["positions"],
+    model_cfg,
+    batch["tokens"].shape[1] - batch["mask"].shape[1],
+    temperature=cfg.temperature,
+    with_entropy=True,
+    with_logits=logits,
+  )
+
+
 def pg_loss(
   params,
   batch: dict,
@@ -278,22 +303,15 @@ def pg_loss(
       added to the per-token loss before aggregation.
     policy_loss: overrides `policy_loss_fn(cfg)`.
     forward: optional (logp [N, T], entropy [N, T]) already computed from
-      `params` by the caller (policy.completion_logprobs), e.g. together
-      with the logits a regulariser needs; the hooks may close over them.
+      `params` by the caller (`completion_forward`), e.g. together with the
+      logits a regulariser needs; the hooks may close over them.
 
   Returns:
     (scalar loss, metrics) with entropy, clipfrac, approx_kl (and kl).
   """
   mask = batch["mask"]
-  prompt_len = batch["tokens"].shape[1] - mask.shape[1]
-  logp, entropy = forward or policy.completion_logprobs(
-    params,
-    batch["tokens"],
-    batch["positions"],
-    model_cfg,
-    prompt_len,
-    temperature=cfg.temperature,
-    with_entropy=True,
+  logp, entropy = forward or completion_forward(
+    params, batch, cfg=cfg, model_cfg=model_cfg
   )
   fn = policy_loss or policy_loss_fn(cfg)
   per_token, m = fn(logp, batch["old_logp"], batch["adv"], mask)

@@ -1,18 +1,20 @@
 """A run's report: report.md with before/after evaluation and PNG curves.
 
 Reads only the workdir (metrics.jsonl, eval_before.json, eval_after.json,
-config.json, COMMIT), so it can be rerun on any finished or running run:
+config.json, COMMIT), so it can be rerun on any finished or running run, in
+a local or a gs:// workdir (rlreason/storage.py):
 
   python -m rlreason.report workdirs/grpo
 """
 
-import json
 import os
 import sys
 
 import numpy as np
+from etils import epath
 
 from rlreason import metrics as metrics_lib
+from rlreason import storage
 
 CURVES = (
   ("reward", "Reward"),
@@ -20,13 +22,6 @@ CURVES = (
   ("length", "Response length (tokens)"),
   ("entropy", "Entropy"),
 )
-
-
-def _load(path):
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
 
 
 def _smooth(y: np.ndarray, window: int) -> np.ndarray:
@@ -37,7 +32,9 @@ def _smooth(y: np.ndarray, window: int) -> np.ndarray:
   return np.concatenate([head, np.convolve(y, kernel, mode="valid")])
 
 
-def plot_curves(rows: list[dict], path: str, title: str = "") -> list[str]:
+def plot_curves(
+  rows: list[dict], path: epath.PathLike, title: str = ""
+) -> list[str]:
   """A 2x2 grid of the CURVES over steps (raw + moving average)."""
   import matplotlib
 
@@ -75,7 +72,7 @@ def plot_curves(rows: list[dict], path: str, title: str = "") -> list[str]:
   if title:
     fig.suptitle(title)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  storage.save_figure(fig, path, dpi=110)
   plt.close(fig)
   return drawn
 
@@ -96,22 +93,24 @@ def write(workdir: str, title: str = "") -> str:
   """
   import jax  # Lazy: the report CLI never starts a JAX backend.
 
+  path = os.path.join(workdir, "report.md")
   if jax.distributed.is_initialized() and jax.process_index() != 0:
-    return os.path.join(workdir, "report.md")
-  rows = metrics_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-  cfg = _load(os.path.join(workdir, "config.json")) or {}
-  before = _load(os.path.join(workdir, "eval_before.json"))
-  after = _load(os.path.join(workdir, "eval_after.json"))
+    return path
+  run = epath.Path(workdir)
+  rows = metrics_lib.read_jsonl(run / "metrics.jsonl")
+  cfg = storage.read_json(run / "config.json") or {}
+  before = storage.read_json(run / "eval_before.json")
+  after = storage.read_json(run / "eval_after.json")
   commit = ""
-  if os.path.exists(os.path.join(workdir, "COMMIT")):
-    with open(os.path.join(workdir, "COMMIT")) as f:
-      commit = f.read().strip()
-  plot_curves(rows, os.path.join(workdir, "curves.png"), title)
+  if (run / "COMMIT").exists():
+    commit = (run / "COMMIT").read_text().strip()
+  plot_curves(rows, run / "curves.png", title)
   train = [r for r in rows if "reward" in r]
+  where = os.path.abspath(workdir) if storage.is_local(workdir) else workdir
   lines = [
     f"# {title or cfg.get('class', 'Run')}",
     "",
-    f"- workdir: `{os.path.abspath(workdir)}`",
+    f"- workdir: `{where}`",
     f"- commit: `{commit}`",
     f"- model: `{cfg.get('model')}` (init from "
     f"`{cfg.get('init_from') or 'scratch/preset'}`), data: "
@@ -153,9 +152,7 @@ def write(workdir: str, title: str = "") -> str:
         )
     lines.append("")
   lines += ["## Curves", "", "![curves](curves.png)", ""]
-  path = os.path.join(workdir, "report.md")
-  with open(path, "w") as f:
-    f.write("\n".join(lines))
+  (run / "report.md").write_text("\n".join(lines))
   return path
 
 

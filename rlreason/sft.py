@@ -272,3 +272,17 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
 
     multihost_utils.sync_global_devices(f"warm_start {key}")
   return out
+
+
+def warm_started(cfg, **overrides):
+  """`cfg` starting from its warm start, when it asks for one.
+
+  Unless --warm_start_steps is 0 or --init_from is set, returns `cfg` with
+  init_from = warm_start(cfg with `overrides`): an experiment may warm-start
+  on other data or lengths than it trains on (e.g. data=the train split,
+  max_new_tokens=whole responses).
+  """
+  if not cfg.warm_start_steps or cfg.init_from:
+    return cfg
+  base = dataclasses.replace(cfg, **overrides)
+  return dataclasses.replace(cfg, init_from=warm_start(base))

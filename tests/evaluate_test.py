@@ -14,22 +14,12 @@ from experiments import grpo
 from rlreason import data as data_lib
 from rlreason import evaluate
 from rlreason import loop
+from rlreason import testing
 from rlreason import trained
 from rlreason.model import hf
 
-# As tests/experiments_test.py's SMOKE: a 2-step GRPO in seconds.
-SMOKE = dict(
-  steps=2,
-  batch_size=4,
-  group_size=4,
-  max_new_tokens=16,
-  warm_start_steps=2,
-  warm_start_batch_size=8,
-  eval_size=4,
-  checkpoint_every=1,
-  tensorboard=False,
-  mesh_fsdp=1,
-)
+# As tests/experiments_test.py's: a 2-step GRPO in seconds.
+SMOKE = testing.SMOKE
 # One device; every evaluation samples 4 per problem, so all of them reuse
 # the same two compiled samplers. Workdirs default to the run's eval set.
 EVAL = dict(samples=4, mesh_fsdp=1)

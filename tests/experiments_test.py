@@ -15,22 +15,10 @@ import orbax.checkpoint as ocp
 import pytest
 
 import experiments
+from rlreason import testing
 
 # Small enough for seconds on CPU; keeps each method's algorithmic choices.
-SMOKE = dict(
-  steps=2,
-  batch_size=4,
-  group_size=4,
-  max_new_tokens=16,
-  warm_start_steps=2,
-  warm_start_batch_size=8,
-  eval_size=4,
-  checkpoint_every=1,
-  tensorboard=False,
-  # One device: no cross-device collectives to starve on a loaded 2-core
-  # machine; sharded == single-device is tested in train_step_test.py.
-  mesh_fsdp=1,
-)
+SMOKE = testing.SMOKE
 
 EXPERIMENTS = sorted(
   m.name

@@ -1,0 +1,82 @@
+"""Hand-computed tests of rlreason/guidance.py."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlreason import guidance
+
+
+def test_encode_traces():
+  out = guidance.encode_traces(
+    [[5, 6], [7]], [[1, 2, 3, 9], [4, 9]], pad_id=0, max_new_tokens=3
+  )
+  # bucket 32: prompts left padded to 32; completions truncated to T = 3.
+  tok, pos = out["tokens"], out["positions"]
+  assert tok.shape == (2, 35)
+  np.testing.assert_array_equal(tok[:, 30:], [[5, 6, 1, 2, 3], [0, 7, 4, 9, 0]])
+  np.testing.assert_array_equal(
+    pos[:, 30:], [[0, 1, 2, 3, 4], [-1, 0, 1, 2, -1]]
+  )
+  np.testing.assert_array_equal(out["mask"], [[1, 1, 1], [1, 1, 0]])
+
+
+def test_replace_rows_pads_and_marks_off_policy():
+  batch = {
+    "tokens": np.array([[1, 2, 3], [4, 5, 6]]),
+    "positions": np.array([[0, 1, 2], [0, 1, 2]]),
+    "mask": np.ones((2, 1), np.float32),
+    "adv": np.array([1.0, 2.0], np.float32),
+  }
+  other = {
+    "tokens": np.array([[7, 8, 9, 1]]),
+    "positions": np.array([[0, 1, 2, 3]]),
+    "mask": np.zeros((1, 1), np.float32),
+    "off_policy": np.ones(1, np.float32),
+  }
+  out = guidance.replace_rows(batch, [1], other, pad_id=0)
+  np.testing.assert_array_equal(out["tokens"], [[0, 1, 2, 3], [7, 8, 9, 1]])
+  np.testing.assert_array_equal(out["positions"], [[-1, 0, 1, 2], [0, 1, 2, 3]])
+  np.testing.assert_array_equal(out["mask"], [[1], [0]])
+  np.testing.assert_array_equal(out["adv"], [1.0, 0.0])  # missing -> 0
+  np.testing.assert_array_equal(out["off_policy"], [0, 1])
+  np.testing.assert_array_equal(batch["adv"], [1.0, 2.0])  # not mutated
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("gamma", [0.0, 0.1])
+def test_mixed_policy_loss(jit, gamma):
+  logp = jnp.log(jnp.array([[0.5, 0.5], [0.4, 0.2]]))
+  old = jnp.log(jnp.array([[0.5, 0.5], [0.2, 0.4]]))
+  adv = jnp.array([1.0, 2.0])
+  mask = jnp.array([[1.0, 1.0], [1.0, 0.0]])
+  off = jnp.array([0.0, 1.0])
+
+  def f(lp):
+    per_token, m = guidance.mixed_policy_loss(
+      lp, old, adv, mask, off_policy=off, shaping_gamma=gamma, max_ratio=1.5
+    )
+    return per_token, m
+
+  fn = jax.jit(f) if jit else f
+  per_token, m = fn(logp)
+  r = np.array([2.0, 0.5])  # off-policy row's ratios
+  w = r / (r + gamma) if gamma else np.minimum(r, 1.5)
+  expected = [[-1.0, -1.0], [-2.0 * w[0], 0.0]]
+  np.testing.assert_allclose(per_token, expected, rtol=1e-6)
+  np.testing.assert_allclose(
+    m["offpolicy_ratio"], [[0, 0], [2.0, 0.5]], rtol=1e-6
+  )
+  # Gradient of the off-policy token: -A f'(r) r.
+  grad = jax.grad(lambda lp: f(lp)[0].sum())(logp)
+  g = -2.0 * (gamma * r[0] / (r[0] + gamma) ** 2 if gamma else 0.0)
+  np.testing.assert_allclose(grad[1, 0], g, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(grad[0], [-1.0, -1.0], rtol=1e-6)  # PPO, r = 1
+
+
+def test_comprehension():
+  np.testing.assert_allclose(
+    guidance.comprehension([[-1.0, -3.0], [-2.0, 5.0]], [[1, 1], [1, 0]]),
+    [-2.0, -2.0],
+  )
