@@ -48,6 +48,7 @@ from experiments import dr_grpo
 from experiments import grpo
 from rlreason import evaluate
 from rlreason import metrics
+from rlreason import testing
 from rlreason import trained
 
 overrides = dict(steps=STEPS, workdir=WORKDIR)
@@ -65,17 +66,7 @@ if REAL_MODEL:  # the paper's settings (experiments/grpo.py PAPER), one runtime
     lr=1e-6,
   )
 if os.environ.get("RLREASON_NOTEBOOK_SMOKE") == "1":  # CI: seconds, not minutes
-  overrides.update(
-    steps=2,
-    batch_size=4,
-    group_size=4,
-    max_new_tokens=16,
-    warm_start_steps=2,
-    warm_start_batch_size=8,
-    eval_size=4,
-    tensorboard=False,
-    mesh_fsdp=1,
-  )
+  overrides.update(testing.SMOKE)
 cfg = dataclasses.replace(grpo.Config(), **overrides)
 print(cfg)
 

@@ -39,6 +39,7 @@ COMMON = {}  # Config overrides for every run, e.g. {"model": "/ckpt/..."}
 import os
 
 from experiments import reproduce
+from rlreason import testing
 
 try:  # In a notebook: rendered; as a plain script: printed.
   from IPython.display import Image
@@ -50,16 +51,7 @@ except ImportError:
 
 if os.environ.get("RLREASON_NOTEBOOK_SMOKE") == "1":  # CI: seconds
   SEEDS, STEPS = (0,), 2
-  COMMON = dict(
-    batch_size=4,
-    group_size=4,
-    max_new_tokens=16,
-    warm_start_steps=2,
-    warm_start_batch_size=8,
-    eval_size=4,
-    tensorboard=False,
-    mesh_fsdp=1,
-  )
+  COMMON = {k: v for k, v in testing.SMOKE.items() if k != "steps"}
 
 print("claims:", ", ".join(sorted(reproduce.CLAIMS)))
 claim = reproduce.CLAIMS[METHOD]

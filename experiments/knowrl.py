@@ -1,8 +1,8 @@
 r"""KnowRL: RL with minimal-sufficient knowledge-point hints.
 
 Paper: "KnowRL: Boosting LLM Reasoning via Reinforcement Learning with
-Minimal-Sufficient Knowledge Guidance" (2026; arXiv id not in our
-sources; code github.com/Hasuer/KnowRL). Differs from experiments/grpo.py
+Minimal-Sufficient Knowledge Guidance" (Yu et al. 2026, arXiv:2604.12627;
+code github.com/Hasuer/KnowRL). Differs from experiments/grpo.py
 in exactly:
   (1) guidance as atomic knowledge points (KPs): every training prompt
       shows a subset of its KPs (the procedural tasks supply them,

@@ -1,7 +1,7 @@
 r"""POPE: privileged on-policy exploration with oracle solution prefixes.
 
 Paper: "POPE: Learning to Reason on Hard Problems via Privileged On-Policy
-Exploration" (2026; arXiv id not in our sources: see
+Exploration" (Qu et al. 2026, arXiv:2601.18779; see also
 /work/shared/seeds/001_*). Differs from experiments/grpo.py in exactly:
   (1) hard problems only: the data are the harder arithmetic levels, and a
       prompt the policy has always solved is not sampled again

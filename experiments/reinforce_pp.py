@@ -1,8 +1,9 @@
 r"""REINFORCE++ (and REINFORCE++-baseline): critic-free, globally normalised.
 
 Paper: Hu et al. 2025, "REINFORCE++: Stabilizing Critic-Free Policy
-Optimization with Global Normalization" (first version: "REINFORCE++: A
-Simple and Efficient Approach for Aligning Large Language Models"),
+Optimization with Global Advantage Normalization" (first version:
+"REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
+Models"),
 arXiv:2501.03262. Authors' code: OpenRLHF (--advantage_estimator reinforce
 / reinforce_baseline). Parent: PPO. Differs from it in exactly:
   (1) no value model: the advantage of token t is its return

@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+from rlreason import testing
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(ROOT, "launch")
 SCRIPTS = [
@@ -182,15 +184,8 @@ def test_local_two_process_run_trains_and_writes_one_set_of_logs(tmp_path):
   """launch/local.sh: 2 processes x 2 CPU devices, jax.distributed on."""
   workdir, logs = tmp_path / "run", tmp_path / "logs"
   flags = dict(
-    steps=2,
-    batch_size=4,
-    group_size=4,
-    max_new_tokens=16,
-    warm_start_steps=2,
-    warm_start_batch_size=8,
-    eval_size=4,
-    checkpoint_every=1,
-    tensorboard=False,
+    testing.SMOKE,
+    mesh_fsdp=-1,  # every device of both processes
     workdir=workdir,
     cache_dir=tmp_path / "cache",
   )
