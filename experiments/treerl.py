@@ -1,0 +1,143 @@
+r"""TreeRL: on-policy tree search in RL, process advantages from the tree.
+
+Paper: Hou et al. 2025, "TreeRL: LLM Reinforcement Learning with On-Policy
+Tree Search", arXiv:2506.11902 (ACL 2025). Authors' code: THUDM/TreeRL.
+Differs from experiments/grpo.py in exactly:
+  (1) rollouts are trees (rlreason/tree.py, EPTree with one forking
+      iteration): `roots` chains per prompt, each forked at its `forks`
+      highest-entropy tokens; a branch reuses its parent's KV cache up to
+      the fork and resamples from there (G = roots * (1 + forks) leaves);
+  (2) advantages are per segment, from subtree outcomes (Sec. 3.2):
+      A(s) = [(V(s) - V(root)) + (V(s) - V(parent))] / sqrt(|L(s)|),
+      V = mean verifier reward of the leaves below s (tree.tree_advantages),
+      no std normalisation;
+  (3) every token is trained once: a branch's shared prefix is masked in
+      the branch row (its owner is the parent chain);
+  (4) no KL term (assumed, as the authors' GRPO-style baseline without KL).
+`--fork_at=depth --fork_depths=...` forks at fixed depths instead (the
+paper's random / fixed-position ablation).
+
+Reproduces (paper scale, not run here): Table 1, TreeRL vs ChainRL
+(multi-chain sampling) on Qwen-2.5-14B / R1-Distill-Qwen-7B, math and code
+benchmarks (numbers not restated: assumed). Laptop expectation:
+reproduce.CLAIMS["treerl"]: entropy-forked trees reach at least GRPO's
+held-out accuracy at the same number of leaves per prompt.
+
+CPU:  python -m experiments.treerl
+TPU:  launch/tpu.sh run experiments.treerl --scale=paper \
+        --workdir=gs://$BUCKET/treerl/$(date +%m%d_%H%M)
+"""
+
+import dataclasses
+
+import numpy as np
+
+from experiments import grpo
+from rlreason import config
+from rlreason import flags as rr_flags
+from rlreason import loop
+from rlreason import objective
+from rlreason import rollout as rollout_lib
+from rlreason import tree
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(grpo.Config):
+  """grpo.Config's laptop scale; the paper's values are in PAPER below."""
+
+  group_size: int = 8  # (1) leaves per prompt: roots * (1 + forks)
+  forks: int = 1  # (1) branches per chain (N x T of EPTree)
+  fork_at: str = "entropy"  # (1) entropy | depth
+  fork_depths: str = "8"  # comma-separated depths for --fork_at=depth
+  kl_coef: float = 0.0  # (4)
+
+  def validate(self) -> None:
+    super().validate()
+    if self.group_size % (1 + self.forks):
+      raise ValueError(
+        f"Invalid config: --group_size={self.group_size} must be a multiple "
+        f"of 1 + --forks = {1 + self.forks} (roots * (1 + forks) leaves)"
+      )
+
+
+PAPER = dict(
+  config.PAPER_COMMON,
+  model="deepseek-r1-distill-qwen-7b",  # one of the paper's policies
+  data="hf:openai/gsm8k:config=main",  # assumed (paper: MATH-style mix)
+  eval_data="hf:openai/gsm8k:config=main,split=test",
+  steps=300,  # assumed
+  batch_size=16,  # assumed
+  group_size=32,  # assumed: EPTree (M=6..8 chains) leaves
+  forks=3,  # assumed
+  max_new_tokens=4096,  # assumed
+  lr=1e-6,  # assumed
+  kl_coef=0.0,
+)
+
+
+def generate_fn(cfg: Config):
+  depths = tuple(int(d) for d in cfg.fork_depths.split(",") if d)
+
+  def fn(ctx, params, examples, rng, step, *, group_size, sampling):
+    prompts = ctx.encode_prompts(examples)
+    kw = dict(
+      model_cfg=ctx.model_cfg,
+      tokenizer=ctx.tokenizer,
+      max_new_tokens=cfg.max_new_tokens,
+      sampling=sampling,
+      max_prompt_len=cfg.max_prompt_len,
+      mesh=ctx.mesh,
+    )
+    if group_size % (1 + cfg.forks):  # evaluation: plain chains
+      return rollout_lib.generate(
+        params, prompts, rng, step, group_size=group_size, **kw
+      )
+    tr = tree.generate(
+      params,
+      prompts,
+      rng,
+      step,
+      roots=group_size // (1 + cfg.forks),
+      forks=cfg.forks,
+      fork_at=cfg.fork_at,
+      depths=depths,
+      **kw,
+    )
+    return tree.prompt_major(tr)
+
+  return fn
+
+
+def make_batch(rollout, examples, ctx):
+  """(2): tree advantages of the verifier's rewards; (3): owned tokens."""
+
+  def adv_fn(rewards):
+    return tree.tree_advantages(
+      rewards,
+      rollout.parent,
+      rollout.fork_col,
+      np.asarray(rollout.mask),
+      rollout.prompt_ids,
+    )
+
+  batch, metrics = objective.outcome_batch(
+    rollout, examples, ctx, adv_fn=adv_fn
+  )
+  metrics["fork_col"] = rollout.fork_col[rollout.parent >= 0].mean()
+  return batch, metrics
+
+
+def run(cfg: Config) -> dict:
+  """Entry point for the CLI, tests/experiments_test.py and notebooks."""
+  return loop.train_and_report(
+    cfg,
+    name="treerl",
+    title="TreeRL (entropy-forked tree rollouts)",
+    make_batch=make_batch,
+    loss_fn=objective.loss_fn,
+    generate_fn=generate_fn(cfg),
+  )
+
+
+if __name__ == "__main__":
+  rr_flags.run_main(Config, run, PAPER)  # Only here: imports define no flags.

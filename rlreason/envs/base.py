@@ -1,0 +1,170 @@
+"""The text-environment interface, action parsing, and the tool environments.
+
+An episode: `reset(example)` once per rollout row, then `step(action)` after
+every turn the policy writes (a turn ends at a turn-stop token, e.g. a
+newline or `</search>`). `step` returns the observation text that the
+rollout appends to the sequence (masked out of the loss), the turn's reward
+and whether the episode is over.
+
+Action format (one action per turn; both spellings accepted, so the char
+tokenizer and HF chat models can use the same environments):
+
+  <tool>: <argument>            e.g.  search: Ava lives
+  <tool>argument</tool>         e.g.  <search>Ava lives</search>
+  answer: <value>  |  <answer>value</answer>   ends the episode
+
+A turn with no tool call also ends the episode (Search-R1: a response
+without a <search> tag is final). The final reward is `verify(transcript,
+gold)` on the whole completion, by default the procedural tasks' strict
+`answer: ` line check (tasks.base).
+"""
+
+import dataclasses
+import re
+from typing import Any, Callable, Protocol
+
+from rlreason.envs import sandbox
+from rlreason.tasks import base as task_base
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+  """What `Env.step` returns.
+
+  Attributes:
+    observation: text appended after the action (empty when done).
+    reward: this turn's reward (outcome reward on the final turn).
+    done: the episode is over.
+    info: extra per-turn facts (e.g. {"tool": "search", "status": "ok"}).
+  """
+
+  observation: str
+  reward: float
+  done: bool
+  info: dict = dataclasses.field(default_factory=dict)
+
+
+class Env(Protocol):
+  """A text environment: one instance per rollout row."""
+
+  def reset(self, example: Any) -> str:
+    """Starts an episode for `example` (question, answer); returns an
+    initial observation appended to the prompt ("" for none)."""
+
+  def step(self, action: str) -> StepResult:
+    """The policy's turn `action` (decoded text) -> StepResult."""
+
+
+def exact_answer(completion: str, gold: str) -> float:
+  """1.0 iff the final `answer: ` line of `completion` equals `gold`."""
+  value = task_base.extract_answer(completion)
+  if value is None:
+    m = re.findall(r"<answer>(.*?)</answer>", completion, re.S)
+    value = m[-1].strip() if m else None
+  return float(value is not None and value == gold.strip())
+
+
+def parse_action(text: str, tools: tuple[str, ...]) -> tuple[str, str] | None:
+  """The first tool call in a turn: (tool, argument), or None.
+
+  `answer` counts as a tool, so `parse_action(t, ("search", "answer"))`
+  returns ("answer", "Rome") for "answer: Rome".
+  """
+  for tool in tools:
+    m = re.search(rf"<{tool}>(.*?)(?:</{tool}>|$)", text, re.S)
+    if m:
+      return tool, m.group(1).strip()
+    m = re.search(rf"(?:^|\n){tool}: ?(.*)", text)
+    if m:
+      return tool, m.group(1).strip()
+  return None
+
+
+class ToolEnv:
+  """Runs `python` or `calculator` tool calls in the sandbox.
+
+  Observation: `output: <stdout or error>\n` (truncated to max_obs_chars).
+  Reward: `verify(transcript, gold)` on the final turn, plus
+  `tool_reward` per successful tool call (0 by default); a failed call
+  (error, timeout, denied) gets `error_reward`.
+  """
+
+  def __init__(
+    self,
+    *,
+    tool: str = "python",
+    verify: Callable[[str, str], float] = exact_answer,
+    tool_reward: float = 0.0,
+    error_reward: float = 0.0,
+    timeout_s: float = 2.0,
+    memory_mb: int = 256,
+    max_obs_chars: int = 64,
+  ):
+    if tool not in ("python", "calculator"):
+      raise ValueError(f"tool={tool!r}: expected 'python' or 'calculator'")
+    self.tool, self.verify = tool, verify
+    self.tool_reward, self.error_reward = tool_reward, error_reward
+    self.timeout_s, self.memory_mb = timeout_s, memory_mb
+    self.max_obs_chars = max_obs_chars
+    self.gold, self.transcript = "", ""
+
+  def reset(self, example) -> str:
+    self.gold, self.transcript = example.answer, ""
+    return ""
+
+  def run_tool(self, arg: str) -> sandbox.Result:
+    code = arg if self.tool == "python" else f"print({arg})"
+    return sandbox.run_python(
+      code, timeout_s=self.timeout_s, memory_mb=self.memory_mb
+    )
+
+  def step(self, action: str) -> StepResult:
+    self.transcript += action
+    call = parse_action(action, (self.tool, "answer"))
+    if call is None or call[0] == "answer":
+      reward = self.verify(self.transcript, self.gold)
+      return StepResult("", reward, True, {"tool": None})
+    res = self.run_tool(call[1])
+    if res.status == "ok":
+      text, reward = res.stdout.strip(), self.tool_reward
+    else:
+      last = res.stderr.strip().splitlines()[-1:] or [res.status]
+      text, reward = f"{res.status}: {last[0]}", self.error_reward
+    text = text.replace("\n", " ")[: self.max_obs_chars]
+    obs = ("" if action.endswith("\n") else "\n") + f"output: {text}\n"
+    self.transcript += obs
+    return StepResult(
+      obs, reward, False, {"tool": self.tool, "status": res.status}
+    )
+
+
+def _search(**kw):
+  from rlreason.envs import search  # avoid an import cycle at load
+
+  return search.SearchEnv(**kw)
+
+
+_REGISTRY: dict[str, Callable[..., Env]] = {
+  "python": lambda **kw: ToolEnv(tool="python", **kw),
+  "calculator": lambda **kw: ToolEnv(tool="calculator", **kw),
+  "search": _search,
+}
+
+
+def register(name: str, factory: Callable[..., Env]) -> None:
+  if name in _REGISTRY:
+    raise ValueError(f"env {name!r} is already registered")
+  _REGISTRY[name] = factory
+
+
+def names() -> list[str]:
+  return sorted(_REGISTRY)
+
+
+def make(name: str, **kwargs) -> Env:
+  """A new environment instance (one per rollout row)."""
+  try:
+    factory = _REGISTRY[name]
+  except KeyError:
+    raise KeyError(f"unknown env {name!r}; known: {names()}") from None
+  return factory(**kwargs)

@@ -1,0 +1,175 @@
+"""Model-based rewards: a scalar-head reward model and a generative judge.
+
+Both run beside the verifiable rewards (rewards.combine, or added in an
+experiment's make_batch); both are host-side calls of jitted model code.
+
+Reward model (InstructGPT, arXiv:2203.02155; the RLHF reward models of
+verl / OpenRLHF): a decoder preset whose final hidden state at the last
+real token goes through a linear head to one scalar,
+
+  r(x, y) = w . h_last(x, y) + b
+
+trained with the Bradley-Terry loss -log sigmoid(r(chosen) - r(rejected)).
+Params are {"backbone": <transformer params>, "head": {"w": [D], "b": []}}.
+
+Generative judge (LLM-as-a-judge, e.g. RLCF, TIR-Judge, Think-RM in
+METHODS.md): the judge model samples a verdict for a templated
+question + response through the same sampler (rollout.generate), and the
+reward is 1.0 when the verdict's first word is `yes` (or a number parsed
+from `score: <x>`, scaled to [0, 1]).
+"""
+
+import functools
+import re
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlreason import rollout as rollout_lib
+from rlreason import sampling as sampling_lib
+from rlreason.model import transformer
+
+JUDGE_TEMPLATE = (
+  "Question: {question}\nResponse: {response}\n"
+  "Is the response correct? Answer yes or no.\nVerdict: "
+)
+
+
+def init(model_cfg, rng: jax.Array, backbone: Any | None = None) -> dict:
+  """Reward-model params: a backbone (random or given) and a zero head."""
+  if backbone is None:
+    backbone = transformer.init(model_cfg, rng)
+  head = {
+    "w": jnp.zeros((model_cfg.d_model,), jnp.float32),
+    "b": jnp.zeros((), jnp.float32),
+  }
+  return {"backbone": backbone, "head": head}
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg",))
+def score(params: dict, tokens, positions, model_cfg) -> jax.Array:
+  """[N, S] tokens (prompt + response, any padding) -> [N] rewards.
+
+  The hidden state is read at the real token with the largest position
+  (the end of the response), wherever the padding is.
+  """
+  hidden, _ = transformer.hidden_states(
+    params["backbone"], tokens, positions, model_cfg
+  )
+  last = jnp.argmax(positions, axis=-1)  # [N]
+  h = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
+  h = h.astype(jnp.float32)
+  return h @ params["head"]["w"] + params["head"]["b"]
+
+
+def bradley_terry_loss(params, chosen, rejected, model_cfg) -> jax.Array:
+  """Mean -log sigmoid(r(chosen) - r(rejected)); each a (tokens, positions)
+  pair of [N, S] arrays."""
+  rc = score(params, *chosen, model_cfg)
+  rr = score(params, *rejected, model_cfg)
+  return -jnp.mean(jax.nn.log_sigmoid(rc - rr))
+
+
+def score_rollout(params: dict, rollout, model_cfg) -> np.ndarray:
+  """[N] rewards of a rollout's sequences (the policy's tokenizer)."""
+  return np.asarray(score(params, rollout.tokens, rollout.positions, model_cfg))
+
+
+def score_texts(
+  params: dict,
+  prompts: Sequence[str],
+  completions: Sequence[str],
+  *,
+  model_cfg,
+  tokenizer,
+  bucket: int = 32,
+) -> np.ndarray:
+  """[N] rewards of prompt + completion texts (the RM's own tokenizer)."""
+  ids = [
+    tokenizer.encode(p + c) or [tokenizer.pad_id]
+    for p, c in zip(prompts, completions, strict=True)
+  ]
+  tokens, positions = rollout_lib.pad_prompts(
+    ids, tokenizer.pad_id, bucket=bucket
+  )
+  return np.asarray(score(params, tokens, positions, model_cfg))
+
+
+def parse_verdict(text: str) -> float:
+  """1.0 for a leading `yes`, 0.0 otherwise; `score: x` (0-10) -> x / 10."""
+  m = re.search(r"score:\s*([0-9]+(?:\.[0-9]+)?)", text)
+  if m:
+    return float(np.clip(float(m.group(1)) / 10.0, 0.0, 1.0))
+  return float(text.strip().lower().startswith("yes"))
+
+
+def judge(
+  params: Any,
+  questions: Sequence[str],
+  completions: Sequence[str],
+  rng: jax.Array,
+  *,
+  model_cfg,
+  tokenizer,
+  template: str = JUDGE_TEMPLATE,
+  max_new_tokens: int = 8,
+  samples: int = 1,
+  temperature: float = 0.0,
+) -> tuple[np.ndarray, list[str]]:
+  """Generative judge: the mean verdict of `samples` sampled verdicts.
+
+  Returns:
+    ([N] rewards in [0, 1], the N * samples verdict texts).
+  """
+  prompts = [
+    tokenizer.encode(template.format(question=q, response=c))
+    for q, c in zip(questions, completions, strict=True)
+  ]
+  ro = rollout_lib.generate(
+    params,
+    prompts,
+    rng,
+    0,
+    model_cfg=model_cfg,
+    tokenizer=tokenizer,
+    max_new_tokens=max_new_tokens,
+    group_size=samples,
+    sampling=sampling_lib.Sampling(temperature=temperature),
+  )
+  verdicts = np.asarray([parse_verdict(t) for t in ro.texts], np.float32)
+  return verdicts.reshape(-1, samples).mean(-1), list(ro.texts)
+
+
+def reward_model_fn(params: dict, *, model_cfg, tokenizer):
+  """The reward model as a registry-style reward, for rewards.combine:
+  fn(completions, answers=None, *, questions) -> [N]."""
+
+  def fn(completions, answers=None, *, questions):
+    del answers  # the reward model reads question + response only
+    return score_texts(
+      params, questions, completions, model_cfg=model_cfg, tokenizer=tokenizer
+    )
+
+  return fn
+
+
+def judge_fn(params: Any, *, model_cfg, tokenizer, seed: int = 0, **judge_kw):
+  """The generative judge as a registry-style reward, for rewards.combine
+  beside verifiable rewards: fn(completions, answers=None, *, questions)."""
+
+  def fn(completions, answers=None, *, questions):
+    del answers
+    rewards, _ = judge(
+      params,
+      questions,
+      completions,
+      jax.random.key(seed),
+      model_cfg=model_cfg,
+      tokenizer=tokenizer,
+      **judge_kw,
+    )
+    return rewards
+
+  return fn
