@@ -23,7 +23,7 @@ SMOKE = testing.SMOKE
 EXPERIMENTS = sorted(
   m.name
   for m in pkgutil.iter_modules(experiments.__path__)
-  if not m.ispkg and m.name not in ("reproduce", "evaluate")
+  if not m.ispkg and m.name not in ("reproduce", "evaluate", "claims")
 )
 
 
