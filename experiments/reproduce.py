@@ -18,9 +18,9 @@ start is cached per seed (workdirs/cache), so variants share it.
 
 Adding a claim: one `CLAIMS` entry per method in experiments/claims.py,
 naming experiment modules (experiments/<module>.py) and Config overrides per
-variant, and the per-step metric of metrics.jsonl that carries the claim. Runs are the
-experiments' laptop defaults unless the entry overrides them; --set applies
-overrides to every variant (e.g. --set=batch_size=8,eval_size=50).
+variant, and the per-step metric of metrics.jsonl that carries the claim.
+Runs are the experiments' laptop defaults unless the entry overrides them;
+--set applies overrides to every variant (e.g. --set=batch_size=8,eval_size=50).
 """
 
 import dataclasses

@@ -8,7 +8,7 @@
 
 Greedy accuracy, and with samples > 1 pass@k / maj@k / mean@k with 95%
 intervals (rlreason/evaluation.py). Sampling, chunking and the key match
-loop.run_eval, so a workdir scores as the loop scored it.
+context.run_eval, so a workdir scores as the loop scored it.
 """
 
 import dataclasses
@@ -18,7 +18,7 @@ from typing import Sequence
 
 from rlreason import data as data_lib
 from rlreason import evaluation
-from rlreason import loop
+from rlreason import context
 from rlreason import tasks
 from rlreason import trained
 from rlreason.model import tokenizer as tokenizer_lib
@@ -50,7 +50,7 @@ def data_spec(policy: trained.Policy, data: str, num_problems: int) -> str:
       raise data_lib.DataError(
         f"Checkpoint {policy.source} records no run: name the data (--data)"
       )
-    data = loop.eval_spec(policy.run_cfg)
+    data = context.eval_spec(policy.run_cfg)
   kind, location, options = data_lib.parse_spec(data)
   if kind != "task":
     return data
@@ -127,8 +127,8 @@ def evaluate(
       f"Tokenizer has {tok.vocab_size} ids but the model only "
       f"{policy.model_cfg.vocab_size}"
     )
-  reward_fn, correct_fn = loop.make_reward_fns(cfg)
-  ctx = loop.Context(
+  reward_fn, correct_fn = context.make_reward_fns(cfg)
+  ctx = context.Context(
     cfg, policy.model_cfg, tok, policy.mesh, reward_fn, correct_fn
   )
   common = dict(

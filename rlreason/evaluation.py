@@ -168,7 +168,7 @@ def sample_and_score(
   """Greedy (samples=1) or `samples` sampled completions per problem.
 
   Args:
-    ctx: a loop.Context (its `generate` and `correct_fn` are used).
+    ctx: a context.Context (its `generate` and `correct_fn` are used).
     params: the policy.
     examples: B data.Examples; gold answers come from `.answer`.
     step: folded into the sampling key (as in the training rollouts).

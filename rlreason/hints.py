@@ -12,7 +12,7 @@ carries two kinds:
           continues it, and the prefix is prompt, not trained completion.
 
 `with_hint` returns the hinted copy; `prompt_text` is what the sampler
-sees (loop.Context.encode_prompts). Hints are built from what the
+sees (context.Context.encode_prompts). Hints are built from what the
 procedural tasks supply: `Example.knowledge` (`knowledge_hint`) and
 `Example.solution` (`solution_prefix`).
 

@@ -293,7 +293,7 @@ def make_generate_fn(
   obs_tokens: int,
   turn_stop_text: str = "\n",
 ) -> Callable:
-  """A loop.Context generate_fn that runs `generate` with fresh envs.
+  """A context.Context generate_fn that runs `generate` with fresh envs.
 
   `env_factory()` makes one environment per row, reset on the row's
   example. The turn stop ids are the tokenizer's ids of `turn_stop_text`

@@ -204,8 +204,8 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   The result is cached under a key of every setting it depends on, so a
   rerun (or another experiment with the same base) skips it.
   """
-  # Deferred import: loop imports this module's siblings, not this one.
-  from rlreason import loop
+  # Deferred import: context.py -> loop.py -> sft.py would be circular.
+  from rlreason import context
 
   settings = {
     k: getattr(cfg, k)
@@ -233,8 +233,8 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     return out
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   base = dataclasses.replace(cfg, init_from="")
-  model_cfg, params = loop.load_model(base, mesh)
-  tok = loop.load_tokenizer(base)
+  model_cfg, params = context.load_model(base, mesh)
+  tok = context.load_tokenizer(base)
   examples = data_lib.load(cfg.data, "train")
   prompts, completions = encode_pairs(
     tok, cfg.template, examples, noise=cfg.warm_start_noise, seed=cfg.seed

@@ -24,7 +24,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from rlreason import config
-from rlreason import loop
+from rlreason import context
 from rlreason import mesh as mesh_lib
 from rlreason.model import hf
 from rlreason.model import presets
@@ -87,7 +87,7 @@ def _read_json(path: str) -> dict:
 
 
 def _tokenizer_source(cfg: config.BaseConfig) -> str:
-  """As loop.load_tokenizer, but also looks past a warm-start init_from."""
+  """As context.load_tokenizer, but also looks past a warm-start init_from."""
   if cfg.tokenizer:
     return cfg.tokenizer
   for src in (cfg.init_from, cfg.model):
@@ -260,7 +260,7 @@ def load(
     {**raw, "model": path, "init_from": "", "tokenizer": ""}
   )
   run_cfg = dataclasses.replace(run_cfg, **overrides)
-  model_cfg, params = loop.load_model(run_cfg, mesh)
+  model_cfg, params = context.load_model(run_cfg, mesh)
   return Policy(
     source,
     kind,
@@ -279,7 +279,7 @@ def export_hf(policy: Policy | str, out_dir: str) -> str:
 
   config.json + safetensors (hf.save), the tokenizer's files when it is an
   HF tokenizer (the built-in char tokenizer has none: rlreason.json says so
-  and loop.load_tokenizer falls back to it), and rlreason.json with the
+  and context.load_tokenizer falls back to it), and rlreason.json with the
   source, step and the run's settings (so evaluating the export behaves as
   evaluating the workdir). A previous export at `out_dir` is replaced;
   any other non-empty directory is refused.

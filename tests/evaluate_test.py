@@ -13,6 +13,7 @@ from experiments import evaluate as evaluate_cli
 from experiments import grpo
 from rlreason import data as data_lib
 from rlreason import evaluate
+from rlreason import context
 from rlreason import loop
 from rlreason import testing
 from rlreason import trained
@@ -79,17 +80,17 @@ def test_workdir_scores_as_the_loop(run, tmp_path):
   jax.tree.map(
     np.testing.assert_array_equal, policy.params, out["state"].params
   )
-  # Greedy accuracy is loop.run_eval's on the same params and problems.
-  ctx = loop.Context(
+  # Greedy accuracy is context.run_eval's on the same params and problems.
+  ctx = context.Context(
     cfg,
     out["model_cfg"],
-    loop.load_tokenizer(cfg),
+    context.load_tokenizer(cfg),
     policy.mesh,
-    *loop.make_reward_fns(cfg),
+    *context.make_reward_fns(cfg),
   )
-  examples = data_lib.load(loop.eval_spec(cfg), "eval")[: cfg.eval_size]
+  examples = data_lib.load(context.eval_spec(cfg), "eval")[: cfg.eval_size]
   assert [s["uid"] for s in samples] == [e.uid for e in examples]
-  expected = loop.run_eval(ctx, out["state"].params, examples, step=2)
+  expected = context.run_eval(ctx, out["state"].params, examples, step=2)
   with open(os.path.join(out["workdir"], "eval_after.json")) as f:
     after = json.load(f)
   assert summary["accuracy"] == expected["eval/accuracy"]
