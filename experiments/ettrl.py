@@ -34,14 +34,12 @@ TPU:  launch/tpu.sh run experiments.ettrl --scale=paper \
 
 import dataclasses
 
-import jax.numpy as jnp
 import numpy as np
 
 from experiments import ttrl
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import rollout as rollout_lib
 from rlreason import sft
 from rlreason import tree
 from rlreason.rewards import extract
@@ -75,33 +73,8 @@ PAPER = dict(
 
 
 def generate_fn(cfg: Config):
-  def fn(ctx, params, examples, rng, step, *, group_size, sampling):
-    prompts = ctx.encode_prompts(examples)
-    kw = dict(
-      model_cfg=ctx.model_cfg,
-      tokenizer=ctx.tokenizer,
-      max_new_tokens=cfg.max_new_tokens,
-      sampling=sampling,
-      max_prompt_len=cfg.max_prompt_len,
-      mesh=ctx.mesh,
-    )
-    if group_size % (1 + cfg.forks):  # evaluation: plain chains
-      return rollout_lib.generate(
-        params, prompts, rng, step, group_size=group_size, **kw
-      )
-    tr = tree.generate(
-      params,
-      prompts,
-      rng,
-      step,
-      roots=group_size // (1 + cfg.forks),
-      forks=cfg.forks,
-      **kw,
-    )
-    # (1) Each leaf is a whole response: train the shared prefix too.
-    return tree.prompt_major(tr)._replace(mask=jnp.asarray(tr.mask_full))
-
-  return fn
+  # (1) Each leaf is a whole response: train the shared prefix too.
+  return tree.make_generate_fn(cfg, whole_leaves=True)
 
 
 def reshape_advantages(

@@ -37,7 +37,6 @@ from rlreason import config
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
-from rlreason import rollout as rollout_lib
 from rlreason import tree
 
 
@@ -77,35 +76,7 @@ PAPER = dict(
 
 def generate_fn(cfg: Config):
   depths = tuple(int(d) for d in cfg.fork_depths.split(",") if d)
-
-  def fn(ctx, params, examples, rng, step, *, group_size, sampling):
-    prompts = ctx.encode_prompts(examples)
-    kw = dict(
-      model_cfg=ctx.model_cfg,
-      tokenizer=ctx.tokenizer,
-      max_new_tokens=cfg.max_new_tokens,
-      sampling=sampling,
-      max_prompt_len=cfg.max_prompt_len,
-      mesh=ctx.mesh,
-    )
-    if group_size % (1 + cfg.forks):  # evaluation: plain chains
-      return rollout_lib.generate(
-        params, prompts, rng, step, group_size=group_size, **kw
-      )
-    tr = tree.generate(
-      params,
-      prompts,
-      rng,
-      step,
-      roots=group_size // (1 + cfg.forks),
-      forks=cfg.forks,
-      fork_at=cfg.fork_at,
-      depths=depths,
-      **kw,
-    )
-    return tree.prompt_major(tr)
-
-  return fn
+  return tree.make_generate_fn(cfg, fork_at=cfg.fork_at, depths=depths)
 
 
 def make_batch(rollout, examples, ctx):

@@ -357,3 +357,52 @@ def tree_advantages(
       adv[r, a:b] = a_s
       prev_v = v
   return adv * (np.asarray(mask) > 0)
+
+
+def make_generate_fn(
+  cfg,
+  *,
+  fork_at: str = "entropy",
+  depths: Sequence[int] = (),
+  whole_leaves: bool = False,
+):
+  """A loop generate_fn (train(generate_fn=...)) sampling trees per prompt.
+
+  Training rollouts (group_size divisible by 1 + cfg.forks) are trees of
+  group_size / (1 + cfg.forks) chains, each forked cfg.forks times, returned
+  prompt-major; any other group size (evaluation) samples plain chains.
+  whole_leaves: every leaf's mask covers its whole response, shared prefix
+  included (ETTRL); otherwise each token is owned by one leaf (TreeRL).
+  """
+
+  def fn(ctx, params, examples, rng, step, *, group_size, sampling):
+    prompts = ctx.encode_prompts(examples)
+    kw = dict(
+      model_cfg=ctx.model_cfg,
+      tokenizer=ctx.tokenizer,
+      max_new_tokens=cfg.max_new_tokens,
+      sampling=sampling,
+      max_prompt_len=cfg.max_prompt_len,
+      mesh=ctx.mesh,
+    )
+    if group_size % (1 + cfg.forks):  # evaluation: plain chains
+      return rollout_lib.generate(
+        params, prompts, rng, step, group_size=group_size, **kw
+      )
+    tr = generate(
+      params,
+      prompts,
+      rng,
+      step,
+      roots=group_size // (1 + cfg.forks),
+      forks=cfg.forks,
+      fork_at=fork_at,
+      depths=depths,
+      **kw,
+    )
+    out = prompt_major(tr)
+    if whole_leaves:
+      out = out._replace(mask=jnp.asarray(tr.mask_full))
+    return out
+
+  return fn
