@@ -264,6 +264,18 @@ CLAIMS: dict[str, Claim] = {
     expected="rent's held-out accuracy above its start and near grpo's",
     extra=("entropy", "reward"),
   ),
+  "confclip": Claim(
+    claim=(
+      "Weighting the verifiable reward by the policy's clipped confidence "
+      "gives a finer-grained signal than 0/1 and a gradient on solved "
+      "groups, raising accuracy and shortening completions "
+      "(arXiv:2509.17730; the reward's form is ours, see confclip.py)."
+    ),
+    variants={"confclip": ("confclip", {}), "grpo": ("grpo", {})},
+    metric="accuracy",
+    expected="confclip's held-out accuracy at least grpo's, length lower",
+    extra=("length", "confidence", "solved_all"),
+  ),
   "format_length": Claim(
     claim=(
       "Format and length surrogate rewards, with no ground truth, train as "
