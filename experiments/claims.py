@@ -19,6 +19,9 @@ class Claim:
     metric: the per-step metrics.jsonl key that carries the claim.
     expected: the outcome that reproduces the claim, in words.
     extra: more per-step keys shown in the table and plot.
+    evals: held-out keys of eval_before.json / eval_after.json shown
+      before and after RL beside the greedy accuracy (e.g. eval/pass@16,
+      which needs --eval_samples >= 16 in the variants).
   """
 
   claim: str
@@ -26,6 +29,7 @@ class Claim:
   metric: str
   expected: str
   extra: tuple[str, ...] = ()
+  evals: tuple[str, ...] = ()
 
 
 CLAIMS: dict[str, Claim] = {
@@ -185,6 +189,7 @@ CLAIMS: dict[str, Claim] = {
       "entropy_adv's eval/pass@16 above grpo's, train accuracy about equal"
     ),
     extra=("entropy", "adv_entropy_term"),
+    evals=("eval/pass@16",),
   ),
   "ppo": Claim(
     claim=(

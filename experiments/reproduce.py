@@ -142,12 +142,21 @@ def _window_means(steps, values, total: int) -> tuple[float, float]:
   )
 
 
-def _eval(workdir: str, which: str) -> float:
+def _eval(workdir: str, which: str, key: str = "eval/accuracy") -> float:
   path = os.path.join(workdir, f"eval_{which}.json")
   if not os.path.exists(path):
     return float("nan")
   with open(path) as f:
-    return float(json.load(f).get("eval/accuracy", float("nan")))
+    return float(json.load(f).get(key, float("nan")))
+
+
+def _eval_columns(claim: Claim) -> list[tuple[str, str, str]]:
+  """(column, which, key): greedy accuracy and the claim's eval keys."""
+  cols = [("held-out before", "before", "eval/accuracy")]
+  cols += [(f"{k} before", "before", k) for k in claim.evals]
+  cols += [("held-out after", "after", "eval/accuracy")]
+  cols += [(f"{k} after", "after", k) for k in claim.evals]
+  return cols
 
 
 def summarize(name: str, claim: Claim, seeds, *, root: str) -> dict:
@@ -164,8 +173,8 @@ def summarize(name: str, claim: Claim, seeds, *, root: str) -> dict:
         cols.setdefault(key, []).append(tail)
         if key == claim.metric:
           cols.setdefault("delta", []).append(tail - head)
-      cols.setdefault("held-out before", []).append(_eval(workdir, "before"))
-      cols.setdefault("held-out after", []).append(_eval(workdir, "after"))
+      for column, which, key in _eval_columns(claim):
+        cols.setdefault(column, []).append(_eval(workdir, which, key))
     out[label] = cols
   return out
 
@@ -227,8 +236,7 @@ def write_report(name: str, claim: Claim, seeds, *, root: str) -> str:
     claim.metric,
     "delta",
     *claim.extra,
-    "held-out before",
-    "held-out after",
+    *(column for column, _, _ in _eval_columns(claim)),
   ]
   seeds_arg = ",".join(map(str, seeds))
   lines = [

@@ -50,8 +50,9 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
     metric="length",
     expected="anything",
     extra=("accuracy",),
+    evals=("eval/pass@2",),
   )
-  common = dict(TINY, cache_dir=str(tmp_path / "cache"))
+  common = dict(TINY, eval_samples=2, cache_dir=str(tmp_path / "cache"))
   root = str(tmp_path / "runs")
   path = reproduce.run_all(
     "tiny", claim, [0], steps=2, root=root, common=common
@@ -61,6 +62,11 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
   assert os.path.getsize(tmp_path / "runs/tiny/curves.png") > 0
   results = json.load(open(tmp_path / "runs/tiny/results.json"))
   assert len(results["variants"]["dr_grpo"]["length"]) == 1
+  # The claim's eval keys come from eval_before/after.json, in [0, 1].
+  assert "| eval/pass@2 before |" in text and "| eval/pass@2 after |" in text
+  for column in ("eval/pass@2 before", "eval/pass@2 after"):
+    (value,) = results["variants"]["grpo"][column]
+    assert 0.0 <= value <= 1.0, (column, value)
 
   # A second call reuses the finished runs instead of training again.
   from experiments import grpo
