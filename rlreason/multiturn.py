@@ -4,16 +4,33 @@ observation to the KV cache, decode the next turn.
   ro = multiturn.generate(params, prompts, envs, rng, step,
                           model_cfg=model_cfg, tokenizer=tok, max_turns=3,
                           turn_tokens=24, obs_tokens=48,
-                          turn_stop_ids=(tok.encode("\n")[0],))
+                          stop_strings=("\\n", "</search>"), mesh=mesh)
 
 Per turn, one jitted `segments.decode` (a lax.while_loop, as
 sampling.sample) samples up to `turn_tokens` tokens for every live episode
-and stops a row at a turn stop id or EOS; the host decodes the action text
-and calls `env.step`; one jitted `segments.extend` writes [last action
-token, observation tokens] into the same cache (rows left padded to a fixed
-width, padding has position -1 and is never attended), and its last logits
-start the next turn. Nothing is
-recomputed: the cache of the prompt and of every earlier turn is reused.
+and stops a row at EOS, a turn stop id, or a stop string; the host decodes
+the action text and calls `env.step`; one jitted `segments.extend` writes
+[last action token, observation tokens] into the same cache (rows left
+padded to a fixed width, padding has position -1 and is never attended),
+and its last logits start the next turn. Nothing is recomputed: the cache
+of the prompt and of every earlier turn is reused.
+
+Stop strings (an env's action end tags, e.g. "</search>", envs.base) are
+checked twice. On device, as token sequences: stops.token_sequences gives
+the tokenizer's encodings of each string, and the decode loop ends a row
+once its last tokens equal one (stops.check). A BPE model can write the
+same text with another split, which that test misses; so on the host the
+decoded action is searched too, and an action that runs past its first
+stop string is cut after the fewest tokens whose text contains it: the cut
+tokens leave the action, and segments.rewind hides those already fed from
+the cache, so the episode continues exactly as if decoding had stopped
+there. (sampling.sample / rollout.generate have only the device test.)
+
+Sharding: with a mesh, the parameters are moved to the rollout layout and
+every [N, ...] array (prompts, the cache, each turn's start positions and
+observation block, the outputs) is split over the mesh's batch axes as in
+rollout.generate (replicated when N is not a multiple of their size);
+the host steps the environments between turns on gathered copies.
 
 The result is a `MultiTurnRollout`: the fields of `types.Rollout` (so the
 loop, make_batch and the losses take it unchanged) plus turn bookkeeping.
@@ -29,6 +46,7 @@ Shapes: N = B * G rows, P prompt length, K = max_turns, Tt = turn_tokens,
 O = obs_tokens, T = K * Tt + (K - 1) * O completion budget.
 """
 
+import functools
 from concurrent import futures
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -36,10 +54,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlreason import mesh as mesh_lib
 from rlreason import rollout as rollout_lib
 from rlreason import sampling as sampling_lib
 from rlreason import segments
-from rlreason.model import transformer
+from rlreason import stops
+from rlreason.envs import base as env_base
 
 ACTION, OBSERVATION = 1, 2  # values of MultiTurnRollout.segment
 
@@ -96,6 +116,7 @@ def generate(
   bucket: int = 32,
   env_workers: int = 8,
   mesh: jax.sharding.Mesh | None = None,
+  stop_strings: Sequence[str] = (),
 ) -> MultiTurnRollout:
   """Runs one episode per row: G rows per prompt, envs already reset.
 
@@ -114,18 +135,24 @@ def generate(
     sampling: temperature / filters (default Sampling()).
     turn_stop_ids: ids that end a turn (besides EOS, which also does).
     max_prompt_len, bucket: as rollout.pad_prompts.
-    mesh: decode with the parameters in the rollout layout
-      (mesh.ROLLOUT_RULES) on this mesh; None: where they are.
     env_workers: threads stepping the environments of one turn.
+    mesh: decode on this mesh: parameters in the rollout layout
+      (mesh.ROLLOUT_RULES), rows split over its batch axes; None: where
+      the parameters are, rows unsplit.
+    stop_strings: texts that end a turn (e.g. an env's "</search>"),
+      checked as token sequences on device and as text on the host (see
+      the module docstring).
 
   Returns:
     A MultiTurnRollout with T = K * Tt + (K - 1) * O.
   """
   sampling = sampling or sampling_lib.Sampling()
-  if mesh is not None:
-    params = jax.device_put(
-      params, rollout_lib.rollout_shardings(mesh, model_cfg)
-    )
+  stop_strings = tuple(s for s in stop_strings if s)
+  stop_ids, stop_seqs = stops.split(
+    (tokenizer.eos_id, *turn_stop_ids),
+    stops.token_sequences(tokenizer, stop_strings),
+  )
+  stops.check_vocab(stop_ids, stop_seqs, model_cfg.vocab_size)
   tokens, positions = rollout_lib.pad_prompts(
     prompts, tokenizer.pad_id, max_len=max_prompt_len, bucket=bucket
   )
@@ -135,18 +162,24 @@ def generate(
     raise ValueError(f"{len(envs)} envs for {n} rows (B={b}, G={group_size})")
   tokens = np.repeat(tokens, group_size, axis=0)
   positions = np.repeat(positions, group_size, axis=0)
-  stops = tuple(
-    dict.fromkeys((int(tokenizer.eos_id), *map(int, turn_stop_ids)))
-  )
+  rows_on = functools.partial(_rows_on, mesh)
+  rng = jax.random.fold_in(rng, step)
+  if mesh is not None:
+    params = jax.device_put(
+      params, rollout_lib.rollout_shardings(mesh, model_cfg)
+    )
+    rng = mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
   k_max, o = max_turns, obs_tokens
   t_total = k_max * turn_tokens + (k_max - 1) * o
-  cache = transformer.init_cache(
-    model_cfg, n, p + k_max * turn_tokens + (k_max - 1) * (o + 1)
+  cache = segments.init_cache(
+    model_cfg,
+    n,
+    p + k_max * turn_tokens + (k_max - 1) * (o + 1),
+    mesh=mesh,
   )
   logits, cache = segments.extend(
-    params, cache, tokens, positions, model_cfg=model_cfg
+    params, cache, *rows_on((tokens, positions)), model_cfg=model_cfg, mesh=mesh
   )
-  rng = jax.random.fold_in(rng, step)
   pos = positions[:, -1].astype(np.int64) + 1
   active = np.ones(n, bool)
   rows = [[] for _ in range(n)]  # (kind, turn, ids, logp, policy_logp)
@@ -158,22 +191,27 @@ def generate(
       params,
       cache,
       logits,
-      jnp.asarray(pos, jnp.int32),
-      jnp.asarray(active),
+      *rows_on((pos.astype(np.int32), active)),
       jax.random.fold_in(rng, k),
       model_cfg=model_cfg,
       max_new_tokens=turn_tokens,
       sampling=sampling,
-      stop_ids=stops,
+      stop_ids=stop_ids,
       pad_id=tokenizer.pad_id,
+      stop_sequences=stop_seqs,
+      mesh=mesh,
     )
-    seg = jax.device_get(seg)
+    seg = mesh_lib.to_host(seg)
     block = np.full((n, o + 1), tokenizer.pad_id, np.int32)
     block_pos = np.full((n, o + 1), -1, np.int32)
     live = np.flatnonzero(active)
-    texts = {
-      i: tokenizer.decode(seg.tokens[i, : seg.lengths[i]].tolist())
+    # Host check of the stop strings: cut actions that ran past one.
+    keep = {
+      i: _stop_cut(tokenizer, seg.tokens[i, : seg.lengths[i]], stop_strings)
       for i in live
+    }
+    texts = {
+      i: tokenizer.decode(seg.tokens[i, : keep[i]].tolist()) for i in live
     }
     # Environment steps (sandboxed subprocesses, retrieval) run in threads:
     # one env per row, so they share nothing.
@@ -181,8 +219,10 @@ def generate(
       results = dict(
         zip(live, pool.map(lambda i, t=texts: envs[i].step(t[i]), live))
       )
+    # Rows cut short that go on: their cache is hidden from this position.
+    from_pos = np.full(n, np.iinfo(np.int32).max, np.int32)
     for i in live:
-      ln = int(seg.lengths[i])
+      ln = keep[i]
       ids = seg.tokens[i, :ln]
       rows[i].append(
         (ACTION, k, ids, seg.logp[i, :ln], seg.policy_logp[i, :ln])
@@ -199,13 +239,23 @@ def generate(
       observations[i].append(tokenizer.decode(obs))
       rows[i].append((OBSERVATION, k, np.asarray(obs, np.int32), None, None))
       width = len(obs) + 1
+      if ln < seg.lengths[i]:
+        # Tokens ln - 1 .. were fed from position pos + ln - 1 on; the
+        # block feeds token ln - 1 again, in front of the observation.
+        from_pos[i] = pos[i] + ln - 1
       block[i, -width:] = [ids[-1], *obs]
       block_pos[i, -width:] = pos[i] + ln - 1 + np.arange(width)
       pos[i] += ln + len(obs)
     if not active.any():
       break
+    if (from_pos < np.iinfo(np.int32).max).any():
+      cache = segments.rewind(cache, rows_on(from_pos))
     logits, cache = segments.extend(
-      params, cache, block, block_pos, model_cfg=model_cfg
+      params,
+      cache,
+      *rows_on((block, block_pos)),
+      model_cfg=model_cfg,
+      mesh=mesh,
     )
   return _assemble(
     tokens,
@@ -218,7 +268,48 @@ def generate(
     finish,
     tokenizer,
     group_size,
+    rows_on,
   )
+
+
+def _rows_on(mesh, tree):
+  """Host [N, ...] arrays -> device arrays split over the rollout batch axes
+  of `mesh` (replicated when N does not divide; mesh None: default device).
+  """
+  if mesh is None:
+    return jax.tree.map(jnp.asarray, tree)
+
+  def put(x):
+    x = np.asarray(x)
+    spec = mesh_lib.spec(
+      ("batch",) + (None,) * (x.ndim - 1),
+      mesh_lib.ROLLOUT_RULES,
+      x.shape,
+      mesh,
+    )
+    return mesh_lib.put_global(x, jax.sharding.NamedSharding(mesh, spec))
+
+  return jax.tree.map(put, tree)
+
+
+def _stop_cut(tokenizer, ids: np.ndarray, strings: tuple[str, ...]) -> int:
+  """How many of the action's tokens to keep: the fewest whose text holds
+  a stop string, or all of them (a stop only at the very end is the device
+  check's, so one decode of ids[:-1] settles the common case)."""
+  ln = len(ids)
+  if not strings or ln <= 1:
+    return ln
+  if stops.first_stop_end(tokenizer.decode(ids[:-1].tolist()), strings) is None:
+    return ln
+  lo, hi = 1, ln - 1  # the answer is in [lo, hi]: ids[:hi] has a stop
+  while lo < hi:
+    mid = (lo + hi) // 2
+    text = tokenizer.decode(ids[:mid].tolist())
+    if stops.first_stop_end(text, strings) is None:
+      lo = mid + 1
+    else:
+      hi = mid
+  return lo
 
 
 def _assemble(
@@ -232,8 +323,10 @@ def _assemble(
   finish,
   tokenizer,
   group_size,
+  rows_on,
 ) -> MultiTurnRollout:
-  """Compacts each row's segments into the [N, T] completion arrays."""
+  """Compacts each row's segments into the [N, T] completion arrays (put
+  on device by `rows_on`, in the rollout batch sharding)."""
   n, k_max = turn_rewards.shape
   comp = np.full((n, t_total), tokenizer.pad_id, np.int32)
   logp, plogp = (
@@ -264,13 +357,16 @@ def _assemble(
   mask = (segment == ACTION).astype(np.int32)
   full_tokens = np.concatenate([tokens, comp], axis=1)
   full_pos = np.concatenate([positions, comp_pos.astype(np.int32)], axis=1)
+  full_tokens, full_pos, logp, plogp, mask_dev = rows_on(
+    (full_tokens, full_pos, logp, plogp, mask)
+  )
   return MultiTurnRollout(
-    tokens=jnp.asarray(full_tokens),
-    positions=jnp.asarray(full_pos),
+    tokens=full_tokens,
+    positions=full_pos,
     prompt_len=tokens.shape[1],
-    logp=jnp.asarray(logp),
-    policy_logp=jnp.asarray(plogp),
-    mask=jnp.asarray(mask),
+    logp=logp,
+    policy_logp=plogp,
+    mask=mask_dev,
     lengths=mask.sum(-1),
     finish_reasons=np.asarray(finish, str),
     texts=texts,
@@ -291,24 +387,28 @@ def make_generate_fn(
   max_turns: int,
   turn_tokens: int,
   obs_tokens: int,
-  turn_stop_text: str = "\n",
+  stop_strings: Sequence[str] | None = None,
 ) -> Callable:
   """A context.Context generate_fn that runs `generate` with fresh envs.
 
   `env_factory()` makes one environment per row, reset on the row's
-  example. The turn stop ids are the tokenizer's ids of `turn_stop_text`
-  when it encodes to one token (e.g. "\\n" in the char tokenizer).
+  example. A turn ends at EOS or at one of `stop_strings`; None takes the
+  environments' own (envs.base.stop_strings: e.g. "\\n", "</search>" and
+  "</answer>" for the search env), multi-token ones included.
   """
 
   def generate_fn(ctx, params, examples, rng, step, *, group_size, sampling):
-    tok = ctx.tokenizer
-    stop = tok.encode(turn_stop_text) if turn_stop_text else []
     envs = []
     for e in examples:
       for _ in range(group_size):
         env = env_factory()
         env.reset(e)
         envs.append(env)
+    strings = stop_strings
+    if strings is None:
+      strings = tuple(
+        dict.fromkeys(s for env in envs for s in env_base.stop_strings(env))
+      )
     return generate(
       params,
       ctx.encode_prompts(examples),
@@ -316,13 +416,13 @@ def make_generate_fn(
       rng,
       step,
       model_cfg=ctx.model_cfg,
-      tokenizer=tok,
+      tokenizer=ctx.tokenizer,
       max_turns=max_turns,
       turn_tokens=turn_tokens,
       obs_tokens=obs_tokens,
       group_size=group_size,
       sampling=sampling,
-      turn_stop_ids=stop if len(stop) == 1 else (),
+      stop_strings=strings,
       max_prompt_len=ctx.cfg.max_prompt_len,
       mesh=ctx.mesh,
     )

@@ -26,6 +26,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason import sampling as sampling_lib
+from rlreason import stops
 from rlreason.model import transformer
 from rlreason.model.tokenizer import Tokenizer
 from rlreason.model.transformer import ModelConfig
@@ -120,6 +121,7 @@ def generate(
   max_prompt_len: int | None = None,
   bucket: int = 32,
   extra_stop_ids: Sequence[int] = (),
+  extra_stop_sequences: Sequence[Sequence[int]] = (),
 ) -> Rollout:
   """Samples `group_size` completions for each prompt.
 
@@ -139,6 +141,9 @@ def generate(
     max_prompt_len: the prompt budget (error when exceeded); also caps P.
     bucket: P is the longest prompt rounded up to a multiple of this.
     extra_stop_ids: ids that end a completion besides tokenizer.eos_id.
+    extra_stop_sequences: token-id sequences that end a completion once
+      its last tokens equal one (stops.token_sequences(tokenizer, strings)
+      for stop strings; only this token test, no host-side text check).
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -151,14 +156,10 @@ def generate(
   if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
     raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
   v = model_cfg.vocab_size
-  stop_ids = tuple(
-    dict.fromkeys(int(i) for i in (tokenizer.eos_id, *extra_stop_ids))
+  stop_ids, stop_sequences = stops.split(
+    (tokenizer.eos_id, *extra_stop_ids), extra_stop_sequences
   )
-  bad = [i for i in stop_ids if not 0 <= i < v]
-  if bad:
-    raise ValueError(
-      f"stop ids {bad} are outside the model vocabulary [0, {v})"
-    )
+  stops.check_vocab(stop_ids, stop_sequences, v, name="model vocabulary")
   for i, ids in enumerate(prompts):
     if len(ids) and not 0 <= min(ids) <= max(ids) < v:
       raise ValueError(
@@ -198,6 +199,7 @@ def generate(
     stop_ids=stop_ids,
     pad_id=tokenizer.pad_id,
     mesh=mesh,
+    stop_sequences=stop_sequences,
   )
   full_tokens, full_positions = _concat_completion(
     tokens, positions, out.tokens, out.mask

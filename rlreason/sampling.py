@@ -2,26 +2,29 @@
 
   out = sampling.sample(params, tokens, positions, rng, model_cfg=model_cfg,
                         max_new_tokens=256, sampling=Sampling(top_p=0.95),
-                        stop_ids=(tok.eos_id,), pad_id=tok.pad_id)
+                        stop_ids=(tok.eos_id,), pad_id=tok.pad_id,
+                        stop_sequences=((tag_a, tag_b, tag_c),))
 
 One jitted call runs a prefill over the (left-padded) prompts, then a
 `lax.while_loop` that feeds one token per step through fixed-size cache
 buffers. The loop stops after `max_new_tokens` steps or as soon as every row
-has emitted a stop token (gemma `_sampler_loop.py`). Every static choice
-(model, sampling filters, stop ids, T) is a hashable jit argument, so calls
-with the same shapes never recompile.
+has emitted a stop (gemma `_sampler_loop.py`): a stop id, or a multi-token
+stop sequence that its last emitted tokens equal (stops.py: a rolling
+window of the last k - 1 tokens in the loop carry). Every static choice
+(model, sampling filters, stop ids and sequences, T) is a hashable jit
+argument, so calls with the same shapes never recompile.
 
 Shapes: N sequences, P prompt length (left padded; positions count from 0
 at the first real token, -1 on padding), T = max_new_tokens completion
 length, S = P + T - 1 cache length, V vocab.
 
 Mask convention: mask = 1 for completion tokens up to and including the stop
-token, 0 after it. Tokens after the stop token are `pad_id`, with logp 0.
+token (all tokens of a stop sequence), 0 after it. Tokens after the stop are
+`pad_id`, with logp 0.
 """
 
 import dataclasses
 import functools
-import math
 from typing import Any, NamedTuple
 
 import flax.struct
@@ -30,12 +33,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason import mesh as mesh_lib
+from rlreason import stops
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
+from rlreason.vocab_scan import argmax
+from rlreason.vocab_scan import inverse_cdf
+from rlreason.vocab_scan import nucleus_threshold
+from rlreason.vocab_scan import take
 
 # Finish reasons, as stored in `SampleOutput.finish` (index into the names).
 FINISH_LENGTH = 0  # hit max_new_tokens
-FINISH_EOS = 1  # emitted EOS or another stop id
+FINISH_EOS = 1  # emitted EOS, another stop id, or a stop sequence
 FINISH_REASONS = ("length", "eos")
 
 
@@ -118,7 +126,7 @@ class Sampling:
         threshold = jnp.min(kept, axis=-1, keepdims=True)
     elif self.top_p < 1:
       # A full-vocab sort is very slow on CPU: bisect for the threshold.
-      threshold = _nucleus_threshold(z, self.top_p)
+      threshold = nucleus_threshold(z, self.top_p)
     if self.min_p > 0:
       # p / max p = exp(z - max z), whatever the normaliser.
       floor = jnp.max(z, axis=-1, keepdims=True) + np.log(self.min_p)
@@ -147,135 +155,17 @@ class Sampling:
       return (
         tokens,
         jnp.zeros(tokens.shape, jnp.float32),
-        _take(logits, tokens) - jax.nn.logsumexp(logits, axis=-1),
+        take(logits, tokens) - jax.nn.logsumexp(logits, axis=-1),
       )
     z = self.sampling_logits(logits)
     z_max = jnp.max(z, axis=-1, keepdims=True)
     e = jnp.exp(z - z_max)  # [N, V], 0 where filtered
     tokens, total = inverse_cdf(e, jax.random.uniform(rng, e.shape[:1]))
-    logp = _take(z, tokens) - z_max[:, 0] - jnp.log(total)
+    logp = take(z, tokens) - z_max[:, 0] - jnp.log(total)
     if self.is_policy:
       return tokens, logp, logp
-    policy_logp = _take(logits, tokens) - jax.nn.logsumexp(logits, axis=-1)
+    policy_logp = take(logits, tokens) - jax.nn.logsumexp(logits, axis=-1)
     return tokens, logp, policy_logp
-
-
-# --- Vocab-sized primitives ---------------------------------------------------
-# XLA:CPU is slow at argmax (a variadic reduce), cumsum over long axes and
-# sorts, and threefry bits for every vocab entry (jax.random.categorical)
-# cost more than the model's decode step. So: two-level scans over blocks of
-# the vocab, and one uniform per row.
-
-
-def _take(x: jax.Array, ids: jax.Array) -> jax.Array:
-  """x [N, V], ids [N] -> x[n, ids[n]] [N]."""
-  return jnp.take_along_axis(x, ids[:, None], axis=-1)[:, 0]
-
-
-def _block_size(v: int) -> int:
-  """A power of two near sqrt(V), so both levels scan ~sqrt(V) entries."""
-  return 1 << max(3, math.ceil(math.log2(v) / 2))
-
-
-def _blocked(x: jax.Array, fill: float) -> jax.Array:
-  """[N, V] -> [N, V / B, B], padded with `fill`."""
-  n, v = x.shape
-  b = _block_size(v)
-  nb = -(-v // b)
-  if nb * b != v:
-    x = jnp.pad(x, ((0, 0), (0, nb * b - v)), constant_values=fill)
-  return x.reshape(n, nb, b)
-
-
-def _first(cond: jax.Array) -> jax.Array:
-  """[N, M] bool -> [N] index of the first True (M if none)."""
-  m = cond.shape[-1]
-  iota = jnp.arange(m, dtype=jnp.float32)[None, :]
-  return jnp.min(jnp.where(cond, iota, float(m)), axis=-1).astype(jnp.int32)
-
-
-def _last(cond: jax.Array) -> jax.Array:
-  """[N, M] bool -> [N] index of the last True (0 if none)."""
-  iota = jnp.arange(cond.shape[-1], dtype=jnp.float32)[None, :]
-  return jnp.max(jnp.where(cond, iota, 0.0), axis=-1).astype(jnp.int32)
-
-
-def argmax(logits: jax.Array) -> jax.Array:
-  """[N, V] -> [N] int32 index of the first maximum (== jnp.argmax)."""
-  x = _blocked(logits, -jnp.inf)  # [N, NB, B]
-  block_max = jnp.max(x, axis=-1)  # [N, NB]
-  best = jnp.max(block_max, axis=-1, keepdims=True)  # [N, 1]
-  block = _first(block_max == best)
-  inner = jnp.take_along_axis(x, block[:, None, None], axis=1)[:, 0]
-  return block * x.shape[-1] + _first(inner == best)
-
-
-def inverse_cdf(e: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Index i with probability e_i / sum(e), by inverting the CDF at u.
-
-  Two levels: choose a block of the vocab from the block masses, then a
-  token inside it. Entries with e_i = 0 are never chosen.
-
-  Args:
-    e: [N, V] unnormalised probabilities, >= 0, some > 0 in every row.
-    u: [N] uniform in [0, 1).
-
-  Returns:
-    index [N] int32, and the total mass sum(e) [N].
-  """
-  x = _blocked(e, 0.0)  # [N, NB, B]
-  mass = jnp.sum(x, axis=-1)  # [N, NB]
-  cum = jnp.cumsum(mass, axis=-1)
-  total = cum[:, -1]
-  target = (u * total)[:, None]  # [N, 1]
-  # The first block whose cumulative mass passes the target; rounding can
-  # leave none, then the last block with mass.
-  block = jnp.minimum(_first((cum > target) & (mass > 0)), _last(mass > 0))
-  inner = jnp.take_along_axis(x, block[:, None, None], axis=1)[:, 0]
-  before = _take(cum - mass, block)[:, None]  # [N, 1]
-  inner_cum = before + jnp.cumsum(inner, axis=-1)  # [N, B]
-  index = jnp.minimum(
-    _first((inner_cum > target) & (inner > 0)), _last(inner > 0)
-  )
-  return block * x.shape[-1] + index, total
-
-
-def _nucleus_threshold(z: jax.Array, top_p: float) -> jax.Array:
-  """Smallest kept logit of the top-p nucleus of softmax(z), by bisection.
-
-  Finds the largest t among the values of z with mass(z >= t) >= top_p:
-  32 masked sums over [N, V] on the monotone uint32 image of the floats,
-  exact (ties kept), and much cheaper than a sort on CPU.
-
-  Args:
-    z: [N, V] fp32 logits (finite or -inf).
-    top_p: in (0, 1).
-
-  Returns:
-    [N, 1] threshold: keep z >= threshold.
-  """
-  e = jnp.exp(z - jnp.max(z, axis=-1, keepdims=True))
-  goal = top_p * jnp.sum(e, axis=-1, keepdims=True)  # [N, 1]
-  bits = jax.lax.bitcast_convert_type(z, jnp.uint32)
-  # Order-preserving map of floats to uint32: flip all bits of negatives,
-  # only the sign bit of positives.
-  neg = bits >= jnp.uint32(1 << 31)
-  key = jnp.where(neg, ~bits, bits | jnp.uint32(1 << 31))
-  lo = jnp.min(key, axis=-1, keepdims=True)  # mass(z >= lo) = 1 >= top_p
-  hi = jnp.max(key, axis=-1, keepdims=True)
-
-  def body(_, bounds):  # invariant: answer in [lo, hi]
-    lo, hi = bounds
-    gap = hi - lo
-    mid = lo + (gap >> 1) + (gap & 1)  # upper middle: no overflow
-    ok = jnp.sum(jnp.where(key >= mid, e, 0.0), axis=-1, keepdims=True) >= goal
-    return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid - 1)
-
-  lo, _ = jax.lax.fori_loop(0, 32, body, (lo, hi))
-  # Back from the key to the float.
-  neg = lo < jnp.uint32(1 << 31)
-  bits = jnp.where(neg, ~lo, lo & jnp.uint32((1 << 31) - 1))
-  return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
 @flax.struct.dataclass
@@ -284,7 +174,7 @@ class SampleState:
 
   Attributes:
     step: [] number of tokens sampled so far (the next buffer column).
-    done: [N] the row has emitted a stop token.
+    done: [N] the row has emitted a stop id or ended a stop sequence.
     lengths: [N] completion tokens so far, the stop token included.
     last_token: [N] the last sampled token, input of the next forward.
     last_pos: [N] its position (-1 once the row is done: it is padding).
@@ -294,6 +184,8 @@ class SampleState:
     cache: the KV cache, S = P + T - 1 slots.
     rng: the key of this sampling call; step t draws with fold_in(rng, t).
     logits: [N, T, V] model logits of every step, or None (not recorded).
+    window: [N, k - 1] the last emitted tokens, -1 before the first
+      (stops.check), or None without multi-token stop sequences.
   """
 
   step: jax.Array
@@ -307,6 +199,7 @@ class SampleState:
   cache: transformer.Cache
   rng: jax.Array
   logits: jax.Array | None
+  window: jax.Array | None = None
 
 
 class SampleOutput(NamedTuple):
@@ -345,6 +238,7 @@ def sample(
   pad_id: int = 0,
   return_logits: bool = False,
   mesh: jax.sharding.Mesh | None = None,
+  stop_sequences: tuple[tuple[int, ...], ...] = (),
 ) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after each (left-padded) prompt.
 
@@ -363,13 +257,24 @@ def sample(
     return_logits: also return the [N, T, V] logits of every step (tests).
     mesh: constrain the cache and loop buffers to the rollout batch
       sharding on this mesh (None: let XLA propagate the inputs').
+    stop_sequences: token-id sequences that end a row once its last emitted
+      tokens equal one (e.g. a multi-token "</search>"; see
+      stops.token_sequences for strings), static. Length-1 sequences join
+      stop_ids.
 
   Returns:
     A SampleOutput.
   """
-  stop_ids = tuple(int(i) for i in stop_ids)
+  stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
   _check_inputs(
-    tokens, positions, model_cfg, max_new_tokens, sampling, stop_ids, pad_id
+    tokens,
+    positions,
+    model_cfg,
+    max_new_tokens,
+    sampling,
+    stop_ids,
+    stop_sequences,
+    pad_id,
   )
   return _sample(
     params,
@@ -383,6 +288,7 @@ def sample(
     pad_id=int(pad_id),
     return_logits=return_logits,
     mesh=mesh,
+    stop_sequences=stop_sequences,
   )
 
 
@@ -395,7 +301,14 @@ def cache_size() -> int:
 
 
 def _check_inputs(
-  tokens, positions, model_cfg, max_new_tokens, sampling, stop_ids, pad_id
+  tokens,
+  positions,
+  model_cfg,
+  max_new_tokens,
+  sampling,
+  stop_ids,
+  stop_sequences,
+  pad_id,
 ):
   """Raises ValueError on bad arguments, before anything is compiled."""
   if not isinstance(sampling, Sampling):
@@ -414,9 +327,7 @@ def _check_inputs(
   ):
     raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
   v = model_cfg.vocab_size
-  bad = [i for i in stop_ids if not 0 <= i < v]
-  if bad:
-    raise ValueError(f"stop ids {bad} are outside the vocabulary [0, {v})")
+  stops.check_vocab(stop_ids, stop_sequences, v)
   if not 0 <= pad_id < v:
     raise ValueError(f"pad_id={pad_id} is outside the vocabulary [0, {v})")
   if isinstance(positions, np.ndarray) and (positions[:, -1] < 0).any():
@@ -430,7 +341,9 @@ def _check_inputs(
 _KV_AXES = transformer.CACHE_AXES
 
 
-def _constrain(x: jax.Array, axes: tuple, mesh) -> jax.Array:
+def constrain(x: jax.Array, axes: tuple, mesh) -> jax.Array:
+  """x constrained to its logical `axes` under mesh.ROLLOUT_RULES (a no-op
+  without a mesh; indivisible dimensions stay replicated)."""
   if mesh is None:
     return x
   spec = mesh_lib.spec(axes, mesh_lib.ROLLOUT_RULES, x.shape, mesh)
@@ -439,13 +352,14 @@ def _constrain(x: jax.Array, axes: tuple, mesh) -> jax.Array:
   )
 
 
-def _constrain_cache(cache: transformer.Cache, mesh) -> transformer.Cache:
+def constrain_cache(cache: transformer.Cache, mesh) -> transformer.Cache:
+  """The cache's k / v / pos constrained to the rollout batch sharding."""
   if mesh is None:
     return cache
   return transformer.Cache(
-    k=tuple(_constrain(k, _KV_AXES, mesh) for k in cache.k),
-    v=tuple(_constrain(v, _KV_AXES, mesh) for v in cache.v),
-    pos=_constrain(cache.pos, ("batch", "seq"), mesh),
+    k=tuple(constrain(k, _KV_AXES, mesh) for k in cache.k),
+    v=tuple(constrain(v, _KV_AXES, mesh) for v in cache.v),
+    pos=constrain(cache.pos, ("batch", "seq"), mesh),
     index=cache.index,
   )
 
@@ -460,6 +374,7 @@ def _constrain_cache(cache: transformer.Cache, mesh) -> transformer.Cache:
     "pad_id",
     "return_logits",
     "mesh",
+    "stop_sequences",
   ),
 )
 def _sample(
@@ -475,6 +390,7 @@ def _sample(
   pad_id,
   return_logits,
   mesh,
+  stop_sequences=(),
 ) -> SampleOutput:
   n, p = tokens.shape
   t_max = max_new_tokens
@@ -487,22 +403,16 @@ def _sample(
     lambda w: w.astype(dt) if jnp.issubdtype(w.dtype, jnp.floating) else w,
     params,
   )
-  batch = lambda x: _constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
+  batch = lambda x: constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
   tokens = batch(tokens.astype(jnp.int32))
   positions = batch(positions.astype(jnp.int32))
-  stop = jnp.asarray(stop_ids, jnp.int32)
-
-  def is_stop(tok):  # [N] -> [N] bool
-    if not stop_ids:
-      return jnp.zeros(tok.shape, bool)
-    return jnp.any(tok[:, None] == stop[None, :], axis=-1)
 
   def forward(tok, pos, cache):  # [N, Q] -> last logits [N, V], cache
     hidden, cache = transformer.hidden_states(
       params, tok, pos, model_cfg, cache
     )
     logits = transformer.unembed(params, hidden[:, -1], model_cfg)
-    return batch(logits), _constrain_cache(cache, mesh)
+    return batch(logits), constrain_cache(cache, mesh)
 
   def record(state: SampleState, logits) -> SampleState:
     """Draws token `step` from `logits` [N, V] and writes the buffers."""
@@ -511,6 +421,7 @@ def _sample(
     )
     alive = ~state.done
     tok = jnp.where(alive, tok, pad_id)
+    hit, window = stops.check(tok, state.window, stop_ids, stop_sequences)
     zero = jnp.zeros_like(logp)
     col = lambda buf, x: jax.lax.dynamic_update_slice_in_dim(
       buf, x[:, None].astype(buf.dtype), state.step, axis=1
@@ -522,7 +433,7 @@ def _sample(
       )
     return state.replace(
       step=state.step + 1,
-      done=state.done | (alive & is_stop(tok)),
+      done=state.done | (alive & hit),
       lengths=state.lengths + alive.astype(jnp.int32),
       last_token=tok,
       # The next input's position; a finished row feeds padding.
@@ -531,10 +442,11 @@ def _sample(
       logp=col(state.logp, jnp.where(alive, logp, zero)),
       policy_logp=col(state.policy_logp, jnp.where(alive, policy_logp, zero)),
       logits=all_logits,
+      window=window,
     )
 
   # Prefill: the whole prompt in one call; its last logits give token 0.
-  cache = _constrain_cache(
+  cache = constrain_cache(
     transformer.init_cache(model_cfg, n, p + t_max - 1), mesh
   )
   logits, cache = forward(tokens, positions, cache)
@@ -555,6 +467,7 @@ def _sample(
       if return_logits
       else None
     ),
+    window=jax.tree.map(batch, stops.init_window(n, stop_sequences)),
   )
   state = record(state, logits)
 

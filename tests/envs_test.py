@@ -85,6 +85,25 @@ def test_parse_action_both_spellings():
   assert base.parse_action("I think", ("search", "answer")) is None
 
 
+def test_stop_strings_of_the_envs():
+  # The line format's newline and each tool's end tags; any env without the
+  # attribute ends turns at a newline.
+  assert base.stop_strings(base.make("search")) == (
+    "\n",
+    "</search>",
+    "</answer>",
+  )
+  assert base.stop_strings(base.make("calculator"))[1] == "</calculator>"
+  tags_only = base.make("search", stop_strings=("</search>", "</answer>"))
+  assert base.stop_strings(tags_only) == ("</search>", "</answer>")
+  assert base.stop_strings(object()) == base.DEFAULT_STOP_STRINGS == ("\n",)
+  # A tag action parsed after its turn was ended by the tag.
+  env = base.make("search", stop_strings=("</search>",))
+  env.reset(Example("u", "Q: Where does Ava Tor live?\n", "x"))
+  r = env.step("<search>Ava Tor lives</search>")
+  assert r.observation.startswith("\nresult: Ava Tor lives in ")
+
+
 def test_calculator_env_episode():
   calc.register_task()
   p = tasks.get("calc").generate(0, 1)

@@ -14,6 +14,7 @@ from rlreason.data import Example
 from rlreason.envs import StepResult
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
+from rlreason.sampling import Sampling
 
 CFG = transformer.ModelConfig(
   vocab_size=128,
@@ -212,10 +213,13 @@ def test_answer_prob_at_turn_zero_is_the_prompt_alone(rollout):
 
 
 def test_sharded_rollout_matches_single_device(rollout):
+  """8 devices: rows split over (data, fsdp) = 4 shards, heads over tensor
+  = 2; same tokens, same log-probs, outputs split by rows."""
   from rlreason import mesh as mesh_lib
 
   params, ro = rollout
-  mesh = mesh_lib.make_mesh(fsdp=4, devices=jax.devices()[:4])
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  assert mesh.devices.size == 8
   envs = [EchoEnv(t) for t in (1, 2, 3, 3)]
   sharded = multiturn.generate(
     params,
@@ -236,6 +240,259 @@ def test_sharded_rollout_matches_single_device(rollout):
   np.testing.assert_array_equal(
     np.asarray(sharded.tokens), np.asarray(ro.tokens)
   )
-  np.testing.assert_allclose(
-    np.asarray(sharded.logp), np.asarray(ro.logp), atol=1e-5
+  np.testing.assert_array_equal(sharded.num_turns, ro.num_turns)
+  for name in ("logp", "policy_logp"):
+    np.testing.assert_allclose(
+      np.asarray(getattr(sharded, name)),
+      np.asarray(getattr(ro, name)),
+      atol=1e-5,
+    )
+  for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
+    x = getattr(sharded, name)
+    assert x.sharding.spec[0] == ("data", "fsdp"), name
+    assert len(x.sharding.device_set) == 8, name
+    shapes = {sh.data.shape for sh in x.addressable_shards}
+    assert shapes == {(1, x.shape[1])}, (name, shapes)
+
+
+def test_segments_run_split_over_the_mesh():
+  """extend / decode keep rows (and the cache) split over the batch axes."""
+  from rlreason import mesh as mesh_lib
+  from rlreason import segments
+
+  params = transformer.init(CFG, jax.random.key(0))
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  params = jax.device_put(
+    params, multiturn.rollout_lib.rollout_shardings(mesh, CFG)
   )
+  tokens, positions = _prompt_rows(8)
+  rows = multiturn._rows_on(mesh, (tokens, positions))
+  assert rows[0].addressable_shards[0].data.shape == (2, tokens.shape[1])
+  cache = segments.init_cache(CFG, 8, tokens.shape[1] + 6, mesh=mesh)
+  logits, cache = segments.extend(
+    params, cache, *rows, model_cfg=CFG, mesh=mesh
+  )
+  start, active = multiturn._rows_on(
+    mesh, (positions[:, -1] + 1, np.ones(8, bool))
+  )
+  seg, cache = segments.decode(
+    params,
+    cache,
+    logits,
+    start,
+    active,
+    jax.random.key(2),
+    model_cfg=CFG,
+    max_new_tokens=6,
+    sampling=Sampling(),
+    stop_ids=(TOK.eos_id,),
+    pad_id=TOK.pad_id,
+    stop_sequences=((40, 41),),
+    mesh=mesh,
+  )
+  for x in (logits, seg.tokens, seg.logp, seg.lengths, cache.pos):
+    assert x.addressable_shards[0].data.shape[0] == 2  # 8 rows / 4 shards
+  # k / v: [N, K, S, Dh], rows over (data, fsdp), kv heads over tensor.
+  assert cache.k[0].addressable_shards[0].data.shape[:2] == (2, 1)
+
+
+# --- Stop sequences and stop strings ------------------------------------------
+
+
+def _prompt_rows(n):
+  prompts = [TOK.encode(f"Q: {i}+{i}?\n"[: 5 + i % 4]) for i in range(n)]
+  return multiturn.rollout_lib.pad_prompts(prompts, TOK.pad_id, bucket=1)
+
+
+def test_segments_decode_stops_after_a_stop_sequence():
+  from rlreason import segments
+
+  params = transformer.init(CFG, jax.random.key(0))
+  tokens, positions = _prompt_rows(4)
+  cache = transformer.init_cache(CFG, 4, tokens.shape[1] + 8)
+  logits, cache = segments.extend(
+    params, cache, tokens, positions, model_cfg=CFG
+  )
+  kw = dict(
+    model_cfg=CFG,
+    max_new_tokens=8,
+    sampling=Sampling(),
+    stop_ids=(),
+    pad_id=TOK.pad_id,
+  )
+  args = (
+    params,
+    cache,
+    logits,
+    jnp.asarray(positions[:, -1] + 1),
+    jnp.ones(4, bool),
+    jax.random.key(3),
+  )
+  free, _ = segments.decode(*args, **kw)
+  g = np.asarray(free.tokens)
+  assert (np.asarray(free.lengths) == 8).all()
+  seqs = (tuple(int(i) for i in g[0, 1:4]), tuple(int(i) for i in g[2, 4:6]))
+  seg, _ = segments.decode(*args, stop_sequences=seqs, **kw)
+  want = []
+  for row in g.tolist():
+    ends = [
+      t
+      for t in range(8)
+      for q in seqs
+      if t + 1 >= len(q) and tuple(row[t + 1 - len(q) : t + 1]) == q
+    ]
+    want.append(min(ends) + 1 if ends else 8)
+  want = np.array(want)
+  assert want[0] <= 4 and want[2] <= 6 and (want == 8).any()
+  np.testing.assert_array_equal(seg.lengths, want)
+  np.testing.assert_array_equal(seg.stopped, want < 8)
+  keep = np.arange(8)[None] < want[:, None]
+  np.testing.assert_array_equal(seg.tokens, np.where(keep, g, TOK.pad_id))
+  for name in ("logp", "policy_logp", "entropy"):
+    np.testing.assert_allclose(
+      np.asarray(getattr(seg, name)),
+      np.where(keep, getattr(free, name), 0.0),
+      atol=1e-6,
+    )
+
+
+class TagEnv(EchoEnv):
+  """EchoEnv whose turns end at a (multi-token) tag."""
+
+  def __init__(self, turns, tag):
+    super().__init__(turns)
+    self.stop_strings = (tag,)
+    self.seen = []
+
+  def step(self, action):
+    self.seen.append(action)
+    return super().step(action)
+
+
+def _run_tagged(params, make_env, tokenizer, stop_strings=None):
+  """Two-turn episodes through make_generate_fn (the env's stop strings)."""
+  import types
+
+  envs = []
+
+  def factory():
+    envs.append(make_env())
+    return envs[-1]
+
+  examples = [Example("u", "Q: 1+2?\n", "3"), Example("v", "Q: ab\n", "x")]
+  ctx = types.SimpleNamespace(
+    tokenizer=tokenizer,
+    model_cfg=CFG,
+    mesh=None,
+    cfg=types.SimpleNamespace(max_prompt_len=None),
+    encode_prompts=lambda ex: [tokenizer.encode(e.question) for e in ex],
+  )
+  fn = multiturn.make_generate_fn(
+    factory,
+    max_turns=2,
+    turn_tokens=8,
+    obs_tokens=8,
+    stop_strings=stop_strings,
+  )
+  ro = fn(
+    ctx, params, examples, jax.random.key(0), 0, group_size=2, sampling=None
+  )
+  return ro, envs
+
+
+def _turn0(ro):
+  """Each row's turn-0 action tokens and policy log-probs."""
+  sel = (ro.turn == 0) & (ro.segment == multiturn.ACTION)
+  comp = np.asarray(ro.tokens)[:, ro.prompt_len :]
+  plp = np.asarray(ro.policy_logp)
+  return [comp[i][sel[i]] for i in range(len(sel))], [
+    plp[i][sel[i]] for i in range(len(sel))
+  ]
+
+
+def _assert_logp_is_full_forward(params, ro):
+  full = policy.completion_logprobs(
+    params, ro.tokens, ro.positions, CFG, ro.prompt_len
+  )
+  m = np.asarray(ro.mask) > 0
+  np.testing.assert_allclose(
+    np.asarray(full)[m], np.asarray(ro.policy_logp)[m], atol=1e-4
+  )
+
+
+def _fewest_with(tokenizer, ids, tag):
+  """Reference: the fewest tokens whose text contains `tag` (else all)."""
+  for m in range(1, len(ids) + 1):
+    if tag in tokenizer.decode(list(ids[:m])):
+      return m
+  return len(ids)
+
+
+@pytest.fixture(scope="module")
+def free_turns():
+  """Episodes without stops: the turn-0 actions every test below cuts."""
+  params = transformer.init(CFG, jax.random.key(0))
+  ro, _ = _run_tagged(params, lambda: TagEnv(2, "?"), TOK, stop_strings=())
+  actions, plogp = _turn0(ro)
+  assert all(len(a) == 8 for a in actions)
+  return params, actions, plogp
+
+
+def test_multi_token_tag_of_the_env_ends_a_turn(free_turns, monkeypatch):
+  params, free, free_plogp = free_turns
+  a0 = free[0]
+  printable = lambda ids: all(3 <= i < 3 + len(TOK.ALPHABET) for i in ids)
+  assert printable(a0[:4]), a0  # holds for this seed
+  tag = TOK.decode(a0[1:4].tolist())  # 3 tokens, the end of row 0's turn
+  seq = TOK.encode(tag)
+  assert len(seq) == 3
+  # The in-loop token test alone (no host-side cut) must end the turns.
+  monkeypatch.setattr(multiturn, "_stop_cut", lambda tok, ids, s: len(ids))
+  ro, envs = _run_tagged(params, lambda: TagEnv(2, tag), TOK)
+  actions, plogp = _turn0(ro)
+  for i, a in enumerate(free):
+    ends = [t for t in range(2, 8) if a[t - 2 : t + 1].tolist() == seq]
+    m = ends[0] + 1 if ends else 8
+    np.testing.assert_array_equal(actions[i], a[:m])
+    np.testing.assert_allclose(plogp[i], free_plogp[i][:m], atol=1e-6)
+    assert envs[i].seen[0] == TOK.decode(a[:m].tolist())
+    assert ro.turn_end[i, 0] == m - 1
+  assert len(actions[0]) == 4 and ro.actions[0][0].endswith(tag)
+  assert any(len(a) == 8 for a in actions)  # rows without the tag go on
+  np.testing.assert_array_equal(ro.num_turns, [2, 2, 2, 2])
+  _assert_logp_is_full_forward(params, ro)
+
+
+class SplitTok(tokenizer_lib.CharTokenizer):
+  """The char tokenizer, except that one otherwise silent id decodes to
+  "@@": the model can write the stop string "@@" as that one token, which
+  the token-sequence test (two "@" ids) does not catch."""
+
+  def __init__(self, merged):
+    super().__init__()
+    self.merged = merged
+
+  def decode(self, ids):
+    return "".join(
+      "@@" if i == self.merged else super(SplitTok, self).decode([i])
+      for i in ids
+    )
+
+
+def test_stop_string_split_differently_is_cut_on_the_host(free_turns):
+  params, free, free_plogp = free_turns
+  silent = [j for j, i in enumerate(free[0]) if i >= 3 + len(TOK.ALPHABET)]
+  assert silent and 0 < silent[0] < 7, free[0]  # holds for this seed
+  tok = SplitTok(int(free[0][silent[0]]))
+  assert tok.encode("@@") == [36, 36]
+  ro, envs = _run_tagged(params, lambda: TagEnv(2, "@@"), tok)
+  actions, plogp = _turn0(ro)
+  for i, a in enumerate(free):
+    m = _fewest_with(tok, a, "@@")
+    np.testing.assert_array_equal(actions[i], a[:m])
+    np.testing.assert_allclose(plogp[i], free_plogp[i][:m], atol=1e-6)
+    assert envs[i].seen[0] == tok.decode(a[:m].tolist())
+  assert len(actions[0]) == silent[0] + 1 < 8
+  # The cut tokens were already in the cache: turn 1 must not see them.
+  assert (ro.num_turns == 2).all()
+  _assert_logp_is_full_forward(params, ro)

@@ -9,6 +9,7 @@ from rlreason import mesh as mesh_lib
 from rlreason import policy
 from rlreason import rollout
 from rlreason import sampling
+from rlreason import stops
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
 
@@ -166,12 +167,38 @@ def test_sharded_equals_single_device(params, ro):
   assert sharded.texts == ro.texts
 
 
+def test_stop_strings_as_token_sequences(params, ro):
+  """A 2-character stop string (2 tokens) ends a completion right after it;
+  the samples before it are those of the run without it (same rng)."""
+  i = int(np.argmax(ro.lengths))  # a long completion
+  assert ro.lengths[i] >= 4
+  stop = ro.texts[i][1:3]
+  seqs = stops.token_sequences(TOK, [stop])
+  assert seqs == (tuple(TOK.encode(stop)),) and len(seqs[0]) == 2
+  cut = _generate(params, step=3, extra_stop_sequences=seqs)
+  for text, reason, old, old_reason in zip(
+    cut.texts, cut.finish_reasons, ro.texts, ro.finish_reasons, strict=True
+  ):
+    end = old.find(stop)
+    if end < 0:  # rows without the string are unchanged
+      assert (text, reason) == (old, old_reason)
+    else:
+      assert (text, reason) == (old[: end + 2], "eos")
+  assert cut.texts[i] == ro.texts[i][:3]
+  np.testing.assert_array_equal(np.asarray(cut.mask).sum(-1), cut.lengths)
+
+
 @pytest.mark.parametrize(
   "texts,kwargs,match",
   [
     (TEXTS, dict(max_prompt_len=4), "more than the prompt budget"),
     (["1+1=", ""], {}, "empty"),
     (TEXTS, dict(extra_stop_ids=(CFG.vocab_size,)), "outside the model"),
+    (
+      TEXTS,
+      dict(extra_stop_sequences=((5, CFG.vocab_size),)),
+      "outside the model",
+    ),
     (TEXTS, dict(group_size=0), "group_size"),
   ],
 )

@@ -205,6 +205,98 @@ def test_same_shapes_do_not_recompile(params, sampled):
   assert not np.array_equal(out.tokens, first.tokens)
 
 
+# --- Stop sequences -----------------------------------------------------------
+
+
+def _first_stop(row, ids=(), seqs=()):
+  """Reference: the first t at which row[: t + 1] ends with a stop."""
+  for t in range(len(row)):
+    if row[t] in ids:
+      return t
+    for s in seqs:
+      if t + 1 >= len(s) and tuple(row[t + 1 - len(s) : t + 1]) == s:
+        return t
+  return None
+
+
+def test_stop_sequences_end_rows_after_their_last_token(params):
+  tokens, positions = _prompts(seed=3)
+  kw = dict(
+    model_cfg=CFG,
+    max_new_tokens=T,
+    sampling=Sampling(TEMPERATURE),
+    pad_id=PAD,
+  )
+  rng = jax.random.key(4)
+  # Without stops; step t draws with fold_in(rng, t) whatever stops, so a
+  # run with stops reproduces these tokens up to its stop.
+  free = sampling.sample(params, tokens, positions, rng, **kw)
+  g = np.asarray(free.tokens)
+  assert (np.asarray(free.lengths) == T).all()
+  seqs = (
+    tuple(int(i) for i in g[0, 2:5]),  # 3 tokens, ends at column 4 of row 0
+    tuple(int(i) for i in g[1, 1:3]),  # 2 tokens, ends at column 2 of row 1
+    # Last prompt token + first completion token: emitted tokens only
+    # count, so this never ends a row at column 0.
+    (int(tokens[2, -1]), int(g[2, 0])),
+  )
+  out = sampling.sample(
+    params, tokens, positions, rng, stop_sequences=seqs, **kw
+  )
+  before = sampling.cache_size()
+  sampling.sample(
+    params, tokens, positions, jax.random.key(9), stop_sequences=seqs, **kw
+  )
+  assert sampling.cache_size() == before
+  want_len = []
+  for row in g:
+    t = _first_stop([int(i) for i in row], seqs=seqs)
+    want_len.append(T if t is None else t + 1)
+  want_len = np.array(want_len)
+  assert want_len[0] <= 5 and want_len[1] <= 3
+  assert (want_len == T).any(), "no row runs to the length limit"
+  np.testing.assert_array_equal(out.lengths, want_len)
+  np.testing.assert_array_equal(
+    out.finish,
+    np.where(want_len < T, sampling.FINISH_EOS, sampling.FINISH_LENGTH),
+  )
+  cols = np.arange(T)[None, :]
+  mask = cols < want_len[:, None]
+  np.testing.assert_array_equal(out.mask, mask.astype(np.int32))
+  np.testing.assert_array_equal(np.where(mask, g, PAD), out.tokens)
+  np.testing.assert_allclose(
+    np.asarray(out.logp), np.where(mask, free.logp, 0.0), atol=1e-6
+  )
+  np.testing.assert_allclose(
+    np.asarray(out.policy_logp),
+    np.where(mask, free.policy_logp, 0.0),
+    atol=1e-6,
+  )
+
+
+def test_single_token_stop_sequences_take_the_stop_id_path(params, sampled):
+  """Length-1 sequences fold into stop_ids: the very same compiled sampler
+  (no new variant) and the same samples."""
+  tokens, positions, first, *_ = sampled
+  before = sampling.cache_size()
+  again = sampling.sample(
+    params,
+    jnp.asarray(tokens),
+    jnp.asarray(positions),
+    jax.random.key(1),
+    model_cfg=CFG,
+    max_new_tokens=T,
+    sampling=Sampling(TEMPERATURE),
+    stop_ids=STOP[:3],
+    stop_sequences=tuple((i,) for i in STOP[3:]),
+    pad_id=PAD,
+    return_logits=True,
+  )
+  assert sampling.cache_size() == before
+  np.testing.assert_array_equal(again.tokens, first.tokens)
+  np.testing.assert_array_equal(again.logp, first.logp)
+
+
 # --- The sampling distribution ------------------------------------------------
 
 
@@ -343,6 +435,8 @@ def test_bad_sampling_choices(kwargs, match):
   [
     (dict(stop_ids=(CFG.vocab_size,)), "outside the vocabulary"),
     (dict(stop_ids=(-1,)), "outside the vocabulary"),
+    (dict(stop_sequences=((5, CFG.vocab_size),)), "outside the vocabulary"),
+    (dict(stop_sequences=((),)), "Empty stop sequence"),
     (dict(max_new_tokens=0), "max_new_tokens"),
     (dict(pad_id=CFG.vocab_size), "pad_id"),
   ],

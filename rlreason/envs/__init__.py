@@ -15,5 +15,6 @@ from rlreason.envs.base import StepResult
 from rlreason.envs.base import make
 from rlreason.envs.base import names
 from rlreason.envs.base import register
+from rlreason.envs.base import stop_strings
 
-__all__ = ["Env", "StepResult", "make", "names", "register"]
+__all__ = ["Env", "StepResult", "make", "names", "register", "stop_strings"]

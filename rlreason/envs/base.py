@@ -1,10 +1,13 @@
 """The text-environment interface, action parsing, and the tool environments.
 
 An episode: `reset(example)` once per rollout row, then `step(action)` after
-every turn the policy writes (a turn ends at a turn-stop token, e.g. a
-newline or `</search>`). `step` returns the observation text that the
-rollout appends to the sequence (masked out of the loss), the turn's reward
-and whether the episode is over.
+every turn the policy writes. A turn ends at EOS or at one of the env's
+`stop_strings` (default "\\n"; the tool envs add their end tags, e.g.
+"</search>", "</answer>"), which multiturn.generate turns into token
+sequences checked inside the decode loop (stops.py), multi-token tags
+included. `step` returns the observation text that the rollout appends to
+the sequence (masked out of the loss), the turn's reward and whether the
+episode is over.
 
 Action format (one action per turn; both spellings accepted, so the char
 tokenizer and HF chat models can use the same environments):
@@ -44,8 +47,15 @@ class StepResult:
   info: dict = dataclasses.field(default_factory=dict)
 
 
+DEFAULT_STOP_STRINGS = ("\n",)
+
+
 class Env(Protocol):
-  """A text environment: one instance per rollout row."""
+  """A text environment: one instance per rollout row.
+
+  Optional attribute `stop_strings` (tuple of str): texts that end a turn
+  (`stop_strings(env)` reads it, default DEFAULT_STOP_STRINGS).
+  """
 
   def reset(self, example: Any) -> str:
     """Starts an episode for `example` (question, answer); returns an
@@ -53,6 +63,11 @@ class Env(Protocol):
 
   def step(self, action: str) -> StepResult:
     """The policy's turn `action` (decoded text) -> StepResult."""
+
+
+def stop_strings(env: Any) -> tuple[str, ...]:
+  """The texts that end a turn of `env` (its `stop_strings`, else "\\n")."""
+  return tuple(getattr(env, "stop_strings", DEFAULT_STOP_STRINGS))
 
 
 def exact_answer(completion: str, gold: str) -> float:
@@ -87,6 +102,11 @@ class ToolEnv:
   Reward: `verify(transcript, gold)` on the final turn, plus
   `tool_reward` per successful tool call (0 by default); a failed call
   (error, timeout, denied) gets `error_reward`.
+
+  A turn ends at `stop_strings`: by default "\\n" (the `tool: arg` line
+  format) and the end tags `</tool>`, `</answer>`. Models that write
+  multi-line turns (chat models that think first, Search-R1's format) pass
+  stop_strings=("</tool>", "</answer>") so that only the tags end a turn.
   """
 
   def __init__(
@@ -99,6 +119,7 @@ class ToolEnv:
     timeout_s: float = 2.0,
     memory_mb: int = 256,
     max_obs_chars: int = 64,
+    stop_strings: tuple[str, ...] | None = None,
   ):
     if tool not in ("python", "calculator"):
       raise ValueError(f"tool={tool!r}: expected 'python' or 'calculator'")
@@ -106,7 +127,14 @@ class ToolEnv:
     self.tool_reward, self.error_reward = tool_reward, error_reward
     self.timeout_s, self.memory_mb = timeout_s, memory_mb
     self.max_obs_chars = max_obs_chars
+    self._stop_strings = stop_strings
     self.gold, self.transcript = "", ""
+
+  @property
+  def stop_strings(self) -> tuple[str, ...]:
+    if self._stop_strings is not None:
+      return tuple(self._stop_strings)
+    return ("\n", f"</{self.tool}>", "</answer>")
 
   def reset(self, example) -> str:
     self.gold, self.transcript = example.answer, ""
