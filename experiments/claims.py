@@ -452,10 +452,16 @@ CLAIMS: dict[str, Claim] = {
       "dars": ("dars", {}),
       "grpo_matched": ("dars", {"extra_groups": 0, "group_size": 12}),
       "brorl": ("dars", {"extra_groups": 0, "group_size": 32, "batch_size": 4}),
+      # DARS-B: 4x the prompts, full-batch updates over 2 epochs (dars.DARS_B).
+      "dars_b": ("dars", {"variant": "dars_b"}),
     },
     metric="accuracy",
-    expected="dars's eval pass@8 (eval_after.json) >= grpo_matched's",
+    expected=(
+      "dars's eval pass@8 (eval_after.json) >= grpo_matched's; dars_b's "
+      "pass@1 and pass@8 >= dars's"
+    ),
     extra=("dars/hard_prompts", "dars/extra_accuracy"),
+    evals=("eval/pass@1", "eval/pass@8"),
   ),
   "dump": Claim(
     claim=(
@@ -491,18 +497,20 @@ CLAIMS: dict[str, Claim] = {
     claim=(
       "A curriculum on the current policy's difficulty estimates, "
       "re-estimated as it learns, beats uniform sampling of the mixture "
-      "(ADCL, arXiv:2505.08364)."
+      "(ADCL, arXiv:2505.08364); expert-guided self-reformulation of "
+      "failed problems (EGSR) adds to it."
     ),
     variants={
       "adacl": ("adacl", {}),
+      "adcl_only": ("adacl", {"egsr": False}),
       "uniform": (
         "grpo",
         {"data": "task:arithmetic:difficulty=1-4,n=4000", "max_new_tokens": 56},
       ),
     },
     metric="accuracy",
-    expected="adacl's held-out accuracy >= uniform's",
-    extra=("difficulty/mean_accuracy",),
+    expected="adacl's held-out accuracy >= adcl_only's >= uniform's",
+    extra=("difficulty/mean_accuracy", "guided/groups"),
   ),
   "ampo": Claim(
     claim=(

@@ -1,8 +1,9 @@
-r"""DARS: difficulty-adaptive rollout sampling (BroRL as a config).
+r"""DARS: difficulty-adaptive rollout sampling; DARS-B; BroRL as a config.
 
 Paper: Yang et al. 2025, "Depth-Breadth Synergy in RLVR: Unlocking LLM
-Reasoning Gains with Adaptive Exploration", arXiv:2508.13755. Differs from
-experiments/grpo.py in exactly:
+Reasoning Gains with Adaptive Exploration", arXiv:2508.13755; official
+code github.com/yangzhch6/DARS. Differs from experiments/grpo.py in
+exactly:
   (1) multi-stage rollouts: after the first G rollouts per prompt, K =
       --extra_groups more groups of G are sampled for the prompts whose
       accuracy is below --hard_threshold (rlreason/allocation.py), shared
@@ -12,27 +13,48 @@ experiments/grpo.py in exactly:
   (2) a prompt's extra groups join its first group for the advantage:
       rewards are normalised over all its samples (allocation.
       pooled_advantages), which raises the cumulative advantage of hard
-      prompts that GRPO's per-group normalisation under-weights.
-  DARS-B (large breadth, full-batch updates over several epochs) is the
-  config --batch_size=<large> --minibatches=1 --ppo_epochs=<k>.
+      prompts that GRPO's per-group normalisation under-weights;
+      --pooled_std=false drops the std scaling, as the official scripts
+      (grpo_use_std=False; PAPER).
+  (3) DARS-B, "DARS-Breadth" (--variant=dars_b, DARS_B below): DARS plus
+      large breadth: a much larger batch of prompts per step (official
+      README / experiments/DARS-*-Breadth.sh: 3072 prompts instead of
+      128; laptop: 64 instead of 16, with K scaled alike) and PPO's
+      mini-batch iterations replaced by full-batch updates over several
+      epochs (ppo_mini_batch_size = train_batch_size, ppo_epochs = 2:
+      --minibatches=1 --ppo_epochs=2), with a larger learning rate
+      (5e-6 instead of 1e-6, about sqrt(3072 / 128) = 4.9 times;
+      laptop: 2e-4 -> 4e-4, the same square-root rule for 4x, assumed).
+      The paper: breadth raises Pass@1 and keeps token entropy high;
+      DARS-B gains in Pass@1 and Pass@K together.
+  Deviation: the official DARS schedules set a per-prompt rollout count
+  from the first-stage accuracy (32 at accuracy 0, up to 8 at >= 1/2);
+  here a fixed budget of K extra groups per step is shared (fixed shapes).
+  The laptop DARS already makes one full-batch update per step (grpo.py's
+  setting), where the paper's DARS makes 2 mini-batches x 2 epochs (PAPER).
 
 BroRL (Hu et al. 2025, "BroRL: Scaling Reinforcement Learning via
-Broadened Exploration", arXiv:2510.01180) is this file with BRORL below:
-no adaptive stage, many more rollouts per prompt (paper: N = 512 instead
-of 16; laptop: 32 instead of 8).
+Broadened Exploration", arXiv:2510.01180) is this file with
+--variant=brorl (BRORL below): no adaptive stage, many more rollouts per
+prompt (paper: N = 512 instead of 16; laptop: 32 instead of 8).
+
+A --variant's preset sets every field it names that is still at the
+scale's default (Config() or PAPER); flags given with other values win
+(`with_variant`).
 
 Reproduces:
   laptop: DARS vs GRPO with the same number of sampled rollouts per step
-    (GRPO's G raised to match) and BroRL's wide groups:
+    (GRPO's G raised to match), BroRL's wide groups and DARS-B's breadth:
       python -m experiments.reproduce --method=dars --seeds=0,1,2
     Expected: dars's held-out pass@k (eval_after.json) >= grpo_matched's
-    (the paper's claim: Pass@K gains at equal inference cost).
+    (the paper's claim: Pass@K gains at equal inference cost), and
+    dars_b's pass@1 and pass@k >= dars's.
   paper: DARS Pass@K curves on Qwen2.5-Math 1.5B / 7B (numbers not quoted
-    in our sources); BroRL revives a 1.5B model saturated after 3K ProRL
-    steps.
+    in our sources); DARS-B above DARS and GRPO in both Pass@1 and Pass@K;
+    BroRL revives a 1.5B model saturated after 3K ProRL steps.
 
-CPU:  python -m experiments.dars           (BroRL: see BRORL)
-TPU:  launch/tpu.sh run experiments.dars --scale=paper \
+CPU:  python -m experiments.dars        (--variant=dars_b or brorl)
+TPU:  launch/tpu.sh run experiments.dars --scale=paper --variant=dars_b \
         --model=/ckpt/Qwen2.5-Math-7B \
         --workdir=gs://$BUCKET/dars/$(date +%m%d_%H%M)
 """
@@ -59,28 +81,90 @@ class Config(grpo.Config):
   extra_groups: int = 8  # (1) K extra groups per step (laptop: B / 2)
   hard_threshold: float = 0.5  # (1) accuracy below which a prompt is hard
   extra_schedule: str = "equal"  # (1) "equal" or "hardness"
+  pooled_std: bool = True  # (2) laptop: GRPO's std scaling, as grpo.py
+  variant: str = "dars"  # dars | dars_b (3) | brorl: preset, with_variant
   eval_samples: int = 8  # pass@8 for the Pass@K claim
 
+  def validate(self) -> None:
+    super().validate()
+    if self.variant not in VARIANTS:
+      raise ValueError(
+        f"Invalid config: --variant={self.variant!r}; expected one of "
+        f"{sorted(VARIANTS)}"
+      )
 
-# Sec. 5 (as we read it): Qwen2.5-Math-1.5B / 7B on DeepScaleR-style math,
-# 8 rollouts in the first stage; other budgets assumed.
+
+# Sec. 5 and the official 1.5B / 7B scripts (github.com/yangzhch6/DARS,
+# scripts/train/DARS-*-bs128-pp2.sh): Qwen2.5-Math-1.5B / 7B, 128 prompts
+# x 8 first-stage rollouts, PPO mini-batch 64 (2 per batch) x 2 epochs,
+# lr 1e-6, no KL, no std scaling, responses up to 3072 tokens.
 PAPER = dict(
   grpo.PAPER,
   model="qwen2.5-math-7b",
-  data="/data/deepscaler.jsonl",  # assumed local copy
+  data="/data/openr1_math.jsonl",  # assumed local copy of their openr1 set
   group_size=8,
-  extra_groups=64,  # assumed
-  batch_size=128,  # assumed
-  max_new_tokens=4096,  # assumed
+  extra_groups=64,  # assumed (a fixed budget; see the deviation)
+  batch_size=128,
+  minibatches=2,
+  ppo_epochs=2,
+  lr=1e-6,
+  kl_coef=0.0,
+  pooled_std=False,
+  max_prompt_len=1024,
+  max_new_tokens=3072,
   eval_samples=128,
 )
 
+# (3) DARS-B. Laptop: 4x the prompts (16 -> 64) with K = B / 2, one
+# full-batch update per epoch over 2 epochs, lr x sqrt(4) (assumed).
+DARS_B = dict(
+  batch_size=64, extra_groups=32, minibatches=1, ppo_epochs=2, lr=4e-4
+)
+# Paper: the official DARS-B command (README "Run DARS-B";
+# experiments/DARS-{1.5B,7B}-{ET,HW}-Breadth.sh): train_batch_size =
+# ppo_mini_batch_size = 3072, ppo_epochs 2, lr 5e-6, 8 rollouts.
+DARS_B_PAPER = dict(
+  PAPER,
+  batch_size=3072,
+  extra_groups=1536,  # assumed: PAPER's K / B ratio
+  minibatches=1,
+  ppo_epochs=2,
+  lr=5e-6,
+  micro_batches=768,  # assumed: 48 sequences per micro-batch, as PAPER
+)
+
 # BroRL: no adaptive stage, very wide groups (paper: N = 512 rollouts per
-# prompt, Sec. 4; laptop: 32). Pass with --extra_groups=0 --group_size=...
+# prompt, Sec. 4; laptop: 32).
 BRORL = dict(extra_groups=0, group_size=32, batch_size=4)
 BRORL_PAPER = dict(
   PAPER, model="/ckpt/ProRL-1.5B", extra_groups=0, group_size=512, batch_size=32
 )
+
+# --variant -> (laptop preset, paper preset).
+VARIANTS = {
+  "dars": ({}, {}),
+  "dars_b": (DARS_B, DARS_B_PAPER),
+  "brorl": (BRORL, BRORL_PAPER),
+}
+
+
+def with_variant(cfg: Config) -> Config:
+  """cfg with its variant's preset on every field still at the default.
+
+  The default is the scale's: Config() at laptop scale, Config() with
+  PAPER at --scale=paper. A field set to another value (a flag, a claim
+  override) keeps its value.
+  """
+  laptop, paper = VARIANTS[cfg.variant]
+  base = Config()
+  if cfg.scale == "paper":
+    base, preset = dataclasses.replace(base, **PAPER), paper
+  else:
+    preset = laptop
+  keep = {
+    k: v for k, v in preset.items() if getattr(cfg, k) == getattr(base, k)
+  }
+  return dataclasses.replace(cfg, **keep)
 
 
 def make_batch(rollout, examples, ctx):
@@ -114,7 +198,9 @@ def make_batch(rollout, examples, ctx):
       objective.correctness(ro, more, ctx).mean()
     )
   reward = np.concatenate(rewards)
-  batch["adv"] = allocation.pooled_advantages(reward, uids, eps=cfg.std_eps)
+  batch["adv"] = allocation.pooled_advantages(
+    reward, uids, eps=cfg.std_eps, scale=cfg.pooled_std
+  )
   if cfg.needs_ref:
     batch["ref_logp"] = guided.batch_ref_logp(batch, ctx)
   metrics["adv_abs"] = float(np.abs(batch["adv"]).mean())
@@ -123,11 +209,17 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
+  cfg = with_variant(cfg)
   tracker = difficulty.Tracker()
+  title = {
+    "dars": "DARS (arXiv:2508.13755)",
+    "dars_b": "DARS-B (arXiv:2508.13755)",
+    "brorl": "BroRL (arXiv:2510.01180)",
+  }[cfg.variant]
   return loop.train_and_report(
     cfg,
     name="dars",
-    title="DARS (arXiv:2508.13755)",
+    title=title,
     make_batch=difficulty.tracking(make_batch, tracker),
     loss_fn=objective.loss_fn,
     prompt_iterator=difficulty.tracked_iterator(tracker),

@@ -70,17 +70,26 @@ def extra_groups(
 
 
 def pooled_advantages(
-  rewards: np.ndarray, keys: Sequence, *, eps: float = 1e-6
+  rewards: np.ndarray,
+  keys: Sequence,
+  *,
+  eps: float = 1e-6,
+  scale: bool = True,
 ) -> np.ndarray:
   """(r_i - mean_k(r)) / (std_k(r) + eps) over all samples with key k.
 
   GRPO's group normalisation for groups of any size (Bessel-corrected std,
-  as advantages.group_normalized; a single sample gets 0).
+  as advantages.group_normalized; a single sample gets 0). scale=False
+  drops the division: r_i - mean_k(r) (the official DARS scripts'
+  grpo_use_std=False; Dr. GRPO's form), under which a 0/1 group of n
+  samples at accuracy p has cumulative advantage sum_i |A_i| =
+  2 n p (1 - p), the quantity DARS's schedules re-balance.
 
   Args:
     rewards: [N] rewards.
     keys: N hashable keys (e.g. prompt uids).
     eps: added to the std.
+    scale: divide by std + eps.
   """
   r = np.asarray(rewards, np.float64)
   out = np.zeros_like(r)
@@ -91,7 +100,9 @@ def pooled_advantages(
     x = r[rows]
     if len(x) < 2:
       continue
-    out[rows] = (x - x.mean()) / (x.std(ddof=1) + eps)
+    out[rows] = x - x.mean()
+    if scale:
+      out[rows] /= x.std(ddof=1) + eps
   return out.astype(np.float32)
 
 

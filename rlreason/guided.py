@@ -16,8 +16,22 @@ With `unhinted_context=True` (Guide) the hinted rows are re-attached to the
 hint-free prompt (hints.unhinted_batch), so the loss optimises
 pi_theta(o | q) with behaviour pi_old(o | q, h); otherwise (GHPO, POPE,
 SEELE) the hinted rows are trained on-policy in their hinted context.
+`rescore=True` in addition recomputes old_logp under the hint-free prompt,
+log pi_old(o | q): the rows then count as on-policy samples of q (ratio 1
+at the first update) although they were drawn with the hint.
+
+Partial replacement (`replace=k`, EGSR, arXiv:2505.08364): instead of the
+whole group, at most k rows of the hinted group (with `correct_only`, only
+its verified-correct rows) replace the LAST k rows of the prompt's group
+(`replacement_rows`); its first G - k rows, the policy's own failures,
+stay. The group baseline then gives the guided successes
+A = (1 - k/G) / std > 0 and the failures a negative advantage, where a
+wholly replaced group of all-correct hinted samples would give 0.
+
 Metrics: `accuracy` etc. of round 0 (the unguided policy), guided/groups
-(fraction of groups replaced), guided/accuracy (accuracy of those rows).
+(fraction of groups with replaced rows), guided/rows (fraction of rows),
+guided/reward (mean reward of the replaced rows), guided/hint_accuracy
+(accuracy of all hinted samples of the selected groups, before selection).
 """
 
 from typing import Callable, Sequence
@@ -35,12 +49,11 @@ from rlreason import policy
 HintFn = Callable[..., object]
 
 
-def batch_ref_logp(batch: dict, ctx) -> np.ndarray:
-  """[N, T] reference log-probs of a batch's own tokens (any context)."""
+def _logp(batch: dict, ctx, params) -> np.ndarray:
   mask = batch["mask"]
   return mesh_lib.to_host(
     policy.completion_logprobs(
-      ctx.ref_params,
+      params,
       batch["tokens"],
       batch["positions"],
       ctx.model_cfg,
@@ -50,9 +63,62 @@ def batch_ref_logp(batch: dict, ctx) -> np.ndarray:
   )
 
 
+def batch_ref_logp(batch: dict, ctx) -> np.ndarray:
+  """[N, T] reference log-probs of a batch's own tokens (any context)."""
+  return _logp(batch, ctx, ctx.ref_params)
+
+
+def batch_logp(batch: dict, ctx) -> np.ndarray:
+  """[N, T] log-probs of a batch's own tokens under the current policy
+  (ctx.params), in the batch's context."""
+  return _logp(batch, ctx, ctx.params)
+
+
 def unsolved(correct: np.ndarray, group_size: int) -> np.ndarray:
   """[B] bool: groups with no correct answer."""
   return np.asarray(correct).reshape(-1, group_size).max(-1) <= 0
+
+
+def replacement_rows(
+  take: np.ndarray,
+  correct: np.ndarray,
+  group_size: int,
+  replace: int | None = None,
+  *,
+  correct_only: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+  """Which rows of a hinted round replace which rows of the batch.
+
+  Rows are b * G + j (group b, sample j) in both rounds.
+
+  Args:
+    take: [B] bool, the groups that receive hinted rows.
+    correct: [N] 0/1 correctness of the hinted round.
+    group_size: G.
+    replace: rows per group; None = the whole group, row for row.
+    correct_only: only the hinted round's correct rows are used.
+
+  Returns:
+    (dst, src) [M] int: batch row dst[m] gets hinted row src[m]. Group b's
+    sources are its first usable hinted rows, in order; its destinations
+    are its last rows, from G - 1 down.
+
+  Example: take [T, T], correct [0, 1, 1, 0, 0, 0, 0, 1], G = 4,
+  replace = 1, correct_only -> dst [3, 7], src [1, 7].
+  """
+  g = group_size
+  ok = np.asarray(correct).reshape(-1, g) > 0
+  k = g if replace is None else min(max(replace, 0), g)
+  dst, src = [], []
+  for b in np.flatnonzero(np.asarray(take, bool)):
+    usable = np.flatnonzero(ok[b]) if correct_only else np.arange(g)
+    usable = usable[:k]
+    if replace is None and not correct_only:
+      dst += [b * g + j for j in range(g)]
+    else:
+      dst += [b * g + g - 1 - r for r in range(len(usable))]
+    src += [b * g + j for j in usable]
+  return np.asarray(dst, np.int64), np.asarray(src, np.int64)
 
 
 def guided_rollouts(
@@ -62,8 +128,12 @@ def guided_rollouts(
   hint_fns: Sequence[HintFn],
   *,
   unhinted_context: bool = False,
+  rescore: bool = False,
   select: str = "unsolved",
+  replace: int | None = None,
+  correct_only: bool = False,
   on_round: Callable | None = None,
+  stats: dict | None = None,
 ):
   """Round 0 plus hinted stages (module doc).
 
@@ -71,9 +141,15 @@ def guided_rollouts(
     rollout, examples, ctx: as the loop passes them to make_batch.
     hint_fns: one hint function per stage.
     unhinted_context: re-attach hinted rows to the hint-free prompt.
+    rescore: with unhinted_context, old_logp under the hint-free prompt
+      (on-policy treatment) instead of the hinted behaviour's.
     select: "unsolved" (groups with no correct answer so far) or "all".
+    replace, correct_only: which hinted rows replace which rows
+      (`replacement_rows`); default: whole groups.
     on_round: optional fn(rollout, examples, correct [N], stage) called
       for every sampled round (e.g. to record hint accuracies).
+    stats: optional dict; "hinted" / "hinted_correct" (hinted samples of
+      the selected groups, and how many were correct) are added to it.
 
   Returns:
     (batch, rewards [N], parts, hinted [N] bool rows).
@@ -106,19 +182,32 @@ def guided_rollouts(
     c2 = objective.correctness(ro, mixed, ctx)
     if on_round is not None:
       on_round(ro, mixed, c2, stage)
-    rows = np.flatnonzero(np.repeat(take, g))
-    b2 = {k: np.asarray(v)[rows] for k, v in b2.items()}
+    if stats is not None:
+      sel = np.repeat(take, g)
+      stats["hinted"] = stats.get("hinted", 0) + int(sel.sum())
+      stats["hinted_correct"] = stats.get("hinted_correct", 0) + int(
+        (c2[sel] > 0).sum()
+      )
+    dst, src = replacement_rows(take, c2, g, replace, correct_only=correct_only)
+    if not len(dst):
+      continue
+    b2 = {k: np.asarray(v)[src] for k, v in b2.items()}
+    off = unhinted_context and not rescore
     batch = guidance.replace_rows(
       batch,
-      rows,
-      {**b2, "off_policy": np.full(len(rows), unhinted_context)},
+      dst,
+      {**b2, "off_policy": np.full(len(dst), off, np.float32)},
       ctx.tokenizer.pad_id,
     )
-    total[rows] = np.asarray(t2)[rows]
+    if unhinted_context and rescore:
+      # On the merged batch: its width is round 0's, one compiled shape.
+      lp = np.where(batch["mask"] > 0, batch_logp(batch, ctx), 0.0)
+      batch["old_logp"][dst] = lp[dst]
+    total[dst] = np.asarray(t2)[src]
     for k in parts:
-      parts[k][rows] = np.asarray(p2[k])[rows]
-    correct[rows] = c2[rows]
-    hinted_rows[rows] = True
+      parts[k][dst] = np.asarray(p2[k])[src]
+    correct[dst] = c2[src]
+    hinted_rows[dst] = True
   return batch, total, parts, hinted_rows
 
 
@@ -126,21 +215,29 @@ def make_batch(
   hint_fns: Sequence[HintFn],
   *,
   unhinted_context: bool = False,
+  rescore: bool = False,
   select: str = "unsolved",
+  replace: int | None = None,
+  correct_only: bool = False,
   on_round: Callable | None = None,
 ) -> Callable:
   """A make_batch: `guided_rollouts`, then GRPO-family advantages."""
 
   def fn(rollout, examples, ctx):
     cfg = ctx.cfg
+    stats = {}
     batch, total, parts, hinted_rows = guided_rollouts(
       rollout,
       examples,
       ctx,
       hint_fns,
       unhinted_context=unhinted_context,
+      rescore=rescore,
       select=select,
+      replace=replace,
+      correct_only=correct_only,
       on_round=on_round,
+      stats=stats,
     )
     if cfg.needs_ref:
       batch["ref_logp"] = batch_ref_logp(batch, ctx)
@@ -152,9 +249,15 @@ def make_batch(
     batch["off_policy"] = batch["off_policy"].astype(np.float32)
     r0, _ = ctx.score(rollout, examples)
     metrics = objective.reward_metrics(r0, {}, rollout, examples, ctx)
-    metrics["guided/groups"] = float(hinted_rows.mean())
+    g = cfg.group_size
+    metrics["guided/groups"] = float(hinted_rows.reshape(-1, g).any(-1).mean())
+    metrics["guided/rows"] = float(hinted_rows.mean())
     if hinted_rows.any():
       metrics["guided/reward"] = float(total[hinted_rows].mean())
+    if stats.get("hinted"):
+      metrics["guided/hint_accuracy"] = (
+        stats["hinted_correct"] / stats["hinted"]
+      )
     metrics["adv_abs"] = float(np.abs(batch["adv"]).mean())
     return batch, metrics
 

@@ -14,7 +14,9 @@ carries two kinds:
 `with_hint` returns the hinted copy; `prompt_text` is what the sampler
 sees (context.Context.encode_prompts). Hints are built from what the
 procedural tasks supply: `Example.knowledge` (`knowledge_hint`) and
-`Example.solution` (`solution_prefix`).
+`Example.solution` (`solution_prefix`, or the whole reference solution as
+an expert's, `expert_hint`: EGSR, arXiv:2505.08364, shows it and lets the
+policy write the solution itself).
 
 Scoring under the hint-free context (Guide's off-policy correction): a
 completion o sampled from pi(. | q, h) is re-attached to the hint-free
@@ -33,6 +35,7 @@ import numpy as np
 from rlreason.model import tokenizer as tokenizer_lib
 
 HINT_PREFIX = "hint: "
+EXPERT_PREFIX = "expert: "
 
 
 def knowledge_hint(points: Sequence[str], k: int | None = None) -> str:
@@ -57,6 +60,24 @@ def solution_prefix(solution: str, fraction: float) -> str:
   body = lines[:-1] if len(lines) > 1 else []
   n = min(len(body), math.ceil(max(fraction, 0.0) * len(body) - 1e-9))
   return "".join(line + "\n" for line in body[:n])
+
+
+def expert_hint(solution: str, instruction: str = "") -> str:
+  """A whole reference solution shown as an expert's, one line, with an
+  optional instruction on the next line (EGSR's "reformulate it").
+
+  Unlike `solution_prefix` the answer line is included: the policy is shown
+  a complete solution and writes its own (a reformulation, sampled by the
+  policy), instead of being trained on the expert's tokens.
+
+  expert_hint("a\nb\nanswer: 1") == "expert: a; b; answer: 1"
+  expert_hint("a", "redo") == "expert: a\nredo"; no solution -> "".
+  """
+  lines = [line.strip() for line in solution.split("\n") if line.strip()]
+  if not lines:
+    return ""
+  text = EXPERT_PREFIX + "; ".join(lines)
+  return f"{text}\n{instruction}" if instruction else text
 
 
 def with_hint(example, *, hint: str = "", prefix: str = ""):

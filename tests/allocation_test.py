@@ -44,5 +44,15 @@ def test_pooled_advantages():
   )
 
 
+def test_pooled_advantages_without_std():
+  # Key a: mean 0.25; key b: mean 0.5 over its 2 samples.
+  adv = allocation.pooled_advantages(
+    [1.0, 0.0, 0.0, 0.0, 1.0, 0.0], list("aaaabb"), scale=False
+  )
+  np.testing.assert_allclose(adv, [0.75, -0.25, -0.25, -0.25, 0.5, -0.5])
+  # Cumulative advantage of a 0/1 pool: 2 n p (1 - p) = 2 * 4 * 3 / 16.
+  assert np.abs(adv[:4]).sum() == pytest.approx(1.5)
+
+
 def test_repeat_for():
   assert allocation.repeat_for(["x", "y", "z"], [2, 0, 1]) == ["x", "x", "z"]

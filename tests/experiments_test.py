@@ -48,6 +48,39 @@ def test_smoke(name, tmp_path):
     dataclasses.replace(module.Config(), **module.PAPER).validate()
 
 
+def test_dars_b_smoke(tmp_path):
+  from experiments import dars
+
+  # The preset fills the fields left at their defaults; set ones win.
+  cfg = dataclasses.replace(
+    dars.Config(),
+    **SMOKE,
+    variant="dars_b",
+    extra_groups=2,
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+  got = dars.with_variant(cfg)
+  assert (got.batch_size, got.extra_groups) == (SMOKE["batch_size"], 2)
+  assert (got.minibatches, got.ppo_epochs) == (1, 2)  # full batch, 2 epochs
+  assert got.lr == dars.DARS_B["lr"] != dars.Config().lr
+  paper = dataclasses.replace(dars.Config(), **dars.PAPER, scale="paper")
+  big = dars.with_variant(dataclasses.replace(paper, variant="dars_b"))
+  assert (big.batch_size, big.minibatches, big.ppo_epochs) == (3072, 1, 2)
+  big.validate()
+  dars.run(cfg)
+  rows = [json.loads(line) for line in open(tmp_path / "run/metrics.jsonl")]
+  train = [r for r in rows if "loss" in r]
+  assert [r["step"] for r in train] == [1, 2]
+  assert all(np.isfinite(r["loss"]) for r in train)
+  saved = json.load(open(tmp_path / "run/config.json"))
+  assert (saved["variant"], saved["ppo_epochs"], saved["lr"]) == (
+    "dars_b",
+    2,
+    dars.DARS_B["lr"],
+  )
+
+
 def _cmd(workdir, cache):
   flags = [f"--{k}={v}" for k, v in {**SMOKE, "steps": 4}.items()]
   return [

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rlreason import guidance
+from rlreason import guided
 
 
 def test_encode_traces():
@@ -73,6 +74,28 @@ def test_mixed_policy_loss(jit, gamma):
   g = -2.0 * (gamma * r[0] / (r[0] + gamma) ** 2 if gamma else 0.0)
   np.testing.assert_allclose(grad[1, 0], g, rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(grad[0], [-1.0, -1.0], rtol=1e-6)  # PPO, r = 1
+
+
+def test_replacement_rows():
+  take = np.array([True, False, True])
+  correct = np.array([0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 1])
+  # Whole groups, row for row (Guide, GHPO): groups 0 and 2.
+  dst, src = guided.replacement_rows(take, correct, 4)
+  np.testing.assert_array_equal(dst, [0, 1, 2, 3, 8, 9, 10, 11])
+  np.testing.assert_array_equal(src, dst)
+  # EGSR: up to 2 correct hinted rows into the group's last rows.
+  dst, src = guided.replacement_rows(take, correct, 4, 2, correct_only=True)
+  np.testing.assert_array_equal(dst, [3, 2, 11])
+  np.testing.assert_array_equal(src, [1, 2, 11])
+  # Without correct_only: the first k hinted rows, whatever their outcome.
+  dst, src = guided.replacement_rows(take, correct, 4, 1)
+  np.testing.assert_array_equal(dst, [3, 11])
+  np.testing.assert_array_equal(src, [0, 8])
+  # No correct hinted row: nothing is replaced.
+  dst, src = guided.replacement_rows(
+    take, np.zeros(12), 4, 2, correct_only=True
+  )
+  assert dst.size == src.size == 0
 
 
 def test_comprehension():

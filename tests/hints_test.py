@@ -27,6 +27,17 @@ def test_solution_prefix_whole_lines_never_the_answer(fraction, expected):
   assert hints.solution_prefix(EX.solution, fraction) == expected
 
 
+def test_expert_hint_whole_solution_with_answer():
+  assert hints.expert_hint(EX.solution) == "expert: 3+8; =11; answer: 11"
+  assert hints.expert_hint("a\n\n b ", "redo") == "expert: a; b\nredo"
+  assert hints.expert_hint("") == hints.expert_hint("\n", "redo") == ""
+  tok = tokenizer_lib.load("char")
+  ex = hints.with_hint(EX, hint=hints.expert_hint(EX.solution))
+  assert hints.prompt_text(tok, ex, "plain") == (
+    "expert: 3+8; =11; answer: 11\n3+4*2="
+  )
+
+
 def test_prompt_text_hint_before_question_prefix_after():
   tok = tokenizer_lib.load("char")
   ex = hints.with_hint(EX, hint="hint: 4*2=8", prefix="3+8\n")
