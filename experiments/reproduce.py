@@ -29,6 +29,7 @@ import json
 import os
 from typing import Sequence
 
+import jax
 import numpy as np
 from absl import app
 from absl import flags
@@ -301,6 +302,13 @@ def main(argv) -> None:
     )
   claim = CLAIMS[f.method]
   seeds = [int(s) for s in f.seeds.split(",") if s]
+  # Every run compiles the same sampler / train-step / eval programs: keep
+  # them on disk across runs (and across methods) under the root.
+  if not jax.config.jax_compilation_cache_dir:
+    jax.config.update(
+      "jax_compilation_cache_dir", os.path.join(f.root, ".jax_cache")
+    )
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
   modules = [m for m, _ in claim.variants.values()]
   print(
     run_all(
