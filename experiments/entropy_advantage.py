@@ -6,7 +6,7 @@ this file is the GRPO variant. Differs from experiments/grpo.py in exactly:
   (1) every token's advantage gets a clipped, gradient-free entropy term,
         psi_t = min(alpha * sg(H_t), |A_t| / kappa),   A'_t = A_t + psi_t
       with H_t the current policy's entropy at token t (computed in the
-      loss, from the same forward as logp; advantages.entropy_shaped),
+      loss, from the same forward as logp; returns.entropy_shaped),
       alpha = 0.4, kappa = 2 (the paper's). The clip keeps psi from
       flipping the sign of a negative advantage, and all-equal groups
       (A = 0) stay untouched: the term re-weights what the outcome reward
@@ -34,12 +34,12 @@ TPU:  launch/tpu.sh run experiments.entropy_advantage --scale=paper \
 import dataclasses
 
 from experiments import grpo
+from rlreason import aggregation
 from rlreason import config
-from rlreason import advantages
 from rlreason import flags as rr_flags
 from rlreason import loop
-from rlreason import losses
 from rlreason import objective
+from rlreason import returns as returns_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +81,7 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   logp, entropy = objective.completion_forward(
     params, batch, cfg=cfg, model_cfg=model_cfg
   )
-  shaped = advantages.entropy_shaped(
+  shaped = returns_lib.entropy_shaped(
     batch["adv"],
     entropy,
     alpha=cfg.adv_entropy_alpha,
@@ -99,7 +99,7 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   )
   # psi_t: how much (1) adds, averaged over the batch's tokens.
   adv = batch["adv"] if batch["adv"].ndim == 2 else batch["adv"][:, None]
-  metrics["adv_entropy_term"] = losses.aggregate(shaped - adv, mask)
+  metrics["adv_entropy_term"] = aggregation.aggregate(shaped - adv, mask)
   return loss, metrics
 
 

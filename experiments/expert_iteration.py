@@ -40,10 +40,10 @@ import dataclasses
 import numpy as np
 
 from experiments import grpo
+from rlreason import aggregation
 from rlreason import config
 from rlreason import flags as rr_flags
 from rlreason import loop
-from rlreason import losses
 from rlreason import objective
 from rlreason import sft
 
@@ -71,10 +71,10 @@ class Config(config.BaseConfig):
 
   def validate(self) -> None:
     super().validate()
-    if self.aggregation not in losses.AGGREGATION_MODES:
+    if self.aggregation not in aggregation.AGGREGATION_MODES:
       raise ValueError(
         f"Invalid config: --aggregation={self.aggregation!r}; valid: "
-        f"{losses.AGGREGATION_MODES}"
+        f"{aggregation.AGGREGATION_MODES}"
       )
 
 

@@ -6,7 +6,7 @@ arXiv:2506.01939. Built on DAPO (Yu et al. 2025, arXiv:2503.14476).
 Differs from DAPO in exactly:
   (1) the per-token policy-gradient loss is multiplied by a mask that keeps
       only the top rho = 20% entropy tokens of the batch ("forking tokens",
-      losses.top_entropy_mask; entropy of the current policy, no gradient
+      token_weights.top_entropy_mask; entropy of the current policy, no gradient
       through the mask); the loss is still divided by ALL the batch's
       tokens (token-mean), so the kept tokens' gradients are unchanged.
   Ablation (--token_selection=bottom): train only on the other 80%, the
@@ -44,8 +44,8 @@ from experiments import grpo
 from rlreason import config
 from rlreason import flags as rr_flags
 from rlreason import loop
-from rlreason import losses
 from rlreason import objective
+from rlreason import token_weights
 
 SELECTIONS = ("top", "bottom", "all")
 
@@ -108,7 +108,7 @@ def token_weight(cfg: Config):
     mask = batch["mask"]
     if cfg.token_selection == "all":
       return jnp.ones_like(mask)
-    top = losses.top_entropy_mask(entropy, mask, top_frac=cfg.top_frac)
+    top = token_weights.top_entropy_mask(entropy, mask, top_frac=cfg.top_frac)
     if cfg.token_selection == "top":
       return top
     return (mask > 0) * (1.0 - top)  # bottom: every other valid token

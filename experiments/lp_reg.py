@@ -37,11 +37,11 @@ TPU:  launch/tpu.sh run experiments.lp_reg --scale=paper \
 import dataclasses
 
 from experiments import grpo
+from rlreason import aggregation
 from rlreason import config
 from rlreason import entropy_reg
 from rlreason import flags as rr_flags
 from rlreason import loop
-from rlreason import losses
 from rlreason import mesh as mesh_lib
 from rlreason import objective
 
@@ -138,7 +138,9 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     model_cfg=model_cfg,
     policy_loss=policy_loss,
   )
-  metrics["lp_reg_frac"] = losses.aggregate(shielded["mask"], batch["mask"])
+  metrics["lp_reg_frac"] = aggregation.aggregate(
+    shielded["mask"], batch["mask"]
+  )
   return loss, metrics
 
 

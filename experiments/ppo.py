@@ -16,7 +16,7 @@ GRPO family; it differs from experiments/grpo.py in exactly:
       clipped value loss 0.5 max((V - R)^2, (V_clip - R)^2) (clip 0.5,
       verl's cliprange_value), token-mean;
   (2) token-level advantages by GAE on the critic's rollout-time values,
-      with the outcome reward on the last token (advantages.gae,
+      with the outcome reward on the last token (returns.gae,
       gamma = lam = 1, whitened over the batch), instead of group-
       normalised outcome rewards; no group is needed (G = 1 is allowed);
   (3) no KL in the loss; --kl_reward_coef > 0 puts InstructGPT's per-token
@@ -44,14 +44,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import grpo
+from rlreason import aggregation
 from rlreason import config
-from rlreason import advantages
 from rlreason import flags as rr_flags
 from rlreason import kl
 from rlreason import loop
 from rlreason import losses
 from rlreason import mesh as mesh_lib
 from rlreason import objective
+from rlreason import returns as returns_lib
 from rlreason import value
 
 
@@ -80,7 +81,7 @@ class Config(grpo.Config):
     kl.get(self.kl_reward_estimator)
     if self.advantage != "gae":
       raise ValueError("Invalid config: PPO's --advantage is gae")
-    if self.aggregation not in losses.AGGREGATION_MODES:
+    if self.aggregation not in aggregation.AGGREGATION_MODES:
       raise ValueError(f"Invalid config: --aggregation={self.aggregation!r}")
     if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
       raise ValueError("Invalid config: --gamma and --lam must be in [0, 1]")
@@ -135,7 +136,7 @@ def make_batch(rollout, examples, ctx):
   batch = ctx.batch_from_rollout(rollout)
   mask = batch["mask"]
   token_rewards = np.asarray(
-    advantages.outcome_token_rewards(jnp.asarray(total), jnp.asarray(mask))
+    returns_lib.outcome_token_rewards(jnp.asarray(total), jnp.asarray(mask))
   )
   if cfg.kl_reward_coef:
     batch["ref_logp"] = ctx.ref_logp(rollout)
@@ -150,7 +151,7 @@ def make_batch(rollout, examples, ctx):
     )
   )
   values = np.where(mask > 0, values, 0.0).astype(np.float32)
-  adv, returns = advantages.gae(
+  adv, returns = returns_lib.gae(
     jnp.asarray(token_rewards),
     jnp.asarray(values),
     jnp.asarray(mask),

@@ -10,7 +10,7 @@ arXiv:2501.03262. Authors' code: OpenRLHF (--advantage_estimator reinforce
       G_t = sum_{s >= t} r_s (gamma = 1), where r_s is the outcome reward on
       the last token minus the KL penalty of (2), and the returns are
       whitened over ALL tokens of the batch (global normalisation), not per
-      prompt (advantages.reinforce_plus_plus);
+      prompt (returns.reinforce_plus_plus);
   (2) the KL to the reference is a per-token reward penalty
       r_t -= beta * log(pi_old / pi_ref) (k1), as PPO-RLHF, not a loss term
       (objective.PGConfig.kl_reward_coef);

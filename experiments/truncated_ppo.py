@@ -46,11 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import ppo
-from rlreason import advantages
 from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import mesh as mesh_lib
 from rlreason import objective
+from rlreason import returns as returns_lib
 from rlreason import rollout as rollout_lib
 from rlreason import sampling as sampling_lib
 from rlreason import sft
@@ -194,7 +194,7 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
     )
   )  # [N, S]: column c = V of the state after token c
   win_values = values[:, p - 1 :]  # [N, T + 1]
-  token_rewards = advantages.outcome_token_rewards(
+  token_rewards = returns_lib.outcome_token_rewards(
     jnp.asarray(reward), jnp.asarray(mask)
   )
   adv, _ = value.extended_gae(
@@ -214,10 +214,10 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
   for i in np.flatnonzero(ended):
     start = p - len(slots.done[i]) - 1
     vmask[i, start : p - 1 + len(window[i])] = 1.0
-  tok_r = advantages.outcome_token_rewards(
+  tok_r = returns_lib.outcome_token_rewards(
     jnp.asarray(reward), jnp.asarray(vmask)
   )
-  mc_adv, _ = advantages.gae(
+  mc_adv, _ = returns_lib.gae(
     tok_r,
     jnp.zeros_like(tok_r),
     jnp.asarray(vmask),

@@ -36,6 +36,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rlreason import aggregation
 from rlreason import kl
 from rlreason import losses
 from rlreason import policy
@@ -127,7 +128,7 @@ def anchored_entropy_penalty(
   Returns:
     (scalar penalty, Hbar).
   """
-  h_bar = losses.aggregate(entropy, token_mask, "seq-mean-token-mean")
+  h_bar = aggregation.aggregate(entropy, token_mask, "seq-mean-token-mean")
   return coef * jnp.square(h_bar - anchor), h_bar
 
 
@@ -162,7 +163,7 @@ def completion_peak_nucleus_entropy(
   )
   h = nucleus_entropy(logits, top_p)
   peak = peak_entropy_mask(h, mask, quantile=quantile)
-  return losses.aggregate(h, peak, "seq-mean-token-mean")
+  return aggregation.aggregate(h, peak, "seq-mean-token-mean")
 
 
 # ----------------------------------------------------------------------------

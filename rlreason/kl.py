@@ -9,7 +9,7 @@ with delta = logp - ref_logp and tokens sampled from the trained policy
   k3 = exp(-delta) + delta - 1      unbiased, >= 0
   k3+ = value of k3, gradient of k2 (straight-through), verl's "k3+"
 The estimators return per-token [N, T] values; mask and aggregate them with
-losses.aggregate (KL in the loss), or fold them into the reward with
+aggregation.aggregate (KL in the loss), or fold them into the reward with
 `penalized_token_rewards` (KL in the reward, optionally with an adaptive
 coefficient, `adaptive_kl_coef`).
 
@@ -24,7 +24,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rlreason import advantages
+from rlreason import returns as returns_lib
 
 
 def _log_ratio(
@@ -155,12 +155,12 @@ def penalized_token_rewards(
     coef: KL coefficient beta (e.g. `KLCoef.coef`).
 
   Returns:
-    [N, T] token rewards for advantages.gae / reinforce_plus_plus, 0 where
+    [N, T] token rewards for returns.gae / reinforce_plus_plus, 0 where
     mask = 0.
   """
   chex.assert_equal_shape([kl, mask])
   penalty = jnp.where(mask > 0, coef * kl, 0.0)
-  return advantages.outcome_token_rewards(rewards, mask) - penalty
+  return returns_lib.outcome_token_rewards(rewards, mask) - penalty
 
 
 class KLCoef(NamedTuple):

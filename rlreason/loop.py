@@ -10,7 +10,7 @@ An experiment supplies two functions:
       from `ctx.batch_from_rollout(rollout)` and add "adv" etc.
   loss_fn(params, batch, norm, *, cfg, model_cfg) -> (loss, metrics)
       Pure; `norm` holds the whole minibatch's normalisers
-      (losses.normalizers). Bound with functools.partial and jitted.
+      (aggregation.normalizers). Bound with functools.partial and jitted.
 
 Everything else (mesh, model, data, checkpoints, metrics, evaluation,
 preemption, resume) lives here, once. An experiment's `run(cfg)` is

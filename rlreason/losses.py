@@ -1,4 +1,4 @@
-"""Policy and value losses, entropy, and loss aggregation.
+"""Policy losses of the PPO family, and the entropy bonus.
 
 Shapes: N sequences, T completion length, V vocab. Per-token inputs are
 [N, T]: `logp` (trained policy), `old_logp` (policy that the PPO ratio is
@@ -8,15 +8,15 @@ per sequence, broadcast over its tokens) or [N, T].
 Every policy loss has the signature
     fn(logp, old_logp, adv, mask, **kw) -> (per_token_loss, metrics)
 with per_token_loss [N, T] (0 where mask = 0) and metrics a dict of [N, T]
-per-token values (clip indicators, ratio, approx. KL) to be averaged with
-`aggregate(..., "token-mean")`. Reducing to a scalar is a separate, explicit
-step, `aggregate`, whose normaliser is an argument so that micro-batches or
-device shards sum to the full-batch loss. `get_policy_loss(name)` returns a
-loss by the name experiment flags use; experiment files bind the keyword
-arguments with functools.partial.
+per-token values (clip indicators, ratio, approx. KL; average them with
+"token-mean"). Reducing to a scalar is a separate step, aggregation.py.
+`get_policy_loss(name)` returns a loss by the name experiment flags use;
+experiment files bind the keyword arguments with functools.partial.
 
-KL estimators live in kl.py. Log-probs at mask = 0 positions may be garbage
-(even -inf): the losses never let them reach a value or a gradient.
+KL estimators live in kl.py, per-token weights that multiply the loss
+(forking tokens, TIS) in token_weights.py, the critic's value loss in
+value.py. Log-probs at mask = 0 positions may be garbage (even -inf): the
+losses never let them reach a value or a gradient.
 """
 
 from typing import Callable
@@ -50,99 +50,6 @@ def _rank_desc(x: jax.Array) -> jax.Array:
   order = jnp.argsort(-flat, stable=True)
   return (
     jnp.zeros_like(order).at[order].set(jnp.arange(flat.size)).reshape(x.shape)
-  )
-
-
-# ----------------------------------------------------------------------------
-# Aggregation.
-
-AGGREGATION_MODES = (
-  "token-mean",
-  "token-sum",
-  "seq-mean-token-mean",
-  "seq-mean-token-sum",
-  "seq-mean-token-sum-norm",
-)
-
-
-def normalizers(mask: jax.Array) -> dict[str, jax.Array]:
-  """The batch-level denominators `aggregate` uses by default.
-
-  Compute them once on the whole batch (before splitting it into micro-
-  batches, or with a psum across shards) and pass them to `aggregate`.
-
-  Args:
-    mask: [N, T] completion-token mask.
-
-  Returns:
-    {"num_tokens": number of mask = 1 tokens,
-     "num_seqs": number of sequences with at least one such token}.
-  """
-  m = mask > 0
-  return {
-    "num_tokens": m.sum().astype(jnp.float32),
-    "num_seqs": m.any(-1).sum().astype(jnp.float32),
-  }
-
-
-def aggregate(
-  per_token: jax.Array,
-  mask: jax.Array,
-  mode: str = "token-mean",
-  *,
-  num_tokens: jax.Array | float | None = None,
-  num_seqs: jax.Array | float | None = None,
-  max_len: int | None = None,
-) -> jax.Array:
-  """Reduces a per-token loss to a scalar with an explicit normaliser.
-
-  With m the mask, l the per-token loss, |o_i| = sum_t m_it:
-    token-mean               sum_it m l / num_tokens   (DAPO, arXiv:2503.14476)
-    token-sum                sum_it m l
-    seq-mean-token-mean      sum_i (sum_t m l / |o_i|) / num_seqs   (GRPO)
-    seq-mean-token-sum       sum_i sum_t m l / num_seqs
-    seq-mean-token-sum-norm  sum_it m l / (num_seqs * max_len)
-                             (Dr. GRPO, arXiv:2503.20783: a constant that
-                             does not depend on the sampled lengths)
-  Every mode is a sum over sequences divided by a batch-level constant, so
-  with num_tokens / num_seqs of the WHOLE batch (see `normalizers`) the
-  losses, and gradients, of micro-batches or shards sum to the full-batch
-  values. The defaults are the local batch's: `normalizers(mask)`, and
-  max_len = T (verl's default; pass the generation budget instead, as
-  Dr. GRPO, so the constant does not change with padding).
-
-  Args:
-    per_token: [N, T] per-token loss.
-    mask: [N, T] completion-token mask.
-    mode: one of AGGREGATION_MODES.
-    num_tokens: global number of valid tokens (token-mean).
-    num_seqs: global number of non-empty sequences (seq-mean-* modes).
-    max_len: Dr. GRPO's constant (seq-mean-token-sum-norm).
-
-  Returns:
-    Scalar loss. Empty batches give 0.
-  """
-  chex.assert_equal_shape([per_token, mask])
-  masked = jnp.where(mask > 0, per_token, 0.0)
-  m = jnp.asarray(mask > 0, masked.dtype)
-  if num_tokens is None:
-    num_tokens = normalizers(mask)["num_tokens"]
-  if num_seqs is None:
-    num_seqs = normalizers(mask)["num_seqs"]
-  if mode == "token-mean":
-    return masked.sum() / jnp.maximum(num_tokens, 1.0)
-  if mode == "token-sum":
-    return masked.sum()
-  if mode == "seq-mean-token-mean":
-    seq = masked.sum(-1) / jnp.maximum(m.sum(-1), 1.0)
-    return seq.sum() / jnp.maximum(num_seqs, 1.0)
-  if mode == "seq-mean-token-sum":
-    return masked.sum() / jnp.maximum(num_seqs, 1.0)
-  if mode == "seq-mean-token-sum-norm":
-    max_len = per_token.shape[-1] if max_len is None else max_len
-    return masked.sum() / (jnp.maximum(num_seqs, 1.0) * max_len)
-  raise ValueError(
-    f"Unknown aggregation mode {mode!r}; valid modes: {AGGREGATION_MODES}."
   )
 
 
@@ -472,108 +379,7 @@ def get_policy_loss(name: str) -> PolicyLoss:
 
 
 # ----------------------------------------------------------------------------
-# Token weights, importance correction, value loss, entropy.
-
-
-def top_entropy_mask(
-  entropy: jax.Array, mask: jax.Array, *, top_frac: float = 0.2
-) -> jax.Array:
-  """Keeps the highest-entropy ("forking") tokens of the batch.
-
-  Beyond the 80/20 Rule (Wang et al. 2025, arXiv:2506.01939): the policy
-  gradient is applied only to the top-rho entropy tokens of the batch
-  (rho = 0.2), ceil(top_frac * num_valid) tokens here. Multiply the per-token
-  loss by the result and keep `mask` (and its normaliser) in `aggregate`:
-  the paper still divides by all the batch's tokens.
-
-  Args:
-    entropy: [N, T] per-token entropy (`entropy_from_logits`).
-    mask: [N, T] completion-token mask.
-    top_frac: fraction of valid tokens to keep.
-
-  Returns:
-    [N, T] float mask, 1 on the kept tokens.
-  """
-  chex.assert_equal_shape([entropy, mask])
-  m = mask > 0
-  k = _fraction_of_valid(top_frac, mask, round_up=True)
-  rank = _rank_desc(jnp.where(m, sg(entropy), -jnp.inf))
-  return (m & (rank < k)).astype(jnp.float32)
-
-
-def truncated_is_weight(
-  old_logp: jax.Array,
-  sampler_logp: jax.Array,
-  mask: jax.Array,
-  *,
-  cap: float = 2.0,
-  level: str = "token",
-) -> jax.Array:
-  """Truncated importance weight between the trainer and the sampler.
-
-  TIS (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
-  Off-Policy RL Training", https://fengyao.notion.site/off-policy-rl):
-  the sampler (e.g. a fast inference engine) and the trainer compute
-  slightly different probabilities; the loss is reweighted by
-    w_t = min(pi_old(y_t) / pi_sampler(y_t), C)          (level="token")
-    w_i = min(prod_t pi_old / pi_sampler, C)             (level="sequence")
-  C = 2 as in the post and oat. Multiply the per-token loss by w.
-
-  Args:
-    old_logp: [N, T] trainer log-probs of the rollout policy.
-    sampler_logp: [N, T] log-probs recorded by the sampler.
-    mask: [N, T] completion-token mask.
-    cap: C.
-    level: "token" or "sequence".
-
-  Returns:
-    [N, T] stop-gradient weights, 0 where mask = 0.
-  """
-  log_w = _log_ratio(old_logp, sampler_logp, mask)
-  if level == "sequence":
-    log_w = jnp.broadcast_to(log_w.sum(-1, keepdims=True), mask.shape)
-  elif level != "token":
-    raise ValueError(f"Unknown level {level!r}; valid: ('token', 'sequence').")
-  w = jnp.exp(jnp.minimum(log_w, jnp.log(cap)))
-  return sg(jnp.where(mask > 0, w, 0.0))
-
-
-def value_loss(
-  values: jax.Array,
-  old_values: jax.Array,
-  returns: jax.Array,
-  mask: jax.Array,
-  *,
-  clip_eps: float | None = 0.2,
-) -> tuple[jax.Array, Metrics]:
-  """Squared error of the value head, optionally clipped around old values.
-
-  PPO value clipping (OpenAI baselines ppo2; verl, OpenRLHF):
-    v_clip = old_v + clip(v - old_v, -eps, eps)
-    l = 0.5 max((v - R)^2, (v_clip - R)^2)
-  The PPO paper itself has no clipping (clip_eps=None); baselines uses 0.2,
-  verl's default is 0.5.
-
-  Args:
-    values: [N, T] current value predictions.
-    old_values: [N, T] predictions at rollout time.
-    returns: [N, T] targets (advantages.gae's returns).
-    mask: [N, T] completion-token mask.
-    clip_eps: clip range, or None.
-
-  Returns:
-    (per-token loss [N, T], metrics "vf_clipfrac" [N, T]).
-  """
-  chex.assert_equal_shape([values, old_values, returns, mask])
-  loss = jnp.square(values - returns)
-  clipped = jnp.zeros_like(loss, dtype=bool)
-  if clip_eps is not None:
-    v_clip = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
-    loss_clip = jnp.square(v_clip - returns)
-    clipped = loss_clip > loss
-    loss = jnp.maximum(loss, loss_clip)
-  metrics = {"vf_clipfrac": clipped.astype(jnp.float32)}
-  return jnp.where(mask > 0, 0.5 * loss, 0.0), metrics
+# Entropy.
 
 
 def entropy_from_logits(logits: jax.Array) -> jax.Array:

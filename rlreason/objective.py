@@ -6,9 +6,10 @@ loss, clip range, KL term, entropy term or aggregation. They share
   make_batch(rollout, examples, ctx) -> (batch, metrics)    host side
   loss_fn(params, batch, norm, *, cfg, model_cfg) -> (loss, metrics)
 
-built here from `PGConfig` fields (advantages.get, losses.get_policy_loss,
-kl.get, losses.aggregate). The KL to the reference goes into the loss
-(kl_coef, GRPO) or into the reward (kl_reward_coef, RLOO, REINFORCE++).
+built here from `PGConfig` fields (advantages.get or returns.get,
+losses.get_policy_loss, kl.get, aggregation.aggregate). The KL to the
+reference goes into the loss (kl_coef, GRPO) or into the reward
+(kl_reward_coef, RLOO, REINFORCE++).
 An experiment subclasses `PGConfig` with its paper's defaults and either
 uses these two functions as they are or wraps them:
 `outcome_batch(..., adv_fn=...)` takes any advantage function, and
@@ -30,10 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason import advantages
+from rlreason import aggregation
 from rlreason import config
 from rlreason import kl
 from rlreason import losses
 from rlreason import policy
+from rlreason import returns as returns_lib
 
 # Outcome estimators with the signature (rewards [N], group_size, **kw).
 OUTCOME_ESTIMATORS = (
@@ -71,7 +74,7 @@ class PGConfig(config.BaseConfig):
   kl_reward_coef: float = 0.0
   kl_reward_estimator: str = "k1"  # kl.get name, for kl_reward_coef
   entropy_coef: float = 0.0  # entropy bonus coefficient; 0 = off
-  aggregation: str = "seq-mean-token-mean"  # losses.AGGREGATION_MODES
+  aggregation: str = "seq-mean-token-mean"  # aggregation.AGGREGATION_MODES
 
   def validate(self) -> None:
     super().validate()
@@ -84,10 +87,10 @@ class PGConfig(config.BaseConfig):
     losses.get_policy_loss(self.policy_loss)
     kl.get(self.kl_estimator)
     kl.get(self.kl_reward_estimator)
-    if self.aggregation not in losses.AGGREGATION_MODES:
+    if self.aggregation not in aggregation.AGGREGATION_MODES:
       raise ValueError(
         f"Invalid config: --aggregation={self.aggregation!r}; valid: "
-        f"{losses.AGGREGATION_MODES}"
+        f"{aggregation.AGGREGATION_MODES}"
       )
     if self.group_size < 2 and self.advantage not in _GROUP_FREE:
       raise ValueError(
@@ -123,9 +126,9 @@ def outcome_advantages(
   Returns:
     [N] (outcome estimators) or [N, T] (token estimators) advantages.
   """
-  fn = advantages.get(cfg.advantage)
   r = jnp.asarray(rewards, jnp.float32)
   if cfg.advantage in TOKEN_ESTIMATORS:
+    fn = returns_lib.get(cfg.advantage)
     if mask is None:
       raise ValueError(f"--advantage={cfg.advantage} needs the mask")
     args = (r, jnp.asarray(mask))
@@ -138,6 +141,7 @@ def outcome_advantages(
   kwargs = {}
   if cfg.advantage in ("grpo", "lite_ppo"):
     kwargs["eps"] = cfg.std_eps
+  fn = advantages.get(cfg.advantage)
   return np.asarray(fn(r, cfg.group_size, **kwargs))
 
 
@@ -323,7 +327,7 @@ def pg_loss(
   if cfg.kl_coef:
     kl_tok = kl.get(cfg.kl_estimator)(logp, batch["ref_logp"])
     per_token = per_token + cfg.kl_coef * kl_tok
-    metrics["kl"] = losses.aggregate(kl_tok, mask)
+    metrics["kl"] = aggregation.aggregate(kl_tok, mask)
   if cfg.entropy_coef:
     per_token = per_token + losses.entropy_bonus(
       entropy, mask, coef=cfg.entropy_coef
@@ -332,13 +336,13 @@ def pg_loss(
     extra_tok, extra_metrics = extra(logp, entropy, batch)
     per_token = per_token + extra_tok
     metrics.update(extra_metrics)
-  loss = losses.aggregate(
+  loss = aggregation.aggregate(
     per_token, mask, cfg.aggregation, max_len=mask.shape[1], **norm
   )
-  metrics["entropy"] = losses.aggregate(entropy, mask)
+  metrics["entropy"] = aggregation.aggregate(entropy, mask)
   for k in ("clipfrac", "approx_kl"):
     if k in m:
-      metrics[k] = losses.aggregate(m[k], mask)
+      metrics[k] = aggregation.aggregate(m[k], mask)
   return loss, metrics
 
 

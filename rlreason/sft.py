@@ -16,8 +16,8 @@ import jax
 import numpy as np
 from absl import logging
 
+from rlreason import aggregation
 from rlreason import data as data_lib
-from rlreason import losses
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason import policy
@@ -67,7 +67,7 @@ def nll_loss(params, batch, norm, *, model_cfg, mode="token-mean"):
   logp = policy.completion_logprobs(
     params, batch["tokens"], batch["positions"], model_cfg, prompt_len
   )
-  loss = losses.aggregate(-logp, batch["mask"], mode, **norm)
+  loss = aggregation.aggregate(-logp, batch["mask"], mode, **norm)
   return loss, {"nll": loss}
 
 

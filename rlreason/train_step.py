@@ -9,8 +9,8 @@
 `loss_fn(params, batch, norm) -> (loss, metrics)` is pure with every method
 choice bound in. `batch` is a dict of [N, ...] arrays with at least "mask"
 [N, T]. `norm` holds the denominators of the WHOLE minibatch
-(`losses.normalizers`: num_tokens, num_seqs), computed before the split into
-micro-batches, so the summed micro-batch losses and gradients equal the
+(`aggregation.normalizers`: num_tokens, num_seqs), computed before the split
+into micro-batches, so the summed micro-batch losses and gradients equal the
 full-batch ones for every aggregation mode (DESIGN.md principle 6).
 """
 
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlreason import losses
+from rlreason import aggregation
 from rlreason import mesh as mesh_lib
 from rlreason.model import transformer
 
@@ -207,7 +207,7 @@ def make_train_step(
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
   def step(state: TrainState, batch: dict):
-    norm = losses.normalizers(batch["mask"])
+    norm = aggregation.normalizers(batch["mask"])
     if micro_batches == 1:
       (loss, metrics), grads = grad_fn(state.params, batch, norm)
     else:

@@ -25,7 +25,7 @@ def turn_token_rewards(
 ) -> np.ndarray:
   """[N, K] turn rewards -> [N, T] token rewards on each turn's last token.
 
-  Feed them to advantages.gae / reinforce_plus_plus (token_rewards=...)
+  Feed them to returns.gae / reinforce_plus_plus (token_rewards=...)
   with the action mask: observation spans (mask 0) carry returns through.
   """
   out = np.zeros((turn_rewards.shape[0], t), np.float32)

@@ -9,7 +9,7 @@ from the actor's checkpoint) and a linear head on its final hidden states.
 
   params = value.init(model_cfg, rng, policy_params=policy)   # or None
   values = value.completion_values(params, tokens, positions, model_cfg, P)
-  adv, returns = advantages.gae(token_rewards, values, mask)
+  adv, returns = returns_lib.gae(token_rewards, values, mask)
   loss, metrics = value.loss(params, batch, norm, model_cfg=model_cfg)
 
 Parameters: {"trunk": decoder params without an LM head, "head": {"kernel":
@@ -20,8 +20,9 @@ lives beside the policy under params[KEY] (loop.train(..., extra_params=
 value.extra_params(lr_scale))): one TrainState, one checkpoint, and its own
 clipping and learning rate (train_step.make_optimizer(lr_scales=...)).
 
-`extended_gae` is T-PPO's advantage for truncated responses (arXiv:
-2506.15050): GAE bootstrapped from V at the truncation point.
+`value_loss` is PPO's per-token (clipped) value loss that `loss`
+aggregates; `extended_gae` is T-PPO's advantage for truncated responses
+(arXiv:2506.15050): GAE bootstrapped from V at the truncation point.
 
 Shapes: N sequences, P prompt length, T completion length, S = P + T,
 D model dim. values[:, t] is aligned with policy.completion_logprobs'
@@ -35,8 +36,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rlreason import advantages
-from rlreason import losses
+from rlreason import aggregation
+from rlreason import returns as returns_lib
 from rlreason import train_step as ts
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
@@ -128,6 +129,44 @@ def completion_values(
   return values + head["bias"].astype(jnp.float32)
 
 
+def value_loss(
+  values: jax.Array,
+  old_values: jax.Array,
+  returns: jax.Array,
+  mask: jax.Array,
+  *,
+  clip_eps: float | None = 0.2,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Squared error of the value head, optionally clipped around old values.
+
+  PPO value clipping (OpenAI baselines ppo2; verl, OpenRLHF):
+    v_clip = old_v + clip(v - old_v, -eps, eps)
+    l = 0.5 max((v - R)^2, (v_clip - R)^2)
+  The PPO paper itself has no clipping (clip_eps=None); baselines uses 0.2,
+  verl's default is 0.5.
+
+  Args:
+    values: [N, T] current value predictions.
+    old_values: [N, T] predictions at rollout time.
+    returns: [N, T] targets (returns.gae's returns).
+    mask: [N, T] completion-token mask.
+    clip_eps: clip range, or None.
+
+  Returns:
+    (per-token loss [N, T], metrics "vf_clipfrac" [N, T]).
+  """
+  chex.assert_equal_shape([values, old_values, returns, mask])
+  loss = jnp.square(values - returns)
+  clipped = jnp.zeros_like(loss, dtype=bool)
+  if clip_eps is not None:
+    v_clip = old_values + jnp.clip(values - old_values, -clip_eps, clip_eps)
+    loss_clip = jnp.square(v_clip - returns)
+    clipped = loss_clip > loss
+    loss = jnp.maximum(loss, loss_clip)
+  metrics = {"vf_clipfrac": clipped.astype(jnp.float32)}
+  return jnp.where(mask > 0, 0.5 * loss, 0.0), metrics
+
+
 def loss(
   params,
   batch: dict,
@@ -142,7 +181,7 @@ def loss(
 
   Batch keys: tokens, positions, mask [N, T], old_values [N, T] (the
   rollout-time predictions) and returns [N, T] (the GAE targets).
-  0.5 max((V - R)^2, (V_clip - R)^2) (losses.value_loss), averaged over the
+  0.5 max((V - R)^2, (V_clip - R)^2) (`value_loss`), averaged over the
   whole minibatch's tokens (norm["num_tokens"], verl's critic default
   token-mean). clip_eps = 0.5 is verl's cliprange_value.
 
@@ -167,16 +206,16 @@ def loss(
     model_cfg,
     tokens.shape[1] - m.shape[1],
   )
-  per_token, metrics = losses.value_loss(
+  per_token, metrics = value_loss(
     values, batch["old_values"], batch["returns"], m, clip_eps=clip_eps
   )
   if num_tokens is None and mask is None:
     num_tokens = norm["num_tokens"]
-  out = losses.aggregate(per_token, m, "token-mean", num_tokens=num_tokens)
+  out = aggregation.aggregate(per_token, m, "token-mean", num_tokens=num_tokens)
   return out, {
     "value_loss": out,
-    "vf_clipfrac": losses.aggregate(metrics["vf_clipfrac"], m),
-    "value_mean": losses.aggregate(values, m),
+    "vf_clipfrac": aggregation.aggregate(metrics["vf_clipfrac"], m),
+    "value_mean": aggregation.aggregate(values, m),
   }
 
 
@@ -221,7 +260,7 @@ def extended_gae(
   at its generation window is not terminal; its last TD error bootstraps
   from the value of the state after its last token,
     delta_{L-1} = r_{L-1} + gamma V(s_L) - V(s_{L-1}),
-  while complete responses end with V = 0 as in `advantages.gae`. This is
+  while complete responses end with V = 0 as in `returns.gae`. This is
   GAE with gamma V(s_L) added to the last token's reward.
 
   Args:
@@ -230,7 +269,7 @@ def extended_gae(
     values: [N, T + 1] `completion_values(..., with_next=True)`.
     mask: [N, T] completion mask, contiguous from t = 0 (length L = sum).
     truncated: [N] bool, the responses that did not end (no stop token).
-    gamma, lam, whiten_advantages: as advantages.gae.
+    gamma, lam, whiten_advantages: as returns.gae.
 
   Returns:
     (advantages [N, T], returns [N, T]), both 0 where mask = 0.
@@ -240,8 +279,8 @@ def extended_gae(
   length = jnp.asarray(mask > 0, jnp.int32).sum(-1)  # [N]
   v_next = jnp.take_along_axis(values, length[:, None], axis=-1)[:, 0]
   boot = jnp.where(jnp.asarray(truncated) & (length > 0), gamma * v_next, 0.0)
-  rewards = token_rewards + advantages.outcome_token_rewards(boot, mask)
-  return advantages.gae(
+  rewards = token_rewards + returns_lib.outcome_token_rewards(boot, mask)
+  return returns_lib.gae(
     rewards,
     values[:, :-1],
     mask,

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlreason import aggregation
 from rlreason import entropy_reg
 from rlreason import losses
 from rlreason import policy
@@ -235,7 +236,7 @@ class CompletionStatsTest(absltest.TestCase):
         top_p=0.5,
         quantile=0.5,
       ),
-      losses.aggregate(h, peak, "seq-mean-token-mean"),
+      aggregation.aggregate(h, peak, "seq-mean-token-mean"),
       rtol=1e-5,
     )
     np.testing.assert_allclose(

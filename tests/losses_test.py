@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlreason import aggregation
 from rlreason import kl
 from rlreason import losses
 from rlreason import testing
@@ -25,149 +26,12 @@ def _on_policy_grads(loss_fn, logp, adv, mask, modes, **kw):
 
   def total(lp, mode, kw):
     per_token, _ = loss_fn(lp, jax.lax.stop_gradient(lp), adv, mask, **kw)
-    return losses.aggregate(per_token, mask, mode)
+    return aggregation.aggregate(per_token, mask, mode)
 
   return [jax.grad(total)(logp, mode, kw) for mode in modes]
 
 
 _TestCase = testing.FastCompileTestCase
-
-
-class AggregateTest(_TestCase):
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_hand_computed(self):
-    per_token = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
-    mask = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # row 2 is empty
-    expected = {
-      "token-mean": 7 / 3,
-      "token-sum": 7.0,
-      "seq-mean-token-mean": (1.5 + 4) / 2,
-      "seq-mean-token-sum": (3 + 4) / 2,
-      "seq-mean-token-sum-norm": 7 / (2 * 3),
-    }
-    for mode, value in expected.items():
-      fn = self.variant(functools.partial(losses.aggregate, mode=mode))
-      np.testing.assert_allclose(fn(per_token, mask), value, rtol=1e-6)
-    # Explicit normalisers override the local ones.
-    fn = self.variant(
-      functools.partial(
-        losses.aggregate, mode="seq-mean-token-sum-norm", max_len=10
-      )
-    )
-    np.testing.assert_allclose(fn(per_token, mask, num_seqs=4.0), 7 / 40)
-    fn = self.variant(functools.partial(losses.aggregate, mode="token-mean"))
-    np.testing.assert_allclose(fn(per_token, mask, num_tokens=14.0), 0.5)
-
-  def test_modes_agree_on_uniform_masks(self):
-    per_token = np.arange(12.0).reshape(3, 4) ** 0.5
-    mask = np.ones((3, 4))
-    token_mean = per_token.mean()
-    for mode, scale in [
-      ("token-mean", 1.0),
-      ("seq-mean-token-mean", 1.0),
-      ("seq-mean-token-sum-norm", 1.0),
-      ("seq-mean-token-sum", 1 / 4),
-      ("token-sum", 1 / 12),
-    ]:
-      np.testing.assert_allclose(
-        losses.aggregate(per_token, mask, mode) * scale, token_mean, rtol=1e-6
-      )
-
-  def test_dr_grpo_normaliser_does_not_depend_on_lengths(self):
-    # Every valid token gets the same weight 1 / (num_seqs * max_len),
-    # whatever the sequence lengths are.
-    agg = functools.partial(
-      losses.aggregate, mode="seq-mean-token-sum-norm", max_len=8
-    )
-    for mask in [
-      np.array([[1, 1, 1, 1], [1, 0, 0, 0]]),
-      np.array([[1, 1, 0, 0], [1, 1, 1, 0]]),
-    ]:
-      grad = jax.grad(agg)(np.zeros((2, 4)), mask)
-      np.testing.assert_allclose(grad, mask / 16.0)
-
-  def test_empty_batch_and_unknown_mode(self):
-    @jax.jit
-    def values_and_grads(per_token, mask):
-      return [
-        jax.value_and_grad(losses.aggregate)(per_token, mask, mode)
-        for mode in losses.AGGREGATION_MODES
-      ]
-
-    out = values_and_grads(np.full((2, 3), np.nan), np.zeros((2, 3)))
-    for value, grad in out:
-      self.assertEqual(float(value), 0.0)
-      np.testing.assert_array_equal(grad, np.zeros((2, 3)))
-    with self.assertRaisesRegex(ValueError, "valid modes.*token-mean"):
-      losses.aggregate(np.zeros((1, 1)), np.ones((1, 1)), "mean")
-
-
-class SplitInvarianceTest(_TestCase):
-  """Summing micro-batch losses (global normalisers) == full-batch loss."""
-
-  def test_micro_batches_sum_to_full_batch(self):
-    n, t, v, d = 8, 7, 5, 3
-    rng = np.random.default_rng(0)
-    # Uneven lengths; micro-batches are trimmed to their own longest row.
-    lengths = np.array([7, 2, 5, 1, 3, 5, 4, 2])
-    mask = (np.arange(t)[None, :] < lengths[:, None]).astype(np.float32)
-    mask[3, 0] = 0.0  # row 3 is now empty
-    mask[0, 2] = 0.0  # a multi-turn observation hole
-    # numpy outside jit: every eager jnp op would be one more compilation.
-    batch = (
-      rng.normal(size=(n, t, d)).astype(np.float32),  # features
-      rng.integers(0, v, size=(n, t)),  # tokens
-      (rng.normal(size=(n, t)) * 0.3 - 1.5).astype(np.float32),  # old_logp
-      (rng.normal(size=(n, t)) * 0.3 - 1.6).astype(np.float32),  # ref_logp
-      rng.normal(size=(n,)).astype(np.float32),  # adv
-      mask,
-    )
-    w = rng.normal(size=(d, v)).astype(np.float32)
-    modes = losses.AGGREGATION_MODES
-
-    def per_mode_losses(w, batch, norms):  # [len(modes)]
-      feats, tokens, old_logp, ref_logp, adv, mask = batch
-      logits = feats @ w  # [n, t, V]
-      logp = jnp.take_along_axis(
-        jax.nn.log_softmax(logits), tokens[..., None], axis=-1
-      )[..., 0]
-      pg, _ = losses.clipped_surrogate(
-        logp, old_logp, adv, mask, clip_eps_high=0.28, dual_clip=3.0
-      )
-      # Every term uses the same mask and mode, and aggregate is linear.
-      per_token = pg + 0.1 * kl.kl_k3(logp, ref_logp)
-      return jnp.stack(
-        [
-          losses.aggregate(per_token, mask, mode, max_len=t, **norms)
-          for mode in modes
-        ]
-      )
-
-    # One compilation per micro-batch shape; every mode at once.
-    @jax.jit
-    def values_and_grads(w, batch, norms):
-      fn = functools.partial(per_mode_losses, batch=batch, norms=norms)
-      return fn(w), jax.jacrev(fn)(w)
-
-    norms = jax.jit(losses.normalizers)(mask)  # of the WHOLE batch
-    full_values, full_grads = values_and_grads(w, batch, norms)
-    for num_micro in (1, 2, 4):
-      values, grads = 0.0, 0.0
-      for rows in np.split(np.arange(n), num_micro):
-        t_micro = int(mask[rows].any(0).nonzero()[0].max()) + 1
-        micro = tuple(
-          x[rows][:, :t_micro] if x.ndim > 1 else x[rows] for x in batch
-        )
-        value, grad = values_and_grads(w, micro, norms)
-        values, grads = values + np.asarray(value), grads + np.asarray(grad)
-      for i, mode in enumerate(modes):
-        msg = f"{mode}, {num_micro} micro-batches"
-        np.testing.assert_allclose(
-          values[i], full_values[i], atol=1e-6, rtol=1e-6, err_msg=msg
-        )
-        np.testing.assert_allclose(
-          grads[i], full_grads[i], atol=1e-6, rtol=1e-6, err_msg=msg
-        )
 
 
 class PolicyLossTest(_TestCase):
@@ -336,7 +200,7 @@ class PolicyLossTest(_TestCase):
     mask = np.array([[1, 1, 1], [1, 1, 0]])
     # no clip_cov candidate has 1 < cov < 5 here.
     kw = {"rng": jax.random.key(0)} if name == "clip_cov" else {}
-    modes = losses.AGGREGATION_MODES
+    modes = aggregation.AGGREGATION_MODES
     grads = jax.jit(
       functools.partial(
         _on_policy_grads, losses.get_policy_loss(name), modes=modes
@@ -367,10 +231,11 @@ class PolicyLossTest(_TestCase):
     def values_and_grads(lp):
       def total(lp, mode):
         per_token, _ = fn(lp, old_logp, jnp.ones(2), mask)
-        return losses.aggregate(per_token, mask, mode)
+        return aggregation.aggregate(per_token, mask, mode)
 
       return [
-        jax.value_and_grad(total)(lp, mode) for mode in losses.AGGREGATION_MODES
+        jax.value_and_grad(total)(lp, mode)
+        for mode in aggregation.AGGREGATION_MODES
       ]
 
     for value, grad in values_and_grads(logp):
@@ -382,51 +247,6 @@ class PolicyLossTest(_TestCase):
     self.assertIs(losses.get_policy_loss("ppo"), losses.clipped_surrogate)
     with self.assertRaisesRegex(ValueError, "valid names.*ppo"):
       losses.get_policy_loss("ppo2")
-
-
-class TokenWeightsAndValueTest(_TestCase):
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_top_entropy_mask(self):
-    entropy = np.array([[0.1, 0.9, 0.5], [0.7, 0.3, 100.0]])
-    mask = np.array([[1, 1, 1], [1, 1, 0]])
-    # 5 valid tokens, keep ceil(0.4 * 5) = 2: entropies 0.9 and 0.7.
-    fn = self.variant(functools.partial(losses.top_entropy_mask, top_frac=0.4))
-    np.testing.assert_array_equal(fn(entropy, mask), [[0, 1, 0], [1, 0, 0]])
-
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_truncated_is_weight(self):
-    sampler_logp = np.array([[-1.0, -1.0, -1.0, -1.0]])
-    old_logp = sampler_logp + np.array([[LN(1.5), LN(3.0), LN(0.5), 9.0]])
-    mask = np.array([[1, 1, 1, 0]])
-    fn = self.variant(losses.truncated_is_weight)
-    np.testing.assert_allclose(
-      fn(old_logp, sampler_logp, mask), [[1.5, 2.0, 0.5, 0.0]], rtol=1e-6
-    )
-    seq = self.variant(
-      functools.partial(losses.truncated_is_weight, level="sequence", cap=5.0)
-    )
-    # prod = 1.5 * 3 * 0.5 = 2.25.
-    np.testing.assert_allclose(
-      seq(old_logp, sampler_logp, mask), [[2.25, 2.25, 2.25, 0.0]], rtol=1e-6
-    )
-
-  @chex.variants(with_jit=True, without_jit=True)
-  def test_value_loss_hand_computed(self):
-    values = np.array([[1.0, 0.6, 0.0, 1.2]])
-    old_values = np.array([[0.5, 0.5, 0.5, 0.5]])
-    returns = np.array([[0.0, 1.0, 1.0, 2.0]])
-    mask = np.ones((1, 4))
-    loss, metrics = self.variant(losses.value_loss)(
-      values, old_values, returns, mask
-    )
-    # Clipped values (0.7, 0.6, 0.3, 0.7); 0.5 max of the squared errors.
-    np.testing.assert_allclose(loss, [[0.5, 0.08, 0.5, 0.5 * 1.69]], rtol=1e-5)
-    np.testing.assert_array_equal(metrics["vf_clipfrac"], [[0, 0, 0, 1]])
-    unclipped = self.variant(
-      functools.partial(losses.value_loss, clip_eps=None)
-    )
-    loss, _ = unclipped(values, old_values, returns, mask)
-    np.testing.assert_allclose(loss, [[0.5, 0.08, 0.5, 0.32]], rtol=1e-5)
 
 
 class EntropyTest(_TestCase):

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlreason import advantages
 from rlreason import multiturn
 from rlreason import objective
 from rlreason import policy
+from rlreason import returns as returns_lib
 from rlreason import turn_credit
 from rlreason.data import Example
 from rlreason.envs import StepResult
@@ -138,11 +138,11 @@ def test_turn_token_rewards_and_returns_across_observations():
   np.testing.assert_array_equal(r, [[0, 0.5, 0, 0, 0, 1.0, 0]])
   # REINFORCE++ returns, gamma 0.9: G5 = 1, G4 = .9, G1 = .5 + .81 = 1.31,
   # G0 = .9 * 1.31 (observations carry the return, do not discount it).
-  g = advantages._discounted_returns(jnp.asarray(r), mask, 0.9)
+  g = returns_lib._discounted_returns(jnp.asarray(r), mask, 0.9)
   np.testing.assert_allclose(
     np.asarray(g)[0, [0, 1, 4, 5]], [1.179, 1.31, 0.9, 1.0], atol=1e-6
   )
-  adv = advantages.reinforce_plus_plus(
+  adv = returns_lib.reinforce_plus_plus(
     jnp.zeros(1), mask, token_rewards=jnp.asarray(r), gamma=0.9
   )
   x = np.array([1.179, 1.31, 0.9, 1.0])
@@ -152,7 +152,7 @@ def test_turn_token_rewards_and_returns_across_observations():
   # GAE, gamma .9, lam .8, values V = [.1, .2, x, x, .3, .4]: the value after
   # column 1 is V4 (the observation is skipped).
   v = jnp.array([[0.1, 0.2, 9.0, 9.0, 0.3, 0.4, 9.0]])
-  a, ret = advantages.gae(
+  a, ret = returns_lib.gae(
     jnp.asarray(r), v, mask, gamma=0.9, lam=0.8, whiten_advantages=False
   )
   d5 = 1.0 - 0.4

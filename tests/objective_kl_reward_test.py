@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlreason import advantages
 from rlreason import objective
+from rlreason import returns as returns_lib
 from rlreason.data import Example
 
 
@@ -40,7 +40,7 @@ def test_token_estimators_get_mask_and_token_rewards(name):
   args = (jnp.asarray(rewards), jnp.asarray(mask))
   if name.endswith("baseline"):
     args += (2,)
-  want = advantages.get(name)(*args, token_rewards=jnp.asarray(token_rewards))
+  want = returns_lib.get(name)(*args, token_rewards=jnp.asarray(token_rewards))
   assert got.shape == (4, 3)
   np.testing.assert_allclose(got, want, rtol=1e-6)
   with pytest.raises(ValueError, match="needs the mask"):

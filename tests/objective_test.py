@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rlreason import advantages
+from rlreason import aggregation
 from rlreason import kl
 from rlreason import losses
 from rlreason import objective
@@ -54,7 +55,7 @@ def test_pg_loss_is_the_sum_of_its_terms():
   )
   params = transformer.init(MODEL, jax.random.key(0))
   batch = _batch()
-  norm = losses.normalizers(batch["mask"])
+  norm = aggregation.normalizers(batch["mask"])
   loss, metrics = objective.pg_loss(
     params, batch, norm, cfg=cfg, model_cfg=MODEL
   )
@@ -87,7 +88,7 @@ def test_token_weight_and_extra_terms():
   cfg = objective.PGConfig(aggregation="token-sum")
   params = transformer.init(MODEL, jax.random.key(1))
   batch = _batch(1)
-  norm = losses.normalizers(batch["mask"])
+  norm = aggregation.normalizers(batch["mask"])
   base, _ = objective.pg_loss(params, batch, norm, cfg=cfg, model_cfg=MODEL)
   zero, _ = objective.pg_loss(
     params,

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlreason import losses
+from rlreason import aggregation
 from rlreason import mesh as mesh_lib
 from rlreason import policy
 from rlreason import train_step as ts
@@ -30,7 +30,9 @@ def loss_fn(params, batch, norm, mode="seq-mean-token-mean"):
     params, batch["tokens"], batch["positions"], CFG, P_LEN
   )
   per_token = -batch["adv"][:, None] * logp
-  loss = losses.aggregate(per_token, batch["mask"], mode, max_len=T_LEN, **norm)
+  loss = aggregation.aggregate(
+    per_token, batch["mask"], mode, max_len=T_LEN, **norm
+  )
   return loss, {"logp": (logp * batch["mask"]).sum() / norm["num_tokens"]}
 
 
@@ -85,7 +87,7 @@ def _run(params, mode, micro_batches=1, mesh=None, steps=2):
   return state, out
 
 
-# One aggregation mode each: losses_test.py covers split invariance of all.
+# One mode each: aggregation_test.py covers the split invariance of all.
 @pytest.mark.parametrize("mode", ["seq-mean-token-mean"])
 def test_sharded_step_equals_single_device(params, mode):
   single, l1 = _run(params, mode)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlreason import losses
+from rlreason import aggregation
 from rlreason import mesh as mesh_lib
 from rlreason import testing
 from rlreason import train_step as ts
@@ -58,7 +58,7 @@ class ExtendedGaeTest(testing.FastCompileTestCase):
       adv, [[0.5, 0.8, 0.0], [0.3, 0.1, -0.2]], atol=1e-6
     )
     np.testing.assert_allclose(ret, [[1.0, 1.0, 0.0], [0.4, 0.4, 0.4]])
-    # Not truncated: V = 0 after the last token, as advantages.gae.
+    # Not truncated: V = 0 after the last token, as returns.gae.
     adv, ret = fn(token_rewards, values, mask, np.array([False, False]))
     # delta = (0.2, 0.3, -0.6), summed backward.
     np.testing.assert_allclose(adv[1], [-0.1, -0.3, -0.6], atol=1e-6)
@@ -76,6 +76,24 @@ class ExtendedGaeTest(testing.FastCompileTestCase):
     )
     np.testing.assert_allclose(adv, [[0.5 + 1.8 - 1.0]], rtol=1e-6)
     np.testing.assert_allclose(ret, [[2.3]], rtol=1e-6)
+
+
+class ValueLossTest(testing.FastCompileTestCase):
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_value_loss_hand_computed(self):
+    values = np.array([[1.0, 0.6, 0.0, 1.2]])
+    old_values = np.array([[0.5, 0.5, 0.5, 0.5]])
+    returns = np.array([[0.0, 1.0, 1.0, 2.0]])
+    mask = np.ones((1, 4))
+    loss, metrics = self.variant(value.value_loss)(
+      values, old_values, returns, mask
+    )
+    # Clipped values (0.7, 0.6, 0.3, 0.7); 0.5 max of the squared errors.
+    np.testing.assert_allclose(loss, [[0.5, 0.08, 0.5, 0.5 * 1.69]], rtol=1e-5)
+    np.testing.assert_array_equal(metrics["vf_clipfrac"], [[0, 0, 0, 1]])
+    unclipped = self.variant(functools.partial(value.value_loss, clip_eps=None))
+    loss, _ = unclipped(values, old_values, returns, mask)
+    np.testing.assert_allclose(loss, [[0.5, 0.08, 0.5, 0.32]], rtol=1e-5)
 
 
 class CriticTest(absltest.TestCase):
@@ -121,12 +139,12 @@ class CriticTest(absltest.TestCase):
 
   def test_loss_is_the_token_mean_clipped_value_loss(self):
     b = _batch()
-    norm = losses.normalizers(b["mask"])
+    norm = aggregation.normalizers(b["mask"])
     out, m = value.loss(self.critic, b, norm, model_cfg=MODEL, clip_eps=0.2)
     v = value.completion_values(
       self.critic, b["tokens"], b["positions"], MODEL, P
     )
-    per_token, _ = losses.value_loss(
+    per_token, _ = value.value_loss(
       v, b["old_values"], b["returns"], b["mask"], clip_eps=0.2
     )
     expected = (per_token * b["mask"]).sum() / b["mask"].sum()

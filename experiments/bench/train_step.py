@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlreason import losses
+from rlreason import aggregation
 from rlreason import policy
 from rlreason import train_step as ts
 from rlreason.model import transformer
@@ -67,7 +67,7 @@ def loss_fn(params, batch, norm, *, model_cfg, prompt_len):
     params, batch["tokens"], batch["positions"], model_cfg, prompt_len
   )
   per_token = -batch["adv"][:, None] * logp
-  return losses.aggregate(per_token, batch["mask"], **norm), {}
+  return aggregation.aggregate(per_token, batch["mask"], **norm), {}
 
 
 def main():
