@@ -14,7 +14,10 @@ workdir (workdirs/reproduce/<method>/<variant>/seed<k>), then writes
 
 Rerunning the command reuses finished runs and resumes unfinished ones from
 their checkpoints (each run is an ordinary experiment workdir). The warm
-start is cached per seed (workdirs/cache), so variants share it.
+start is cached per seed (workdirs/cache), so variants share it. A run
+another claim already made (same experiment, config and seed: plain grpo is
+the control of many claims) is linked, not repeated. Compiled programs are
+cached under <root>/.jax_cache.
 
 Adding a claim: one `CLAIMS` entry per method in experiments/claims.py,
 naming experiment modules (experiments/<module>.py) and Config overrides per
@@ -24,6 +27,7 @@ Runs are the experiments' laptop defaults unless the entry overrides them;
 """
 
 import dataclasses
+import glob
 import importlib
 import json
 import os
@@ -55,6 +59,26 @@ def _config(module_name: str, overrides: dict, seed: int, steps: int, **kw):
   return module, cfg
 
 
+# Keys that may differ between a run and its reuse: init_from is replaced by
+# the warm-start directory, steps may grow, workdir names the directory.
+_SAME_RUN_IGNORES = ("init_from", "steps", "workdir")
+
+
+def _class_name(cfg) -> str:
+  return f"{type(cfg).__module__}.{type(cfg).__name__}"  # as loop.py saves
+
+
+def _differences(saved: dict, cfg) -> list[str]:
+  """Config keys in which a saved config.json differs from cfg."""
+  want = dataclasses.asdict(cfg)
+  diff = [
+    k for k in want if k not in _SAME_RUN_IGNORES and saved.get(k) != want[k]
+  ]
+  if saved.get("class", _class_name(cfg)) != _class_name(cfg):
+    diff.append("class")
+  return sorted(diff)
+
+
 def _finished(cfg) -> bool:
   """Whether cfg.workdir holds this run, finished; errors on a clash."""
   path = os.path.join(cfg.workdir, "config.json")
@@ -62,15 +86,10 @@ def _finished(cfg) -> bool:
     return False
   with open(path) as f:
     saved = json.load(f)
-  want = dataclasses.asdict(cfg)
-  # init_from is replaced by the warm-start directory; steps may grow.
-  diff = sorted(
-    k
-    for k in want
-    if k not in ("init_from", "steps") and saved.get(k) != want[k]
-  )
+  diff = _differences(saved, cfg)
   if diff or saved["steps"] > cfg.steps:
     diff = diff or ["steps"]
+    want = {**dataclasses.asdict(cfg), "class": _class_name(cfg)}
     raise ValueError(
       f"{cfg.workdir} holds a run with a different config ("
       + ", ".join(f"{k}: {saved.get(k)!r} != {want[k]!r}" for k in diff)
@@ -78,6 +97,28 @@ def _finished(cfg) -> bool:
     )
   done = os.path.exists(os.path.join(cfg.workdir, "eval_after.json"))
   return done and saved["steps"] == cfg.steps
+
+
+def _twin(cfg, root: str) -> str | None:
+  """A finished run of the same experiment and config under another claim.
+
+  Baselines recur across claims (plain grpo is the control of many), so a
+  run already made for one claim is linked, not repeated, for the next.
+  """
+  pattern = os.path.join(root, "*", "*", f"seed{cfg.seed}", "config.json")
+  for path in sorted(glob.glob(pattern)):
+    workdir = os.path.dirname(path)
+    if os.path.islink(workdir):  # link to the original, never to a link
+      continue
+    with open(path) as f:
+      saved = json.load(f)
+    if (
+      not _differences(saved, cfg)
+      and saved["steps"] == cfg.steps
+      and os.path.exists(os.path.join(workdir, "eval_after.json"))
+    ):
+      return workdir
+  return None
 
 
 def run_all(
@@ -112,6 +153,10 @@ def run_all(
         steps,
         workdir=workdir,
       )
+      if not os.path.exists(workdir) and (twin := _twin(cfg, root)):
+        os.makedirs(os.path.dirname(workdir), exist_ok=True)
+        os.symlink(os.path.relpath(twin, os.path.dirname(workdir)), workdir)
+        print(f"[reproduce] {label} seed {seed}: same run as {twin}, linked")
       if _finished(cfg):
         print(f"[reproduce] {label} seed {seed}: reusing {workdir}")
         continue

@@ -76,6 +76,19 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
 
   monkeypatch.setattr(grpo, "run", fail)
   reproduce.run_all("tiny", claim, [0], steps=2, root=root, common=common)
+  # Another claim with the same grpo run links it instead of training.
+  other = dataclasses.replace(
+    claim, variants={"baseline": claim.variants["grpo"]}
+  )
+  reproduce.run_all("other", other, [0], steps=2, root=root, common=common)
+  linked = tmp_path / "runs/other/baseline/seed0"
+  assert os.path.islink(linked)
+  assert os.path.samefile(linked, tmp_path / "runs/tiny/grpo/seed0")
+  # A config differing in one field is not a twin: it would train.
+  with pytest.raises(AssertionError, match="should have reused"):
+    reproduce.run_all(
+      "third", other, [0], steps=2, root=root, common=dict(common, lr=1.0)
+    )
   # A different config in the same workdir is an error, not a silent reuse.
   with pytest.raises(ValueError, match="different config"):
     reproduce.run_all(
