@@ -606,4 +606,24 @@ CLAIMS: dict[str, Claim] = {
     expected="ettrl's accuracy at or above ttrl's with fewer sampled tokens",
     extra=("tree/sampled_tokens", "ttrl/label_accuracy"),
   ),
+  "rm_grpo": Claim(
+    claim=(
+      "Optimising a learned reward model (InstructGPT's Bradley-Terry RM, "
+      "arXiv:2203.02155) over-optimises it: the proxy RM reward keeps "
+      "rising while the gold (verifier) accuracy first rises, then stalls "
+      "or falls (Gao et al. 2022, arXiv:2210.10760); mixing in the "
+      "verifier limits it."
+    ),
+    variants={
+      "rm_only": ("rm_grpo", {}),
+      "mixed": ("rm_grpo", {"rm_weight": 0.5}),
+      "verifier_only": ("grpo", {}),
+    },
+    metric="accuracy",
+    expected=(
+      "rm_only's reward/rm rises to the end while its accuracy ends below "
+      "its peak and below verifier_only's; mixed's accuracy in between"
+    ),
+    extra=("reward/rm", "rm/pair_accuracy"),
+  ),
 }

@@ -6,11 +6,13 @@ LLM Test-Time Reinforcement Learning Via Entropy Mechanism",
 arXiv:2508.11356. Differs from experiments/ttrl.py (majority-vote rewards
 on the unlabeled test prompts) in exactly:
   (1) Entropy-fork Tree Majority Rollout (ETMR): the G votes of a prompt
-      are the leaves of trees (rlreason/tree.py): G / (1 + forks) chains,
-      each forked at its highest-entropy tokens, branches reusing the
-      parent's KV cache (fewer sampled tokens for the same number of
-      votes); every leaf votes and is trained on its whole response
-      (train_fraction 1);
+      are the leaves of EPTree forests (rlreason/tree.py):
+      G / (1 + L * N * T) chains, then L = --fork_levels rounds forking
+      each tree at its N = --forks highest-entropy tokens (pooled over
+      the tree's chains so far) into T = --fork_branches chains each,
+      branches reusing the parent's KV cache (fewer sampled tokens for the
+      same number of votes); every leaf votes and is trained on its whole
+      response (train_fraction 1);
   (2) Entropy-based Advantage Reshaping (EAR): the group-normalised vote
       advantage is scaled by the response's relative confidence,
         A'_i = A_i * exp(-alpha * clip(z_i, -2, 2)),
@@ -51,15 +53,23 @@ class Config(ttrl.Config):
   """ttrl's laptop scale with tree rollouts; the paper's values in PAPER."""
 
   train_fraction: float = 1.0  # (1) every leaf is trained
-  forks: int = 1  # (1) branches per chain
+  forks: int = 1  # (1) N, fork points per tree and round
+  fork_levels: int = 1  # (1) L, expansion rounds (1 at laptop scale)
+  fork_branches: int = 1  # (1) T, chains per fork point
   ear_alpha: float = 0.5  # (2) strength of the reshaping (assumed)
 
   def validate(self) -> None:
     super().validate()
-    if self.group_size % (1 + self.forks):
+    if min(self.forks, self.fork_levels, self.fork_branches) < 1:
+      raise ValueError(
+        "Invalid config: --forks, --fork_levels and --fork_branches must "
+        "be >= 1"
+      )
+    k = tree.leaves_per_tree(*tree.tree_shape(self))
+    if self.group_size % k:
       raise ValueError(
         f"Invalid config: --group_size={self.group_size} must be a multiple "
-        f"of 1 + --forks = {1 + self.forks}"
+        f"of 1 + --fork_levels * --forks * --fork_branches = {k}"
       )
 
 
@@ -67,7 +77,11 @@ PAPER = dict(
   ttrl.PAPER,
   model="llama-3.1-8b",
   train_fraction=1.0,
-  forks=3,  # assumed
+  # The tree's (N, L, T) are not restated here (assumed): a 3-round tree,
+  # one fork point per tree and round, 64 votes = 16 roots x 4 leaves.
+  forks=1,
+  fork_levels=3,
+  fork_branches=1,
   ear_alpha=0.5,  # assumed
 )
 

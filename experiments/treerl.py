@@ -3,10 +3,12 @@ r"""TreeRL: on-policy tree search in RL, process advantages from the tree.
 Paper: Hou et al. 2025, "TreeRL: LLM Reinforcement Learning with On-Policy
 Tree Search", arXiv:2506.11902 (ACL 2025). Authors' code: THUDM/TreeRL.
 Differs from experiments/grpo.py in exactly:
-  (1) rollouts are trees (rlreason/tree.py, EPTree with one forking
-      iteration): `roots` chains per prompt, each forked at its `forks`
-      highest-entropy tokens; a branch reuses its parent's KV cache up to
-      the fork and resamples from there (G = roots * (1 + forks) leaves);
+  (1) rollouts are EPTree(M, N, L, T) forests (rlreason/tree.py):
+      M = G / (1 + L * N * T) chains per prompt, then L = --fork_levels
+      rounds, each forking every tree at its N = --forks highest-entropy
+      tokens pooled over all the tree's chains so far into T =
+      --fork_branches new chains; a branch reuses its parent's KV cache up
+      to the fork and resamples from there (G = M * (1 + L * N * T));
   (2) advantages are per segment, from subtree outcomes (Sec. 3.2):
       A(s) = [(V(s) - V(root)) + (V(s) - V(parent))] / sqrt(|L(s)|),
       V = mean verifier reward of the leaves below s (tree.tree_advantages),
@@ -44,18 +46,29 @@ from rlreason import tree
 class Config(grpo.Config):
   """grpo.Config's laptop scale; the paper's values are in PAPER below."""
 
-  group_size: int = 8  # (1) leaves per prompt: roots * (1 + forks)
-  forks: int = 1  # (1) branches per chain (N x T of EPTree)
+  group_size: int = 8  # (1) leaves per prompt: M * (1 + L * N * T)
+  forks: int = 1  # (1) N, fork points per tree and round
+  # (1) L, expansion rounds; 1 at laptop scale (the paper's training
+  # setting too), 2+ grows branches of branches.
+  fork_levels: int = 1
+  fork_branches: int = 1  # (1) T, chains sampled from each fork point
   fork_at: str = "entropy"  # (1) entropy | depth
   fork_depths: str = "8"  # comma-separated depths for --fork_at=depth
   kl_coef: float = 0.0  # (4)
 
   def validate(self) -> None:
     super().validate()
-    if self.group_size % (1 + self.forks):
+    if min(self.forks, self.fork_levels, self.fork_branches) < 1:
+      raise ValueError(
+        "Invalid config: --forks, --fork_levels and --fork_branches must "
+        "be >= 1"
+      )
+    k = tree.leaves_per_tree(*tree.tree_shape(self))
+    if self.group_size % k:
       raise ValueError(
         f"Invalid config: --group_size={self.group_size} must be a multiple "
-        f"of 1 + --forks = {1 + self.forks} (roots * (1 + forks) leaves)"
+        f"of 1 + --fork_levels * --forks * --fork_branches = {k} (leaves "
+        "per tree)"
       )
 
 
@@ -65,9 +78,13 @@ PAPER = dict(
   data="hf:openai/gsm8k:config=main",  # assumed (paper: MATH-style mix)
   eval_data="hf:openai/gsm8k:config=main,split=test",
   steps=300,  # assumed
-  batch_size=16,  # assumed
-  group_size=32,  # assumed: EPTree (M=6..8 chains) leaves
-  forks=3,  # assumed
+  batch_size=16,  # 480 sequences / 30 leaves (below)
+  # EPTree (M, N, L, T) = (6, 2, 1, 2): 30 leaves per prompt, the paper's
+  # RL setting (16 prompts x 30 leaves = its batch of 480).
+  group_size=30,
+  forks=2,
+  fork_levels=1,
+  fork_branches=2,
   max_new_tokens=4096,  # assumed
   lr=1e-6,  # assumed
   kl_coef=0.0,

@@ -2,25 +2,46 @@
 
   tr = tree.generate(params, prompts, rng, step, model_cfg=model_cfg,
                      tokenizer=tok, max_new_tokens=64, roots=4, forks=2,
-                     fork_at="entropy")
+                     levels=1, branches=1, fork_at="entropy")
   adv = tree.tree_advantages(rewards, tr.parent, tr.fork_col, tr.mask_full,
                              tr.prompt_ids)
 
-Level 0 samples `roots` chains per prompt (segments.decode, which also
-records each token's policy entropy). Each chain then forks `forks` times,
-at its highest-entropy tokens (TreeRL's EPTree, ETTRL's entropy fork) or at
-fixed depths: a branch forked at column t keeps tokens [0, t) of its parent
-and resamples from token t on. The branch's KV cache is its parent's row
-(gathered, nothing recomputed) with the slots from token t - 1 on hidden
-(position -1); token t - 1 is fed again at the end of the buffer and the
-branch decodes from there. Holes are never attended and positions are
-explicit, so a branch's log-probs equal a fresh forward over its tokens
-(tested).
+TreeRL's EPTree(M, N, L, T) (Hou et al. 2025, arXiv:2506.11902;
+the authors' entropy_chain_local_manager.py): level 0 samples M = `roots`
+chains per prompt (segments.decode, which also records each token's
+policy entropy); each is the root of its own tree. Then L = `levels`
+expansion rounds: in each, every tree picks its N = `forks` highest-entropy
+tokens pooled over ALL the chains it holds so far (the root and the
+branches of earlier rounds, not only the newest ones), and from each such
+fork point T = `branches` new chains are sampled. A tree ends with
+1 + L * N * T leaves, a prompt with M * (1 + L * N * T). A token already
+used as a fork point, and a branch's first token (forking there repeats
+its own fork), are not candidates again (the released code re-allows
+used points for L > 1; we do not). Tokens rank by the entropy of the
+policy at them (the released code ranks by the sampled token's surprisal
+-log p). experiments/ettrl.py uses the same construction for ETTRL's
+entropy-fork tree (arXiv:2508.11356). With L = 1 a tree is one chain, so
+its N fork points are that chain's N highest-entropy tokens.
 
-Rows: N = B * roots * (1 + forks), roots first (prompt-major), then the
-branches (prompt-major, `forks` per root). `mask` trains every token once:
-a branch's shared prefix is masked (its owner is the parent row);
-`mask_full` covers the whole completion (for rewards and lengths).
+fork_at="depth" forks at fixed depths instead: in round 1 the root at
+columns `depths` (clipped to the chain); in round l > 1 the chains made in
+round l - 1 at `depths` columns after their own fork column (a fixed-
+spacing tree), the first N distinct candidates per tree.
+
+A branch forked at column t keeps tokens [0, t) of its parent and
+resamples from token t on. Its KV cache is its parent's row (gathered,
+nothing recomputed) with every slot at position >= pos(t - 1) hidden
+(position -1); token t - 1 (the last prompt token for t = 0) is fed again
+at the end of the buffer and the branch decodes from there. Holes are never
+attended and positions are explicit, so a branch's log-probs equal a fresh
+forward over its tokens at any depth (tested). The cache holds
+P + (1 + L) * T slots: every round appends at most T.
+
+Rows: roots first (prompt-major), then round 1's branches, round 2's, ...;
+within a round tree-major (prompt-major), fork points in (row, column)
+order, `branches` rows per point. `mask` trains every token once: a
+branch's shared prefix is masked (its owner is the ancestor that sampled
+it); `mask_full` covers the whole completion (for rewards and lengths).
 """
 
 from typing import Any, NamedTuple, Sequence
@@ -43,6 +64,7 @@ class TreeRollout(NamedTuple):
     fork_col: [N] first column the row samples itself (0 for roots).
     mask_full: [N, T] the whole completion, shared prefix included.
     entropy: [N, T] policy entropy at each sampled token (0 elsewhere).
+    level: [N] expansion round that sampled the row (0 for roots).
   """
 
   tokens: jax.Array
@@ -59,6 +81,12 @@ class TreeRollout(NamedTuple):
   fork_col: np.ndarray
   mask_full: np.ndarray
   entropy: np.ndarray
+  level: np.ndarray
+
+
+def leaves_per_tree(forks: int, levels: int = 1, branches: int = 1) -> int:
+  """1 + L * N * T: the chains one root grows into."""
+  return 1 + levels * forks * branches
 
 
 def fork_columns(
@@ -69,7 +97,7 @@ def fork_columns(
   fork_at: str = "entropy",
   depths: Sequence[int] = (),
 ) -> np.ndarray:
-  """[N, forks] columns t in [0, len - 1] to fork each chain at.
+  """[N, forks] columns t in [0, len - 1] to fork each chain at (round 1).
 
   "entropy": the `forks` highest-entropy tokens among columns 0 .. len - 1
   (ties: the earlier column); "depth": `depths` clipped to the chain. A
@@ -94,11 +122,77 @@ def fork_columns(
   return out
 
 
+def pooled_fork_points(
+  entropy: np.ndarray,
+  lengths: np.ndarray,
+  parent: np.ndarray,
+  fork_col: np.ndarray,
+  tree_of: np.ndarray,
+  level: np.ndarray,
+  used: np.ndarray,
+  forks: int,
+  *,
+  round_: int,
+  fork_at: str = "entropy",
+  depths: Sequence[int] = (),
+) -> tuple[np.ndarray, np.ndarray]:
+  """Fork points of expansion round `round_` >= 2, `forks` per tree.
+
+  Candidates of a tree: every (row, column) a chain of it owns, columns
+  fork_col + 1 .. len - 1 of branches (0 .. len - 1 of the root), not in
+  `used`. "entropy": the `forks` highest-entropy candidates (ties: lower
+  row, then lower column); "depth": fork_col + d for d in `depths` on the
+  chains of round `round_` - 1. Too few candidates: the last pick repeats
+  (none at all: the root at column 0).
+
+  Args:
+    entropy: [n, T] entropy of each row's own tokens.
+    lengths, parent, fork_col, tree_of, level: [n] of the rows so far.
+    used: [n, T] bool, fork points already taken.
+    forks: N, points per tree.
+
+  Returns:
+    (rows, cols), each [trees * forks], tree-major, sorted by (row, col)
+    within a tree.
+  """
+  n, t = entropy.shape
+  cols = np.arange(t)[None]
+  lo = fork_col + (parent >= 0)  # a branch's first token is its own fork
+  hi = np.maximum(lengths, 1)
+  ok = (cols >= lo[:, None]) & (cols < hi[:, None]) & ~used
+  rows_out, cols_out = [], []
+  for root in np.flatnonzero(parent < 0):
+    rows = np.flatnonzero(tree_of == root)
+    if fork_at == "entropy":
+      score = np.where(ok[rows], entropy[rows], -np.inf).ravel()
+      order = np.argsort(-score, kind="stable")[:forks]
+      order = order[np.isfinite(score[order])]
+      pick = [(int(rows[k // t]), int(k % t)) for k in order]
+    elif fork_at == "depth":
+      pick = []
+      newest = rows[level[rows] == round_ - 1]
+      for d in depths:
+        for r in newest:
+          c = min(int(fork_col[r]) + max(int(d), 0), int(hi[r]) - 1)
+          c = max(c, int(lo[r]))
+          if ok[r, min(c, t - 1)] and (r, c) not in pick:
+            pick.append((int(r), c))
+      pick = pick[:forks]
+    else:
+      raise ValueError(f"fork_at={fork_at!r}: expected 'entropy' or 'depth'")
+    pick = pick or [(int(root), 0)]
+    pick += [pick[-1]] * (forks - len(pick))
+    for r, c in sorted(pick):
+      rows_out.append(r)
+      cols_out.append(c)
+  return np.asarray(rows_out, np.int64), np.asarray(cols_out, np.int32)
+
+
 def _fork_cache(cache, rows, hide_from):
-  """Cache rows `rows`, slots >= hide_from[r] hidden (position -1)."""
+  """Cache rows `rows`, slots at position >= hide_from[r] hidden (-1)."""
   take = lambda x: jnp.take(x, rows, axis=0)
-  slots = jnp.arange(cache.pos.shape[1])[None, :]
-  pos = jnp.where(slots >= hide_from[:, None], -1, take(cache.pos))
+  pos = take(cache.pos)
+  pos = jnp.where(pos >= hide_from[:, None], -1, pos)
   return transformer.Cache(
     k=tuple(take(k) for k in cache.k),
     v=tuple(take(v) for v in cache.v),
@@ -108,6 +202,71 @@ def _fork_cache(cache, rows, hide_from):
 
 
 _fork_cache_jit = jax.jit(_fork_cache)
+
+
+@jax.jit
+def _concat_caches(caches):
+  """One cache of all rows; writes continue after the furthest index (the
+  slots a shorter row skips hold position -1: holes)."""
+  cat = lambda xs: jnp.concatenate(xs, axis=0)
+  return transformer.Cache(
+    k=tuple(cat(ks) for ks in zip(*(c.k for c in caches))),
+    v=tuple(cat(vs) for vs in zip(*(c.v for c in caches))),
+    pos=cat([c.pos for c in caches]),
+    index=jnp.max(jnp.stack([c.index for c in caches])),
+  )
+
+
+class _Rows:
+  """The host-side rows of a growing tree batch."""
+
+  def __init__(self, seg, t):
+    n = len(seg.lengths)
+    self.comp = np.asarray(seg.tokens, np.int32)
+    self.logp = np.asarray(seg.logp, np.float32)
+    self.plogp = np.asarray(seg.policy_logp, np.float32)
+    own = np.arange(t)[None] < np.asarray(seg.lengths)[:, None]
+    self.ent = np.asarray(seg.entropy, np.float32) * own
+    self.lengths = np.asarray(seg.lengths, np.int32)
+    self.stopped = np.asarray(seg.stopped, bool)
+    self.parent = np.full(n, -1, np.int32)
+    self.fork_col = np.zeros(n, np.int32)
+    self.tree_of = np.arange(n)
+    self.level = np.zeros(n, np.int32)
+    self.used = np.zeros((n, t), bool)
+
+  def add(self, seg, parent, fork, level, pad_id):
+    """Appends the branches `seg` sampled from (parent, fork)."""
+    nb, t = len(parent), self.comp.shape[1]
+    comp = np.full((nb, t), pad_id, np.int32)
+    logp = np.zeros((nb, t), np.float32)
+    plogp, ent = np.zeros_like(logp), np.zeros_like(logp)
+    lengths = np.zeros(nb, np.int32)
+    stopped = np.zeros(nb, bool)
+    for j in range(nb):
+      i, f = int(parent[j]), int(fork[j])
+      own = min(int(seg.lengths[j]), t - f)
+      comp[j, :f], logp[j, :f] = self.comp[i, :f], self.logp[i, :f]
+      plogp[j, :f] = self.plogp[i, :f]
+      comp[j, f : f + own] = seg.tokens[j, :own]
+      logp[j, f : f + own] = seg.logp[j, :own]
+      plogp[j, f : f + own] = seg.policy_logp[j, :own]
+      ent[j, f : f + own] = seg.entropy[j, :own]
+      lengths[j] = f + own
+      stopped[j] = bool(seg.stopped[j]) and own == seg.lengths[j]
+    self.used[parent, fork] = True
+    cat = lambda a, b: np.concatenate([a, b], axis=0)
+    self.comp, self.logp = cat(self.comp, comp), cat(self.logp, logp)
+    self.plogp, self.ent = cat(self.plogp, plogp), cat(self.ent, ent)
+    self.lengths, self.stopped = (
+      cat(self.lengths, lengths),
+      cat(self.stopped, stopped),
+    )
+    self.parent = cat(self.parent, np.asarray(parent, np.int32))
+    self.fork_col = cat(self.fork_col, np.asarray(fork, np.int32))
+    self.tree_of = cat(self.tree_of, self.tree_of[parent])
+    self.level = cat(self.level, np.full(nb, level, np.int32))
+    self.used = cat(self.used, np.zeros((nb, t), bool))
 
 
 def generate(
@@ -121,6 +280,8 @@ def generate(
   max_new_tokens: int,
   roots: int,
   forks: int,
+  levels: int = 1,
+  branches: int = 1,
   fork_at: str = "entropy",
   depths: Sequence[int] = (),
   sampling: sampling_lib.Sampling | None = None,
@@ -128,22 +289,29 @@ def generate(
   bucket: int = 32,
   mesh: jax.sharding.Mesh | None = None,
 ) -> TreeRollout:
-  """Samples `roots` chains per prompt, then `forks` branches per chain.
+  """EPTree(roots, forks, levels, branches) per prompt (module docstring).
 
   Args:
     params, prompts, rng, step, model_cfg, tokenizer: as rollout.generate.
     max_new_tokens: T, the completion budget of every row (branches too).
-    roots: chains sampled from the prompt (per prompt).
-    forks: branches per chain.
-    fork_at: "entropy" or "depth" (then `depths`), see fork_columns.
+    roots: M, chains sampled from the prompt (per prompt).
+    forks: N, fork points per tree and round.
+    levels: L >= 1, expansion rounds.
+    branches: T, chains sampled from each fork point.
+    fork_at: "entropy" or "depth" (then `depths`).
     sampling: temperature / filters.
     max_prompt_len, bucket: as rollout.pad_prompts.
     mesh: decode with the parameters in the rollout layout
       (mesh.ROLLOUT_RULES) on this mesh; None: where they are.
 
   Returns:
-    A TreeRollout with N = B * roots * (1 + forks) rows.
+    A TreeRollout with N = B * roots * leaves_per_tree(...) rows.
   """
+  if levels < 1 or forks < 1 or branches < 1 or roots < 1:
+    raise ValueError(
+      f"tree.generate: roots={roots}, forks={forks}, levels={levels}, "
+      f"branches={branches} must all be >= 1"
+    )
   sampling = sampling or sampling_lib.Sampling()
   if mesh is not None:
     params = jax.device_put(
@@ -157,19 +325,19 @@ def generate(
   tokens = np.repeat(tokens, roots, axis=0)
   positions = np.repeat(positions, roots, axis=0)
   n0 = b * roots
-  stops = (int(tokenizer.eos_id),)
   kw = dict(
     model_cfg=model_cfg,
     sampling=sampling,
-    stop_ids=stops,
+    stop_ids=(int(tokenizer.eos_id),),
     pad_id=tokenizer.pad_id,
+    max_new_tokens=t,
   )
   rng = jax.random.fold_in(rng, step)
-  cache = transformer.init_cache(model_cfg, n0, p + 2 * t)
+  cache = transformer.init_cache(model_cfg, n0, p + (1 + levels) * t)
   logits, cache = segments.extend(
     params, cache, tokens, positions, model_cfg=model_cfg
   )
-  start = positions[:, -1] + 1
+  start = positions[:, -1] + 1  # [n0] position of completion token 0
   seg, cache = segments.decode(
     params,
     cache,
@@ -177,84 +345,71 @@ def generate(
     jnp.asarray(start),
     jnp.ones(n0, bool),
     jax.random.fold_in(rng, 0),
-    max_new_tokens=t,
     **kw,
   )
-  root = jax.device_get(seg)
-  cols = fork_columns(
-    root.entropy * (np.arange(t)[None] < root.lengths[:, None]),
-    root.lengths,
-    forks,
-    fork_at=fork_at,
-    depths=depths,
-  )  # [n0, F]
-  parent = np.repeat(np.arange(n0), forks)
-  fork = cols.reshape(-1)
-  # Token t-1 of the parent sits in slot p + t - 1: hide it and after.
-  bcache = _fork_cache_jit(
-    cache, jnp.asarray(parent), jnp.asarray(p + fork - 1)
-  )
-  # Token t - 1 (the last prompt token for t = 0) is fed again.
-  prev_tok = np.where(
-    fork > 0, root.tokens[parent, np.maximum(fork - 1, 0)], tokens[parent, -1]
-  )[:, None]
-  prev_pos = (start[parent] + fork - 1)[:, None].astype(np.int32)
-  logits, bcache = segments.extend(
-    params, bcache, prev_tok, prev_pos, model_cfg=model_cfg
-  )
-  br, _ = segments.decode(
-    params,
-    bcache,
-    logits,
-    jnp.asarray(start[parent] + fork),
-    jnp.ones(len(parent), bool),
-    jax.random.fold_in(rng, 1),
-    max_new_tokens=t,
-    **kw,
-  )
-  br = jax.device_get(br)
-  return _assemble(
-    tokens, positions, root, br, parent, fork, t, tokenizer, roots, forks
-  )
+  rows = _Rows(jax.device_get(seg), t)
+  caches = [cache]
+  for level in range(1, levels + 1):
+    if level == 1:
+      cols = fork_columns(
+        rows.ent, rows.lengths, forks, fork_at=fork_at, depths=depths
+      )  # [n0, N]
+      parent, fork = np.repeat(np.arange(n0), forks), cols.reshape(-1)
+    else:
+      parent, fork = pooled_fork_points(
+        rows.ent,
+        rows.lengths,
+        rows.parent,
+        rows.fork_col,
+        rows.tree_of,
+        rows.level,
+        rows.used,
+        forks,
+        round_=level,
+        fork_at=fork_at,
+        depths=depths,
+      )
+    parent, fork = np.repeat(parent, branches), np.repeat(fork, branches)
+    root = rows.tree_of[parent]
+    src = caches[0] if len(caches) == 1 else _concat_caches(tuple(caches))
+    # Hide the parent's token fork - 1 (position start + fork - 1) and
+    # every later one, wherever in its buffer it sits.
+    prev_pos = (start[root] + fork - 1).astype(np.int32)
+    bcache = _fork_cache_jit(src, jnp.asarray(parent), jnp.asarray(prev_pos))
+    # Token fork - 1 (the last prompt token for fork = 0) is fed again.
+    prev_tok = np.where(
+      fork > 0,
+      rows.comp[parent, np.maximum(fork - 1, 0)],
+      tokens[root, -1],
+    )[:, None]
+    logits, bcache = segments.extend(
+      params, bcache, prev_tok, prev_pos[:, None], model_cfg=model_cfg
+    )
+    seg, bcache = segments.decode(
+      params,
+      bcache,
+      logits,
+      jnp.asarray(start[root] + fork),
+      jnp.ones(len(parent), bool),
+      jax.random.fold_in(rng, level),
+      **kw,
+    )
+    rows.add(jax.device_get(seg), parent, fork, level, tokenizer.pad_id)
+    if level < levels:
+      caches.append(bcache)
+  return _assemble(tokens, positions, rows, tokenizer, roots)
 
 
-def _assemble(tokens, positions, root, br, parent, fork, t, tok, roots, forks):
-  n0, nb = root.tokens.shape[0], len(parent)
-  n = n0 + nb
-  comp = np.full((n, t), tok.pad_id, np.int32)
-  logp = np.zeros((n, t), np.float32)
-  plogp, ent = np.zeros_like(logp), np.zeros_like(logp)
-  lengths = np.zeros(n, np.int32)
-  stopped = np.zeros(n, bool)
-  comp[:n0], logp[:n0] = root.tokens, root.logp
-  plogp[:n0], ent[:n0] = root.policy_logp, root.entropy
-  lengths[:n0], stopped[:n0] = root.lengths, root.stopped
-  for j in range(nb):
-    i, f = n0 + j, int(fork[j])
-    own = min(int(br.lengths[j]), t - f)
-    comp[i, :f] = root.tokens[parent[j], :f]
-    logp[i, :f] = root.logp[parent[j], :f]
-    plogp[i, :f] = root.policy_logp[parent[j], :f]
-    comp[i, f : f + own] = br.tokens[j, :own]
-    logp[i, f : f + own] = br.logp[j, :own]
-    plogp[i, f : f + own] = br.policy_logp[j, :own]
-    ent[i, f : f + own] = br.entropy[j, :own]
-    lengths[i] = f + own
-    stopped[i] = bool(br.stopped[j]) and own == br.lengths[j]
+def _assemble(tokens, positions, rows, tok, roots):
+  n, t = rows.comp.shape
   cols = np.arange(t)[None]
-  mask_full = (cols < lengths[:, None]).astype(np.int32)
-  fork_col = np.concatenate([np.zeros(n0, np.int32), fork.astype(np.int32)])
-  mask = mask_full * (cols >= fork_col[:, None])
-  comp = np.where(mask_full > 0, comp, tok.pad_id)
-  logp, plogp = logp * mask_full, plogp * mask_full
-  all_tokens = np.concatenate([tokens, tokens[parent]], axis=0)
-  all_pos = np.concatenate([positions, positions[parent]], axis=0)
+  mask_full = (cols < rows.lengths[:, None]).astype(np.int32)
+  mask = mask_full * (cols >= rows.fork_col[:, None])
+  comp = np.where(mask_full > 0, rows.comp, tok.pad_id)
+  logp, plogp = rows.logp * mask_full, rows.plogp * mask_full
+  all_tokens, all_pos = tokens[rows.tree_of], positions[rows.tree_of]
   start = all_pos[:, -1:] + 1
   comp_pos = np.where(mask_full > 0, start + cols, -1).astype(np.int32)
-  b = n0 // roots
-  prompt_ids = np.concatenate(
-    [np.repeat(np.arange(b), roots), np.repeat(np.arange(b), roots * forks)]
-  )
   return TreeRollout(
     tokens=jnp.asarray(np.concatenate([all_tokens, comp], axis=1)),
     positions=jnp.asarray(np.concatenate([all_pos, comp_pos], axis=1)),
@@ -262,14 +417,15 @@ def _assemble(tokens, positions, root, br, parent, fork, t, tok, roots, forks):
     logp=jnp.asarray(logp),
     policy_logp=jnp.asarray(plogp),
     mask=jnp.asarray(mask),
-    lengths=lengths,
-    finish_reasons=np.where(stopped, "eos", "length"),
-    texts=[tok.decode(comp[i, : lengths[i]].tolist()) for i in range(n)],
-    prompt_ids=prompt_ids,
-    parent=np.concatenate([np.full(n0, -1), parent]).astype(np.int32),
-    fork_col=fork_col,
+    lengths=rows.lengths,
+    finish_reasons=np.where(rows.stopped, "eos", "length"),
+    texts=[tok.decode(comp[i, : rows.lengths[i]].tolist()) for i in range(n)],
+    prompt_ids=(rows.tree_of // roots).astype(np.int64),
+    parent=rows.parent,
+    fork_col=rows.fork_col,
     mask_full=mask_full,
-    entropy=ent,
+    entropy=rows.ent,
+    level=rows.level,
   )
 
 
@@ -301,13 +457,20 @@ def tree_advantages(
 
   TreeRL (Hou et al. 2025, arXiv:2506.11902, Sec. 3.2): a node s (a span
   of tokens between forks) has value V(s) = mean outcome reward of the
-  leaves below it, and every token of s gets
+  leaves below it, L(s), and every token of s gets
 
     A(s) = [(V(s) - V(root)) + (V(s) - V(parent(s)))] / sqrt(|L(s)|)
 
   (global + local advantage; the 1/sqrt(|L(s)|) keeps shared prefixes,
   which many leaves vote on, from dominating). V(root) is the prompt's
-  mean reward over its whole tree.
+  mean reward over all its trees (the virtual root above the M chains).
+
+  Any depth: row r owns columns [fork_col[r], len) and is cut into nodes
+  at its children's fork columns; node [a, b) of r has the leaves
+  L = {r} + the subtrees of r's children forked at column >= b (they
+  share r's tokens up to b). parent(s) of r's first node is the node
+  holding column fork_col[r] - 1: the nearest ancestor whose own span
+  contains it (the virtual root when fork_col[r] = 0).
 
   Args:
     rewards: [N] outcome reward of each row (leaf).
@@ -343,9 +506,12 @@ def tree_advantages(
   for r in range(n):
     cuts = sorted({int(fork_col[r])} | {int(fork_col[q]) for q in children[r]})
     cuts = [c for c in cuts if c < t] + [t]
-    prev_v = None
-    if parent[r] >= 0 and fork_col[r] > 0:  # a fork at 0 hangs off the root
-      prev_v = rewards[leaves(parent[r], fork_col[r])].mean()
+    f, prev_v = int(fork_col[r]), None
+    if parent[r] >= 0 and f > 0:  # a fork at 0 hangs off the root
+      owner = parent[r]  # the ancestor that sampled column f - 1
+      while fork_col[owner] >= f and parent[owner] >= 0:
+        owner = parent[owner]
+      prev_v = rewards[leaves(owner, f)].mean()
     for a, b in zip(cuts[:-1], cuts[1:]):
       lv = leaves(r, b)
       v = rewards[lv].mean()
@@ -359,6 +525,16 @@ def tree_advantages(
   return adv * (np.asarray(mask) > 0)
 
 
+def tree_shape(cfg) -> tuple[int, int, int]:
+  """(forks, levels, branches) of an experiment Config: cfg.forks,
+  cfg.fork_levels (default 1), cfg.fork_branches (default 1)."""
+  return (
+    int(cfg.forks),
+    int(getattr(cfg, "fork_levels", 1)),
+    int(getattr(cfg, "fork_branches", 1)),
+  )
+
+
 def make_generate_fn(
   cfg,
   *,
@@ -368,12 +544,14 @@ def make_generate_fn(
 ):
   """A loop generate_fn (train(generate_fn=...)) sampling trees per prompt.
 
-  Training rollouts (group_size divisible by 1 + cfg.forks) are trees of
-  group_size / (1 + cfg.forks) chains, each forked cfg.forks times, returned
+  Training rollouts (group_size divisible by k = leaves_per_tree of
+  tree_shape(cfg)) are EPTree forests of group_size / k roots, returned
   prompt-major; any other group size (evaluation) samples plain chains.
   whole_leaves: every leaf's mask covers its whole response, shared prefix
   included (ETTRL); otherwise each token is owned by one leaf (TreeRL).
   """
+  forks, levels, branches = tree_shape(cfg)
+  k = leaves_per_tree(forks, levels, branches)
 
   def fn(ctx, params, examples, rng, step, *, group_size, sampling):
     prompts = ctx.encode_prompts(examples)
@@ -385,7 +563,7 @@ def make_generate_fn(
       max_prompt_len=cfg.max_prompt_len,
       mesh=ctx.mesh,
     )
-    if group_size % (1 + cfg.forks):  # evaluation: plain chains
+    if group_size % k:  # evaluation: plain chains
       return rollout_lib.generate(
         params, prompts, rng, step, group_size=group_size, **kw
       )
@@ -394,15 +572,17 @@ def make_generate_fn(
       prompts,
       rng,
       step,
-      roots=group_size // (1 + cfg.forks),
-      forks=cfg.forks,
+      roots=group_size // k,
+      forks=forks,
+      levels=levels,
+      branches=branches,
       fork_at=fork_at,
       depths=depths,
       **kw,
     )
     out = prompt_major(tr)
     if whole_leaves:
-      out = out._replace(mask=jnp.asarray(tr.mask_full))
+      out = out._replace(mask=jnp.asarray(out.mask_full))
     return out
 
   return fn

@@ -25,18 +25,12 @@ EXPERIMENTS = sorted(
   for m in pkgutil.iter_modules(experiments.__path__)
   if not m.ispkg and m.name not in ("reproduce", "evaluate", "claims")
 )
+# Smoke-run by their own tests below, which also make test_smoke's checks.
+OWN_SMOKE_TEST = ("rm_grpo",)
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
-def test_smoke(name, tmp_path):
-  module = importlib.import_module(f"experiments.{name}")
-  cfg = dataclasses.replace(
-    module.Config(),
-    **SMOKE,
-    workdir=str(tmp_path / "run"),
-    cache_dir=str(tmp_path / "cache"),
-  )
-  out = module.run(cfg)
+def _check_smoke_run(module, tmp_path, out) -> list[dict]:
+  """2 finite steps, the run's files, a valid paper preset; the train rows."""
   rows = [json.loads(line) for line in open(tmp_path / "run/metrics.jsonl")]
   train = [r for r in rows if "loss" in r]
   assert [r["step"] for r in train] == [1, 2]
@@ -46,6 +40,50 @@ def test_smoke(name, tmp_path):
     assert os.path.exists(tmp_path / "run" / f), f
   if hasattr(module, "PAPER"):  # --scale=paper must name real fields.
     dataclasses.replace(module.Config(), **module.PAPER).validate()
+  return train
+
+
+@pytest.mark.parametrize(
+  "name", [n for n in EXPERIMENTS if n not in OWN_SMOKE_TEST]
+)
+def test_smoke(name, tmp_path):
+  module = importlib.import_module(f"experiments.{name}")
+  cfg = dataclasses.replace(
+    module.Config(),
+    **SMOKE,
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+  _check_smoke_run(module, tmp_path, module.run(cfg))
+
+
+def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(tmp_path):
+  from experiments import rm_grpo
+
+  cfg = dataclasses.replace(
+    rm_grpo.Config(),
+    **SMOKE,
+    rm_prompts=8,
+    rm_samples=2,
+    rm_steps=3,
+    rm_weight=0.5,
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+  train = _check_smoke_run(rm_grpo, tmp_path, rm_grpo.run(cfg))
+  for r in train:  # the proxy and the gold reward, every step
+    assert np.isfinite(r["reward/rm"]) and 0 <= r["accuracy"] <= 1
+    mixed = 0.5 * r["reward/rm"] + 0.5 * r["reward/verifier"]
+    np.testing.assert_allclose(r["reward"], mixed, atol=1e-5)
+  info = json.load(open(tmp_path / "run/reward_model.json"))
+  assert info["sample_accuracy"] is not None and "heldout_pair_accuracy" in info
+  (cached,) = [p for p in os.listdir(tmp_path / "cache") if p.startswith("rm-")]
+  # A rerun loads the cached RM: with no context or policy to sample from,
+  # retraining would fail.
+  _, again = rm_grpo.cached_reward_model(
+    rm_grpo.sft.warm_started(cfg), None, None
+  )
+  assert again == info and os.listdir(tmp_path / "cache").count(cached) == 1
 
 
 def test_dars_b_smoke(tmp_path):

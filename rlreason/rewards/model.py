@@ -9,8 +9,14 @@ real token goes through a linear head to one scalar,
 
   r(x, y) = w . h_last(x, y) + b
 
-trained with the Bradley-Terry loss -log sigmoid(r(chosen) - r(rejected)).
-Params are {"backbone": <transformer params>, "head": {"w": [D], "b": []}}.
+trained with the Bradley-Terry loss -log sigmoid(r(chosen) - r(rejected)),
+i.e. P(chosen > rejected) = sigmoid(r(chosen) - r(rejected)) (`train_bt`:
+minibatch Adam on preference pairs; `pairwise_accuracy` is the held-out
+metric InstructGPT reports, ties counted half). `preference_pairs` builds
+pairs from sampled groups with a verifier: chosen = a correct sample,
+rejected = an incorrect one for the same prompt.
+Params are {"backbone": <transformer params>, "head": {"w": [D], "b": []}}
+(`save_params` / `load_params`: one safetensors file).
 
 Generative judge (LLM-as-a-judge, e.g. RLCF, TIR-Judge, Think-RM in
 METHODS.md): the judge model samples a verdict for a templated
@@ -26,6 +32,8 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
+import safetensors.numpy
 
 from rlreason import rollout as rollout_lib
 from rlreason import sampling as sampling_lib
@@ -70,6 +78,145 @@ def bradley_terry_loss(params, chosen, rejected, model_cfg) -> jax.Array:
   rc = score(params, *chosen, model_cfg)
   rr = score(params, *rejected, model_cfg)
   return -jnp.mean(jax.nn.log_sigmoid(rc - rr))
+
+
+def preference_pairs(
+  correct: np.ndarray,
+  group_size: int,
+  *,
+  max_pairs: int,
+  seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+  """(chosen, rejected) row indices: correct vs incorrect, same prompt.
+
+  Rows are prompt-major groups of `group_size`. A group with c correct and
+  w incorrect samples offers c * w pairs; up to `max_pairs` of them are
+  drawn without replacement (deterministic in `seed`); a group that is all
+  right or all wrong gives none.
+
+  Returns:
+    Two [M] int arrays (M = 0 when no group is mixed).
+  """
+  ok = np.asarray(correct, np.float32).reshape(-1, group_size) > 0
+  rng = np.random.default_rng(seed)
+  chosen, rejected = [], []
+  for b, row in enumerate(ok):
+    good, bad = np.flatnonzero(row), np.flatnonzero(~row)
+    pairs = [(g, w) for g in good for w in bad]
+    take = rng.permutation(len(pairs))[:max_pairs]
+    chosen += [b * group_size + pairs[k][0] for k in take]
+    rejected += [b * group_size + pairs[k][1] for k in take]
+  return np.asarray(chosen, np.int64), np.asarray(rejected, np.int64)
+
+
+def train_bt(
+  params: dict,
+  model_cfg,
+  chosen: tuple[np.ndarray, np.ndarray],
+  rejected: tuple[np.ndarray, np.ndarray],
+  *,
+  steps: int,
+  batch_size: int,
+  lr: float,
+  seed: int = 0,
+  weight_decay: float = 0.0,
+) -> tuple[dict, list[float]]:
+  """Bradley-Terry training: minimises -log sigmoid(r(c) - r(r)) over pairs.
+
+  Adam(W) on minibatches of `batch_size` pairs drawn without replacement,
+  epoch after epoch (deterministic in `seed`); the whole model (backbone
+  and head) is trained, as InstructGPT's reward model.
+
+  Args:
+    params: reward-model params (`init`).
+    model_cfg: the backbone's ModelConfig.
+    chosen, rejected: (tokens [M, S], positions [M, S]); pair i is
+      (chosen row i, rejected row i).
+    steps, batch_size, lr, seed, weight_decay: the optimisation.
+
+  Returns:
+    (params, [steps] training losses, each before its update).
+  """
+  m = len(chosen[0])
+  if m == 0 or steps == 0:
+    return params, []
+  opt = optax.adamw(lr, weight_decay=weight_decay)
+  state = opt.init(params)
+
+  @jax.jit
+  def update(params, state, c_tok, c_pos, r_tok, r_pos):
+    loss, grads = jax.value_and_grad(bradley_terry_loss)(
+      params, (c_tok, c_pos), (r_tok, r_pos), model_cfg
+    )
+    upd, state = opt.update(grads, state, params)
+    return optax.apply_updates(params, upd), state, loss
+
+  rng = np.random.default_rng(seed)
+  order = np.array([], np.int64)
+  losses = []
+  for _ in range(steps):
+    if len(order) < min(batch_size, m):
+      order = np.concatenate([order, rng.permutation(m)])
+    idx, order = order[: min(batch_size, m)], order[min(batch_size, m) :]
+    params, state, loss = update(
+      params,
+      state,
+      chosen[0][idx],
+      chosen[1][idx],
+      rejected[0][idx],
+      rejected[1][idx],
+    )
+    losses.append(float(loss))
+  return params, losses
+
+
+def pairwise_accuracy(
+  params: dict,
+  chosen: tuple[np.ndarray, np.ndarray],
+  rejected: tuple[np.ndarray, np.ndarray],
+  model_cfg,
+  *,
+  batch_size: int = 256,
+) -> float:
+  """Fraction of pairs with r(chosen) > r(rejected), ties counting 1/2
+  (NaN for no pairs)."""
+  m = len(chosen[0])
+  if m == 0:
+    return float("nan")
+  wins = []
+  for lo in range(0, m, batch_size):
+    sl = slice(lo, lo + batch_size)
+    rc = np.asarray(score(params, chosen[0][sl], chosen[1][sl], model_cfg))
+    rr = np.asarray(score(params, rejected[0][sl], rejected[1][sl], model_cfg))
+    wins.append((rc > rr) + 0.5 * (rc == rr))
+  return float(np.concatenate(wins).mean())
+
+
+def save_params(path: str, params: dict) -> None:
+  """Nested dicts of arrays -> one safetensors file ('/'-joined keys)."""
+  flat = {}
+
+  def walk(prefix, tree):
+    for k, v in tree.items():
+      if isinstance(v, dict):
+        walk(f"{prefix}{k}/", v)
+      else:
+        flat[f"{prefix}{k}"] = np.ascontiguousarray(jax.device_get(v))
+
+  walk("", params)
+  safetensors.numpy.save_file(flat, path)
+
+
+def load_params(path: str) -> dict:
+  """The nested dict `save_params` wrote (numpy arrays)."""
+  out = {}
+  for key, v in safetensors.numpy.load_file(path).items():
+    *parents, leaf = key.split("/")
+    node = out
+    for p in parents:
+      node = node.setdefault(p, {})
+    node[leaf] = v
+  return out
 
 
 def score_rollout(params: dict, rollout, model_cfg) -> np.ndarray:

@@ -1,0 +1,401 @@
+r"""GRPO on a learned reward model beside the verifier: RLHF's proxy reward.
+
+Papers: the reward model of InstructGPT (Ouyang et al. 2022, "Training
+language models to follow instructions with human feedback",
+arXiv:2203.02155, Sec. 3.5): a scalar head on the SFT model, trained on
+comparisons with the Bradley-Terry loss -log sigmoid(r(y_w) - r(y_l)),
+then optimised by RL. Gao et al. 2022, "Scaling Laws for Reward Model
+Overoptimization", arXiv:2210.10760: optimising a learned proxy RM makes
+the proxy score rise monotonically while the gold score (here: the
+verifier) first rises, then stalls or falls (Goodhart).
+Differs from experiments/grpo.py in exactly:
+  (1) a reward-model stage before RL: the warm-start policy samples
+      --rm_samples completions for each of --rm_prompts training prompts;
+      the verifier labels them; preference pairs (chosen = a correct
+      sample, rejected = an incorrect one of the same prompt, up to
+      --rm_pairs_per_prompt per prompt; rewards/model.preference_pairs)
+      train a scalar-head RM initialised from the warm-start policy (as
+      InstructGPT's from the SFT model) with the Bradley-Terry loss for
+      --rm_steps steps (rewards/model.train_bt). Its pairwise accuracy on
+      the pairs of --rm_heldout held-out prompts goes to reward_model.json
+      in the workdir. The RM is cached under --cache_dir by its settings:
+      a resumed run, or another variant, does not retrain it;
+  (2) the reward r = w * r_RM + (1 - w) * r_verifier, w = --rm_weight,
+      r_RM = (RM score - mu) / sigma with mu, sigma the mean and std of the
+      RM's scores on its own training samples (InstructGPT shifts its RM
+      so demonstrations score 0 on average; the scale is ours, assumed),
+      so that w mixes comparable units. w = 1: the RM alone; w = 0: GRPO;
+  (3) each step logs the proxy `reward/rm`, the gold `accuracy` (verifier)
+      and `rm/pair_accuracy`: the RM's ranking accuracy on the current
+      batch's correct-vs-incorrect pairs, i.e. how well the proxy still
+      tracks the gold on the moving policy's samples.
+`--rm_kind=judge` replaces the trained RM by the generative judge
+(rewards/model.judge, verdict "yes" = 1): the frozen warm-start policy, or
+the HF checkpoint --judge_model, asked whether the response is correct; no
+training stage. (The tiny laptop policy was never taught to judge: at
+laptop scale this only exercises the mechanism.)
+
+Reproduces:
+  laptop: reward over-optimisation on the arithmetic task:
+      python -m experiments.reproduce --method=rm_grpo --seeds=0,1
+    Expected (Gao et al. 2022): under the RM alone `reward/rm` keeps
+    rising while `accuracy` (the verifier) rises less than grpo's, then
+    stalls or falls; the mixed reward stays close to grpo's accuracy.
+    Measured numbers in experiments/README.md.
+  paper: InstructGPT's 6B RM and PPO results, and Gao et al.'s gold-vs-
+    proxy score curves against the KL to the initial policy (Fig. 1); the
+    numbers are not restated here.
+
+CPU:  python -m experiments.rm_grpo
+TPU:  launch/tpu.sh run experiments.rm_grpo --scale=paper \
+        --model=/ckpt/Qwen2.5-Math-7B \
+        --workdir=gs://$BUCKET/rm_grpo/$(date +%m%d_%H%M)
+"""
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+
+import jax
+import numpy as np
+from etils import epath
+
+from experiments import grpo
+from rlreason import context as context_lib
+from rlreason import data as data_lib
+from rlreason import flags as rr_flags
+from rlreason import loop
+from rlreason import mesh as mesh_lib
+from rlreason import objective
+from rlreason import sampling as sampling_lib
+from rlreason import sft
+from rlreason import storage
+from rlreason.rewards import model as rm
+
+KINDS = ("scalar", "judge")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(grpo.Config):
+  """grpo.Config's laptop scale with the RM reward; paper: PAPER."""
+
+  rm_kind: str = "scalar"  # scalar (trained, (1)) | judge (generative)
+  rm_weight: float = 1.0  # (2) w: r = w * r_RM + (1 - w) * r_verifier
+  # (1) Preference data from the warm-start policy's samples (assumed
+  # sizes; InstructGPT ranks K = 4..9 responses per prompt).
+  rm_prompts: int = 256
+  rm_samples: int = 8
+  rm_pairs_per_prompt: int = 4
+  rm_heldout: float = 0.25  # fraction of the prompts held out
+  # (1) Bradley-Terry training (assumed: several epochs over the pairs;
+  # InstructGPT trains one epoch, more overfit its 6B RM). At 300 steps,
+  # lr 1e-4 / 3e-4 held out worse than 1e-3 (pairwise 0.47-0.55 vs 0.61,
+  # seed 0): the tiny RM is a weak proxy, as Gao et al.'s small RMs.
+  rm_steps: int = 300
+  rm_batch_size: int = 32  # pairs per step
+  rm_lr: float = 1e-3
+  # --rm_kind=judge: "" = the warm-start policy judges; else an HF dir.
+  judge_model: str = ""
+  judge_samples: int = 1  # verdicts per response (mean)
+  judge_temperature: float = 0.0  # greedy verdicts
+
+  def validate(self) -> None:
+    super().validate()
+    if self.rm_kind not in KINDS:
+      raise ValueError(
+        f"Invalid config: --rm_kind={self.rm_kind!r}; expected one of {KINDS}"
+      )
+    if not 0 <= self.rm_weight <= 1:
+      raise ValueError(
+        f"Invalid config: --rm_weight={self.rm_weight} not in [0, 1]"
+      )
+    if self.rm_samples < 2 or self.rm_prompts < 2:
+      raise ValueError(
+        "Invalid config: --rm_samples and --rm_prompts must be >= 2 "
+        "(pairs compare samples of one prompt; some prompts are held out)"
+      )
+    if not 0 < self.rm_heldout < 1:
+      raise ValueError(
+        f"Invalid config: --rm_heldout={self.rm_heldout} not in (0, 1)"
+      )
+    if min(self.rm_steps, self.rm_batch_size, self.rm_pairs_per_prompt) < 0:
+      raise ValueError("Invalid config: negative --rm_* size")
+
+
+PAPER = dict(
+  grpo.PAPER,
+  # (1) All assumed: preference data from the policy's own samples on the
+  # training prompts; InstructGPT's RM batch of 64 and a small lr (its
+  # 6B RM: one epoch).
+  rm_prompts=4096,
+  rm_samples=8,
+  rm_pairs_per_prompt=16,
+  rm_steps=500,
+  rm_batch_size=64,
+  rm_lr=1e-5,
+)
+
+
+def _settings(cfg) -> dict:
+  keys = (
+    "init_from",
+    "model",
+    "tokenizer",
+    "data",
+    "template",
+    "seed",
+    "max_prompt_len",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "reward",
+    "rm_prompts",
+    "rm_samples",
+    "rm_pairs_per_prompt",
+    "rm_heldout",
+    "rm_steps",
+    "rm_batch_size",
+    "rm_lr",
+  )
+  return {k: getattr(cfg, k) for k in keys}
+
+
+def _left_pad(arrays, fill):
+  """[n_i, S_i] arrays -> one [sum n_i, max S_i] array, padded on the left
+  (the RM reads each row's last real token, wherever the padding is)."""
+  width = max(a.shape[1] for a in arrays)
+  return np.concatenate(
+    [
+      np.pad(a, ((0, 0), (width - a.shape[1], 0)), constant_values=fill)
+      for a in arrays
+    ]
+  )
+
+
+def preference_data(cfg, ctx, params):
+  """(1) Samples of the policy on --rm_prompts training prompts, labelled.
+
+  Returns:
+    tokens, positions [R, S] (prompt + completion, R = prompts * samples,
+    prompt-major), correct [R], and the prompt count.
+  """
+  examples = data_lib.load(cfg.data, "train")
+  pick = np.random.default_rng(cfg.seed).permutation(len(examples))
+  examples = [examples[i] for i in pick[: cfg.rm_prompts]]
+  sampling = sampling_lib.Sampling(
+    temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
+  )
+  # Keys apart from the RL loop's (which folds in the step).
+  rng = jax.random.fold_in(jax.random.key(cfg.seed), 1 << 20)
+  toks, pos, correct = [], [], []
+  for i, lo in enumerate(range(0, len(examples), cfg.batch_size)):
+    part = examples[lo : lo + cfg.batch_size]
+    ro = ctx.generate(
+      params, part, rng, i, group_size=cfg.rm_samples, sampling=sampling
+    )
+    t, p = mesh_lib.to_host((ro.tokens, ro.positions))
+    toks.append(t)
+    pos.append(p)
+    correct.append(objective.correctness(ro, part, ctx))
+  return (
+    _left_pad(toks, ctx.tokenizer.pad_id),
+    _left_pad(pos, -1),
+    np.concatenate(correct),
+    len(examples),
+  )
+
+
+def _scores(params, tokens, positions, model_cfg, batch=256):
+  return np.concatenate(
+    [
+      np.asarray(
+        rm.score(
+          params, tokens[i : i + batch], positions[i : i + batch], model_cfg
+        )
+      )
+      for i in range(0, len(tokens), batch)
+    ]
+  )
+
+
+def train_reward_model(cfg, ctx, params):
+  """(1): preference pairs from the policy's samples -> BT-trained RM.
+
+  Returns:
+    (RM params, info dict: pair counts, held-out / train pairwise accuracy,
+    the samples' verifier accuracy, BT losses, mu and sigma of (2)).
+  """
+  tokens, positions, correct, n_prompts = preference_data(cfg, ctx, params)
+  chosen, rejected = rm.preference_pairs(
+    correct, cfg.rm_samples, max_pairs=cfg.rm_pairs_per_prompt, seed=cfg.seed
+  )
+  # Held-out pairs come from held-out prompts (the last ones drawn).
+  n_held = max(1, round(cfg.rm_heldout * n_prompts))
+  held = chosen // cfg.rm_samples >= n_prompts - n_held
+  pair = lambda idx: (tokens[idx], positions[idx])
+  train_c, train_r = pair(chosen[~held]), pair(rejected[~held])
+  held_c, held_r = pair(chosen[held]), pair(rejected[held])
+  model_cfg = ctx.model_cfg
+  init = rm.init(model_cfg, jax.random.key(cfg.seed), backbone=params)
+  print(
+    f"Reward model: {len(train_c[0])} train / {len(held_c[0])} held-out "
+    f"pairs from {len(correct)} samples (verifier accuracy "
+    f"{correct.mean():.3f}); {cfg.rm_steps} Bradley-Terry steps",
+    flush=True,
+  )
+  trained, losses = rm.train_bt(
+    init,
+    model_cfg,
+    train_c,
+    train_r,
+    steps=cfg.rm_steps,
+    batch_size=cfg.rm_batch_size,
+    lr=cfg.rm_lr,
+    seed=cfg.seed,
+  )
+  s = _scores(trained, tokens, positions, model_cfg)
+  nan_none = lambda x: None if np.isnan(x) else float(x)
+  info = {
+    "pairs_train": int(len(train_c[0])),
+    "pairs_heldout": int(len(held_c[0])),
+    "heldout_pair_accuracy": nan_none(
+      rm.pairwise_accuracy(trained, held_c, held_r, model_cfg)
+    ),
+    "train_pair_accuracy": nan_none(
+      rm.pairwise_accuracy(trained, train_c, train_r, model_cfg)
+    ),
+    "sample_accuracy": float(correct.mean()),
+    "bt_loss_first": losses[0] if losses else None,
+    "bt_loss_last": float(np.mean(losses[-10:])) if losses else None,
+    "score_mean": float(s.mean()),
+    "score_std": float(s.std()),
+  }
+  print(f"Reward model: {info}", flush=True)
+  return trained, info
+
+
+def cached_reward_model(cfg, ctx, params):
+  """train_reward_model, cached under cfg.cache_dir by its settings."""
+  settings = _settings(cfg)
+  key = hashlib.sha256(
+    json.dumps(settings, sort_keys=True).encode()
+  ).hexdigest()[:16]
+  out = os.path.join(cfg.cache_dir, f"rm-{key}")
+  if os.path.exists(os.path.join(out, "reward_model.json")):
+    with open(os.path.join(out, "reward_model.json")) as f:
+      info = json.load(f)["info"]
+    print(f"Reward model: reusing {out}", flush=True)
+    return rm.load_params(os.path.join(out, "params.safetensors")), info
+  trained, info = train_reward_model(cfg, ctx, params)
+  tmp = out + ".tmp"
+  os.makedirs(tmp, exist_ok=True)
+  rm.save_params(os.path.join(tmp, "params.safetensors"), trained)
+  with open(os.path.join(tmp, "reward_model.json"), "w") as f:
+    json.dump({"settings": settings, "info": info}, f, indent=2)
+  os.replace(tmp, out)  # Atomic: a killed run never leaves half a cache.
+  return trained, info
+
+
+def scalar_reward(rm_params, info, model_cfg):
+  """(2) The RM's standardised score of each rollout row."""
+  mu, sigma = info["score_mean"], info["score_std"] or 1.0
+
+  def fn(rollout, examples, ctx):
+    del examples, ctx
+    s = rm.score_rollout(rm_params, rollout, model_cfg)
+    return ((s - mu) / sigma).astype(np.float32)
+
+  return fn
+
+
+def judge_reward(cfg, mesh):
+  """--rm_kind=judge: the generative judge's mean verdict in [0, 1]."""
+  jcfg = cfg
+  if cfg.judge_model:
+    jcfg = dataclasses.replace(
+      cfg, model=cfg.judge_model, init_from="", tokenizer=""
+    )
+  model_cfg, params = context_lib.load_model(jcfg, mesh)
+  tok = context_lib.load_tokenizer(jcfg)
+
+  def fn(rollout, examples, ctx):
+    questions = [examples[i].question for i in rollout.prompt_ids]
+    r, _ = rm.judge(
+      params,
+      questions,
+      rollout.texts,
+      jax.random.fold_in(jax.random.key(cfg.seed), ctx.step),
+      model_cfg=model_cfg,
+      tokenizer=tok,
+      samples=cfg.judge_samples,
+      temperature=cfg.judge_temperature,
+    )
+    return np.asarray(r, np.float32)
+
+  return fn
+
+
+def make_batch(rollout, examples, ctx, *, reward_model):
+  """(2) the mixed reward, GRPO advantages; (3) proxy and gold metrics."""
+  cfg = ctx.cfg
+  gold = objective.correctness(rollout, examples, ctx)
+  proxy = reward_model(rollout, examples, ctx)
+  w = cfg.rm_weight
+  total = w * proxy + (1 - w) * gold
+  batch, metrics = objective.outcome_batch(
+    rollout,
+    examples,
+    ctx,
+    rewards=(total, {"rm": proxy, "verifier": gold}),
+  )
+  c, r = rm.preference_pairs(
+    gold, cfg.group_size, max_pairs=cfg.group_size**2, seed=ctx.step
+  )
+  if len(c):
+    wins = (proxy[c] > proxy[r]) + 0.5 * (proxy[c] == proxy[r])
+    metrics["rm/pair_accuracy"] = float(wins.mean())
+  return batch, metrics
+
+
+def run(cfg: Config) -> dict:
+  """Entry point for the CLI, tests/experiments_test.py and notebooks."""
+  cfg.validate()
+  cfg = sft.warm_started(cfg)
+  mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
+  if cfg.rm_kind == "judge":
+    reward_model, info = judge_reward(cfg, mesh), {"kind": "judge"}
+  else:
+    model_cfg, params = context_lib.load_model(cfg, mesh)
+    reward_fn, correct_fn = context_lib.make_reward_fns(cfg)
+    ctx = context_lib.Context(
+      cfg,
+      model_cfg,
+      context_lib.load_tokenizer(cfg),
+      mesh,
+      reward_fn,
+      correct_fn,
+    )
+    rm_params, info = cached_reward_model(cfg, ctx, params)
+    del params
+    reward_model = scalar_reward(rm_params, info, model_cfg)
+  workdir = epath.Path(loop.workdir_for(cfg, "rm_grpo"))
+  workdir.mkdir(parents=True, exist_ok=True)
+  storage.write_json(workdir / "reward_model.json", info)
+  out = loop.train_and_report(
+    cfg,
+    name="rm_grpo",
+    title="GRPO on a learned reward model (InstructGPT RM, Gao et al. 2022)",
+    make_batch=functools.partial(make_batch, reward_model=reward_model),
+    loss_fn=objective.loss_fn,
+  )
+  out.update(
+    {f"rm/{k}": v for k, v in info.items() if isinstance(v, (int, float))}
+  )
+  return out
+
+
+if __name__ == "__main__":
+  rr_flags.run_main(Config, run, PAPER)  # Only here: imports define no flags.
