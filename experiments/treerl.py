@@ -11,8 +11,8 @@ Differs from experiments/grpo.py in exactly:
       to the fork and resamples from there (G = M * (1 + L * N * T));
   (2) advantages are per segment, from subtree outcomes (Sec. 3.2):
       A(s) = [(V(s) - V(root)) + (V(s) - V(parent))] / sqrt(|L(s)|),
-      V = mean verifier reward of the leaves below s (tree.tree_advantages),
-      no std normalisation;
+      V = mean verifier reward of the leaves below s
+      (tree_credit.tree_advantages), no std normalisation;
   (3) every token is trained once: a branch's shared prefix is masked in
       the branch row (its owner is the parent chain);
   (4) no KL term (assumed, as the authors' GRPO-style baseline without KL).
@@ -40,6 +40,7 @@ from rlreason import flags as rr_flags
 from rlreason import loop
 from rlreason import objective
 from rlreason import tree
+from rlreason import tree_credit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +101,7 @@ def make_batch(rollout, examples, ctx):
   """(2): tree advantages of the verifier's rewards; (3): owned tokens."""
 
   def adv_fn(rewards):
-    return tree.tree_advantages(
+    return tree_credit.tree_advantages(
       rewards,
       rollout.parent,
       rollout.fork_col,

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType
 from jax.sharding import Mesh
@@ -186,5 +187,23 @@ def put_global(tree, sharding):
       return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
     x = np.asarray(x)
     return jax.make_array_from_callback(x.shape, sharding, lambda i: x[i])
+
+  return jax.tree.map(put, tree)
+
+
+def put_rows(mesh: Mesh | None, tree):
+  """Host [N, ...] arrays -> device arrays split by rows over the rollout
+  batch axes of `mesh` (replicated where N does not divide; mesh None: the
+  default device). Multi-turn and tree rollouts put their per-row inputs
+  back this way between host-side steps.
+  """
+  if mesh is None:
+    return jax.tree.map(jnp.asarray, tree)
+
+  def put(x):
+    x = np.asarray(x)
+    axes = ("batch",) + (None,) * (x.ndim - 1)
+    sharding = NamedSharding(mesh, spec(axes, ROLLOUT_RULES, x.shape, mesh))
+    return put_global(x, sharding)
 
   return jax.tree.map(put, tree)

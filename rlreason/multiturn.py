@@ -51,7 +51,6 @@ from concurrent import futures
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rlreason import mesh as mesh_lib
@@ -162,7 +161,7 @@ def generate(
     raise ValueError(f"{len(envs)} envs for {n} rows (B={b}, G={group_size})")
   tokens = np.repeat(tokens, group_size, axis=0)
   positions = np.repeat(positions, group_size, axis=0)
-  rows_on = functools.partial(_rows_on, mesh)
+  rows_on = functools.partial(mesh_lib.put_rows, mesh)
   rng = jax.random.fold_in(rng, step)
   if mesh is not None:
     params = jax.device_put(
@@ -270,26 +269,6 @@ def generate(
     group_size,
     rows_on,
   )
-
-
-def _rows_on(mesh, tree):
-  """Host [N, ...] arrays -> device arrays split over the rollout batch axes
-  of `mesh` (replicated when N does not divide; mesh None: default device).
-  """
-  if mesh is None:
-    return jax.tree.map(jnp.asarray, tree)
-
-  def put(x):
-    x = np.asarray(x)
-    spec = mesh_lib.spec(
-      ("batch",) + (None,) * (x.ndim - 1),
-      mesh_lib.ROLLOUT_RULES,
-      x.shape,
-      mesh,
-    )
-    return mesh_lib.put_global(x, jax.sharding.NamedSharding(mesh, spec))
-
-  return jax.tree.map(put, tree)
 
 
 def _stop_cut(tokenizer, ids: np.ndarray, strings: tuple[str, ...]) -> int:

@@ -3,8 +3,9 @@
   tr = tree.generate(params, prompts, rng, step, model_cfg=model_cfg,
                      tokenizer=tok, max_new_tokens=64, roots=4, forks=2,
                      levels=1, branches=1, fork_at="entropy")
-  adv = tree.tree_advantages(rewards, tr.parent, tr.fork_col, tr.mask_full,
-                             tr.prompt_ids)
+
+Credit assignment on a finished tree's rewards (TreeRL's subtree-value
+process advantages) is tree_credit.py.
 
 TreeRL's EPTree(M, N, L, T) (Hou et al. 2025, arXiv:2506.11902;
 the authors' entropy_chain_local_manager.py): level 0 samples M = `roots`
@@ -42,17 +43,26 @@ within a round tree-major (prompt-major), fork points in (row, column)
 order, `branches` rows per point. `mask` trains every token once: a
 branch's shared prefix is masked (its owner is the ancestor that sampled
 it); `mask_full` covers the whole completion (for rewards and lengths).
+
+Stop sequences end a row as in segments.decode; a branch's shared prefix
+counts (one spanning the fork is found on the host, and the branch is cut
+there). With a mesh, every round's rows, the caches and the outputs are
+split over the rollout batch axes, as in multiturn.py.
 """
 
+import functools
 from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlreason import mesh as mesh_lib
 from rlreason import rollout as rollout_lib
 from rlreason import sampling as sampling_lib
 from rlreason import segments
+from rlreason import tree_forks
+from rlreason import stops
 from rlreason.model import transformer
 
 
@@ -89,132 +99,40 @@ def leaves_per_tree(forks: int, levels: int = 1, branches: int = 1) -> int:
   return 1 + levels * forks * branches
 
 
-def fork_columns(
-  entropy: np.ndarray,
-  lengths: np.ndarray,
-  forks: int,
-  *,
-  fork_at: str = "entropy",
-  depths: Sequence[int] = (),
-) -> np.ndarray:
-  """[N, forks] columns t in [0, len - 1] to fork each chain at (round 1).
-
-  "entropy": the `forks` highest-entropy tokens among columns 0 .. len - 1
-  (ties: the earlier column); "depth": `depths` clipped to the chain. A
-  chain too short to offer distinct columns repeats its last choice.
-  """
-  n, _ = entropy.shape
-  out = np.zeros((n, forks), np.int32)
-  for i in range(n):
-    # Columns 0 .. hi - 1: a branch never keeps the stop token, and a
-    # fork at 0 resamples from the prompt.
-    hi = max(int(lengths[i]), 1)
-    if fork_at == "entropy":
-      cols = np.arange(hi)
-      order = cols[np.argsort(-entropy[i, :hi], kind="stable")]
-      pick = list(order[:forks])
-    elif fork_at == "depth":
-      pick = [min(max(int(d), 0), hi - 1) for d in depths[:forks]] or [0]
-    else:
-      raise ValueError(f"fork_at={fork_at!r}: expected 'entropy' or 'depth'")
-    pick += [pick[-1]] * (forks - len(pick))
-    out[i] = sorted(pick)
-  return out
-
-
-def pooled_fork_points(
-  entropy: np.ndarray,
-  lengths: np.ndarray,
-  parent: np.ndarray,
-  fork_col: np.ndarray,
-  tree_of: np.ndarray,
-  level: np.ndarray,
-  used: np.ndarray,
-  forks: int,
-  *,
-  round_: int,
-  fork_at: str = "entropy",
-  depths: Sequence[int] = (),
-) -> tuple[np.ndarray, np.ndarray]:
-  """Fork points of expansion round `round_` >= 2, `forks` per tree.
-
-  Candidates of a tree: every (row, column) a chain of it owns, columns
-  fork_col + 1 .. len - 1 of branches (0 .. len - 1 of the root), not in
-  `used`. "entropy": the `forks` highest-entropy candidates (ties: lower
-  row, then lower column); "depth": fork_col + d for d in `depths` on the
-  chains of round `round_` - 1. Too few candidates: the last pick repeats
-  (none at all: the root at column 0).
-
-  Args:
-    entropy: [n, T] entropy of each row's own tokens.
-    lengths, parent, fork_col, tree_of, level: [n] of the rows so far.
-    used: [n, T] bool, fork points already taken.
-    forks: N, points per tree.
-
-  Returns:
-    (rows, cols), each [trees * forks], tree-major, sorted by (row, col)
-    within a tree.
-  """
-  n, t = entropy.shape
-  cols = np.arange(t)[None]
-  lo = fork_col + (parent >= 0)  # a branch's first token is its own fork
-  hi = np.maximum(lengths, 1)
-  ok = (cols >= lo[:, None]) & (cols < hi[:, None]) & ~used
-  rows_out, cols_out = [], []
-  for root in np.flatnonzero(parent < 0):
-    rows = np.flatnonzero(tree_of == root)
-    if fork_at == "entropy":
-      score = np.where(ok[rows], entropy[rows], -np.inf).ravel()
-      order = np.argsort(-score, kind="stable")[:forks]
-      order = order[np.isfinite(score[order])]
-      pick = [(int(rows[k // t]), int(k % t)) for k in order]
-    elif fork_at == "depth":
-      pick = []
-      newest = rows[level[rows] == round_ - 1]
-      for d in depths:
-        for r in newest:
-          c = min(int(fork_col[r]) + max(int(d), 0), int(hi[r]) - 1)
-          c = max(c, int(lo[r]))
-          if ok[r, min(c, t - 1)] and (r, c) not in pick:
-            pick.append((int(r), c))
-      pick = pick[:forks]
-    else:
-      raise ValueError(f"fork_at={fork_at!r}: expected 'entropy' or 'depth'")
-    pick = pick or [(int(root), 0)]
-    pick += [pick[-1]] * (forks - len(pick))
-    for r, c in sorted(pick):
-      rows_out.append(r)
-      cols_out.append(c)
-  return np.asarray(rows_out, np.int64), np.asarray(cols_out, np.int32)
-
-
-def _fork_cache(cache, rows, hide_from):
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _fork_cache(cache, rows, hide_from, *, mesh=None):
   """Cache rows `rows`, slots at position >= hide_from[r] hidden (-1)."""
   take = lambda x: jnp.take(x, rows, axis=0)
   pos = take(cache.pos)
   pos = jnp.where(pos >= hide_from[:, None], -1, pos)
-  return transformer.Cache(
+  out = transformer.Cache(
     k=tuple(take(k) for k in cache.k),
     v=tuple(take(v) for v in cache.v),
     pos=pos,
     index=cache.index,
   )
+  return sampling_lib.constrain_cache(out, mesh)
 
 
-_fork_cache_jit = jax.jit(_fork_cache)
-
-
-@jax.jit
-def _concat_caches(caches):
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _concat_caches(caches, *, mesh=None):
   """One cache of all rows; writes continue after the furthest index (the
   slots a shorter row skips hold position -1: holes)."""
   cat = lambda xs: jnp.concatenate(xs, axis=0)
-  return transformer.Cache(
+  out = transformer.Cache(
     k=tuple(cat(ks) for ks in zip(*(c.k for c in caches))),
     v=tuple(cat(vs) for vs in zip(*(c.v for c in caches))),
     pos=cat([c.pos for c in caches]),
     index=jnp.max(jnp.stack([c.index for c in caches])),
   )
+  return sampling_lib.constrain_cache(out, mesh)
+
+
+def _like(x: np.ndarray, ref: jax.Array) -> jax.Array:
+  """Host x on ref's sharding when ref is split over a mesh."""
+  if isinstance(ref.sharding, jax.sharding.NamedSharding):
+    return mesh_lib.put_global(x, ref.sharding)
+  return jnp.asarray(x)
 
 
 class _Rows:
@@ -235,8 +153,10 @@ class _Rows:
     self.level = np.zeros(n, np.int32)
     self.used = np.zeros((n, t), bool)
 
-  def add(self, seg, parent, fork, level, pad_id):
-    """Appends the branches `seg` sampled from (parent, fork)."""
+  def add(self, seg, parent, fork, level, pad_id, stop_sequences=()):
+    """Appends the branches `seg` sampled from (parent, fork); a branch
+    whose shared prefix ends inside a stop sequence that its own tokens
+    complete (the device check sees only its own tokens) stops there."""
     nb, t = len(parent), self.comp.shape[1]
     comp = np.full((nb, t), pad_id, np.int32)
     logp = np.zeros((nb, t), np.float32)
@@ -254,6 +174,11 @@ class _Rows:
       ent[j, f : f + own] = seg.entropy[j, :own]
       lengths[j] = f + own
       stopped[j] = bool(seg.stopped[j]) and own == seg.lengths[j]
+      end = _first_stop_across(comp[j], f, f + own, stop_sequences)
+      if end is not None:
+        lengths[j], stopped[j] = end, True
+        comp[j, end:], logp[j, end:] = pad_id, 0.0
+        plogp[j, end:], ent[j, end:] = 0.0, 0.0
     self.used[parent, fork] = True
     cat = lambda a, b: np.concatenate([a, b], axis=0)
     self.comp, self.logp = cat(self.comp, comp), cat(self.logp, logp)
@@ -267,6 +192,18 @@ class _Rows:
     self.tree_of = cat(self.tree_of, self.tree_of[parent])
     self.level = cat(self.level, np.full(nb, level, np.int32))
     self.used = cat(self.used, np.zeros((nb, t), bool))
+
+
+def _first_stop_across(comp, fork, end, stop_sequences):
+  """The length up to the first stop sequence in comp[:end] that starts
+  before `fork` and ends at or after it; None if there is none."""
+  k_max = max(map(len, stop_sequences), default=1)
+  for e in range(fork, min(end, fork + k_max - 1)):
+    for seq in stop_sequences:
+      a = e - len(seq) + 1
+      if 0 <= a < fork and tuple(comp[a : e + 1]) == seq:
+        return e + 1
+  return None
 
 
 def generate(
@@ -288,6 +225,7 @@ def generate(
   max_prompt_len: int | None = None,
   bucket: int = 32,
   mesh: jax.sharding.Mesh | None = None,
+  stop_sequences: Sequence[Sequence[int]] = (),
 ) -> TreeRollout:
   """EPTree(roots, forks, levels, branches) per prompt (module docstring).
 
@@ -301,8 +239,12 @@ def generate(
     fork_at: "entropy" or "depth" (then `depths`).
     sampling: temperature / filters.
     max_prompt_len, bucket: as rollout.pad_prompts.
-    mesh: decode with the parameters in the rollout layout
-      (mesh.ROLLOUT_RULES) on this mesh; None: where they are.
+    mesh: decode on this mesh: parameters in the rollout layout
+      (mesh.ROLLOUT_RULES), rows (the cache, every round's inputs, the
+      outputs) split over its batch axes (replicated when a round's row
+      count does not divide); None: where the parameters are, unsplit.
+    stop_sequences: token-id sequences that end a row (besides EOS) once
+      its completion ends with one; a branch's shared prefix counts.
 
   Returns:
     A TreeRollout with N = B * roots * leaves_per_tree(...) rows.
@@ -313,10 +255,15 @@ def generate(
       f"branches={branches} must all be >= 1"
     )
   sampling = sampling or sampling_lib.Sampling()
+  stop_ids, stop_seqs = stops.split((tokenizer.eos_id,), stop_sequences)
+  stops.check_vocab(stop_ids, stop_seqs, model_cfg.vocab_size)
+  rows_on = functools.partial(mesh_lib.put_rows, mesh)
+  rng = jax.random.fold_in(rng, step)
   if mesh is not None:
     params = jax.device_put(
       params, rollout_lib.rollout_shardings(mesh, model_cfg)
     )
+    rng = mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
   t = int(max_new_tokens)
   tokens, positions = rollout_lib.pad_prompts(
     prompts, tokenizer.pad_id, max_len=max_prompt_len, bucket=bucket
@@ -328,35 +275,35 @@ def generate(
   kw = dict(
     model_cfg=model_cfg,
     sampling=sampling,
-    stop_ids=(int(tokenizer.eos_id),),
+    stop_ids=stop_ids,
+    stop_sequences=stop_seqs,
     pad_id=tokenizer.pad_id,
     max_new_tokens=t,
+    mesh=mesh,
   )
-  rng = jax.random.fold_in(rng, step)
-  cache = transformer.init_cache(model_cfg, n0, p + (1 + levels) * t)
+  cache = segments.init_cache(model_cfg, n0, p + (1 + levels) * t, mesh=mesh)
   logits, cache = segments.extend(
-    params, cache, tokens, positions, model_cfg=model_cfg
+    params, cache, *rows_on((tokens, positions)), model_cfg=model_cfg, mesh=mesh
   )
   start = positions[:, -1] + 1  # [n0] position of completion token 0
   seg, cache = segments.decode(
     params,
     cache,
     logits,
-    jnp.asarray(start),
-    jnp.ones(n0, bool),
+    *rows_on((start.astype(np.int32), np.ones(n0, bool))),
     jax.random.fold_in(rng, 0),
     **kw,
   )
-  rows = _Rows(jax.device_get(seg), t)
+  rows = _Rows(mesh_lib.to_host(seg), t)
   caches = [cache]
   for level in range(1, levels + 1):
     if level == 1:
-      cols = fork_columns(
+      cols = tree_forks.fork_columns(
         rows.ent, rows.lengths, forks, fork_at=fork_at, depths=depths
       )  # [n0, N]
       parent, fork = np.repeat(np.arange(n0), forks), cols.reshape(-1)
     else:
-      parent, fork = pooled_fork_points(
+      parent, fork = tree_forks.pooled_fork_points(
         rows.ent,
         rows.lengths,
         rows.parent,
@@ -371,11 +318,15 @@ def generate(
       )
     parent, fork = np.repeat(parent, branches), np.repeat(fork, branches)
     root = rows.tree_of[parent]
-    src = caches[0] if len(caches) == 1 else _concat_caches(tuple(caches))
+    src = caches[0]
+    if len(caches) > 1:
+      src = _concat_caches(tuple(caches), mesh=mesh)
     # Hide the parent's token fork - 1 (position start + fork - 1) and
     # every later one, wherever in its buffer it sits.
     prev_pos = (start[root] + fork - 1).astype(np.int32)
-    bcache = _fork_cache_jit(src, jnp.asarray(parent), jnp.asarray(prev_pos))
+    bcache = _fork_cache(
+      src, *rows_on((parent.astype(np.int32), prev_pos)), mesh=mesh
+    )
     # Token fork - 1 (the last prompt token for fork = 0) is fed again.
     prev_tok = np.where(
       fork > 0,
@@ -383,24 +334,31 @@ def generate(
       tokens[root, -1],
     )[:, None]
     logits, bcache = segments.extend(
-      params, bcache, prev_tok, prev_pos[:, None], model_cfg=model_cfg
+      params,
+      bcache,
+      *rows_on((prev_tok.astype(np.int32), prev_pos[:, None])),
+      model_cfg=model_cfg,
+      mesh=mesh,
     )
     seg, bcache = segments.decode(
       params,
       bcache,
       logits,
-      jnp.asarray(start[root] + fork),
-      jnp.ones(len(parent), bool),
+      *rows_on(
+        ((start[root] + fork).astype(np.int32), np.ones(len(parent), bool))
+      ),
       jax.random.fold_in(rng, level),
       **kw,
     )
-    rows.add(jax.device_get(seg), parent, fork, level, tokenizer.pad_id)
+    rows.add(
+      mesh_lib.to_host(seg), parent, fork, level, tokenizer.pad_id, stop_seqs
+    )
     if level < levels:
       caches.append(bcache)
-  return _assemble(tokens, positions, rows, tokenizer, roots)
+  return _assemble(tokens, positions, rows, tokenizer, roots, rows_on)
 
 
-def _assemble(tokens, positions, rows, tok, roots):
+def _assemble(tokens, positions, rows, tok, roots, rows_on):
   n, t = rows.comp.shape
   cols = np.arange(t)[None]
   mask_full = (cols < rows.lengths[:, None]).astype(np.int32)
@@ -410,13 +368,22 @@ def _assemble(tokens, positions, rows, tok, roots):
   all_tokens, all_pos = tokens[rows.tree_of], positions[rows.tree_of]
   start = all_pos[:, -1:] + 1
   comp_pos = np.where(mask_full > 0, start + cols, -1).astype(np.int32)
+  full_tokens, full_pos, logp, plogp, mask = rows_on(
+    (
+      np.concatenate([all_tokens, comp], axis=1),
+      np.concatenate([all_pos, comp_pos], axis=1),
+      logp,
+      plogp,
+      mask,
+    )
+  )
   return TreeRollout(
-    tokens=jnp.asarray(np.concatenate([all_tokens, comp], axis=1)),
-    positions=jnp.asarray(np.concatenate([all_pos, comp_pos], axis=1)),
+    tokens=full_tokens,
+    positions=full_pos,
     prompt_len=tokens.shape[1],
-    logp=jnp.asarray(logp),
-    policy_logp=jnp.asarray(plogp),
-    mask=jnp.asarray(mask),
+    logp=logp,
+    policy_logp=plogp,
+    mask=mask,
     lengths=rows.lengths,
     finish_reasons=np.where(rows.stopped, "eos", "length"),
     texts=[tok.decode(comp[i, : rows.lengths[i]].tolist()) for i in range(n)],
@@ -431,98 +398,19 @@ def _assemble(tokens, positions, rows, tok, roots):
 
 def prompt_major(tr: TreeRollout) -> TreeRollout:
   """Rows reordered so each prompt's tree is contiguous (roots, branches),
-  as the loop's group statistics expect; `parent` is remapped."""
+  as the loop's group statistics expect; `parent` is remapped. Device
+  arrays keep their sharding."""
   order = np.argsort(tr.prompt_ids, kind="stable")
   new = np.empty_like(order)
   new[order] = np.arange(len(order))
   take = lambda x: x[order] if isinstance(x, np.ndarray) else x
   fields = {k: take(v) for k, v in tr._asdict().items()}
   for k in ("tokens", "positions", "logp", "policy_logp", "mask"):
-    fields[k] = jnp.asarray(np.asarray(getattr(tr, k))[order])
+    x = getattr(tr, k)
+    fields[k] = _like(mesh_lib.to_host(x)[order], x)
   fields["texts"] = [tr.texts[i] for i in order]
   fields["parent"] = np.where(tr.parent[order] >= 0, new[tr.parent[order]], -1)
   return TreeRollout(**fields)
-
-
-def tree_advantages(
-  rewards: np.ndarray,
-  parent: np.ndarray,
-  fork_col: np.ndarray,
-  mask: np.ndarray,
-  prompt_ids: np.ndarray,
-  *,
-  scale_by_leaves: bool = True,
-) -> np.ndarray:
-  """TreeRL's process advantages from subtree outcomes, per token.
-
-  TreeRL (Hou et al. 2025, arXiv:2506.11902, Sec. 3.2): a node s (a span
-  of tokens between forks) has value V(s) = mean outcome reward of the
-  leaves below it, L(s), and every token of s gets
-
-    A(s) = [(V(s) - V(root)) + (V(s) - V(parent(s)))] / sqrt(|L(s)|)
-
-  (global + local advantage; the 1/sqrt(|L(s)|) keeps shared prefixes,
-  which many leaves vote on, from dominating). V(root) is the prompt's
-  mean reward over all its trees (the virtual root above the M chains).
-
-  Any depth: row r owns columns [fork_col[r], len) and is cut into nodes
-  at its children's fork columns; node [a, b) of r has the leaves
-  L = {r} + the subtrees of r's children forked at column >= b (they
-  share r's tokens up to b). parent(s) of r's first node is the node
-  holding column fork_col[r] - 1: the nearest ancestor whose own span
-  contains it (the virtual root when fork_col[r] = 0).
-
-  Args:
-    rewards: [N] outcome reward of each row (leaf).
-    parent: [N] parent row, -1 for roots (TreeRollout.parent).
-    fork_col: [N] first own column of each row.
-    mask: [N, T] owned tokens (TreeRollout.mask).
-    prompt_ids: [N] prompt of each row.
-    scale_by_leaves: divide by sqrt(|L(s)|) (TreeRL); False: not.
-
-  Returns:
-    [N, T] float32 advantages, 0 where mask = 0.
-  """
-  rewards = np.asarray(rewards, np.float64)
-  n, t = mask.shape
-  children = [[] for _ in range(n)]
-  for r in range(n):
-    if parent[r] >= 0:
-      children[parent[r]].append(r)
-  memo = {}
-
-  def below(r):  # all rows in r's subtree (r included)
-    if r not in memo:
-      memo[r] = [r] + [x for q in children[r] for x in below(q)]
-    return memo[r]
-
-  def leaves(r, end):  # leaves sharing row r's tokens [.., end)
-    return [r] + [
-      x for q in children[r] if fork_col[q] >= end for x in below(q)
-    ]
-
-  root_v = {p: rewards[prompt_ids == p].mean() for p in set(prompt_ids)}
-  adv = np.zeros((n, t), np.float32)
-  for r in range(n):
-    cuts = sorted({int(fork_col[r])} | {int(fork_col[q]) for q in children[r]})
-    cuts = [c for c in cuts if c < t] + [t]
-    f, prev_v = int(fork_col[r]), None
-    if parent[r] >= 0 and f > 0:  # a fork at 0 hangs off the root
-      owner = parent[r]  # the ancestor that sampled column f - 1
-      while fork_col[owner] >= f and parent[owner] >= 0:
-        owner = parent[owner]
-      prev_v = rewards[leaves(owner, f)].mean()
-    for a, b in zip(cuts[:-1], cuts[1:]):
-      lv = leaves(r, b)
-      v = rewards[lv].mean()
-      vr = root_v[prompt_ids[r]]
-      vp = vr if prev_v is None else prev_v
-      a_s = (v - vr) + (v - vp)
-      if scale_by_leaves:
-        a_s /= np.sqrt(len(lv))
-      adv[r, a:b] = a_s
-      prev_v = v
-  return adv * (np.asarray(mask) > 0)
 
 
 def tree_shape(cfg) -> tuple[int, int, int]:
@@ -582,7 +470,7 @@ def make_generate_fn(
     )
     out = prompt_major(tr)
     if whole_leaves:
-      out = out._replace(mask=jnp.asarray(out.mask_full))
+      out = out._replace(mask=_like(out.mask_full, out.mask))
     return out
 
   return fn

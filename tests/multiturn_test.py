@@ -266,13 +266,13 @@ def test_segments_run_split_over_the_mesh():
     params, multiturn.rollout_lib.rollout_shardings(mesh, CFG)
   )
   tokens, positions = _prompt_rows(8)
-  rows = multiturn._rows_on(mesh, (tokens, positions))
+  rows = mesh_lib.put_rows(mesh, (tokens, positions))
   assert rows[0].addressable_shards[0].data.shape == (2, tokens.shape[1])
   cache = segments.init_cache(CFG, 8, tokens.shape[1] + 6, mesh=mesh)
   logits, cache = segments.extend(
     params, cache, *rows, model_cfg=CFG, mesh=mesh
   )
-  start, active = multiturn._rows_on(
+  start, active = mesh_lib.put_rows(
     mesh, (positions[:, -1] + 1, np.ones(8, bool))
   )
   seg, cache = segments.decode(

@@ -7,6 +7,7 @@ import pytest
 from rlreason import policy
 from rlreason import sampling
 from rlreason import tree
+from rlreason import tree_forks
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
 
@@ -106,30 +107,6 @@ def test_branch_equals_independent_sample_from_its_prefix(depth):
     np.asarray(tr.logp)[1, depth : depth + n],
     atol=1e-5,
   )
-
-
-def test_tree_advantages_hand_computed():
-  # One prompt. Root 0 (reward 1) forks: row 1 at col 2 (reward 0), row 2 at
-  # col 4 (reward 0). Root 3 (reward 1), no forks. T = 6, all full length.
-  parent = np.array([-1, 0, 0, -1])
-  fork = np.array([0, 2, 4, 0])
-  r = np.array([1.0, 0.0, 0.0, 1.0])
-  mask = (np.arange(6)[None] >= fork[:, None]).astype(np.int32)
-  adv = tree.tree_advantages(r, parent, fork, mask, np.zeros(4, int))
-  vroot = 0.5
-  # Row 0 segments: [0,2) leaves {0,1,2} V=1/3; [2,4) leaves {0,2} V=1/2;
-  # [4,6) leaves {0} V=1.
-  a0 = (2 * (1 / 3) - 2 * vroot) / np.sqrt(3)
-  a1 = ((0.5 - vroot) + (0.5 - 1 / 3)) / np.sqrt(2)
-  a2 = (1 - vroot) + (1 - 0.5)
-  np.testing.assert_allclose(adv[0], [a0, a0, a1, a1, a2, a2], atol=1e-6)
-  # Row 1 (parent node: row 0's [0,2), V=1/3): V=0.
-  b = (0 - vroot) + (0 - 1 / 3)
-  np.testing.assert_allclose(adv[1], [0, 0, b, b, b, b], atol=1e-6)
-  # Row 2 (parent node: row 0's [2,4), V=1/2).
-  c = (0 - vroot) + (0 - 0.5)
-  np.testing.assert_allclose(adv[2], [0, 0, 0, 0, c, c], atol=1e-6)
-  np.testing.assert_allclose(adv[3], [1.0] * 6, atol=1e-6)  # 2*(1-.5)
 
 
 def test_prompt_major_keeps_parents(setup):
@@ -279,48 +256,6 @@ def test_level_two_branch_equals_independent_sample():
   )
 
 
-def test_tree_advantages_two_levels_hand_computed():
-  # One prompt, T = 8. Root 0 (r=1) has round-1 branches 1 (col 2, r=0) and
-  # 2 (col 5, r=1); round 2 forks branch 1 at col 4 (row 3, r=1) and the
-  # root again at col 6 (row 4, r=0). Root 5 (r=0) has no branches.
-  parent = np.array([-1, 0, 0, 1, 0, -1])
-  fork = np.array([0, 2, 5, 4, 6, 0])
-  r = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
-  mask = (np.arange(8)[None] >= fork[:, None]).astype(np.int32)
-  adv = tree.tree_advantages(r, parent, fork, mask, np.zeros(6, int))
-  vr = 0.5  # 3 of 6 leaves correct
-  a = lambda v, vp, n: ((v - vr) + (v - vp)) / np.sqrt(n)
-  # Row 0 nodes: [0,2) leaves {0,1,3,2,4} V=3/5; [2,5) {0,2,4} V=2/3;
-  # [5,6) {0,4} V=1/2; [6,8) {0} V=1.
-  row0 = [a(0.6, vr, 5)] * 2 + [a(2 / 3, 0.6, 3)] * 3
-  row0 += [a(0.5, 2 / 3, 2)] + [a(1.0, 0.5, 1)] * 2
-  np.testing.assert_allclose(adv[0], row0, atol=1e-6)
-  # Row 1 (parent node row 0 [0,2), V=3/5): [2,4) {1,3} V=1/2; [4,8) {1} V=0.
-  row1 = [0, 0] + [a(0.5, 0.6, 2)] * 2 + [a(0.0, 0.5, 1)] * 4
-  np.testing.assert_allclose(adv[1], row1, atol=1e-6)
-  # Row 3 hangs off row 1's [2,4) (V=1/2); row 2 off row 0's [2,5) (V=2/3);
-  # row 4 off row 0's [5,6) (V=1/2); root 5 off the virtual root.
-  np.testing.assert_allclose(adv[3], [0] * 4 + [a(1.0, 0.5, 1)] * 4, atol=1e-6)
-  np.testing.assert_allclose(
-    adv[2], [0] * 5 + [a(1.0, 2 / 3, 1)] * 3, atol=1e-6
-  )
-  np.testing.assert_allclose(adv[4], [0] * 6 + [a(0.0, 0.5, 1)] * 2, atol=1e-6)
-  np.testing.assert_allclose(adv[5], [a(0.0, vr, 1)] * 8, atol=1e-6)
-
-
-def test_tree_advantages_fork_at_a_branch_start_is_the_parents_fork():
-  # Row 2 forks branch 1 at branch 1's first own column (3): it shares
-  # only the root's tokens [0, 3), the same tree as forking the root there.
-  r = np.array([1.0, 0.0, 1.0])
-  fork = np.array([0, 3, 3])
-  mask = (np.arange(6)[None] >= fork[:, None]).astype(np.int32)
-  ids = np.zeros(3, int)
-  nested = tree.tree_advantages(r, np.array([-1, 0, 1]), fork, mask, ids)
-  flat = tree.tree_advantages(r, np.array([-1, 0, 0]), fork, mask, ids)
-  np.testing.assert_allclose(nested, flat, atol=1e-6)
-  np.testing.assert_allclose(nested.sum(-1) != 0, [True, True, True])
-
-
 def test_make_generate_fn_builds_l_level_trees():
   import types
 
@@ -371,17 +306,107 @@ def test_pooled_fork_points_hand_made_tree():
   )
   # Pooled over the whole tree: the root's own tokens win; the branch's
   # first token (0.95) and the used (0, 2) are not candidates.
-  rows, cols = tree.pooled_fork_points(*args, 2, round_=2)
+  rows, cols = tree_forks.pooled_fork_points(*args, 2, round_=2)
   assert list(zip(rows, cols)) == [(0, 1), (0, 4)]
-  rows, cols = tree.pooled_fork_points(*args, 3, round_=2)
+  rows, cols = tree_forks.pooled_fork_points(*args, 3, round_=2)
   assert list(zip(rows, cols)) == [(0, 1), (0, 4), (1, 3)]
   # depth: round 1's chain (row 1) two tokens after its own fork.
-  rows, cols = tree.pooled_fork_points(
+  rows, cols = tree_forks.pooled_fork_points(
     *args, 2, round_=2, fork_at="depth", depths=(2,)
   )
   assert list(zip(rows, cols)) == [(1, 4), (1, 4)]
   # No candidate left: the root at column 0.
-  rows, cols = tree.pooled_fork_points(
+  rows, cols = tree_forks.pooled_fork_points(
     ent, np.array([1, 3]), *args[2:6], np.ones((2, 6), bool), 1, round_=2
   )
   assert list(zip(rows, cols)) == [(0, 0)]
+
+
+def test_sharded_tree_matches_single_device(setup2):
+  """8 devices: rows split over (data, fsdp) = 4 shards, heads over tensor
+  = 2; two rounds (caches concatenated) give the same tree, and the
+  outputs (prompt-major too) are split by rows."""
+  from rlreason import mesh as mesh_lib
+
+  params, ref, _ = setup2
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  assert mesh.devices.size == 8
+  tr = tree.generate(
+    params,
+    [TOK.encode("Q: 12+3="), TOK.encode("Q: x")],
+    jax.random.key(3),
+    0,
+    model_cfg=CFG,
+    tokenizer=TOK,
+    max_new_tokens=T,
+    roots=2,
+    forks=2,
+    levels=2,
+    branches=2,
+    bucket=1,
+    mesh=mesh,
+  )
+  np.testing.assert_array_equal(np.asarray(tr.tokens), np.asarray(ref.tokens))
+  for name in ("parent", "fork_col", "lengths", "level"):
+    np.testing.assert_array_equal(getattr(tr, name), getattr(ref, name))
+  for name in ("logp", "policy_logp"):
+    np.testing.assert_allclose(
+      np.asarray(getattr(tr, name)), np.asarray(getattr(ref, name)), atol=1e-5
+    )
+  for out in (tr, tree.prompt_major(tr)):
+    for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
+      x = getattr(out, name)
+      assert x.sharding.spec[0] == ("data", "fsdp"), name
+      assert len(x.sharding.device_set) == 8, name
+      shapes = {sh.data.shape for sh in x.addressable_shards}
+      assert shapes == {(36 // 4, x.shape[1])}, (name, shapes)
+
+
+def _first_end(toks, seq, lo):
+  """Length up to the first occurrence of seq ending at column >= lo."""
+  k = len(seq)
+  for e in range(max(lo, k - 1), len(toks)):
+    if tuple(toks[e - k + 1 : e + 1]) == tuple(seq):
+      return e + 1
+  return None
+
+
+def test_branch_stops_after_a_stop_sequence():
+  # One root forked at depth 4: with a 2-token stop sequence the root and
+  # the branch stop right after its first occurrence in their completion,
+  # the branch's counting its shared prefix (a sequence across the fork).
+  params = transformer.init(CFG, jax.random.key(0))
+  d = 4
+  kw = dict(
+    model_cfg=CFG,
+    tokenizer=TOK,
+    max_new_tokens=T,
+    roots=1,
+    forks=1,
+    fork_at="depth",
+    depths=(d,),
+    bucket=1,
+  )
+  prompt = [TOK.encode("Q: 7*8=")]
+  free = tree.generate(params, prompt, jax.random.key(5), 0, **kw)
+  assert (free.lengths == T).all() and (free.fork_col[1] == d)
+  comp = np.asarray(free.tokens)[:, free.prompt_len :]
+  root, branch = comp[0].tolist(), comp[1].tolist()
+  inside = (branch[d + 1], branch[d + 2])  # the branch's own tokens
+  across = (branch[d - 1], branch[d])  # ends on the branch's first token
+  for seq in (inside, across):
+    root_len = _first_end(root, seq, 1) or T
+    assert root_len > d  # the fork stays at d (this key's chains)
+    want = _first_end(branch, seq, d)
+    assert want is not None and want < T
+    tr = tree.generate(
+      params, prompt, jax.random.key(5), 0, stop_sequences=(seq,), **kw
+    )
+    assert tr.lengths[0] == root_len, seq
+    assert tr.lengths[1] == want, (seq, tr.lengths, want)
+    assert tr.finish_reasons[1] == "eos"
+    toks = np.asarray(tr.tokens)[1, tr.prompt_len :]
+    assert tuple(toks[want - 2 : want]) == seq
+    np.testing.assert_array_equal(toks[:want], branch[:want])
+    assert (toks[want:] == TOK.pad_id).all()
+    assert not np.asarray(tr.mask_full)[1, want:].any()
