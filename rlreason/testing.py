@@ -1,5 +1,12 @@
 """Helpers shared by the tests (and usable from notebooks)."""
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import jax
 from absl.testing import parameterized
 
@@ -37,3 +44,87 @@ SMOKE = dict(
   # machine; sharded == single-device is tested in train_step_test.py.
   mesh_fsdp=1,
 )
+
+
+def experiment_cmd(module: str, workdir, cache_dir, **flags) -> list[str]:
+  """The command line of `python -m experiments.<module>` with SMOKE flags."""
+  flags = {**SMOKE, **flags}
+  return [
+    sys.executable,
+    "-m",
+    f"experiments.{module}",
+    *[f"--{k}={v}" for k, v in flags.items()],
+    f"--workdir={workdir}",
+    f"--cache_dir={cache_dir}",
+  ]
+
+
+def run_killed_and_resumed(
+  cmd_a: list[str], cmd_b: list[str], workdir_b, *, kill_after: int = 2
+) -> list[int]:
+  """Runs cmd_a to the end; runs cmd_b, SIGKILLs it once its checkpoint
+  `kill_after` exists, then reruns cmd_b to the end (it must resume).
+  Raises AssertionError with the process's stderr on any failure.
+
+  Returns:
+    The checkpoint steps cmd_b had saved when it was killed.
+  """
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  subprocess.run(cmd_a, check=True, env=env, capture_output=True, timeout=600)
+  proc = subprocess.Popen(
+    cmd_b, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+  )
+  ready = os.path.join(workdir_b, "checkpoints", str(kill_after))
+  deadline = time.time() + 600
+  while not os.path.exists(ready):
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    assert time.time() < deadline, "no checkpoint before the deadline"
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  saved = sorted(
+    int(d)
+    for d in os.listdir(os.path.join(workdir_b, "checkpoints"))
+    if d.isdigit()
+  )
+  resumed = subprocess.run(
+    cmd_b, env=env, capture_output=True, text=True, timeout=600
+  )
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  return saved
+
+
+def train_rows(workdir) -> dict[int, dict]:
+  """step -> the step's last metrics.jsonl row, without wall-clock fields."""
+  rows = {}
+  for line in open(os.path.join(workdir, "metrics.jsonl")):
+    r = json.loads(line)
+    if "loss" in r:
+      rows[r["step"]] = {
+        k: v
+        for k, v in r.items()
+        if not k.startswith(("time", "tokens_per_sec"))
+      }
+  return rows
+
+
+def checkpoints(workdir) -> dict[int, tuple[dict, object]]:
+  """step -> (meta, params) of every checkpoint kept in workdir."""
+  import orbax.checkpoint as ocp
+
+  mgr = ocp.CheckpointManager(
+    os.path.join(workdir, "checkpoints"), item_names=("state", "meta")
+  )
+  out = {}
+  for step in mgr.all_steps():
+    got = mgr.restore(
+      step,
+      args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()
+      ),
+    )
+    state = got.state
+    params = state[0] if isinstance(state, (list, tuple)) else state["params"]
+    out[step] = (got.meta, params)
+  mgr.close()
+  return out

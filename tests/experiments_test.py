@@ -5,13 +5,9 @@ import importlib
 import json
 import os
 import pkgutil
-import signal
-import subprocess
-import sys
-import time
 
+import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 import experiments
@@ -119,80 +115,16 @@ def test_dars_b_smoke(tmp_path):
   )
 
 
-def _cmd(workdir, cache):
-  flags = [f"--{k}={v}" for k, v in {**SMOKE, "steps": 4}.items()]
-  return [
-    sys.executable,
-    "-m",
-    "experiments.grpo",
-    *flags,
-    f"--workdir={workdir}",
-    f"--cache_dir={cache}",
-  ]
-
-
-def _train_rows(workdir):
-  """Last row per step, without wall-clock fields."""
-  rows = {}
-  for line in open(os.path.join(workdir, "metrics.jsonl")):
-    r = json.loads(line)
-    if "loss" in r:
-      rows[r["step"]] = {
-        k: v
-        for k, v in r.items()
-        if not k.startswith(("time", "tokens_per_sec"))
-      }
-  return rows
-
-
-def _final_params(workdir):
-  ckpt = ocp.CheckpointManager(
-    os.path.join(workdir, "checkpoints"), item_names=("state", "meta")
-  )
-  state = ckpt.restore(
-    4, args=ocp.args.Composite(state=ocp.args.StandardRestore())
-  ).state
-  return state[0] if isinstance(state, (list, tuple)) else state["params"]
-
-
 @pytest.mark.slow
 def test_sigkill_then_rerun_resumes_bit_identically(tmp_path):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-  cache = tmp_path / "cache"
-  subprocess.run(
-    _cmd(tmp_path / "a", cache),
-    check=True,
-    env=env,
-    capture_output=True,
-    timeout=600,
+  cmd = lambda run: testing.experiment_cmd(  # noqa: E731
+    "grpo", tmp_path / run, tmp_path / "cache", steps=4
   )
-
-  proc = subprocess.Popen(
-    _cmd(tmp_path / "b", cache),
-    env=env,
-    stdout=subprocess.DEVNULL,
-    stderr=subprocess.PIPE,
-  )
-  deadline = time.time() + 600
-  while not os.path.exists(tmp_path / "b/checkpoints/2"):
-    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-    assert time.time() < deadline
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
-  resumed = subprocess.run(
-    _cmd(tmp_path / "b", cache),
-    env=env,
-    capture_output=True,
-    text=True,
-    timeout=600,
-  )
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
-
-  a, b = _train_rows(tmp_path / "a"), _train_rows(tmp_path / "b")
+  saved = testing.run_killed_and_resumed(cmd("a"), cmd("b"), tmp_path / "b")
+  assert 2 <= max(saved) < 4  # the rerun had steps left to resume
+  a, b = testing.train_rows(tmp_path / "a"), testing.train_rows(tmp_path / "b")
   assert sorted(a) == sorted(b) == [1, 2, 3, 4]
   assert a == b
-  pa, pb = _final_params(tmp_path / "a"), _final_params(tmp_path / "b")
-  import jax
-
+  pa = testing.checkpoints(tmp_path / "a")[4][1]
+  pb = testing.checkpoints(tmp_path / "b")[4][1]
   jax.tree.map(np.testing.assert_array_equal, pa, pb)
