@@ -60,17 +60,7 @@ class Config(ttrl.Config):
 
   def validate(self) -> None:
     super().validate()
-    if min(self.forks, self.fork_levels, self.fork_branches) < 1:
-      raise ValueError(
-        "Invalid config: --forks, --fork_levels and --fork_branches must "
-        "be >= 1"
-      )
-    k = tree.leaves_per_tree(*tree.tree_shape(self))
-    if self.group_size % k:
-      raise ValueError(
-        f"Invalid config: --group_size={self.group_size} must be a multiple "
-        f"of 1 + --fork_levels * --forks * --fork_branches = {k}"
-      )
+    tree.check_shape(self)
 
 
 PAPER = dict(

@@ -162,12 +162,9 @@ def generate(
   tokens = np.repeat(tokens, group_size, axis=0)
   positions = np.repeat(positions, group_size, axis=0)
   rows_on = functools.partial(mesh_lib.put_rows, mesh)
-  rng = jax.random.fold_in(rng, step)
-  if mesh is not None:
-    params = jax.device_put(
-      params, rollout_lib.rollout_shardings(mesh, model_cfg)
-    )
-    rng = mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
+  params, rng = rollout_lib.on_mesh(
+    params, jax.random.fold_in(rng, step), mesh, model_cfg
+  )
   k_max, o = max_turns, obs_tokens
   t_total = k_max * turn_tokens + (k_max - 1) * o
   cache = segments.init_cache(

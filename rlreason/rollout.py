@@ -106,6 +106,15 @@ def rollout_shardings(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
   )
 
 
+def on_mesh(params, rng: jax.Array, mesh, model_cfg: ModelConfig):
+  """(params in the rollout layout, rng replicated) for decoding on `mesh`;
+  unchanged when mesh is None (multi-turn and tree rollouts)."""
+  if mesh is None:
+    return params, rng
+  params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
+  return params, mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
+
+
 def generate(
   params: Any,
   prompts: Sequence[Sequence[int]],

@@ -258,12 +258,9 @@ def generate(
   stop_ids, stop_seqs = stops.split((tokenizer.eos_id,), stop_sequences)
   stops.check_vocab(stop_ids, stop_seqs, model_cfg.vocab_size)
   rows_on = functools.partial(mesh_lib.put_rows, mesh)
-  rng = jax.random.fold_in(rng, step)
-  if mesh is not None:
-    params = jax.device_put(
-      params, rollout_lib.rollout_shardings(mesh, model_cfg)
-    )
-    rng = mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
+  params, rng = rollout_lib.on_mesh(
+    params, jax.random.fold_in(rng, step), mesh, model_cfg
+  )
   t = int(max_new_tokens)
   tokens, positions = rollout_lib.pad_prompts(
     prompts, tokenizer.pad_id, max_len=max_prompt_len, bucket=bucket
@@ -421,6 +418,23 @@ def tree_shape(cfg) -> tuple[int, int, int]:
     int(getattr(cfg, "fork_levels", 1)),
     int(getattr(cfg, "fork_branches", 1)),
   )
+
+
+def check_shape(cfg) -> None:
+  """Raises ValueError unless cfg's tree shape is valid and its group_size
+  a whole number of trees (make_generate_fn's requirement)."""
+  forks, levels, branches = tree_shape(cfg)
+  if min(forks, levels, branches) < 1:
+    raise ValueError(
+      "Invalid config: --forks, --fork_levels and --fork_branches must be >= 1"
+    )
+  k = leaves_per_tree(forks, levels, branches)
+  if cfg.group_size % k:
+    raise ValueError(
+      f"Invalid config: --group_size={cfg.group_size} must be a multiple of "
+      f"1 + --fork_levels * --forks * --fork_branches = {k} (leaves per "
+      "tree)"
+    )
 
 
 def make_generate_fn(

@@ -410,3 +410,16 @@ def test_branch_stops_after_a_stop_sequence():
     np.testing.assert_array_equal(toks[:want], branch[:want])
     assert (toks[want:] == TOK.pad_id).all()
     assert not np.asarray(tr.mask_full)[1, want:].any()
+
+
+def test_check_shape_names_the_flags():
+  import types
+
+  cfg = types.SimpleNamespace(
+    forks=2, fork_levels=2, fork_branches=1, group_size=10
+  )
+  with pytest.raises(ValueError, match=r"--group_size=10 .* = 5"):
+    tree.check_shape(cfg)
+  tree.check_shape(types.SimpleNamespace(forks=2, group_size=6))  # 1 + 2
+  with pytest.raises(ValueError, match="must be >= 1"):
+    tree.check_shape(types.SimpleNamespace(forks=0, group_size=6))
