@@ -416,9 +416,9 @@ def test_check_shape_names_the_flags():
   import types
 
   cfg = types.SimpleNamespace(
-    forks=2, fork_levels=2, fork_branches=1, group_size=10
+    forks=2, fork_levels=2, fork_branches=1, group_size=12
   )
-  with pytest.raises(ValueError, match=r"--group_size=10 .* = 5"):
+  with pytest.raises(ValueError, match=r"--group_size=12 .* = 5"):
     tree.check_shape(cfg)
   tree.check_shape(types.SimpleNamespace(forks=2, group_size=6))  # 1 + 2
   with pytest.raises(ValueError, match="must be >= 1"):
