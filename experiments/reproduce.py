@@ -71,8 +71,13 @@ def _class_name(cfg) -> str:
 def _differences(saved: dict, cfg) -> list[str]:
   """Config keys in which a saved config.json differs from cfg."""
   want = dataclasses.asdict(cfg)
+  # A field added to the Config after the run was made is the same run if
+  # the run uses its default.
+  defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
   diff = [
-    k for k in want if k not in _SAME_RUN_IGNORES and saved.get(k) != want[k]
+    k
+    for k in want
+    if k not in _SAME_RUN_IGNORES and saved.get(k, defaults[k]) != want[k]
   ]
   if saved.get("class", _class_name(cfg)) != _class_name(cfg):
     diff.append("class")

@@ -65,6 +65,8 @@ class Config(ppo.Config):
   # (1) a response's budget (grpo.py's 40: 4 windows), rounded up to whole
   # windows; also the warm start's completion length.
   max_response_len: int = 40
+  # Evaluation decodes whole responses, not one window.
+  eval_max_new_tokens: int = 40  # = max_response_len
 
   def validate(self) -> None:
     super().validate()
@@ -75,6 +77,12 @@ class Config(ppo.Config):
       )
     if self.top_p < 1 or self.top_k:
       raise ValueError("Invalid config: T-PPO here samples without filters")
+    if self.eval_max_new_tokens < self.max_response_len:
+      raise ValueError(
+        f"Invalid config: --eval_max_new_tokens={self.eval_max_new_tokens} "
+        f"is shorter than a response (--max_response_len="
+        f"{self.max_response_len}): evaluation would cut answers"
+      )
 
 
 # The paper trains a 32B base model on math with long CoT and evaluates on
@@ -90,6 +98,7 @@ PAPER = dict(
   group_size=16,
   max_new_tokens=8192,
   max_response_len=24576,
+  eval_max_new_tokens=24576,
 )
 
 

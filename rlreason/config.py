@@ -90,6 +90,7 @@ class BaseConfig:
   eval_every: int = 0  # 0 = only before and after training
   eval_size: int = 64  # eval problems
   eval_samples: int = 1  # samples per eval problem (greedy if 1)
+  eval_max_new_tokens: int = 0  # eval completion budget; 0 = max_new_tokens
   checkpoint_every: int = 50
   keep_checkpoints: int = 2
   tensorboard: bool = True
@@ -147,3 +148,4 @@ class BaseConfig:
       f"--micro_batches={self.micro_batches}",
     )
     check(self.eval_samples >= 1, "--eval_samples must be >= 1")
+    check(self.eval_max_new_tokens >= 0, "--eval_max_new_tokens must be >= 0")

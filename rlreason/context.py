@@ -71,8 +71,18 @@ class Context:
     ]
 
   def generate(
-    self, params, examples, rng, step, *, group_size, sampling
+    self,
+    params,
+    examples,
+    rng,
+    step,
+    *,
+    group_size,
+    sampling,
+    max_new_tokens: int | None = None,
   ) -> Rollout:
+    """G samples per example; max_new_tokens overrides cfg.max_new_tokens
+    on the single-turn path (a custom generate_fn sets its own budget)."""
     if self.generate_fn is not None:
       return self.generate_fn(
         self,
@@ -90,7 +100,7 @@ class Context:
       step,
       model_cfg=self.model_cfg,
       tokenizer=self.tokenizer,
-      max_new_tokens=self.cfg.max_new_tokens,
+      max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
       group_size=group_size,
       sampling=sampling,
       mesh=self.mesh,

@@ -191,7 +191,13 @@ def sample_and_score(
   for lo in range(0, len(examples), per_call):
     chunk = examples[lo : lo + per_call]
     r = ctx.generate(
-      params, chunk, rng, step, group_size=samples, sampling=sampling
+      params,
+      chunk,
+      rng,
+      step,
+      group_size=samples,
+      sampling=sampling,
+      max_new_tokens=getattr(ctx.cfg, "eval_max_new_tokens", 0) or None,
     )
     gold = [chunk[i].answer for i in r.prompt_ids]
     # Completions are prompt-major: prompt i owns rows i*n .. (i+1)*n - 1.

@@ -67,3 +67,29 @@ def test_summarize_and_ci():
   assert m == 1.0 and lo < 1.0 and hi == pytest.approx(1.0)
   table = evaluation.markdown_table({"after": s})
   assert "| after | " in table and "pass@2" in table
+
+
+@pytest.mark.parametrize("budget,expected", [(0, None), (7, 7)])
+def test_sample_and_score_passes_the_eval_budget(budget, expected):
+  """--eval_max_new_tokens reaches the sampler (0: the training budget)."""
+  import types
+
+  calls = []
+
+  def generate(params, chunk, rng, step, **kw):
+    calls.append(kw["max_new_tokens"])
+    n = len(chunk) * kw["group_size"]
+    return types.SimpleNamespace(
+      texts=["4"] * n,
+      prompt_ids=np.repeat(np.arange(len(chunk)), kw["group_size"]),
+    )
+
+  ctx = types.SimpleNamespace(
+    cfg=types.SimpleNamespace(eval_max_new_tokens=budget),
+    generate=generate,
+    correct_fn=lambda texts, gold: [t == g for t, g in zip(texts, gold)],
+  )
+  examples = [types.SimpleNamespace(answer=a) for a in ("4", "5")]
+  got = evaluation.sample_and_score(ctx, None, examples, step=0)
+  assert calls == [expected]
+  np.testing.assert_array_equal(got.correct[:, 0], [True, False])

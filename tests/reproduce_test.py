@@ -94,3 +94,18 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
     reproduce.run_all(
       "tiny", claim, [0], steps=2, root=root, common=dict(common, lr=1.0)
     )
+
+
+def test_a_field_added_later_at_its_default_is_the_same_run():
+  from experiments import grpo
+
+  cfg = grpo.Config()
+  saved = dataclasses.asdict(cfg)
+  saved["class"] = "experiments.grpo.Config"
+  del saved["eval_max_new_tokens"]  # a run made before the field existed
+  assert reproduce._differences(saved, cfg) == []
+  assert reproduce._differences(
+    saved, dataclasses.replace(cfg, eval_max_new_tokens=7)
+  ) == ["eval_max_new_tokens"]
+  saved["class"] = "experiments.dr_grpo.Config"
+  assert reproduce._differences(saved, cfg) == ["class"]
