@@ -40,7 +40,7 @@ prompt (paper: N = 512 instead of 16; laptop: 32 instead of 8).
 
 A --variant's preset sets every field it names that is still at the
 scale's default (Config() or PAPER); flags given with other values win
-(`with_variant`).
+(`resolve`).
 
 Reproduces:
   laptop: DARS vs GRPO with the same number of sampled rollouts per step
@@ -82,7 +82,7 @@ class Config(grpo.Config):
   hard_threshold: float = 0.5  # (1) accuracy below which a prompt is hard
   extra_schedule: str = "equal"  # (1) "equal" or "hardness"
   pooled_std: bool = True  # (2) laptop: GRPO's std scaling, as grpo.py
-  variant: str = "dars"  # dars | dars_b (3) | brorl: preset, with_variant
+  variant: str = "dars"  # dars | dars_b (3) | brorl: preset, resolve
   eval_samples: int = 8  # pass@8 for the Pass@K claim
 
   def validate(self) -> None:
@@ -148,8 +148,12 @@ VARIANTS = {
 }
 
 
-def with_variant(cfg: Config) -> Config:
+def resolve(cfg: Config) -> Config:
   """cfg with its variant's preset on every field still at the default.
+
+  run() applies it first, and experiments/reproduce.py before it compares
+  a config with a finished run's config.json (which holds the resolved
+  settings).
 
   The default is the scale's: Config() at laptop scale, Config() with
   PAPER at --scale=paper. A field set to another value (a flag, a claim
@@ -209,7 +213,7 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  cfg = with_variant(cfg)
+  cfg = resolve(cfg)
   tracker = difficulty.Tracker()
   title = {
     "dars": "DARS (arXiv:2508.13755)",

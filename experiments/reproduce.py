@@ -56,7 +56,10 @@ def _config(module_name: str, overrides: dict, seed: int, steps: int, **kw):
   cfg = dataclasses.replace(module.Config(), **overrides, **kw, seed=seed)
   if steps:
     cfg = dataclasses.replace(cfg, steps=steps)
-  return module, cfg
+  # An experiment whose run() rewrites its config first (dars: --variant
+  # presets) exposes that as resolve(cfg): config.json holds its result.
+  resolve = getattr(module, "resolve", None)
+  return module, resolve(cfg) if resolve else cfg
 
 
 # Keys that may differ between a run and its reuse: init_from is replaced by

@@ -94,12 +94,12 @@ def test_dars_b_smoke(tmp_path):
     workdir=str(tmp_path / "run"),
     cache_dir=str(tmp_path / "cache"),
   )
-  got = dars.with_variant(cfg)
+  got = dars.resolve(cfg)
   assert (got.batch_size, got.extra_groups) == (SMOKE["batch_size"], 2)
   assert (got.minibatches, got.ppo_epochs) == (1, 2)  # full batch, 2 epochs
   assert got.lr == dars.DARS_B["lr"] != dars.Config().lr
   paper = dataclasses.replace(dars.Config(), **dars.PAPER, scale="paper")
-  big = dars.with_variant(dataclasses.replace(paper, variant="dars_b"))
+  big = dars.resolve(dataclasses.replace(paper, variant="dars_b"))
   assert (big.batch_size, big.minibatches, big.ppo_epochs) == (3072, 1, 2)
   big.validate()
   dars.run(cfg)

@@ -109,3 +109,12 @@ def test_a_field_added_later_at_its_default_is_the_same_run():
   ) == ["eval_max_new_tokens"]
   saved["class"] = "experiments.dr_grpo.Config"
   assert reproduce._differences(saved, cfg) == ["class"]
+
+
+def test_configs_are_compared_after_the_experiments_resolve():
+  """dars' run() resolves --variant presets before writing config.json."""
+  from experiments import dars
+
+  _, cfg = reproduce._config("dars", {"variant": "dars_b"}, 0, 0, workdir="x")
+  assert cfg.batch_size == dars.DARS_B["batch_size"] != dars.Config().batch_size
+  assert dars.resolve(cfg) == cfg  # idempotent: run() applies it again
