@@ -255,6 +255,7 @@ def train_reward_model(cfg, ctx, params):
     batch_size=cfg.rm_batch_size,
     lr=cfg.rm_lr,
     seed=cfg.seed,
+    log_every=max(1, cfg.rm_steps // 10),
   )
   s = _scores(trained, tokens, positions, model_cfg)
   nan_none = lambda x: None if np.isnan(x) else float(x)

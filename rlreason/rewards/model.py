@@ -35,6 +35,7 @@ import numpy as np
 import optax
 import safetensors.numpy
 
+from rlreason import metrics as metrics_lib
 from rlreason import rollout as rollout_lib
 from rlreason import sampling as sampling_lib
 from rlreason.model import transformer
@@ -120,6 +121,7 @@ def train_bt(
   lr: float,
   seed: int = 0,
   weight_decay: float = 0.0,
+  log_every: int = 0,
 ) -> tuple[dict, list[float]]:
   """Bradley-Terry training: minimises -log sigmoid(r(c) - r(r)) over pairs.
 
@@ -133,6 +135,7 @@ def train_bt(
     chosen, rejected: (tokens [M, S], positions [M, S]); pair i is
       (chosen row i, rejected row i).
     steps, batch_size, lr, seed, weight_decay: the optimisation.
+    log_every: > 0 prints a progress line (loss, ETA) every that many steps.
 
   Returns:
     (params, [steps] training losses, each before its update).
@@ -154,7 +157,8 @@ def train_bt(
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
   losses = []
-  for _ in range(steps):
+  progress = metrics_lib.Progress(steps, label="reward model step")
+  for step in range(steps):
     if len(order) < min(batch_size, m):
       order = np.concatenate([order, rng.permutation(m)])
     idx, order = order[: min(batch_size, m)], order[min(batch_size, m) :]
@@ -167,6 +171,8 @@ def train_bt(
       rejected[1][idx],
     )
     losses.append(float(loss))
+    if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
+      progress.update(step + 1, {"loss": np.mean(losses[-log_every:])})
   return params, losses
 
 
