@@ -10,6 +10,8 @@ import time
 import jax
 from absl.testing import parameterized
 
+from rlreason.model import transformer
+
 
 class FastCompileTestCase(parameterized.TestCase):
   """Compiles without XLA's optimisation passes, restored after each test.
@@ -24,6 +26,23 @@ class FastCompileTestCase(parameterized.TestCase):
     flag = "jax_disable_most_optimizations"
     self.addCleanup(jax.config.update, flag, jax.config.read(flag))
     jax.config.update(flag, True)
+
+
+def tiny_model_config(**overrides) -> transformer.ModelConfig:
+  """The tests' 2-layer, 32-wide decoder (GQA 4:2 heads); `overrides` set
+  the vocabulary and family switches (qkv_bias, qk_norm, ...)."""
+  return transformer.ModelConfig(
+    **{
+      "vocab_size": 128,
+      "d_model": 32,
+      "n_layers": 2,
+      "n_heads": 4,
+      "n_kv_heads": 2,
+      "head_dim": 8,
+      "mlp_dim": 64,
+      **overrides,
+    }
+  )
 
 
 # Config overrides for a run of seconds on CPU that keeps each method's

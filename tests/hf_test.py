@@ -10,6 +10,7 @@ import pytest
 
 from rlreason import mesh as mesh_lib
 from rlreason import policy
+from rlreason import testing
 from rlreason.model import hf
 from rlreason.model import transformer
 
@@ -85,13 +86,8 @@ def test_logits_match_transformers(family, tmp_path):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_export_reloads_in_transformers(family, tmp_path):
-  model_cfg = transformer.ModelConfig(
+  model_cfg = testing.tiny_model_config(
     vocab_size=97,
-    d_model=32,
-    n_layers=2,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=8,
     mlp_dim=48,
     qkv_bias=family == "qwen2",
     qk_norm=family == "qwen3",

@@ -8,18 +8,10 @@ from jax.sharding import PartitionSpec as P
 
 from rlreason import mesh as mesh_lib
 from rlreason import policy
+from rlreason import testing
 from rlreason.model import transformer
 
-CFG = transformer.ModelConfig(
-  vocab_size=64,
-  d_model=32,
-  n_layers=2,
-  n_heads=4,
-  n_kv_heads=2,
-  head_dim=8,
-  mlp_dim=64,
-  qkv_bias=True,
-)
+CFG = testing.tiny_model_config(vocab_size=64, qkv_bias=True)
 
 
 def test_make_mesh_fills_minus_one():

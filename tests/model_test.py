@@ -8,20 +8,12 @@ import numpy as np
 import pytest
 
 from rlreason import policy
+from rlreason import testing
 from rlreason.model import presets
 from rlreason.model import transformer
 
-CFG = transformer.ModelConfig(
-  vocab_size=50,
-  d_model=32,
-  n_layers=2,
-  n_heads=4,
-  n_kv_heads=2,
-  head_dim=8,
-  mlp_dim=64,
-  qkv_bias=True,
-  qk_norm=True,
-  rope_scaling=(8.0, 1.0, 4.0, 16),
+CFG = testing.tiny_model_config(
+  vocab_size=50, qkv_bias=True, qk_norm=True, rope_scaling=(8.0, 1.0, 4.0, 16)
 )
 
 

@@ -9,6 +9,7 @@ from rlreason import multiturn
 from rlreason import objective
 from rlreason import policy
 from rlreason import returns as returns_lib
+from rlreason import testing
 from rlreason import turn_credit
 from rlreason.data import Example
 from rlreason.envs import StepResult
@@ -16,15 +17,7 @@ from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
 from rlreason.sampling import Sampling
 
-CFG = transformer.ModelConfig(
-  vocab_size=128,
-  d_model=32,
-  n_layers=2,
-  n_heads=4,
-  n_kv_heads=2,
-  head_dim=8,
-  mlp_dim=64,
-)
+CFG = testing.tiny_model_config()
 TOK = tokenizer_lib.CharTokenizer()
 
 

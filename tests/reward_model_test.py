@@ -5,19 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from rlreason import testing
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
 from rlreason.rewards import model as rm
 
-CFG = transformer.ModelConfig(
-  vocab_size=128,
-  d_model=32,
-  n_layers=2,
-  n_heads=4,
-  n_kv_heads=2,
-  head_dim=8,
-  mlp_dim=64,
-)
+CFG = testing.tiny_model_config()
 TOK = tokenizer_lib.CharTokenizer()
 
 

@@ -10,21 +10,13 @@ from rlreason import policy
 from rlreason import rollout
 from rlreason import sampling
 from rlreason import stops
+from rlreason import testing
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
 
 # Same model as sampling_test (vocab 128 for the char tokenizer), so that
 # the compiled init is shared when both files run in one process.
-CFG = transformer.ModelConfig(
-  vocab_size=128,
-  d_model=32,
-  n_layers=2,
-  n_heads=4,
-  n_kv_heads=2,
-  head_dim=8,
-  mlp_dim=64,
-  qkv_bias=True,
-)
+CFG = testing.tiny_model_config(qkv_bias=True)
 TOK = tokenizer_lib.load("char")
 TEXTS = ["12+7=", "3*4=", "100-1=", "2+2="]  # B = 4 ragged prompts
 G = 2

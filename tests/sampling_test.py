@@ -14,19 +14,11 @@ from scipy import stats
 
 from rlreason import policy
 from rlreason import sampling
+from rlreason import testing
 from rlreason.model import transformer
 from rlreason.sampling import Sampling
 
-CFG = transformer.ModelConfig(
-  vocab_size=128,
-  d_model=32,
-  n_layers=2,
-  n_heads=4,
-  n_kv_heads=2,
-  head_dim=8,
-  mlp_dim=64,
-  qkv_bias=True,
-)
+CFG = testing.tiny_model_config(qkv_bias=True)
 PAD = 0
 STOP = (3, 4, 5, 6, 7, 8)  # several stop ids, so that some rows stop early
 T = 10

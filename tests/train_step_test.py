@@ -10,18 +10,11 @@ import pytest
 from rlreason import aggregation
 from rlreason import mesh as mesh_lib
 from rlreason import policy
+from rlreason import testing
 from rlreason import train_step as ts
 from rlreason.model import transformer
 
-CFG = transformer.ModelConfig(
-  vocab_size=64,
-  d_model=32,
-  n_layers=2,
-  n_heads=4,
-  n_kv_heads=2,
-  head_dim=8,
-  mlp_dim=64,
-)
+CFG = testing.tiny_model_config(vocab_size=64)
 P_LEN, T_LEN, N = 4, 8, 8
 
 

@@ -6,20 +6,13 @@ import pytest
 
 from rlreason import policy
 from rlreason import sampling
+from rlreason import testing
 from rlreason import tree
 from rlreason import tree_forks
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
 
-CFG = transformer.ModelConfig(
-  vocab_size=128,
-  d_model=32,
-  n_layers=2,
-  n_heads=4,
-  n_kv_heads=2,
-  head_dim=8,
-  mlp_dim=64,
-)
+CFG = testing.tiny_model_config()
 TOK = tokenizer_lib.CharTokenizer()
 T = 12
 
