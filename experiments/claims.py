@@ -207,7 +207,12 @@ CLAIMS: dict[str, Claim] = {
       "PPO updates on truncated responses with Extended GAE learn as well "
       "as PPO on complete ones (arXiv:2506.15050)."
     ),
-    variants={"truncated_ppo": ("truncated_ppo", {}), "ppo": ("ppo", {})},
+    variants={
+      "truncated_ppo": ("truncated_ppo", {}),
+      "ppo": ("ppo", {}),
+      # Diagnostic, not the paper's recipe: 30 critic-only steps first.
+      "critic_warmup": ("truncated_ppo", {"critic_warmup": 30}),
+    },
     metric="accuracy",
     expected="truncated_ppo's accuracy comparable to ppo's",
     extra=("value/explained_var", "entropy"),

@@ -67,6 +67,10 @@ class Config(ppo.Config):
   max_response_len: int = 40
   # Evaluation decodes whole responses, not one window.
   eval_max_new_tokens: int = 40  # = max_response_len
+  # Not T-PPO: the first K steps train the critic only (zero policy
+  # advantages), as VC-PPO / VAPO's value pretraining; a diagnostic for the
+  # bootstrap at the cut, which is only as good as the critic.
+  critic_warmup: int = 0
 
   def validate(self) -> None:
     super().validate()
@@ -74,6 +78,11 @@ class Config(ppo.Config):
       raise ValueError(
         f"Invalid config: --max_response_len={self.max_response_len} is "
         f"shorter than one window (--max_new_tokens={self.max_new_tokens})"
+      )
+    if not 0 <= self.critic_warmup < self.steps:
+      raise ValueError(
+        f"Invalid config: --critic_warmup={self.critic_warmup} must be in "
+        f"[0, --steps={self.steps})"
       )
     if self.top_p < 1 or self.top_k:
       raise ValueError("Invalid config: T-PPO here samples without filters")
@@ -216,6 +225,8 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
     whiten_advantages=cfg.whiten_advantages,
   )
   batch["adv"] = np.asarray(adv, np.float32)
+  if ctx.step < cfg.critic_warmup:  # the policy waits for its critic
+    batch["adv"] = np.zeros_like(batch["adv"])
 
   # (3) The critic: every token of the responses that ended, MC returns.
   s = batch["tokens"].shape[1]
