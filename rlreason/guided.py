@@ -5,10 +5,11 @@ The make_batch of hint-guided methods (Guide, GHPO, POPE, SEELE, KnowRL):
   round 0   the loop's rollout of the plain prompts;
   stage s   for every prompt selected (by default: its group so far has no
             correct answer), a hinted copy from `hint_fns[s](example, ctx)`
-            is sampled again (allocation.sample_again: the whole batch of B
-            prompts, so shapes stay fixed) and its group REPLACES the
-            prompt's group (an all-wrong group has zero advantage under a
-            group baseline: nothing is lost);
+            is sampled again (allocation.sample_again on the selected
+            prompts only, padded to a power of two so that few shapes
+            compile) and its group REPLACES the prompt's group (an all-wrong
+            group has zero advantage under a group baseline: nothing is
+            lost);
   then      rewards -> advantages (objective.outcome_advantages) on the
             mixed groups; ref log-probs on the mixed tokens.
 
@@ -121,6 +122,12 @@ def replacement_rows(
   return np.asarray(dst, np.int64), np.asarray(src, np.int64)
 
 
+def subset_bucket(n: int, total: int) -> int:
+  """Prompts to sample for n selected of `total`: the next power of two,
+  at most `total` (so a stage compiles one of log2(B) + 1 shapes)."""
+  return min(total, 1 << max(n - 1, 0).bit_length())
+
+
 def guided_rollouts(
   rollout,
   examples: Sequence,
@@ -146,8 +153,11 @@ def guided_rollouts(
     select: "unsolved" (groups with no correct answer so far) or "all".
     replace, correct_only: which hinted rows replace which rows
       (`replacement_rows`); default: whole groups.
-    on_round: optional fn(rollout, examples, correct [N], stage) called
-      for every sampled round (e.g. to record hint accuracies).
+    on_round: optional fn(rollout, examples, correct, stage) called for
+      every sampled round (e.g. to record hint accuracies); stage -1 is
+      round 0 (all B prompts), a hinted stage passes its hinted examples
+      and their correctness (its rollout may hold padding rows after
+      them).
     stats: optional dict; "hinted" / "hinted_correct" (hinted samples of
       the selected groups, and how many were correct) are added to it.
 
@@ -170,27 +180,33 @@ def guided_rollouts(
       else np.ones(len(examples), bool)
     )
     new = [hint_fn(e, ctx) if w else None for e, w in zip(examples, want)]
-    take = np.asarray([h is not None for h in new])
-    if not take.any():
+    sel = np.flatnonzero([h is not None for h in new])
+    if not len(sel):
       break
-    mixed = [h if h is not None else e for h, e in zip(new, examples)]
-    ro = allocation.sample_again(ctx, mixed, stage)
+    # The hinted prompts only, padded (repeats of the first) to a bucket;
+    # local group j is batch group sel[j] for j < n_sel.
+    n_sel = len(sel)
+    padded = np.resize(sel, subset_bucket(n_sel, len(examples)))
+    padded[n_sel:] = sel[0]
+    sub = [new[i] for i in padded]
+    ro = allocation.sample_again(ctx, sub, stage)
     b2 = ctx.batch_from_rollout(ro)
     if unhinted_context:
-      b2 = hints.unhinted_batch(b2, ro, mixed, ctx)
-    t2, p2 = ctx.score(ro, mixed)
-    c2 = objective.correctness(ro, mixed, ctx)
+      b2 = hints.unhinted_batch(b2, ro, sub, ctx)
+    t2, p2 = ctx.score(ro, sub)
+    c2 = objective.correctness(ro, sub, ctx)
     if on_round is not None:
-      on_round(ro, mixed, c2, stage)
+      on_round(ro, sub[:n_sel], c2[: n_sel * g], stage)
     if stats is not None:
-      sel = np.repeat(take, g)
-      stats["hinted"] = stats.get("hinted", 0) + int(sel.sum())
+      stats["hinted"] = stats.get("hinted", 0) + n_sel * g
       stats["hinted_correct"] = stats.get("hinted_correct", 0) + int(
-        (c2[sel] > 0).sum()
+        (c2[: n_sel * g] > 0).sum()
       )
+    take = np.arange(len(sub)) < n_sel
     dst, src = replacement_rows(take, c2, g, replace, correct_only=correct_only)
     if not len(dst):
       continue
+    dst = sel[dst // g] * g + dst % g  # local -> batch rows
     b2 = {k: np.asarray(v)[src] for k, v in b2.items()}
     off = unhinted_context and not rescore
     batch = guidance.replace_rows(

@@ -45,6 +45,25 @@ def tiny_model_config(**overrides) -> transformer.ModelConfig:
   )
 
 
+def tiny_context(cfg, **fields):
+  """A context.Context of `cfg` on one device with its randomly initialised
+  model (a preset), for tests that call make_batch functions directly;
+  `fields` set other Context fields (params defaults to the model's)."""
+  from rlreason import context  # Deferred: a heavy import, tests only.
+  from rlreason import mesh as mesh_lib
+
+  mesh = mesh_lib.make_mesh(1, 1, 1)
+  model_cfg, params = context.load_model(cfg, mesh)
+  return context.Context(
+    cfg,
+    model_cfg,
+    context.load_tokenizer(cfg),
+    mesh,
+    *context.make_reward_fns(cfg),
+    **{"params": params, **fields},
+  )
+
+
 # Config overrides for a run of seconds on CPU that keeps each method's
 # algorithmic choices: 2 steps, a 2-step warm start, 4 eval problems, a
 # checkpoint every step. tests/experiments_test.py smoke-runs every

@@ -5,8 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments import grpo
+from rlreason import allocation
+from rlreason import data as data_lib
 from rlreason import guidance
 from rlreason import guided
+from rlreason import hints
+from rlreason import sampling as sampling_lib
+from rlreason import testing
 
 
 def test_encode_traces():
@@ -103,3 +109,61 @@ def test_comprehension():
     guidance.comprehension([[-1.0, -3.0], [-2.0, 5.0]], [[1, 1], [1, 0]]),
     [-2.0, -2.0],
   )
+
+
+def test_subset_bucket():
+  sizes = [guided.subset_bucket(n, 16) for n in (1, 2, 3, 5, 9, 16)]
+  assert sizes == [1, 2, 4, 8, 16, 16]
+  assert guided.subset_bucket(5, 6) == 6
+
+
+def test_guided_rollouts_resample_only_the_hinted_prompts(monkeypatch):
+  cfg = grpo.Config(
+    batch_size=6,
+    group_size=2,
+    max_new_tokens=8,
+    max_prompt_len=64,
+    warm_start_steps=0,
+    mesh_fsdp=1,
+  )
+  ctx = testing.tiny_context(cfg)
+  examples = data_lib.load(cfg.data, "train")[:6]
+  rollout = ctx.generate(
+    ctx.params,
+    examples,
+    jax.random.key(0),
+    0,
+    group_size=2,
+    sampling=sampling_lib.Sampling(),
+  )
+  before = ctx.batch_from_rollout(rollout)
+  r0, _ = ctx.score(rollout, examples)
+  sampled = []
+  sample_again = allocation.sample_again
+
+  def spy(ctx, exs, round_, **kw):
+    sampled.append([e.uid for e in exs])
+    return sample_again(ctx, exs, round_, **kw)
+
+  monkeypatch.setattr(allocation, "sample_again", spy)
+  picked = {examples[i].uid for i in (1, 3, 4)}
+
+  def hint_fn(e, ctx):
+    return hints.with_hint(e, hint="hint: x") if e.uid in picked else None
+
+  batch, total, _, hinted = guided.guided_rollouts(
+    rollout, examples, ctx, [hint_fn], select="all"
+  )
+  # One stage, the 3 hinted prompts padded to 4 with the first of them.
+  uids = [examples[i].uid for i in (1, 3, 4, 1)]
+  assert sampled == [uids]
+  np.testing.assert_array_equal(hinted, np.repeat([0, 1, 0, 1, 1, 0], 2) > 0)
+  pad = ctx.tokenizer.pad_id
+  for i in range(12):
+    ids = [t for t in batch["tokens"][i] if t != pad]
+    if hinted[i]:  # a hinted sample of its own group's prompt
+      text = ctx.tokenizer.decode(ids)
+      assert f"hint: x\n{examples[i // 2].question}" in text
+    else:  # round 0's row, untouched
+      assert ids == [t for t in before["tokens"][i] if t != pad]
+      assert total[i] == r0[i]

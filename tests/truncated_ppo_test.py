@@ -6,11 +6,10 @@ import numpy as np
 from absl.testing import absltest
 
 from experiments import truncated_ppo
-from rlreason import context
 from rlreason import data as data_lib
-from rlreason import mesh as mesh_lib
 from rlreason import policy
 from rlreason import sampling as sampling_lib
+from rlreason import testing
 from rlreason import value
 
 WINDOW, BUDGET = 4, 12
@@ -28,17 +27,10 @@ def _setup(**overrides):
     whiten_advantages=False,
     **overrides,
   )
-  mesh = mesh_lib.make_mesh(1, 1, 1)
-  model_cfg, params = context.load_model(cfg, mesh)
-  ctx = context.Context(
-    cfg,
-    model_cfg,
-    context.load_tokenizer(cfg),
-    mesh,
-    *context.make_reward_fns(cfg),
-    params=params,
+  ctx = testing.tiny_context(cfg)
+  critic = value.init(
+    ctx.model_cfg, jax.random.key(1), policy_params=ctx.params
   )
-  critic = value.init(model_cfg, jax.random.key(1), policy_params=params)
   # A head that reads the state (the initial one is zero).
   critic["head"]["kernel"] = jax.random.normal(
     jax.random.key(2), critic["head"]["kernel"].shape
