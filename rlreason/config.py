@@ -47,6 +47,10 @@ class BaseConfig:
   warm_start_lr: float = 3e-3
   warm_start_batch_size: int = 64
   warm_start_noise: float = 0.0  # fraction of off-by-one demonstrations
+  # Fraction of demonstrations shown with a hint before the question
+  # (sft.encode_pairs): the warm start learns to read guidance, as an
+  # instruction-tuned model can; for the hint-guided methods.
+  warm_start_hints: float = 0.0
   cache_dir: str = "workdirs/cache"
 
   # Scale of the run.
@@ -122,6 +126,9 @@ class BaseConfig:
       "--max_new_tokens and --max_prompt_len must be positive",
     )
     check(self.temperature >= 0, f"--temperature={self.temperature} < 0")
+    for name in ("warm_start_noise", "warm_start_hints"):
+      value = getattr(self, name)
+      check(0 <= value <= 1, f"--{name}={value} not in [0, 1]")
     check(0 < self.top_p <= 1, f"--top_p={self.top_p} not in (0, 1]")
     check(self.top_k >= 0, f"--top_k={self.top_k} < 0")
     check(self.lr >= 0, f"--lr={self.lr} < 0")

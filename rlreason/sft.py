@@ -18,13 +18,13 @@ from absl import logging
 
 from rlreason import aggregation
 from rlreason import data as data_lib
+from rlreason import hints as hints_lib
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason import policy
 from rlreason import rollout as rollout_lib
 from rlreason import train_step as ts
 from rlreason.model import hf
-from rlreason.model import tokenizer as tokenizer_lib
 
 
 def pack(
@@ -115,7 +115,14 @@ def off_by_one(solution: str) -> str:
 
 
 def encode_pairs(
-  tok, template: str, examples, *, noise: float = 0.0, seed: int = 0
+  tok,
+  template: str,
+  examples,
+  *,
+  noise: float = 0.0,
+  seed: int = 0,
+  hints: float = 0.0,
+  max_prompt_len: int | None = None,
 ) -> tuple[list, list]:
   """(prompt ids, completion ids + EOS) for examples with a solution.
 
@@ -123,6 +130,11 @@ def encode_pairs(
   answer line is off by one: a warm start that imitates an imperfect
   demonstrator, as SFT on a weaker model's traces does, which only a reward
   signal can correct.
+
+  `hints` is the fraction whose prompt shows a hint before the question
+  (`hinted_demo`), so that a model trained from scratch learns to read the
+  guidance the hint-guided methods give (an instruction-tuned LM already
+  can); the completion is the same reference solution.
   """
   missing = [e.uid for e in examples if not e.solution]
   if missing:
@@ -130,16 +142,43 @@ def encode_pairs(
       f"SFT needs reference solutions; {len(missing)} "
       f"examples have none (e.g. {missing[:3]})"
     )
+  rng = np.random.default_rng(seed)
+  noisy = rng.random(len(examples)) < noise
+  if hints > 0:
+    hint_rng = np.random.default_rng([seed, 1])
+    chosen = hint_rng.random(len(examples)) < hints
+    examples = [
+      hinted_demo(tok, template, e, hint_rng, max_prompt_len) if c else e
+      for e, c in zip(examples, chosen)
+    ]
   prompts = [
-    tok.encode(tokenizer_lib.apply_template(tok, e.question, template))
-    for e in examples
+    tok.encode(hints_lib.prompt_text(tok, e, template)) for e in examples
   ]
-  noisy = np.random.default_rng(seed).random(len(examples)) < noise
   completions = [
     tok.encode(off_by_one(e.solution) if bad else e.solution) + [tok.eos_id]
     for e, bad in zip(examples, noisy)
   ]
   return prompts, completions
+
+
+def hinted_demo(tok, template: str, example, rng, max_prompt_len=None):
+  """`example` with a hint before its question: the first k >= 1 of its
+  knowledge points (k uniform) or, half the time, the whole reference
+  solution as an expert's (hints.knowledge_hint / expert_hint). The longest
+  such hint whose prompt fits max_prompt_len tokens; none if none fits."""
+  if example.knowledge and rng.random() < 0.5:
+    k = int(rng.integers(1, len(example.knowledge) + 1))
+    options = [
+      hints_lib.knowledge_hint(example.knowledge, j) for j in range(k, 0, -1)
+    ]
+  else:
+    options = [hints_lib.expert_hint(example.solution)]
+  for hint in options:
+    hinted = hints_lib.with_hint(example, hint=hint)
+    text = hints_lib.prompt_text(tok, hinted, template)
+    if max_prompt_len is None or len(tok.encode(text)) <= max_prompt_len:
+      return hinted
+  return example
 
 
 def train_on_pairs(
@@ -224,6 +263,8 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
       "warm_start_noise",
     )
   }
+  if cfg.warm_start_hints:  # keyed only when used: older caches stay valid
+    settings["warm_start_hints"] = cfg.warm_start_hints
   key = hashlib.sha256(
     json.dumps(settings, sort_keys=True).encode()
   ).hexdigest()[:16]
@@ -237,7 +278,13 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   tok = context.load_tokenizer(base)
   examples = data_lib.load(cfg.data, "train")
   prompts, completions = encode_pairs(
-    tok, cfg.template, examples, noise=cfg.warm_start_noise, seed=cfg.seed
+    tok,
+    cfg.template,
+    examples,
+    noise=cfg.warm_start_noise,
+    seed=cfg.seed,
+    hints=cfg.warm_start_hints,
+    max_prompt_len=cfg.max_prompt_len,
   )
   print(
     f"Warm start: SFT for {cfg.warm_start_steps} steps on "
