@@ -75,8 +75,14 @@ def _differences(saved: dict, cfg) -> list[str]:
   """Config keys in which a saved config.json differs from cfg."""
   want = dataclasses.asdict(cfg)
   # A field added to the Config after the run was made is the same run if
-  # the run uses its default.
-  defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+  # the run uses the default it was introduced with (in the most basic
+  # Config that has it: the behaviour of the code before it existed), not a
+  # subclass's (e.g. a method that turns a new base option on).
+  defaults = {}
+  for klass in type(cfg).__mro__[::-1]:
+    if dataclasses.is_dataclass(klass):
+      for f in dataclasses.fields(klass):
+        defaults.setdefault(f.name, f.default)
   diff = [
     k
     for k in want

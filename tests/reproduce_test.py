@@ -110,6 +110,19 @@ def test_a_field_added_later_at_its_default_is_the_same_run():
   saved["class"] = "experiments.dr_grpo.Config"
   assert reproduce._differences(saved, cfg) == ["class"]
 
+  # A subclass default differs from the base default the field came with:
+  # a run saved before the field existed ran at the base's behaviour.
+  @dataclasses.dataclass(frozen=True)
+  class Hinted(grpo.Config):
+    warm_start_hints: float = 0.25
+
+  cfg = Hinted()
+  saved = dataclasses.asdict(cfg)
+  saved["class"] = reproduce._class_name(cfg)
+  del saved["warm_start_hints"]
+  assert reproduce._differences(saved, cfg) == ["warm_start_hints"]
+  assert reproduce._differences(saved, Hinted(warm_start_hints=0.0)) == []
+
 
 def test_configs_are_compared_after_the_experiments_resolve():
   """dars' run() resolves --variant presets before writing config.json."""
