@@ -134,7 +134,8 @@ def encode_pairs(
   `hints` is the fraction whose prompt shows a hint before the question
   (`hinted_demo`), so that a model trained from scratch learns to read the
   guidance the hint-guided methods give (an instruction-tuned LM already
-  can); the completion is the same reference solution.
+  can); the completion is the exact reference solution (never off by one:
+  a demonstration that contradicted its hint would teach ignoring it).
   """
   missing = [e.uid for e in examples if not e.solution]
   if missing:
@@ -151,6 +152,8 @@ def encode_pairs(
       hinted_demo(tok, template, e, hint_rng, max_prompt_len) if c else e
       for e, c in zip(examples, chosen)
     ]
+    # A hinted demonstration follows its hint: never off by one.
+    noisy &= ~np.asarray([hints_lib.is_hinted(e) for e in examples])
   prompts = [
     tok.encode(hints_lib.prompt_text(tok, e, template)) for e in examples
   ]

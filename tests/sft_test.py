@@ -34,7 +34,10 @@ def test_encode_pairs_hints_show_knowledge_or_an_expert(examples):
   prompts, hinted_completions = sft.encode_pairs(
     TOK, "plain", examples, noise=0.5, hints=0.5, max_prompt_len=80
   )
-  assert hinted_completions == completions  # the same demonstrations
+  for p, q, c, h, e in zip(
+    prompts, plain, completions, hinted_completions, examples
+  ):  # the same demonstrations, the hinted ones exact
+    assert h == (c if p == q else TOK.encode(e.solution) + [TOK.eos_id])
   kinds = {"none": 0, "knowledge": 0, "expert": 0}
   for e, p, q in zip(examples, prompts, plain):
     assert len(p) <= 80
