@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -100,12 +101,17 @@ def rejection_sampled(
 
 
 def off_by_one(solution: str) -> str:
-  """The solution with its final integer answer line increased by one.
+  """The solution with its final integer answer increased by one.
 
-  A systematically wrong demonstrator (see `encode_pairs`); solutions whose
-  last line is not `answer: <integer>` are returned unchanged.
+  A systematically wrong demonstrator (see `encode_pairs`). The answer is a
+  last line `answer: <integer>` or `<answer><integer></answer>` (the tagged
+  tasks, tasks/tagged.py); other solutions are returned unchanged.
   """
   head, _, last = solution.rstrip().rpartition("\n")
+  tagged = re.fullmatch(r"<answer>(-?\d+)</answer>", last.strip())
+  if tagged:
+    last = f"<answer>{int(tagged.group(1)) + 1}</answer>"
+    return f"{head}\n{last}" if head else last
   prefix, _, value = last.partition(": ")
   try:
     wrong = int(value) + 1
@@ -268,6 +274,9 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   }
   if cfg.warm_start_hints:  # keyed only when used: older caches stay valid
     settings["warm_start_hints"] = cfg.warm_start_hints
+  if cfg.warm_start_noise and "_tags" in cfg.data:
+    # Tagged answers are noised since 2026-11-22; older caches are exact.
+    settings["noisy_tags"] = True
   key = hashlib.sha256(
     json.dumps(settings, sort_keys=True).encode()
   ).hexdigest()[:16]

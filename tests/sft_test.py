@@ -16,6 +16,15 @@ def examples():
   return data_lib.load("task:arithmetic:difficulty=2,n=200", "train")
 
 
+def test_off_by_one():
+  assert sft.off_by_one("2+3\n=5\nanswer: 5") == "2+3\n=5\nanswer: 6"
+  assert sft.off_by_one("answer: -1") == "answer: 0"
+  tagged = "<think>\n7-5\n=2\n</think>\n<answer>2</answer>"
+  assert sft.off_by_one(tagged) == tagged.replace(">2<", ">3<")
+  for text in ("answer: x", "<answer>Riga</answer>", "no answer line"):
+    assert sft.off_by_one(text) == text
+
+
 def test_encode_pairs_plain_and_noisy(examples):
   prompts, completions = sft.encode_pairs(TOK, "plain", examples[:3])
   for e, p, c in zip(examples, prompts, completions):
