@@ -79,10 +79,10 @@ class Config(ppo.Config):
         f"Invalid config: --max_response_len={self.max_response_len} is "
         f"shorter than one window (--max_new_tokens={self.max_new_tokens})"
       )
-    if not 0 <= self.critic_warmup < self.steps:
+    if self.critic_warmup < 0 or 0 < self.steps <= self.critic_warmup:
       raise ValueError(
-        f"Invalid config: --critic_warmup={self.critic_warmup} must be in "
-        f"[0, --steps={self.steps})"
+        f"Invalid config: --critic_warmup={self.critic_warmup} must be >= 0 "
+        f"and below --steps={self.steps}"
       )
     if self.top_p < 1 or self.top_k:
       raise ValueError("Invalid config: T-PPO here samples without filters")

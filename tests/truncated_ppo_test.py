@@ -137,6 +137,13 @@ class WindowedBatchTest(absltest.TestCase):
     assert finished >= cfg.num_sequences  # every first-round slot ended
     assert longest > 2 * WINDOW  # responses spanned 3 windows
 
+  def test_critic_warmup_validation(self):
+    truncated_ppo.Config(steps=0).validate()  # no RL steps: nothing to warm
+    truncated_ppo.Config(steps=5, critic_warmup=4).validate()
+    for bad in (-1, 5):
+      with self.assertRaisesRegex(ValueError, "--critic_warmup"):
+        truncated_ppo.Config(steps=5, critic_warmup=bad).validate()
+
   def test_critic_warmup_zeroes_the_policy_advantages(self):
     _, ctx, examples = _setup(critic_warmup=1)
     slots = truncated_ppo.Slots(ctx.cfg.num_sequences)
