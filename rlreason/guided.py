@@ -186,8 +186,8 @@ def guided_rollouts(
     # The hinted prompts only, padded (repeats of the first) to a bucket;
     # local group j is batch group sel[j] for j < n_sel.
     n_sel = len(sel)
-    padded = np.resize(sel, subset_bucket(n_sel, len(examples)))
-    padded[n_sel:] = sel[0]
+    padded = np.full(subset_bucket(n_sel, len(examples)), sel[0])
+    padded[:n_sel] = sel
     sub = [new[i] for i in padded]
     ro = allocation.sample_again(ctx, sub, stage)
     b2 = ctx.batch_from_rollout(ro)
