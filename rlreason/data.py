@@ -40,6 +40,7 @@ match case-insensitively (AIME sets use `Problem`/`Answer`).
 """
 
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -326,14 +327,23 @@ def _task_examples(name: str, split: str, options) -> list[Example]:
   for k, d in enumerate(difficulties):
     count = n // len(difficulties) + (k < n % len(difficulties))
     try:
-      problems = task.problems(split, count, d, seed=seed)
+      out += _generated(task, split, count, d, seed)
     except ValueError as e:
       raise DataError(f"task:{name}: {e} (ask for fewer with n=)") from None
-    out += [
-      Example(p.uid, p.prompt, p.answer, p.solution, d, p.knowledge)
-      for p in problems
-    ]
   return out
+
+
+@functools.lru_cache(maxsize=64)
+def _generated(
+  task: tasks.Task, split: str, n: int, difficulty: int, seed: int
+) -> tuple[Example, ...]:
+  """task.problems(...) as Examples, memoised: a run loads its spec several
+  times (warm start, training, evaluation), generation is a pure function
+  of these arguments, and Examples are immutable."""
+  return tuple(
+    Example(p.uid, p.prompt, p.answer, p.solution, difficulty, p.knowledge)
+    for p in task.problems(split, n, difficulty, seed=seed)
+  )
 
 
 def load(spec: str, split: str = "train") -> list[Example]:
