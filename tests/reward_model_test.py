@@ -40,11 +40,15 @@ def test_bradley_terry_training_ranks_chosen_above_rejected():
   opt = optax.adam(1e-2)
   state = opt.init(params)
   loss_fn = lambda p: rm.bradley_terry_loss(p, chosen, rejected, CFG)
+
+  @jax.jit
+  def step(params, state):
+    upd, state = opt.update(jax.grad(loss_fn)(params), state, params)
+    return optax.apply_updates(params, upd), state
+
   first = float(loss_fn(params))
   for _ in range(30):
-    g = jax.grad(loss_fn)(params)
-    upd, state = opt.update(g, state, params)
-    params = optax.apply_updates(params, upd)
+    params, state = step(params, state)
   assert float(loss_fn(params)) < first
   r = rm.score_texts(params, [""] * 8, good + bad, model_cfg=CFG, tokenizer=TOK)
   assert r[:4].min() > r[4:].max()
