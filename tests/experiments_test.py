@@ -26,7 +26,7 @@ EXPERIMENTS = sorted(
 )
 # Smoke-run by their own tests below, which also make test_smoke's checks
 # (dars as its dars_b variant: the same code with the variant's preset).
-OWN_SMOKE_TEST = ("rm_grpo", "dars")
+OWN_SMOKE_TEST = ("rm_grpo", "dars", "knowrl")
 
 
 def _check_smoke_run(module, tmp_path, out) -> list[dict]:
@@ -113,3 +113,23 @@ def test_dars_b_smoke(tmp_path):
     2,
     dars.DARS_B["lr"],
   )
+
+
+def test_knowrl_prunes_the_hints_of_prompts_that_come_back(tmp_path):
+  from experiments import knowrl
+
+  # A pool of one batch: step 2 trains on step 1's prompts again. The
+  # warm start barely trains, so a probe without one KP solves as little as
+  # the hinted rollouts did, and every prompt's probed KP is dropped.
+  cfg = dataclasses.replace(
+    knowrl.Config(),
+    **SMOKE,
+    prompt_pool=SMOKE["batch_size"],
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+  train = _check_smoke_run(knowrl, tmp_path, knowrl.run(cfg))
+  assert train[0]["knowrl/kps"] >= 1
+  assert train[1]["knowrl/kps"] == train[0]["knowrl/kps"] - 1
+  with pytest.raises(ValueError, match="--prompt_pool=5 exceeds the 4"):
+    knowrl._pool(5)(cfg, list(range(4)))
