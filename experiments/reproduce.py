@@ -31,6 +31,7 @@ import glob
 import importlib
 import json
 import os
+import sys
 from typing import Sequence
 
 import jax
@@ -113,6 +114,10 @@ def _finished(cfg) -> bool:
   return done and saved["steps"] == cfg.steps
 
 
+class Interrupted(RuntimeError):
+  """A run returned unfinished: the reproduction stops there."""
+
+
 def _twin(cfg, root: str) -> str | None:
   """A finished run of the same experiment and config under another claim.
 
@@ -176,6 +181,11 @@ def run_all(
         continue
       print(f"[reproduce] {label} seed {seed}: running {workdir}", flush=True)
       module.run(cfg)
+      if not _finished(cfg):  # SIGTERM: the run checkpointed and returned.
+        raise Interrupted(
+          f"{workdir} stopped before step {cfg.steps} (SIGTERM?); no "
+          "report written. Rerun the same command to resume."
+        )
   return write_report(name, claim, seeds, root=root)
 
 
@@ -369,8 +379,8 @@ def main(argv) -> None:
     )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
   modules = [m for m, _ in claim.variants.values()]
-  print(
-    run_all(
+  try:
+    path = run_all(
       f.method,
       claim,
       seeds,
@@ -378,7 +388,9 @@ def main(argv) -> None:
       root=f.root,
       common=parse_overrides(f.set, modules),
     )
-  )
+  except Interrupted as e:
+    sys.exit(f"[reproduce] {e}")
+  print(path)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,31 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
     )
 
 
+def test_a_run_stopped_by_sigterm_stops_the_reproduction(tmp_path, monkeypatch):
+  from experiments import grpo
+
+  ran = []
+
+  def preempted(cfg):  # what loop.train does on SIGTERM: save, return early
+    ran.append(cfg.workdir)
+    os.makedirs(cfg.workdir)
+    with open(os.path.join(cfg.workdir, "config.json"), "w") as f:
+      json.dump(dataclasses.asdict(cfg), f)
+
+  monkeypatch.setattr(grpo, "run", preempted)
+  claim = reproduce.Claim(
+    claim="tiny",
+    variants={"a": ("grpo", {}), "b": ("grpo", {"lr": 1.0})},
+    metric="accuracy",
+    expected="anything",
+  )
+  root = str(tmp_path / "runs")
+  with pytest.raises(reproduce.Interrupted, match="a/seed0 stopped before"):
+    reproduce.run_all("tiny", claim, [0], steps=2, root=root, common=TINY)
+  assert len(ran) == 1  # b did not start, and no partial table was written
+  assert not os.path.exists(tmp_path / "runs/tiny/results.md")
+
+
 def test_a_field_added_later_at_its_default_is_the_same_run():
   from experiments import grpo
 
