@@ -508,9 +508,16 @@ CLAIMS: dict[str, Claim] = {
     variants={
       "adacl": ("adacl", {}),
       "adcl_only": ("adacl", {"egsr": False}),
+      # adacl's data, lengths and warm start (half its demonstrations show
+      # a hint, for EGSR): only the prompt order differs from adcl_only.
       "uniform": (
         "grpo",
-        {"data": "task:arithmetic:difficulty=1-4,n=4000", "max_new_tokens": 56},
+        {
+          "data": "task:arithmetic:difficulty=1-4,n=4000",
+          "max_new_tokens": 56,
+          "max_prompt_len": 128,
+          "warm_start_hints": 0.5,
+        },
       ),
     },
     metric="accuracy",

@@ -246,15 +246,11 @@ def train_on_pairs(
   return state.params
 
 
-def warm_start(cfg, cache_dir: str | None = None) -> str:
-  """Runs (or reuses) the SFT warm start of `cfg`; returns its HF directory.
+def warm_start_settings(cfg) -> dict:
+  """Every setting the warm start of `cfg` depends on: its cache key.
 
-  The result is cached under a key of every setting it depends on, so a
-  rerun (or another experiment with the same base) skips it.
+  Two configs with equal settings start from the same checkpoint.
   """
-  # Deferred import: context.py -> loop.py -> sft.py would be circular.
-  from rlreason import context
-
   settings = {
     k: getattr(cfg, k)
     for k in (
@@ -277,6 +273,19 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   if cfg.warm_start_noise and "_tags" in cfg.data:
     # Tagged answers are noised since 2026-11-22; older caches are exact.
     settings["noisy_tags"] = True
+  return settings
+
+
+def warm_start(cfg, cache_dir: str | None = None) -> str:
+  """Runs (or reuses) the SFT warm start of `cfg`; returns its HF directory.
+
+  The result is cached under a key of every setting it depends on, so a
+  rerun (or another experiment with the same base) skips it.
+  """
+  # Deferred import: context.py -> loop.py -> sft.py would be circular.
+  from rlreason import context
+
+  settings = warm_start_settings(cfg)
   key = hashlib.sha256(
     json.dumps(settings, sort_keys=True).encode()
   ).hexdigest()[:16]

@@ -31,6 +31,34 @@ def test_every_claim_names_valid_configs(name):
     dataclasses.replace(module.Config(), **overrides).validate()
 
 
+# Settings a claim's variants may differ in, because the experiment warm-
+# starts on its own value in every variant (sft.warm_started overrides).
+WARM_START_SET_IN_RUN = {
+  "simplerl_zoo": ("data",),  # --warm_start_data
+  "dler": ("max_new_tokens",),  # --warm_start_max_new_tokens
+  "truncated_ppo": ("max_new_tokens",),  # --max_response_len
+}
+
+
+@pytest.mark.parametrize("name", sorted(reproduce.CLAIMS))
+def test_the_variants_of_a_claim_share_one_warm_start(name):
+  # Else a variant's gain may be its starting point's (adacl's uniform
+  # baseline once started from a warm start that saw no hints).
+  from rlreason import sft
+
+  allowed = WARM_START_SET_IN_RUN.get(name, ())
+  settings = {}
+  for label, (module_name, overrides) in reproduce.CLAIMS[
+    name
+  ].variants.items():
+    _, cfg = reproduce._config(module_name, overrides, 0, 0, workdir="w")
+    got = sft.warm_start_settings(cfg)
+    settings[label] = {k: v for k, v in got.items() if k not in allowed}
+  first = next(iter(settings.values()))
+  for label, got in settings.items():
+    assert got == first, (label, got, first)
+
+
 def test_parse_overrides_types_values():
   got = reproduce.parse_overrides(
     "batch_size=8,lr=0.5,tensorboard=false,data=task:x", ["grpo"]
