@@ -48,7 +48,6 @@ import numpy as np
 
 from experiments import grpo
 from rlreason import allocation
-from rlreason import data as data_lib
 from rlreason import difficulty
 from rlreason import flags as rr_flags
 from rlreason import hints
@@ -146,19 +145,19 @@ class Selection:
     return batch, metrics
 
 
-def _pool(n: int):
-  """The loop's prompt order over the first n training problems (0: all)."""
+def _pool(factory, n: int):
+  """`factory` (a prompt_iterator factory) over the first n training
+  problems only (0: all)."""
 
-  def factory(cfg, examples):
+  def make(cfg, examples):
     if n and len(examples) < n:
       raise ValueError(
         f"--prompt_pool={n} exceeds the {len(examples)} problems of "
         f"--data={cfg.data}"
       )
-    pool = examples[:n] if n else examples
-    return data_lib.PromptIterator(pool, cfg.batch_size, seed=cfg.seed)
+    return factory(cfg, examples[:n] if n else examples)
 
-  return factory
+  return make
 
 
 def run(cfg: Config) -> dict:
@@ -172,7 +171,7 @@ def run(cfg: Config) -> dict:
     make_batch=difficulty.tracking(sel.make_batch, tracker),
     loss_fn=objective.loss_fn,
     prompt_iterator=hints.hinted_iterator(  # (1)
-      difficulty.tracked_iterator(tracker, _pool(cfg.prompt_pool)), sel.hint
+      _pool(difficulty.tracked_iterator(tracker), cfg.prompt_pool), sel.hint
     ),
   )
 

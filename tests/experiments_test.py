@@ -132,4 +132,4 @@ def test_knowrl_prunes_the_hints_of_prompts_that_come_back(tmp_path):
   assert train[0]["knowrl/kps"] >= 1
   assert train[1]["knowrl/kps"] == train[0]["knowrl/kps"] - 1
   with pytest.raises(ValueError, match="--prompt_pool=5 exceeds the 4"):
-    knowrl._pool(5)(cfg, list(range(4)))
+    knowrl._pool(lambda cfg, examples: examples, 5)(cfg, list(range(4)))
