@@ -80,15 +80,21 @@ class Context:
     group_size,
     sampling,
     max_new_tokens: int | None = None,
+    row_offset: int = 0,
   ) -> Rollout:
     """G samples per example; max_new_tokens overrides cfg.max_new_tokens
-    on the single-turn path (a custom generate_fn sets its own budget)."""
+    on the single-turn path (a custom generate_fn sets its own budget).
+
+    row_offset: the global index of the first row when a batch is sampled
+    in chunks. Single-turn rows then sample as in one call
+    (rollout.generate); a custom generate_fn gets a key folded with it, so
+    chunks draw independently (but not as one call would)."""
     if self.generate_fn is not None:
       return self.generate_fn(
         self,
         params,
         examples,
-        rng,
+        jax.random.fold_in(rng, row_offset) if row_offset else rng,
         step,
         group_size=group_size,
         sampling=sampling,
@@ -105,6 +111,7 @@ class Context:
       sampling=sampling,
       mesh=self.mesh,
       max_prompt_len=self.cfg.max_prompt_len,
+      row_offset=row_offset,
     )
 
   def score(self, rollout: Rollout, examples) -> tuple[np.ndarray, dict]:

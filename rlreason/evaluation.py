@@ -176,7 +176,10 @@ def sample_and_score(
     temperature: sampling temperature when samples > 1.
     seed: the run's seed; the key is seed + EVAL_SEED_OFFSET.
     sequences_per_call: prompts go through `ctx.generate` in chunks of
-      sequences_per_call // samples (at least 1).
+      sequences_per_call // samples (at least 1). Each chunk passes the
+      index of its first row (row_offset), so the samples do not depend on
+      the chunk size: variants of a run with other batch shapes evaluate
+      one checkpoint alike.
     extract_fn: completion -> hashable answer (None when unparsed), for
       maj@k; None skips extraction.
   """
@@ -198,6 +201,7 @@ def sample_and_score(
       group_size=samples,
       sampling=sampling,
       max_new_tokens=getattr(ctx.cfg, "eval_max_new_tokens", 0) or None,
+      row_offset=lo * samples,
     )
     gold = [chunk[i].answer for i in r.prompt_ids]
     # Completions are prompt-major: prompt i owns rows i*n .. (i+1)*n - 1.

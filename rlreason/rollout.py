@@ -10,8 +10,9 @@ bucket, so varied prompt lengths reuse a few compiled shapes), repeats each
 prompt G times, moves the parameters from the training layout to
 mesh.ROLLOUT_RULES on the same mesh (replicated over data / fsdp, split over
 tensor: no parameter all-gathers while decoding), samples with
-rng = fold_in(base_rng, step) so that a resumed run replays its samples,
-and detokenizes on the host.
+rng = fold_in(base_rng, step) so that a resumed run replays its samples
+(each row with its own key, sampling.row_keys: a row's samples do not
+depend on the batch around it), and detokenizes on the host.
 
 Shapes: B prompts, G completions per prompt, N = B * G sequences, P bucketed
 prompt length, T = max_new_tokens, V vocab (legend in types.py).
@@ -131,6 +132,7 @@ def generate(
   bucket: int = 32,
   extra_stop_ids: Sequence[int] = (),
   extra_stop_sequences: Sequence[Sequence[int]] = (),
+  row_offset: int = 0,
 ) -> Rollout:
   """Samples `group_size` completions for each prompt.
 
@@ -153,6 +155,9 @@ def generate(
     extra_stop_sequences: token-id sequences that end a completion once
       its last tokens equal one (stops.token_sequences(tokenizer, strings)
       for stop strings; only this token test, no host-side text check).
+    row_offset: the global index of this call's first row: row i samples
+      with its own key (sampling.row_keys), so prompts sampled in chunks
+      with offsets = the rows before them get the samples of one call.
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -184,8 +189,11 @@ def generate(
 
   # Host -> device, in the rollout layout.
   step = np.asarray(step, np.uint32)
+  row_offset = np.asarray(row_offset, np.uint32)
   if mesh is None:
-    tokens, positions, step = jax.device_put((tokens, positions, step))
+    tokens, positions, step, row_offset = jax.device_put(
+      (tokens, positions, step, row_offset)
+    )
   else:
     params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
     batch = jax.sharding.NamedSharding(
@@ -196,7 +204,9 @@ def generate(
     )
     # Every process holds the same global batch and places its own shards.
     tokens, positions = mesh_lib.put_global((tokens, positions), batch)
-    rng, step = mesh_lib.put_global((rng, step), mesh_lib.replicated(mesh))
+    rng, step, row_offset = mesh_lib.put_global(
+      (rng, step, row_offset), mesh_lib.replicated(mesh)
+    )
   out = sampling_lib.sample(
     params,
     tokens,
@@ -209,6 +219,7 @@ def generate(
     pad_id=tokenizer.pad_id,
     mesh=mesh,
     stop_sequences=stop_sequences,
+    row_offset=row_offset,
   )
   full_tokens, full_positions = _concat_completion(
     tokens, positions, out.tokens, out.mask

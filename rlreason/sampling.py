@@ -142,7 +142,8 @@ class Sampling:
 
     Args:
       logits: [N, V] model logits.
-      rng: a key.
+      rng: a key, or [N] keys: one per row (`row_keys`), so that a row's
+        draw does not depend on the other rows of the batch.
 
     Returns:
       tokens [N] int32; logp [N], the log-prob of each token under the
@@ -160,7 +161,11 @@ class Sampling:
     z = self.sampling_logits(logits)
     z_max = jnp.max(z, axis=-1, keepdims=True)
     e = jnp.exp(z - z_max)  # [N, V], 0 where filtered
-    tokens, total = inverse_cdf(e, jax.random.uniform(rng, e.shape[:1]))
+    if rng.ndim:  # one key per row
+      u = jax.vmap(lambda k: jax.random.uniform(k, ()))(rng)
+    else:
+      u = jax.random.uniform(rng, e.shape[:1])
+    tokens, total = inverse_cdf(e, u)
     logp = take(z, tokens) - z_max[:, 0] - jnp.log(total)
     if self.is_policy:
       return tokens, logp, logp
@@ -182,7 +187,8 @@ class SampleState:
     logp: [N, T] log-prob under the sampling distribution; 0 after stop.
     policy_logp: [N, T] log-prob under the untempered policy; 0 after stop.
     cache: the KV cache, S = P + T - 1 slots.
-    rng: the key of this sampling call; step t draws with fold_in(rng, t).
+    rng: [N] keys, one per row (row_keys); step t draws with their
+      fold_in(., t).
     logits: [N, T, V] model logits of every step, or None (not recorded).
     window: [N, k - 1] the last emitted tokens, -1 before the first
       (stops.check), or None without multi-token stop sequences.
@@ -239,6 +245,7 @@ def sample(
   return_logits: bool = False,
   mesh: jax.sharding.Mesh | None = None,
   stop_sequences: tuple[tuple[int, ...], ...] = (),
+  row_offset: int = 0,
 ) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after each (left-padded) prompt.
 
@@ -248,7 +255,11 @@ def sample(
     tokens: [N, P] int32 prompts, left padded.
     positions: [N, P] int32, 0.. from the first real token, -1 on padding.
       The last column must be a real token (every prompt non-empty).
-    rng: a key; the same key gives the same samples.
+    rng: a key; the same key gives the same samples. Row i draws with its
+      own key, fold_in(rng, row_offset + i) (row_keys), so its tokens depend
+      on its prompt, rng and global row index only, not on the other rows:
+      a batch sampled in chunks (each with its offset) gives the tokens of
+      one call, up to the numerics of the model's batched forward.
     model_cfg: the architecture (static).
     max_new_tokens: T (static).
     sampling: temperature and filters (static).
@@ -261,6 +272,7 @@ def sample(
       tokens equal one (e.g. a multi-token "</search>"; see
       stops.token_sequences for strings), static. Length-1 sequences join
       stop_ids.
+    row_offset: the global index of row 0 (see rng).
 
   Returns:
     A SampleOutput.
@@ -289,7 +301,20 @@ def sample(
     return_logits=return_logits,
     mesh=mesh,
     stop_sequences=stop_sequences,
+    row_offset=row_offset,
   )
+
+
+def row_keys(rng: jax.Array, n: int, row_offset=0) -> jax.Array:
+  """[n] keys fold_in(rng, row_offset + i): row i's key of `sample` (and
+  of segments.decode, offset 0)."""
+  rows = jnp.asarray(row_offset, jnp.uint32) + jnp.arange(n, dtype=jnp.uint32)
+  return jax.vmap(jax.random.fold_in, (None, 0))(rng, rows)
+
+
+def step_keys(keys: jax.Array, step) -> jax.Array:
+  """[N] row keys -> the keys of decode step `step`, fold_in(key, step)."""
+  return jax.vmap(jax.random.fold_in, (0, None))(keys, step)
 
 
 def cache_size() -> int:
@@ -391,6 +416,7 @@ def _sample(
   return_logits,
   mesh,
   stop_sequences=(),
+  row_offset=0,
 ) -> SampleOutput:
   n, p = tokens.shape
   t_max = max_new_tokens
@@ -417,7 +443,7 @@ def _sample(
   def record(state: SampleState, logits) -> SampleState:
     """Draws token `step` from `logits` [N, V] and writes the buffers."""
     tok, logp, policy_logp = sampling.draw(
-      logits, jax.random.fold_in(state.rng, state.step)
+      logits, step_keys(state.rng, state.step)
     )
     alive = ~state.done
     tok = jnp.where(alive, tok, pad_id)
@@ -461,7 +487,7 @@ def _sample(
     logp=zeros(jnp.float32),
     policy_logp=zeros(jnp.float32),
     cache=cache,
-    rng=rng,
+    rng=batch(row_keys(rng, n, row_offset)),
     logits=(
       batch(jnp.zeros((n, t_max, model_cfg.vocab_size), jnp.float32))
       if return_logits

@@ -39,6 +39,8 @@ from rlreason import stops
 from rlreason.model import transformer
 from rlreason.sampling import constrain
 from rlreason.sampling import constrain_cache
+from rlreason.sampling import row_keys
+from rlreason.sampling import step_keys
 
 
 def _cast(params, model_cfg):
@@ -148,7 +150,8 @@ def decode(
   Token j of row n has position start_pos[n] + j. Unlike sampling.sample,
   a row's last token (its stop token, or token Tt - 1) is never fed to the
   model: the caller feeds it in front of the next observation (`extend`).
-  Step j draws with fold_in(rng, j).
+  Row n's step j draws with fold_in(fold_in(rng, n), j), as in
+  sampling.sample (sampling.row_keys).
 
   Args:
     params, cache: the model and its cache (already holding the context).
@@ -169,9 +172,10 @@ def decode(
   batch = lambda x: _batch(x, mesh)
   stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
   start_pos = batch(start_pos)
+  keys = batch(row_keys(rng, n))
 
   def record(c: _Carry, logits) -> _Carry:
-    new, lp, plp = sampling.draw(logits, jax.random.fold_in(rng, c.step))
+    new, lp, plp = sampling.draw(logits, step_keys(keys, c.step))
     h = policy.entropy(logits)  # of the untempered policy
     alive = ~c.done
     new = jnp.where(alive, new, pad_id)

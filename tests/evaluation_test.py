@@ -93,3 +93,24 @@ def test_sample_and_score_passes_the_eval_budget(budget, expected):
   got = evaluation.sample_and_score(ctx, None, examples, step=0)
   assert calls == [expected]
   np.testing.assert_array_equal(got.correct[:, 0], [True, False])
+
+
+def test_sampled_eval_does_not_depend_on_the_chunk_size():
+  """Variants of a claim with other batch shapes (B * G) evaluate one warm
+  start alike: each chunk samples with its rows' global keys."""
+  from experiments import grpo
+  from rlreason import data as data_lib
+  from rlreason import testing
+
+  cfg = grpo.Config(max_new_tokens=8, warm_start_steps=0, mesh_fsdp=1)
+  ctx = testing.tiny_context(cfg)
+  examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "eval")
+  scored = [
+    evaluation.sample_and_score(
+      ctx, ctx.params, examples, step=3, samples=3, sequences_per_call=n
+    )
+    for n in (3, 6, 12)  # 1, 2 and 4 prompts per call
+  ]
+  for other in scored[1:]:
+    assert other.texts == scored[0].texts
+  assert len({t for row in scored[0].texts for t in row}) > 4  # sampled

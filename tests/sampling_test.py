@@ -197,6 +197,42 @@ def test_same_shapes_do_not_recompile(params, sampled):
   assert not np.array_equal(out.tokens, first.tokens)
 
 
+def test_rows_sampled_in_chunks_equal_one_call(params, sampled):
+  """Row i draws with fold_in(rng, row_offset + i): chunks of the batch,
+  each with the index of its first row, reproduce the whole call's samples
+  (how evaluation.sample_and_score stays independent of its chunk size);
+  without the offsets the second chunk reuses rows 0.. 's keys."""
+  tokens, positions, first, *_ = sampled
+  rng = jax.random.key(1)
+  kw = dict(
+    model_cfg=CFG,
+    max_new_tokens=T,
+    sampling=Sampling(TEMPERATURE),
+    stop_ids=STOP,
+    pad_id=PAD,
+  )
+  parts = [
+    sampling.sample(
+      params, tokens[lo:hi], positions[lo:hi], rng, **kw, row_offset=lo
+    )
+    for lo, hi in ((0, 2), (2, 6))
+  ]
+  for name in ("tokens", "lengths"):
+    np.testing.assert_array_equal(
+      np.concatenate([getattr(o, name) for o in parts]), getattr(first, name)
+    )
+  np.testing.assert_allclose(
+    np.concatenate([o.logp for o in parts]), first.logp, atol=1e-5
+  )
+  # The same prompts again: equal keys give equal draws, row by row.
+  again = sampling.sample(params, tokens[:2], positions[:2], rng, **kw)
+  np.testing.assert_array_equal(again.tokens, parts[0].tokens)
+  same_keys = sampling.sample(
+    params, tokens[2:4], positions[2:4], rng, **kw, row_offset=0
+  )
+  assert not np.array_equal(same_keys.tokens, parts[1].tokens[:2])
+
+
 # --- Stop sequences -----------------------------------------------------------
 
 
