@@ -256,8 +256,8 @@ def test_stop_sequences_end_rows_after_their_last_token(params):
     pad_id=PAD,
   )
   rng = jax.random.key(4)
-  # Without stops; step t draws with fold_in(rng, t) whatever stops, so a
-  # run with stops reproduces these tokens up to its stop.
+  # Without stops; row i's step t draws with fold_in(row key i, t) whatever
+  # the stops, so a run with stops reproduces these tokens up to its stop.
   free = sampling.sample(params, tokens, positions, rng, **kw)
   g = np.asarray(free.tokens)
   assert (np.asarray(free.lengths) == T).all()
