@@ -142,8 +142,8 @@ class Sampling:
 
     Args:
       logits: [N, V] model logits.
-      rng: a key, or [N] keys: one per row (`row_keys`), so that a row's
-        draw does not depend on the other rows of the batch.
+      rng: [N] keys, one per row (`row_keys`, `step_keys`): a row's draw
+        does not depend on the other rows of the batch.
 
     Returns:
       tokens [N] int32; logp [N], the log-prob of each token under the
@@ -161,10 +161,7 @@ class Sampling:
     z = self.sampling_logits(logits)
     z_max = jnp.max(z, axis=-1, keepdims=True)
     e = jnp.exp(z - z_max)  # [N, V], 0 where filtered
-    if rng.ndim:  # one key per row
-      u = jax.vmap(lambda k: jax.random.uniform(k, ()))(rng)
-    else:
-      u = jax.random.uniform(rng, e.shape[:1])
+    u = jax.vmap(lambda k: jax.random.uniform(k, ()))(rng)
     tokens, total = inverse_cdf(e, u)
     logp = take(z, tokens) - z_max[:, 0] - jnp.log(total)
     if self.is_policy:
