@@ -46,10 +46,10 @@ import matplotlib.pyplot as plt
 
 from experiments import dr_grpo
 from experiments import grpo
-from rlreason import evaluate
+from rlreason.eval import evaluate
 from rlreason import metrics
 from rlreason import testing
-from rlreason import trained
+from rlreason.eval import trained
 
 overrides = dict(steps=STEPS, workdir=WORKDIR)
 if REAL_MODEL:  # the paper's settings (experiments/grpo.py PAPER), one runtime

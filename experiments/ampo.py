@@ -6,7 +6,7 @@ experiments/grpo.py in exactly:
   (1) guidance on demand: only a group with no correct answer receives
       off-policy solutions; the others are plain on-policy GRPO;
   (2) several guidance sources (--teachers): frozen teacher models
-      (rlreason/teacher.py; laptop: the exact-solution SFT "warm_start")
+      (rlreason/eval/teacher.py; laptop: the exact-solution SFT "warm_start")
       sampling --teacher_samples solutions each, and "reference", the
       stored solution; only verified-correct solutions are candidates;
   (3) comprehension-based selection: the --replace candidates with the
@@ -38,12 +38,12 @@ import jax
 import numpy as np
 
 from experiments import grpo
-from rlreason import flags as rr_flags
-from rlreason import guidance
-from rlreason import guided
-from rlreason import loop
-from rlreason import objective
-from rlreason import teacher as teacher_lib
+from rlreason.train import flags as rr_flags
+from rlreason.guidance import offpolicy as guidance
+from rlreason.guidance import resampling as guided
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.eval import teacher as teacher_lib
 
 
 @dataclasses.dataclass(frozen=True)

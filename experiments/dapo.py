@@ -7,7 +7,7 @@ volcengine/verl. Differs from experiments/grpo.py in exactly:
       so low-probability tokens can grow and entropy does not collapse;
   (2) dynamic sampling (Sec. 3.2, Eq. 11): groups whose G answers are all
       right or all wrong are dropped and more prompts are sampled until B
-      informative groups fill the batch (rlreason/dynamic_sampling.py; at
+      informative groups fill the batch (rlreason/rl/dynamic_sampling.py; at
       most --max_sample_rounds rollouts per step, then the rest of the
       batch is weightless padding);
   (3) token-level loss (Sec. 3.3): the token losses of the whole batch are
@@ -43,10 +43,10 @@ TPU:  launch/tpu.sh run experiments.dapo --scale=paper \
 import dataclasses
 
 from experiments import grpo
-from rlreason import dynamic_sampling
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
+from rlreason.rl import dynamic_sampling
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
 from rlreason.rewards import length
 
 

@@ -6,7 +6,7 @@ code github.com/yangzhch6/DARS. Differs from experiments/grpo.py in
 exactly:
   (1) multi-stage rollouts: after the first G rollouts per prompt, K =
       --extra_groups more groups of G are sampled for the prompts whose
-      accuracy is below --hard_threshold (rlreason/allocation.py), shared
+      accuracy is below --hard_threshold (rlreason/data/allocation.py), shared
       equally ("equal treatment") or by 1 - accuracy ("hardness
       weighted", --extra_schedule=hardness); the budget is fixed per step, so
       shapes stay (B + K) * G;
@@ -64,13 +64,13 @@ import dataclasses
 import numpy as np
 
 from experiments import grpo
-from rlreason import allocation
-from rlreason import difficulty
-from rlreason import dynamic_sampling
-from rlreason import flags as rr_flags
-from rlreason import guided
-from rlreason import loop
-from rlreason import objective
+from rlreason.data import allocation
+from rlreason.data import difficulty
+from rlreason.rl import dynamic_sampling
+from rlreason.train import flags as rr_flags
+from rlreason.guidance import resampling as guided
+from rlreason.train import loop
+from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ Differs from experiments/grpo.py in exactly:
       under GRPO's per-group normalisation;
   (3) higher clipping: epsilon_high 0.28 (DAPO's clip-higher), so the
       low-probability tokens that would shorten a response can grow;
-  (4) dynamic sampling (rlreason/dynamic_sampling.py): groups whose G
+  (4) dynamic sampling (rlreason/rl/dynamic_sampling.py): groups whose G
       rewards are all equal are dropped and refilled (at most
       --max_sample_rounds rollouts per step);
   (5) no KL term; token-mean aggregation as DAPO (an assumption).
@@ -53,12 +53,12 @@ import jax
 import numpy as np
 
 from experiments import grpo
-from rlreason import dynamic_sampling
-from rlreason import flags as rr_flags
-from rlreason import loop
+from rlreason.rl import dynamic_sampling
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
 from rlreason import metrics as metrics_lib
-from rlreason import objective
-from rlreason import sft
+from rlreason.rl import objective
+from rlreason.train import sft
 from rlreason import storage
 from rlreason.rewards import length
 

@@ -31,10 +31,10 @@ TPU:  launch/tpu.sh run experiments.dump --scale=paper \
 import dataclasses
 
 from experiments import grpo
-from rlreason import difficulty
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
+from rlreason.data import difficulty
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)

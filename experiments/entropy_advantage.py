@@ -34,12 +34,12 @@ TPU:  launch/tpu.sh run experiments.entropy_advantage --scale=paper \
 import dataclasses
 
 from experiments import grpo
-from rlreason import aggregation
+from rlreason.rl import aggregation
 from rlreason import config
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import returns as returns_lib
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.rl import returns as returns_lib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,8 @@ PRIME-RL/Entropy-Mechanism-of-RL (verl; its losses are verl's "clip_cov" /
       verl scripts), so the only entropy control is (1);
   (3) the entropy-performance law R = -a exp(H) + b is
       fitted on the run's per-step (entropy, train accuracy) pairs and
-      written to entropy_law.{json,png} in the workdir (rlreason.entropy_law).
+      written to entropy_law.{json,png} in the workdir
+      (rlreason.rl.entropy_law).
 Both statistics are over the batch the loss sees (a micro-batch with
 --micro_batches > 1), as the authors' verl code.
 
@@ -45,11 +46,11 @@ import numpy as np
 
 from experiments import grpo
 from rlreason import config
-from rlreason import entropy_law
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import losses
-from rlreason import objective
+from rlreason.rl import entropy_law
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import losses
+from rlreason.rl import objective
 
 POLICY_LOSSES = ("kl_cov", "clip_cov", "ppo")
 

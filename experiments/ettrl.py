@@ -6,7 +6,7 @@ LLM Test-Time Reinforcement Learning Via Entropy Mechanism",
 arXiv:2508.11356. Differs from experiments/ttrl.py (majority-vote rewards
 on the unlabeled test prompts) in exactly:
   (1) Entropy-fork Tree Majority Rollout (ETMR): the G votes of a prompt
-      are the leaves of EPTree forests (rlreason/tree.py):
+      are the leaves of EPTree forests (rlreason/sampling/tree.py):
       G / (1 + L * N * T) chains, then L = --fork_levels rounds forking
       each tree at its N = --forks highest-entropy tokens (pooled over
       the tree's chains so far) into T = --fork_branches chains each,
@@ -39,12 +39,12 @@ import dataclasses
 import numpy as np
 
 from experiments import ttrl
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import sft
-from rlreason import tree
-from rlreason.rewards import extract
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.train import sft
+from rlreason.sampling import tree
+from rlreason.data import extract
 from rlreason.rewards import label_free
 
 

@@ -32,11 +32,11 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from rlreason import data as data_lib
-from rlreason import evaluate as evaluate_lib
-from rlreason import flags as rr_flags
+from rlreason.data import sources as data_lib
+from rlreason.eval import evaluate as evaluate_lib
+from rlreason.train import flags as rr_flags
 from rlreason import mesh as mesh_lib
-from rlreason import trained
+from rlreason.eval import trained
 
 
 def _field(default, help_text):

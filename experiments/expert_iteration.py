@@ -3,7 +3,7 @@ r"""Expert iteration: supervised fine-tuning on verified self-samples.
 Paper: Havrilla et al. 2024, "Teaching Large Language Models to Reason with
 Reinforcement Learning", arXiv:2403.04642 (the Expert Iteration arm, the
 best of EI / PPO / return-conditioned RL in most of its settings). Parent:
-SFT on reference solutions (rlreason/sft.py). Differs from it in exactly:
+SFT on reference solutions (rlreason/train/sft.py). Differs from it in exactly:
   (1) the targets are the policy's own samples: G completions per prompt,
       sampled at temperature 1;
   (2) only completions the verifier accepts are kept (rejection sampling),
@@ -40,12 +40,12 @@ import dataclasses
 import numpy as np
 
 from experiments import grpo
-from rlreason import aggregation
+from rlreason.rl import aggregation
 from rlreason import config
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import sft
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.train import sft
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,10 +42,10 @@ import jax.numpy as jnp
 
 from experiments import grpo
 from rlreason import config
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import token_weights
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.rl import token_weights
 
 SELECTIONS = ("top", "bottom", "all")
 

@@ -46,11 +46,11 @@ import dataclasses
 
 
 from experiments import grpo
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
 from rlreason.rewards import label_free
-from rlreason.tasks import tagged
+from rlreason.data.tasks import tagged
 
 tagged.register_all()  # task:<name>_tags
 

@@ -10,7 +10,7 @@ experiments/grpo.py in exactly:
       growing part of its ground-truth solution in the prompt ("the
       beginning part of the answer", hints.solution_prefix): stage s uses
       ratio --hint_ratios[s] (0.25, 0.5, 0.75), stopping at the first
-      stage that yields a correct answer (rlreason/guided.py);
+      stage that yields a correct answer (rlreason/guidance/resampling.py);
   (3) the guided groups replace the all-wrong ones and are trained
       on-policy in their guided context (imitation-like on hard prompts).
 
@@ -31,12 +31,12 @@ TPU:  launch/tpu.sh run experiments.ghpo --scale=paper \
 import dataclasses
 
 from experiments import grpo
-from rlreason import difficulty
-from rlreason import flags as rr_flags
-from rlreason import guided
-from rlreason import hints
-from rlreason import loop
-from rlreason import objective
+from rlreason.data import difficulty
+from rlreason.train import flags as rr_flags
+from rlreason.guidance import resampling as guided
+from rlreason.guidance import hints
+from rlreason.train import loop
+from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,9 +31,9 @@ TPU:  launch/tpu.sh run experiments.grpo --scale=paper \
 import dataclasses
 
 from rlreason import config
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,9 +34,9 @@ TPU:  launch/tpu.sh run experiments.gspo --scale=paper \
 import dataclasses
 
 from experiments import grpo
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)

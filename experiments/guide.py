@@ -7,7 +7,7 @@ experiments/grpo.py in exactly:
       sampled again with a natural-language hint in its context (here the
       task's first --hint_points knowledge points, hints.knowledge_hint:
       the rule used and the first intermediate result), and the hinted
-      group replaces the all-wrong one (rlreason/guided.py);
+      group replaces the all-wrong one (rlreason/guidance/resampling.py);
   (2) off-policy correction: the hinted completions are scored under the
       hint-free prompt (hints.unhinted_batch), so the clipped ratio is
       pi_theta(o | q) / pi_old(o | q, h) and the update optimises the
@@ -31,12 +31,12 @@ TPU:  launch/tpu.sh run experiments.guide --scale=paper \
 import dataclasses
 
 from experiments import grpo
-from rlreason import difficulty
-from rlreason import flags as rr_flags
-from rlreason import guided
-from rlreason import hints
-from rlreason import loop
-from rlreason import objective
+from rlreason.data import difficulty
+from rlreason.train import flags as rr_flags
+from rlreason.guidance import resampling as guided
+from rlreason.guidance import hints
+from rlreason.train import loop
+from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)

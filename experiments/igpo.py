@@ -33,10 +33,10 @@ import dataclasses
 import numpy as np
 
 from experiments import search_r1
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import turn_credit
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.rl import turn_credit
 
 
 @dataclasses.dataclass(frozen=True)

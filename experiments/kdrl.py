@@ -3,7 +3,7 @@ r"""KDRL: GRPO plus reverse-KL knowledge distillation from a teacher.
 Paper: Xu et al. 2025, "KDRL: Post-Training Reasoning LLMs via Unified
 Knowledge Distillation and Reinforcement Learning", arXiv:2506.02208.
 Differs from experiments/grpo.py in exactly:
-  (1) a frozen teacher beside the policy (rlreason/teacher.py); at laptop
+  (1) a frozen teacher beside the policy (rlreason/eval/teacher.py); at laptop
       scale the SFT warm start on EXACT solutions, a stronger model than
       the student, warm-started on noisy ones (--teacher=warm_start; a
       checkpoint directory at paper scale);
@@ -39,11 +39,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import grpo
-from rlreason import flags as rr_flags
-from rlreason import kl
-from rlreason import loop
-from rlreason import objective
-from rlreason import teacher as teacher_lib
+from rlreason.train import flags as rr_flags
+from rlreason.rl import kl
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.eval import teacher as teacher_lib
 
 
 @dataclasses.dataclass(frozen=True)

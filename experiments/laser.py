@@ -45,9 +45,9 @@ import dataclasses
 
 
 from experiments import grpo
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
 from rlreason.rewards import length
 
 

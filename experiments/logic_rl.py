@@ -13,7 +13,7 @@ Differs from experiments/grpo.py in exactly:
       reward (rewards/format.py `logic_rl`): S = S_format + S_answer with
       S_format = +1 / -1 (each tag exactly once, in order, nothing outside
       them) and S_answer = +2 right / -1.5 wrong / -2 missing;
-  (4) a difficulty schedule (rlreason/curriculum.py, --curriculum): easy
+  (4) a difficulty schedule (rlreason/data/curriculum.py, --curriculum): easy
       puzzles first, then harder ones; the paper's ablation finds a
       curriculum beats a random shuffle of the same data
       (--curriculum="" trains on the shuffled mix);
@@ -47,14 +47,14 @@ TPU:  launch/tpu.sh run experiments.logic_rl --scale=paper \
 import dataclasses
 
 from experiments import grpo
-from rlreason import curriculum
-from rlreason import data as data_lib
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import tasks
+from rlreason.data import curriculum
+from rlreason.data import sources as data_lib
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.data import tasks
 from rlreason.rewards import format as format_lib
-from rlreason.tasks import tagged
+from rlreason.data.tasks import tagged
 
 tagged.register_all()  # task:knights_tags
 

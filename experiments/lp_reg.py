@@ -37,13 +37,13 @@ TPU:  launch/tpu.sh run experiments.lp_reg --scale=paper \
 import dataclasses
 
 from experiments import grpo
-from rlreason import aggregation
+from rlreason.rl import aggregation
 from rlreason import config
-from rlreason import entropy_reg
-from rlreason import flags as rr_flags
-from rlreason import loop
+from rlreason.rl import entropy_reg
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
 from rlreason import mesh as mesh_lib
-from rlreason import objective
+from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ recipe (GAE gamma = lambda = 1, no KL, rule-based reward) and verl's PPO
 defaults where ORZ does not say (research/peers.md). The parent of the
 GRPO family; it differs from experiments/grpo.py in exactly:
   (1) a critic: a copy of the policy's trunk with a scalar head
-      (rlreason/value.py), trained beside the policy in the same step
+      (rlreason/rl/value.py), trained beside the policy in the same step
       (params["critic"], its own gradient clipping and a critic_lr_scale
       times larger learning rate; checkpointed with the policy), on the
       clipped value loss 0.5 max((V - R)^2, (V_clip - R)^2) (clip 0.5,
@@ -44,16 +44,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import grpo
-from rlreason import aggregation
+from rlreason.rl import aggregation
 from rlreason import config
-from rlreason import flags as rr_flags
-from rlreason import kl
-from rlreason import loop
-from rlreason import losses
+from rlreason.train import flags as rr_flags
+from rlreason.rl import kl
+from rlreason.train import loop
+from rlreason.rl import losses
 from rlreason import mesh as mesh_lib
-from rlreason import objective
-from rlreason import returns as returns_lib
-from rlreason import value
+from rlreason.rl import objective
+from rlreason.rl import returns as returns_lib
+from rlreason.rl import value
 
 
 @dataclasses.dataclass(frozen=True)

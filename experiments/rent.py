@@ -42,11 +42,11 @@ import dataclasses
 import numpy as np
 
 from experiments import grpo
-from rlreason import flags as rr_flags
-from rlreason import loop
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
 from rlreason import mesh as mesh_lib
-from rlreason import objective
-from rlreason import self_scoring
+from rlreason.rl import objective
+from rlreason.rewards import self_scoring
 from rlreason.rewards import label_free
 
 SELECTIONS = ("answer", "last_fraction", "all")

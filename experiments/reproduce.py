@@ -43,7 +43,7 @@ from absl import logging
 from experiments.claims import CLAIMS
 from experiments.claims import Claim
 from rlreason import metrics as metrics_lib
-from rlreason import report
+from rlreason.train import report
 
 HEAD, TAIL = 0.1, 0.25  # fractions of the steps: "start" and "end" windows
 

@@ -42,10 +42,10 @@ import functools
 import numpy as np
 
 from experiments import grpo
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import self_scoring
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.rewards import self_scoring
 from rlreason.rewards import likelihood
 
 

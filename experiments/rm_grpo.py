@@ -63,14 +63,14 @@ import numpy as np
 from etils import epath
 
 from experiments import grpo
-from rlreason import context as context_lib
-from rlreason import data as data_lib
-from rlreason import flags as rr_flags
-from rlreason import loop
+from rlreason.train import context as context_lib
+from rlreason.data import sources as data_lib
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
 from rlreason import mesh as mesh_lib
-from rlreason import objective
-from rlreason import sampling as sampling_lib
-from rlreason import sft
+from rlreason.rl import objective
+from rlreason.sampling import sampler as sampling_lib
+from rlreason.train import sft
 from rlreason import storage
 from rlreason.rewards import model as rm
 

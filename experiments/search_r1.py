@@ -4,7 +4,7 @@ Paper: Jin et al. 2025, "Search-R1: Training LLMs to Reason and Leverage
 Search Engines with Reinforcement Learning", arXiv:2503.09516. Authors'
 code: PeterGriffinJin/Search-R1 (on verl). Differs from experiments/grpo.py
 in exactly:
-  (1) rollouts are multi-turn episodes (rlreason/multiturn.py): the policy
+  (1) rollouts are multi-turn episodes (rlreason/envs/multiturn.py): the policy
       writes `search: <query>` (the paper's <search> tags), the rollout
       appends the retrieved documents (`result: ...`) and keeps decoding
       from the same KV cache, up to `max_turns` turns;
@@ -36,12 +36,12 @@ import dataclasses
 import numpy as np
 
 from rlreason import config
-from rlreason import flags as rr_flags
-from rlreason import loop
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
 from rlreason import mesh as mesh_lib
-from rlreason import multiturn
-from rlreason import objective
-from rlreason import policy
+from rlreason.envs import multiturn
+from rlreason.rl import objective
+from rlreason.model import policy
 from rlreason.envs import search
 
 search.register_task()

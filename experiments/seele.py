@@ -37,12 +37,12 @@ import dataclasses
 import numpy as np
 
 from experiments import grpo
-from rlreason import difficulty
-from rlreason import flags as rr_flags
-from rlreason import guided
-from rlreason import hints
-from rlreason import loop
-from rlreason import objective
+from rlreason.data import difficulty
+from rlreason.train import flags as rr_flags
+from rlreason.guidance import resampling as guided
+from rlreason.guidance import hints
+from rlreason.train import loop
+from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)

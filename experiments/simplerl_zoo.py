@@ -42,11 +42,11 @@ import dataclasses
 import numpy as np
 
 from experiments import grpo
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import sft
-from rlreason.rewards import extract
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.train import sft
+from rlreason.data import extract
 from rlreason.rewards import format as format_lib
 
 

@@ -44,11 +44,11 @@ from etils import epath
 
 from experiments import grpo
 from rlreason import config
-from rlreason import entropy_reg
-from rlreason import flags as rr_flags
-from rlreason import loop
+from rlreason.rl import entropy_reg
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
 from rlreason import mesh as mesh_lib
-from rlreason import objective
+from rlreason.rl import objective
 from rlreason import storage
 
 NAME = "siren"

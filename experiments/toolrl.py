@@ -2,7 +2,7 @@ r"""ToolRL: GRPO with a fine-grained tool-call reward, in a sandboxed tool env.
 
 Paper: Qian et al. 2025, "ToolRL: Reward is All Tool Learning Needs",
 arXiv:2504.13958. Differs from experiments/grpo.py in exactly:
-  (1) rollouts are multi-turn episodes (rlreason/multiturn.py): the policy
+  (1) rollouts are multi-turn episodes (rlreason/envs/multiturn.py): the policy
       writes `calculator: <expr>`, the sandbox (envs/sandbox.py: time,
       memory, file and network limits) runs it and the rollout appends
       `output: <value>` (masked from the loss) before the next turn;
@@ -32,10 +32,10 @@ import dataclasses
 import numpy as np
 
 from rlreason import config
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import multiturn
-from rlreason import objective
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.envs import multiturn
+from rlreason.rl import objective
 from rlreason.envs import base as env_base
 from rlreason.envs import calc
 from rlreason.rewards import tool_calls

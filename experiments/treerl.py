@@ -3,7 +3,7 @@ r"""TreeRL: on-policy tree search in RL, process advantages from the tree.
 Paper: Hou et al. 2025, "TreeRL: LLM Reinforcement Learning with On-Policy
 Tree Search", arXiv:2506.11902 (ACL 2025). Authors' code: THUDM/TreeRL.
 Differs from experiments/grpo.py in exactly:
-  (1) rollouts are EPTree(M, N, L, T) forests (rlreason/tree.py):
+  (1) rollouts are EPTree(M, N, L, T) forests (rlreason/sampling/tree.py):
       M = G / (1 + L * N * T) chains per prompt, then L = --fork_levels
       rounds, each forking every tree at its N = --forks highest-entropy
       tokens pooled over all the tree's chains so far into T =
@@ -36,11 +36,11 @@ import numpy as np
 
 from experiments import grpo
 from rlreason import config
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
-from rlreason import tree
-from rlreason import tree_credit
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
+from rlreason.sampling import tree
+from rlreason.rl import tree_credit
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,10 +39,10 @@ import numpy as np
 
 from experiments import grpo
 from rlreason import config
-from rlreason import advantages
-from rlreason import flags as rr_flags
-from rlreason import loop
-from rlreason import objective
+from rlreason.rl import advantages
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
+from rlreason.rl import objective
 
 ADV_NORMS = ("mixed", "group", "batch", "none")
 

@@ -46,15 +46,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import ppo
-from rlreason import flags as rr_flags
-from rlreason import loop
+from rlreason.train import flags as rr_flags
+from rlreason.train import loop
 from rlreason import mesh as mesh_lib
-from rlreason import objective
-from rlreason import returns as returns_lib
-from rlreason import rollout as rollout_lib
-from rlreason import sampling as sampling_lib
-from rlreason import sft
-from rlreason import value
+from rlreason.rl import objective
+from rlreason.rl import returns as returns_lib
+from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import sampler as sampling_lib
+from rlreason.train import sft
+from rlreason.rl import value
 
 
 @dataclasses.dataclass(frozen=True)

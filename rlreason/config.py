@@ -3,7 +3,7 @@
 Experiment files define `Config(BaseConfig)` (frozen) with the paper's
 defaults, and `PAPER`, a dict of overrides for `--scale=paper` (built on
 `PAPER_COMMON`). Every field is also a command-line flag
-(rlreason/flags.py). Only bool / int / float / str fields: lists are
+(rlreason/train/flags.py). Only bool / int / float / str fields: lists are
 comma-separated strings.
 """
 
@@ -36,13 +36,13 @@ class BaseConfig:
   model: str = "tiny"  # preset name or a local HF checkpoint directory
   tokenizer: str = ""  # "" = "char" for presets, the model dir for HF dirs
   init_from: str = ""  # params to start from: "" (random/HF), or a workdir
-  data: str = "task:arithmetic"  # see rlreason/data.py for the grammar
+  data: str = "task:arithmetic"  # see rlreason/data/sources.py for the grammar
   eval_data: str = ""  # "" = the held-out split of `data`
   template: str = "plain"  # plain | r1 | boxed | chat
   reward: str = "task"  # reward registry name (rlreason/rewards)
   difficulty: int = 1  # procedural tasks only
 
-  # Supervised warm start (rlreason/sft.py), cached under cache_dir.
+  # Supervised warm start (rlreason/train/sft.py), cached under cache_dir.
   warm_start_steps: int = 0  # 0 = none
   warm_start_lr: float = 3e-3
   warm_start_batch_size: int = 64

@@ -49,7 +49,7 @@ def tiny_context(cfg, **fields):
   """A context.Context of `cfg` on one device with its randomly initialised
   model (a preset), for tests that call make_batch functions directly;
   `fields` set other Context fields (params defaults to the model's)."""
-  from rlreason import context  # Deferred: a heavy import, tests only.
+  from rlreason.train import context  # Deferred: a heavy import, tests only.
   from rlreason import mesh as mesh_lib
 
   mesh = mesh_lib.make_mesh(1, 1, 1)

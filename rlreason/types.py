@@ -63,3 +63,12 @@ class Rollout(NamedTuple):
   finish_reasons: np.ndarray
   texts: list[str]
   prompt_ids: np.ndarray
+
+
+class ExtraParams(NamedTuple):
+  """Parameters trained beside the policy's, under their own top-level keys
+  of the params dict (e.g. a critic, value.extra_params)."""
+
+  params: dict  # {key: pytree}
+  axes: dict  # {key: logical axes with that pytree's structure}
+  lr_scales: dict  # {key: lr factor}, see make_optimizer

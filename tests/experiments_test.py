@@ -1,6 +1,6 @@
 """Every experiment smoke-runs for 2 steps.
 
-A run killed with SIGKILL resumes exactly: tests/tracker_resume_test.py,
+A run killed with SIGKILL resumes exactly: tests/train/tracker_resume_test.py,
 on adacl, whose prompt iterator carries the most state.
 """
 

@@ -7,7 +7,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from rlreason import mesh as mesh_lib
-from rlreason import policy
+from rlreason.model import policy
 from rlreason import testing
 from rlreason.model import transformer
 

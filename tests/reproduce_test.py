@@ -44,7 +44,7 @@ WARM_START_SET_IN_RUN = {
 def test_the_variants_of_a_claim_share_one_warm_start(name):
   # Else a variant's gain may be its starting point's (adacl's uniform
   # baseline once started from a warm start that saw no hints).
-  from rlreason import sft
+  from rlreason.train import sft
 
   allowed = WARM_START_SET_IN_RUN.get(name, ())
   settings = {}

@@ -30,7 +30,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from rlreason import sampling
+from rlreason.sampling import sampler as sampling
 from rlreason.model import hf
 
 

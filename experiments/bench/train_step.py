@@ -2,9 +2,9 @@ r"""Train-step throughput and model FLOPs utilisation against matmul peak.
 
 Shape: the sampler benchmark's "medium" model (12 layers, d_model 768, 12
 heads, 4 kv heads, mlp 2048, vocab 32000), 16 sequences of 384 tokens, fp32,
-forward + backward + AdamW update (rlreason.train_step), on whatever devices
-JAX sees. The peak is measured in the same run: the best of several large
-square fp32 matmuls (jnp.dot) on one device.
+forward + backward + AdamW update (rlreason.train.train_step), on whatever
+devices JAX sees. The peak is measured in the same run: the best of several
+large square fp32 matmuls (jnp.dot) on one device.
 
   python -m experiments.bench.train_step            # CPU: ~2-4 minutes
   python -m experiments.bench.train_step --seqs=64  # a larger batch
@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlreason import aggregation
-from rlreason import policy
-from rlreason import train_step as ts
+from rlreason.rl import aggregation
+from rlreason.model import policy
+from rlreason.train import train_step as ts
 from rlreason.model import transformer
 
 MEDIUM = transformer.ModelConfig(

@@ -27,7 +27,7 @@ import re
 from typing import Any, Callable, Protocol
 
 from rlreason.envs import sandbox
-from rlreason.tasks import base as task_base
+from rlreason.data.tasks import base as task_base
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,35 +164,3 @@ class ToolEnv:
     return StepResult(
       obs, reward, False, {"tool": self.tool, "status": res.status}
     )
-
-
-def _search(**kw):
-  from rlreason.envs import search  # avoid an import cycle at load
-
-  return search.SearchEnv(**kw)
-
-
-_REGISTRY: dict[str, Callable[..., Env]] = {
-  "python": lambda **kw: ToolEnv(tool="python", **kw),
-  "calculator": lambda **kw: ToolEnv(tool="calculator", **kw),
-  "search": _search,
-}
-
-
-def register(name: str, factory: Callable[..., Env]) -> None:
-  if name in _REGISTRY:
-    raise ValueError(f"env {name!r} is already registered")
-  _REGISTRY[name] = factory
-
-
-def names() -> list[str]:
-  return sorted(_REGISTRY)
-
-
-def make(name: str, **kwargs) -> Env:
-  """A new environment instance (one per rollout row)."""
-  try:
-    factory = _REGISTRY[name]
-  except KeyError:
-    raise KeyError(f"unknown env {name!r}; known: {names()}") from None
-  return factory(**kwargs)

@@ -14,8 +14,8 @@ reference tool call, for ToolRL-style call-matching rewards
 
 import re
 
-from rlreason import tasks
-from rlreason.tasks import base as task_base
+from rlreason.data import tasks
+from rlreason.data.tasks import base as task_base
 
 _EXPR = re.compile(r"Compute (.+)\.")
 

@@ -25,9 +25,9 @@ import functools
 import random
 import re
 
-from rlreason import tasks
+from rlreason.data import tasks
 from rlreason.envs import base as env_base
-from rlreason.tasks import base as task_base
+from rlreason.data.tasks import base as task_base
 
 _FIRST = (
   "Ava Ben Cai Dan Eli Fay Gus Hal Ida Jon Kai Lea Max Ned Ola Pia Quin Rex "

@@ -21,6 +21,9 @@ keyword arguments. Names:
     fn = rewards.get("overlong", max_length=4096, buffer_length=512)
     total_fn = rewards.combine({"math": 1.0, "format": 0.1})
     total, parts = total_fn(completions, answers)   # [N], {name: [N]}
+
+Layer 5, rewards: imports data/, rl/, sampling/, model/ and the bottom
+modules.
 """
 
 import functools
@@ -68,7 +71,7 @@ def register(name: str, fn: RewardFn) -> RewardFn:
 
 
 def names() -> list[str]:
-  from rlreason import tasks
+  from rlreason.data import tasks
 
   return sorted(_REGISTRY) + [_TASK_PREFIX + t for t in tasks.names()]
 

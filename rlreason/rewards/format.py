@@ -10,8 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
-from rlreason.rewards import extract
-from rlreason.tasks import base as tasks_base
+from rlreason.data import extract
+from rlreason.data.tasks import base as tasks_base
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 

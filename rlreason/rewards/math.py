@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rlreason.rewards import extract
+from rlreason.data import extract
 from rlreason.rewards import pool as pool_lib
 
 MAX_ANSWER_CHARS = 256  # Math-Verify needs seconds for a 5k-char string.

@@ -36,8 +36,8 @@ import optax
 import safetensors.numpy
 
 from rlreason import metrics as metrics_lib
-from rlreason import rollout as rollout_lib
-from rlreason import sampling as sampling_lib
+from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import sampler as sampling_lib
 from rlreason.model import transformer
 
 JUDGE_TEMPLATE = (

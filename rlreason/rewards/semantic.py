@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rlreason.rewards import extract
+from rlreason.data import extract
 from rlreason.rewards import math as math_lib
 
 ExtractFn = Callable[[str], "str | None"]

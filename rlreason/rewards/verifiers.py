@@ -4,8 +4,8 @@ from typing import Sequence
 
 import numpy as np
 
-from rlreason import tasks
-from rlreason.rewards import extract
+from rlreason.data import tasks
+from rlreason.data import extract
 
 
 def _check_lengths(completions, answers):

@@ -1,0 +1,460 @@
+r"""Prompt datasets and a deterministic, resumable host iterator.
+
+Data spec grammar (the `--data` flag):
+
+    SPEC    := SOURCE [":" OPTIONS]
+    SOURCE  := "task:" NAME       a procedural task (rlreason.data.tasks)
+             | "hf:" REPO_ID      the Hugging Face hub (datasets.load_dataset)
+             | "tfds:" NAME       tensorflow-datasets (optional dependency)
+             | PATH               a .jsonl / .json / .parquet file, a folder
+                                  of .parquet files, or a folder written by
+                                  datasets' save_to_disk
+    OPTIONS := ITEM ("," ITEM)*
+    ITEM    := KEY "=" VALUE | FIELD
+
+The first two bare FIELDs name the question and answer fields. Keys:
+  question, answer  field paths; dots index into nested records and lists
+                    (`reward_model.ground_truth`, `prompt.-1.content`).
+  format            how the answer field becomes the answer: `raw`, `gsm8k`
+                    (text after '####', commas dropped), `boxed` (last
+                    \boxed{} of a solution), or `auto` (default: by schema).
+  split             dataset split (default: the `split` argument of `load`).
+  config            hf dataset config name.
+  difficulty, n, seed   task options: `difficulty=2` or `difficulty=1-3`
+                    (n split evenly across the range), n problems (default
+                    1000), generator seed stream (default 0).
+
+Examples:
+    task:arithmetic:difficulty=1-3,n=3000
+    /data/gsm8k/train.jsonl                       (schema detected)
+    /data/mine.parquet:problem,final_answer
+    /data/dapo17k:question=prompt.-1.content,answer=reward_model.ground_truth
+    hf:openai/gsm8k:config=main
+    hf:HuggingFaceH4/MATH-500:split=test
+
+Schemas detected without field options (first match wins): DAPO-Math-17k
+(`prompt` chat list + `reward_model.ground_truth`), GSM8K (`question`,
+`answer` with '####'), MATH-500 / AIME (`problem`, `answer`), MATH
+(`problem`, `solution` with \boxed{}), and `question`/`answer`. Field names
+match case-insensitively (AIME sets use `Problem`/`Answer`).
+"""
+
+import dataclasses
+import functools
+import glob
+import json
+import os
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from rlreason.data import tasks
+from rlreason.data import extract
+
+
+class DataError(ValueError):
+  """A bad record or spec; the message names the source and the row."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  """One prompt. `solution` is a reference solution when the source has one
+  (tasks, GSM8K rationale, MATH solution), else "".
+
+  For hint-guided methods (rlreason/guidance/hints.py): `knowledge` holds atomic
+  knowledge points (procedural tasks supply them), `hint` is guidance shown
+  with the question and `prefix` a partial solution the response starts
+  from; both are "" for an ordinary prompt.
+  """
+
+  uid: str
+  question: str
+  answer: str
+  solution: str = ""
+  difficulty: int = 0
+  knowledge: tuple[str, ...] = ()
+  hint: str = ""
+  prefix: str = ""
+
+
+# --------------------------------------------------------------- spec parsing
+
+
+def parse_spec(spec: str) -> tuple[str, str, dict[str, str]]:
+  """Splits a spec into (kind, location, options); kind in task/hf/tfds/path."""
+  kind = "path"
+  for prefix in ("task", "hf", "tfds"):
+    if spec.startswith(prefix + ":"):
+      kind, spec = prefix, spec[len(prefix) + 1 :]
+  location, options = spec, {}
+  # Options follow the last ':' unless that part looks like a path (so
+  # gs://bucket/x.jsonl keeps its colon).
+  head, sep, tail = spec.rpartition(":")
+  if sep and head and "/" not in tail and os.sep not in tail:
+    location, bare = head, []
+    for item in filter(None, (s.strip() for s in tail.split(","))):
+      if "=" in item:
+        key, value = item.split("=", 1)
+        options[key.strip()] = value.strip()
+      else:
+        bare.append(item)
+    if len(bare) > 2:
+      raise DataError(f"{spec!r}: at most two bare fields (question,answer)")
+    for key, field in zip(("question", "answer"), bare, strict=False):
+      options.setdefault(key, field)
+  if not location:
+    raise DataError(f"empty data source in spec {spec!r}")
+  return kind, location, options
+
+
+# --------------------------------------------------------------- records
+
+
+def _get(record: Any, path: str) -> Any:
+  """Follows a dotted path (KeyError if absent); keys match any case."""
+  value = record
+  for part in path.split("."):
+    if isinstance(value, dict):
+      if part not in value:
+        lower = {str(k).lower(): k for k in value}
+        if part.lower() not in lower:
+          raise KeyError(path)
+        part = lower[part.lower()]
+      value = value[part]
+    elif isinstance(value, (list, tuple)):
+      try:
+        value = value[int(part)]
+      except (ValueError, IndexError):
+        raise KeyError(path) from None
+    else:
+      raise KeyError(path)
+  return value
+
+
+def _has(record, path) -> bool:
+  try:
+    _get(record, path)
+    return True
+  except KeyError:
+    return False
+
+
+def detect_schema(record: dict) -> tuple[str, str, str]:
+  """(question field, answer field, format) for a known dataset layout."""
+  if _has(record, "prompt.-1.content") and _has(
+    record, "reward_model.ground_truth"
+  ):
+    return "prompt.-1.content", "reward_model.ground_truth", "raw"
+  if _has(record, "question") and _has(record, "answer"):
+    answer = _get(record, "answer")
+    fmt = "gsm8k" if isinstance(answer, str) and "####" in answer else "raw"
+    return "question", "answer", fmt
+  if _has(record, "problem") and _has(record, "answer"):
+    return "problem", "answer", "raw"
+  if _has(record, "problem") and _has(record, "solution"):
+    return "problem", "solution", "boxed"
+  raise DataError(
+    "unknown schema (fields: "
+    f"{sorted(record) if isinstance(record, dict) else type(record)}); "
+    "name them in the spec, e.g. path:question_field,answer_field"
+  )
+
+
+def _to_example(record, row: str, fields) -> Example:
+  """Validates one record; `row` names it in errors (`file: row 3`)."""
+  q_field, a_field, fmt = fields
+  if not isinstance(record, dict):
+    raise DataError(f"{row}: record is {type(record).__name__}, not an object")
+  for field in (q_field, a_field):
+    if not _has(record, field):
+      raise DataError(f"{row}: missing field {field!r}")
+  question, raw = _get(record, q_field), _get(record, a_field)
+  if not isinstance(question, str):
+    raise DataError(
+      f"{row}: field {q_field!r} is {type(question).__name__}, not a string"
+    )
+  if not question.strip():
+    raise DataError(f"{row}: empty question in field {q_field!r}")
+  if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+    raise DataError(
+      f"{row}: field {a_field!r} is {type(raw).__name__}, not a string"
+    )
+  raw, solution = str(raw), ""
+  if fmt == "gsm8k":
+    solution, sep, answer = raw.rpartition("####")
+    answer = answer.strip().replace(",", "") if sep else ""
+  elif fmt == "boxed":
+    solution, answer = raw, extract.last_boxed(raw) or ""
+  elif fmt == "raw":
+    answer = raw.strip()
+  else:
+    raise DataError(f"unknown answer format {fmt!r}")
+  if not answer:
+    raise DataError(f"{row}: no answer in field {a_field!r} (format {fmt})")
+  if fmt != "gsm8k" and _has(record, "solution") and a_field != "solution":
+    sol = _get(record, "solution")
+    solution = sol if isinstance(sol, str) else ""
+  return Example(row, question, answer, solution.strip())
+
+
+def examples_from_records(
+  records: Iterable[tuple[str, Any]], options: dict[str, str]
+) -> list[Example]:
+  """Validated examples from (row name, record) pairs, per the options."""
+  out, fields = [], None
+  for row, record in records:
+    if fields is None:
+      if "question" in options and "answer" in options:
+        fields = (options["question"], options["answer"])
+        fields += (options.get("format", "raw"),)
+      elif "question" in options or "answer" in options:
+        raise DataError("name both the question and the answer field")
+      else:
+        try:
+          fields = detect_schema(record)
+        except DataError as e:
+          raise DataError(f"{row}: {e}") from None
+        if options.get("format", "auto") != "auto":
+          fields = fields[:2] + (options["format"],)
+    out.append(_to_example(record, row, fields))
+  return out
+
+
+# --------------------------------------------------------------- sources
+
+
+def _jsonl_records(path: str) -> Iterator[tuple[str, Any]]:
+  with open(path) as f:
+    row = 0
+    for lineno, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise DataError(
+          f"{path}: row {row} (line {lineno}): bad JSON: {e}"
+        ) from None
+      yield f"{path}: row {row} (line {lineno})", record
+      row += 1
+
+
+def _file_records(path: str) -> Iterator[tuple[str, Any]]:
+  if path.endswith(".parquet"):
+    import pyarrow.parquet as pq
+
+    for row, record in enumerate(pq.read_table(path).to_pylist()):
+      yield f"{path}: row {row}", record
+  elif path.endswith(".json"):
+    with open(path) as f:
+      text = f.read()
+    try:
+      records = json.loads(text)
+    except json.JSONDecodeError:
+      records = None  # Probably JSON lines under a .json name.
+    if isinstance(records, list):
+      for row, record in enumerate(records):
+        yield f"{path}: row {row}", record
+    else:
+      yield from _jsonl_records(path)
+  else:
+    yield from _jsonl_records(path)
+
+
+def _hf_records(ds, name: str, split: str) -> Iterator[tuple[str, Any]]:
+  import datasets
+
+  if isinstance(ds, datasets.DatasetDict):
+    if split not in ds:
+      raise DataError(f"{name}: no split {split!r}; has {sorted(ds)}")
+    ds = ds[split]
+  for row, record in enumerate(ds):
+    yield f"{name}[{split}]: row {row}", record
+
+
+def _path_records(path: str, split: str) -> Iterator[tuple[str, Any]]:
+  if os.path.isdir(path):
+    markers = ("dataset_info.json", "state.json", "dataset_dict.json")
+    if any(os.path.exists(os.path.join(path, m)) for m in markers):
+      import datasets
+
+      yield from _hf_records(datasets.load_from_disk(path), path, split)
+      return
+    files = sorted(glob.glob(os.path.join(path, "*.parquet")))
+    if not files:
+      raise DataError(f"{path}: no dataset (save_to_disk folder or .parquet)")
+    for file in files:
+      yield from _file_records(file)
+  elif os.path.exists(path):
+    yield from _file_records(path)
+  else:
+    raise DataError(f"{path}: no such file (and not a task:/hf:/tfds: spec)")
+
+
+def _tfds_records(name: str, split: str) -> Iterator[tuple[str, Any]]:
+  try:
+    import tensorflow_datasets as tfds
+  except ImportError:
+    raise DataError(
+      "tfds: sources need tensorflow-datasets (pip install rlreason[tfds])"
+    ) from None
+  for row, record in enumerate(tfds.as_numpy(tfds.load(name, split=split))):
+    yield f"tfds:{name}[{split}]: row {row}", _decode(record)
+
+
+def _decode(value):
+  if isinstance(value, bytes):
+    return value.decode("utf-8")
+  if isinstance(value, dict):
+    return {k: _decode(v) for k, v in value.items()}
+  if isinstance(value, np.ndarray) and value.dtype == object:
+    return [_decode(v) for v in value.tolist()]
+  if isinstance(value, np.generic):
+    return value.item()
+  return value
+
+
+def _task_examples(name: str, split: str, options) -> list[Example]:
+  try:
+    task = tasks.get(name)
+  except KeyError as e:
+    raise DataError(str(e)) from None
+  spec = options.get("difficulty", "1")
+  lo, _, hi = spec.partition("-")
+  difficulties = list(range(int(lo), int(hi or lo) + 1))
+  n, seed = int(options.get("n", 1000)), int(options.get("seed", 0))
+  out = []
+  for k, d in enumerate(difficulties):
+    count = n // len(difficulties) + (k < n % len(difficulties))
+    try:
+      out += _generated(task, split, count, d, seed)
+    except ValueError as e:
+      raise DataError(f"task:{name}: {e} (ask for fewer with n=)") from None
+  return out
+
+
+@functools.lru_cache(maxsize=64)
+def _generated(
+  task: tasks.Task, split: str, n: int, difficulty: int, seed: int
+) -> tuple[Example, ...]:
+  """task.problems(...) as Examples, memoised: a run loads its spec several
+  times (warm start, training, evaluation), generation is a pure function
+  of these arguments, and Examples are immutable."""
+  return tuple(
+    Example(p.uid, p.prompt, p.answer, p.solution, difficulty, p.knowledge)
+    for p in task.problems(split, n, difficulty, seed=seed)
+  )
+
+
+def load(spec: str, split: str = "train") -> list[Example]:
+  """Loads and validates the examples named by a data spec (see module doc).
+
+  Raises:
+    DataError: a bad spec or record; the message names file and row.
+  """
+  kind, location, options = parse_spec(spec)
+  split = options.get("split", split)
+  if kind == "task":
+    return _task_examples(location, split, options)
+  if kind == "hf":
+    import datasets
+
+    ds = datasets.load_dataset(location, options.get("config"), split=split)
+    records = _hf_records(ds, f"hf:{location}", split)
+  elif kind == "tfds":
+    records = _tfds_records(location, split)
+  else:
+    records = _path_records(location, split)
+  examples = examples_from_records(records, options)
+  if not examples:
+    raise DataError(f"{spec}: no records")
+  return examples
+
+
+# --------------------------------------------------------------- iteration
+
+
+class PromptIterator:
+  """Deterministic batches of examples, resumable from two ints.
+
+  The examples are visited epoch after epoch, each epoch in the order of a
+  permutation drawn from (seed, epoch); a batch may straddle two epochs, so
+  nothing is dropped. The position is `state() == {"epoch": e, "index": i}`
+  (i-th item of epoch e's order): saving it with the checkpoint and passing it
+  to `restore` continues exactly. Every process computes the same global
+  batch of `batch_size` and keeps its own contiguous slice
+  (`process_index` of `process_count`), so hosts stay in step.
+  """
+
+  def __init__(
+    self,
+    examples: Sequence[Example],
+    batch_size: int,
+    *,
+    seed: int = 0,
+    shuffle: bool = True,
+    process_index: int = 0,
+    process_count: int = 1,
+  ):
+    if not examples:
+      raise ValueError("no examples")
+    if batch_size % process_count:
+      raise ValueError(
+        f"batch_size={batch_size} not divisible by {process_count} processes"
+      )
+    if not 0 <= process_index < process_count:
+      raise ValueError(f"process_index {process_index} of {process_count}")
+    self.examples = list(examples)
+    self.batch_size = batch_size
+    self.seed = seed
+    self.shuffle = shuffle
+    self.process_index = process_index
+    self.process_count = process_count
+    self.epoch, self.index = 0, 0
+    self._order_epoch, self._order = None, None
+
+  def order(self, epoch: int) -> np.ndarray:
+    """The visiting order of one epoch: int [len(examples)]."""
+    if self._order_epoch != epoch:
+      n = len(self.examples)
+      if self.shuffle:
+        rng = np.random.default_rng([self.seed, epoch])
+        self._order = rng.permutation(n)
+      else:
+        self._order = np.arange(n)
+      self._order_epoch = epoch
+    return self._order
+
+  def global_batch(self) -> list[Example]:
+    """The next global batch (all processes), advancing the position."""
+    batch = []
+    while len(batch) < self.batch_size:
+      order = self.order(self.epoch)
+      take = min(self.batch_size - len(batch), len(order) - self.index)
+      batch += [self.examples[j] for j in order[self.index : self.index + take]]
+      self.index += take
+      if self.index == len(order):
+        self.epoch, self.index = self.epoch + 1, 0
+    return batch
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> list[Example]:
+    """This process's slice of the next global batch."""
+    local = self.batch_size // self.process_count
+    start = self.process_index * local
+    return self.global_batch()[start : start + local]
+
+  def state(self) -> dict[str, int]:
+    return {"epoch": int(self.epoch), "index": int(self.index)}
+
+  def restore(self, state: dict[str, int]) -> None:
+    epoch, index = int(state["epoch"]), int(state["index"])
+    if epoch < 0 or not 0 <= index < len(self.examples):
+      raise ValueError(f"bad iterator state {state}")
+    self.epoch, self.index = epoch, index
+
+  def seek(self, step: int) -> None:
+    """Positions the iterator before batch number `step` (0-based)."""
+    self.epoch, self.index = divmod(step * self.batch_size, len(self.examples))

@@ -1,0 +1,406 @@
+"""Multi-turn rollouts: decode a turn, step the environment, append its
+observation to the KV cache, decode the next turn.
+
+  ro = multiturn.generate(params, prompts, envs, rng, step,
+                          model_cfg=model_cfg, tokenizer=tok, max_turns=3,
+                          turn_tokens=24, obs_tokens=48,
+                          stop_strings=("\\n", "</search>"), mesh=mesh)
+
+Per turn, one jitted `segments.decode` (a lax.while_loop, as
+sampling.sample) samples up to `turn_tokens` tokens for every live episode
+and stops a row at EOS, a turn stop id, or a stop string; the host decodes
+the action text and calls `env.step`; one jitted `segments.extend` writes
+[last action token, observation tokens] into the same cache (rows left
+padded to a fixed width, padding has position -1 and is never attended),
+and its last logits start the next turn. Nothing is recomputed: the cache
+of the prompt and of every earlier turn is reused.
+
+Stop strings (an env's action end tags, e.g. "</search>", envs.base) are
+checked twice. On device, as token sequences: stops.token_sequences gives
+the tokenizer's encodings of each string, and the decode loop ends a row
+once its last tokens equal one (stops.check). A BPE model can write the
+same text with another split, which that test misses; so on the host the
+decoded action is searched too, and an action that runs past its first
+stop string is cut after the fewest tokens whose text contains it: the cut
+tokens leave the action, and segments.rewind hides those already fed from
+the cache, so the episode continues exactly as if decoding had stopped
+there. (sampling.sample / rollout.generate have only the device test.)
+
+Sharding: with a mesh, the parameters are moved to the rollout layout and
+every [N, ...] array (prompts, the cache, each turn's start positions and
+observation block, the outputs) is split over the mesh's batch axes as in
+rollout.generate (replicated when N is not a multiple of their size);
+the host steps the environments between turns on gathered copies.
+
+The result is a `MultiTurnRollout`: the fields of `types.Rollout` (so the
+loop, make_batch and the losses take it unchanged) plus turn bookkeeping.
+Each row's completion is compacted on the host (the cache's padding gaps
+dropped), so a full forward over `tokens` sees exactly the context each
+token was sampled with: `policy.completion_logprobs` reproduces `logp`.
+`mask` is 1 on action tokens only: observation tokens are context, never
+trained on (Search-R1's retrieved-token masking), and GAE / REINFORCE++
+(advantages.py) carry values and returns across them unchanged;
+turn_credit.py turns per-turn rewards into token rewards and advantages.
+
+Shapes: N = B * G rows, P prompt length, K = max_turns, Tt = turn_tokens,
+O = obs_tokens, T = K * Tt + (K - 1) * O completion budget.
+"""
+
+import functools
+from concurrent import futures
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import numpy as np
+
+from rlreason import mesh as mesh_lib
+from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import segments
+from rlreason.sampling import stops
+from rlreason.envs import base as env_base
+
+ACTION, OBSERVATION = 1, 2  # values of MultiTurnRollout.segment
+
+
+class MultiTurnRollout(NamedTuple):
+  """A types.Rollout (same first fields and meaning) plus turn structure.
+
+  Attributes beyond types.Rollout (all host numpy):
+    segment: [N, T] int8, ACTION / OBSERVATION, 0 on padding.
+    turn: [N, T] int32, turn index of each token, -1 on padding.
+    turn_end: [N, K] int32, completion column of each turn's last action
+      token, -1 for turns not taken.
+    turn_rewards: [N, K] float32, env reward of each turn (0 if not taken).
+    num_turns: [N] int32.
+    actions: N lists of action texts, one per turn.
+    observations: N lists of observation texts.
+  """
+
+  tokens: jax.Array
+  positions: jax.Array
+  prompt_len: int
+  logp: jax.Array
+  policy_logp: jax.Array
+  mask: jax.Array
+  lengths: np.ndarray
+  finish_reasons: np.ndarray
+  texts: list[str]
+  prompt_ids: np.ndarray
+  segment: np.ndarray
+  turn: np.ndarray
+  turn_end: np.ndarray
+  turn_rewards: np.ndarray
+  num_turns: np.ndarray
+  actions: list
+  observations: list
+
+
+def generate(
+  params: Any,
+  prompts: Sequence[Sequence[int]],
+  envs: Sequence[Any],
+  rng: jax.Array,
+  step: int,
+  *,
+  model_cfg,
+  tokenizer,
+  max_turns: int,
+  turn_tokens: int,
+  obs_tokens: int,
+  group_size: int = 1,
+  sampling: sampling_lib.Sampling | None = None,
+  turn_stop_ids: Sequence[int] = (),
+  max_prompt_len: int | None = None,
+  bucket: int = 32,
+  env_workers: int = 8,
+  mesh: jax.sharding.Mesh | None = None,
+  stop_strings: Sequence[str] = (),
+) -> MultiTurnRollout:
+  """Runs one episode per row: G rows per prompt, envs already reset.
+
+  Args:
+    params: the policy.
+    prompts: B token-id lists (not padded).
+    envs: N = B * G environments, row-major like the rows (reset by the
+      caller, so it controls what each episode sees).
+    rng: base key; turn k samples with fold_in(fold_in(rng, step), k).
+    step: the RL step.
+    model_cfg, tokenizer: the model and its tokenizer.
+    max_turns: K; the episode is cut after K turns (finish "length").
+    turn_tokens: Tt, the most tokens of one action.
+    obs_tokens: O, observations are truncated to this many tokens.
+    group_size: G.
+    sampling: temperature / filters (default Sampling()).
+    turn_stop_ids: ids that end a turn (besides EOS, which also does).
+    max_prompt_len, bucket: as rollout.pad_prompts.
+    env_workers: threads stepping the environments of one turn.
+    mesh: decode on this mesh: parameters in the rollout layout
+      (mesh.ROLLOUT_RULES), rows split over its batch axes; None: where
+      the parameters are, rows unsplit.
+    stop_strings: texts that end a turn (e.g. an env's "</search>"),
+      checked as token sequences on device and as text on the host (see
+      the module docstring).
+
+  Returns:
+    A MultiTurnRollout with T = K * Tt + (K - 1) * O.
+  """
+  sampling = sampling or sampling_lib.Sampling()
+  stop_strings = tuple(s for s in stop_strings if s)
+  stop_ids, stop_seqs = stops.split(
+    (tokenizer.eos_id, *turn_stop_ids),
+    stops.token_sequences(tokenizer, stop_strings),
+  )
+  stops.check_vocab(stop_ids, stop_seqs, model_cfg.vocab_size)
+  tokens, positions = rollout_lib.pad_prompts(
+    prompts, tokenizer.pad_id, max_len=max_prompt_len, bucket=bucket
+  )
+  b, p = tokens.shape
+  n = b * group_size
+  if len(envs) != n:
+    raise ValueError(f"{len(envs)} envs for {n} rows (B={b}, G={group_size})")
+  tokens = np.repeat(tokens, group_size, axis=0)
+  positions = np.repeat(positions, group_size, axis=0)
+  rows_on = functools.partial(mesh_lib.put_rows, mesh)
+  params, rng = rollout_lib.on_mesh(
+    params, jax.random.fold_in(rng, step), mesh, model_cfg
+  )
+  k_max, o = max_turns, obs_tokens
+  t_total = k_max * turn_tokens + (k_max - 1) * o
+  cache = segments.init_cache(
+    model_cfg,
+    n,
+    p + k_max * turn_tokens + (k_max - 1) * (o + 1),
+    mesh=mesh,
+  )
+  logits, cache = segments.extend(
+    params, cache, *rows_on((tokens, positions)), model_cfg=model_cfg, mesh=mesh
+  )
+  pos = positions[:, -1].astype(np.int64) + 1
+  active = np.ones(n, bool)
+  rows = [[] for _ in range(n)]  # (kind, turn, ids, logp, policy_logp)
+  turn_rewards = np.zeros((n, k_max), np.float32)
+  actions, observations = [[] for _ in range(n)], [[] for _ in range(n)]
+  finish = np.full(n, "length", object)
+  for k in range(k_max):
+    seg, cache = segments.decode(
+      params,
+      cache,
+      logits,
+      *rows_on((pos.astype(np.int32), active)),
+      jax.random.fold_in(rng, k),
+      model_cfg=model_cfg,
+      max_new_tokens=turn_tokens,
+      sampling=sampling,
+      stop_ids=stop_ids,
+      pad_id=tokenizer.pad_id,
+      stop_sequences=stop_seqs,
+      mesh=mesh,
+    )
+    seg = mesh_lib.to_host(seg)
+    block = np.full((n, o + 1), tokenizer.pad_id, np.int32)
+    block_pos = np.full((n, o + 1), -1, np.int32)
+    live = np.flatnonzero(active)
+    # Host check of the stop strings: cut actions that ran past one.
+    keep = {
+      i: _stop_cut(tokenizer, seg.tokens[i, : seg.lengths[i]], stop_strings)
+      for i in live
+    }
+    texts = {
+      i: tokenizer.decode(seg.tokens[i, : keep[i]].tolist()) for i in live
+    }
+    # Environment steps (sandboxed subprocesses, retrieval) run in threads:
+    # one env per row, so they share nothing.
+    with futures.ThreadPoolExecutor(env_workers) as pool:
+      results = dict(
+        zip(live, pool.map(lambda i, t=texts: envs[i].step(t[i]), live))
+      )
+    # Rows cut short that go on: their cache is hidden from this position.
+    from_pos = np.full(n, np.iinfo(np.int32).max, np.int32)
+    for i in live:
+      ln = keep[i]
+      ids = seg.tokens[i, :ln]
+      rows[i].append(
+        (ACTION, k, ids, seg.logp[i, :ln], seg.policy_logp[i, :ln])
+      )
+      actions[i].append(texts[i])
+      res = results[i]
+      turn_rewards[i, k] = res.reward
+      if res.done or k == k_max - 1 or ids[-1] == tokenizer.eos_id:
+        active[i] = False
+        if res.done or ids[-1] == tokenizer.eos_id:
+          finish[i] = "eos"
+        continue
+      obs = tokenizer.encode(res.observation)[:o]
+      observations[i].append(tokenizer.decode(obs))
+      rows[i].append((OBSERVATION, k, np.asarray(obs, np.int32), None, None))
+      width = len(obs) + 1
+      if ln < seg.lengths[i]:
+        # Tokens ln - 1 .. were fed from position pos + ln - 1 on; the
+        # block feeds token ln - 1 again, in front of the observation.
+        from_pos[i] = pos[i] + ln - 1
+      block[i, -width:] = [ids[-1], *obs]
+      block_pos[i, -width:] = pos[i] + ln - 1 + np.arange(width)
+      pos[i] += ln + len(obs)
+    if not active.any():
+      break
+    if (from_pos < np.iinfo(np.int32).max).any():
+      cache = segments.rewind(cache, rows_on(from_pos))
+    logits, cache = segments.extend(
+      params,
+      cache,
+      *rows_on((block, block_pos)),
+      model_cfg=model_cfg,
+      mesh=mesh,
+    )
+  return _assemble(
+    tokens,
+    positions,
+    rows,
+    t_total,
+    turn_rewards,
+    actions,
+    observations,
+    finish,
+    tokenizer,
+    group_size,
+    rows_on,
+  )
+
+
+def _stop_cut(tokenizer, ids: np.ndarray, strings: tuple[str, ...]) -> int:
+  """How many of the action's tokens to keep: the fewest whose text holds
+  a stop string, or all of them (a stop only at the very end is the device
+  check's, so one decode of ids[:-1] settles the common case)."""
+  ln = len(ids)
+  if not strings or ln <= 1:
+    return ln
+  if stops.first_stop_end(tokenizer.decode(ids[:-1].tolist()), strings) is None:
+    return ln
+  lo, hi = 1, ln - 1  # the answer is in [lo, hi]: ids[:hi] has a stop
+  while lo < hi:
+    mid = (lo + hi) // 2
+    text = tokenizer.decode(ids[:mid].tolist())
+    if stops.first_stop_end(text, strings) is None:
+      lo = mid + 1
+    else:
+      hi = mid
+  return lo
+
+
+def _assemble(
+  tokens,
+  positions,
+  rows,
+  t_total,
+  turn_rewards,
+  actions,
+  observations,
+  finish,
+  tokenizer,
+  group_size,
+  rows_on,
+) -> MultiTurnRollout:
+  """Compacts each row's segments into the [N, T] completion arrays (put
+  on device by `rows_on`, in the rollout batch sharding)."""
+  n, k_max = turn_rewards.shape
+  comp = np.full((n, t_total), tokenizer.pad_id, np.int32)
+  logp, plogp = (
+    np.zeros((n, t_total), np.float32),
+    np.zeros((n, t_total), np.float32),
+  )
+  segment = np.zeros((n, t_total), np.int8)
+  turn = np.full((n, t_total), -1, np.int32)
+  turn_end = np.full((n, k_max), -1, np.int32)
+  num_turns = np.zeros(n, np.int32)
+  texts = []
+  for i, segs in enumerate(rows):
+    c = 0
+    for kind, k, ids, lp, plp in segs:
+      m = len(ids)
+      comp[i, c : c + m] = ids
+      segment[i, c : c + m] = kind
+      turn[i, c : c + m] = k
+      if kind == ACTION:
+        logp[i, c : c + m], plogp[i, c : c + m] = lp, plp
+        turn_end[i, k] = c + m - 1
+        num_turns[i] = k + 1
+      c += m
+    texts.append(tokenizer.decode(comp[i, :c].tolist()))
+  real = segment > 0
+  start = positions[:, -1:] + 1
+  comp_pos = np.where(real, start + np.cumsum(real, axis=1) - 1, -1)
+  mask = (segment == ACTION).astype(np.int32)
+  full_tokens = np.concatenate([tokens, comp], axis=1)
+  full_pos = np.concatenate([positions, comp_pos.astype(np.int32)], axis=1)
+  full_tokens, full_pos, logp, plogp, mask_dev = rows_on(
+    (full_tokens, full_pos, logp, plogp, mask)
+  )
+  return MultiTurnRollout(
+    tokens=full_tokens,
+    positions=full_pos,
+    prompt_len=tokens.shape[1],
+    logp=logp,
+    policy_logp=plogp,
+    mask=mask_dev,
+    lengths=mask.sum(-1),
+    finish_reasons=np.asarray(finish, str),
+    texts=texts,
+    prompt_ids=np.repeat(np.arange(n // group_size), group_size),
+    segment=segment,
+    turn=turn,
+    turn_end=turn_end,
+    turn_rewards=turn_rewards,
+    num_turns=num_turns,
+    actions=actions,
+    observations=observations,
+  )
+
+
+def make_generate_fn(
+  env_factory: Callable[[], Any],
+  *,
+  max_turns: int,
+  turn_tokens: int,
+  obs_tokens: int,
+  stop_strings: Sequence[str] | None = None,
+) -> Callable:
+  """A context.Context generate_fn that runs `generate` with fresh envs.
+
+  `env_factory()` makes one environment per row, reset on the row's
+  example. A turn ends at EOS or at one of `stop_strings`; None takes the
+  environments' own (envs.base.stop_strings: e.g. "\\n", "</search>" and
+  "</answer>" for the search env), multi-token ones included.
+  """
+
+  def generate_fn(ctx, params, examples, rng, step, *, group_size, sampling):
+    envs = []
+    for e in examples:
+      for _ in range(group_size):
+        env = env_factory()
+        env.reset(e)
+        envs.append(env)
+    strings = stop_strings
+    if strings is None:
+      strings = tuple(
+        dict.fromkeys(s for env in envs for s in env_base.stop_strings(env))
+      )
+    return generate(
+      params,
+      ctx.encode_prompts(examples),
+      envs,
+      rng,
+      step,
+      model_cfg=ctx.model_cfg,
+      tokenizer=ctx.tokenizer,
+      max_turns=max_turns,
+      turn_tokens=turn_tokens,
+      obs_tokens=obs_tokens,
+      group_size=group_size,
+      sampling=sampling,
+      stop_strings=strings,
+      max_prompt_len=ctx.cfg.max_prompt_len,
+      mesh=ctx.mesh,
+    )
+
+  return generate_fn

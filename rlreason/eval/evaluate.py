@@ -1,0 +1,221 @@
+"""Score a policy on a task or dataset; write the table.
+
+  policy = trained.load("workdirs/grpo")
+  report = evaluate.evaluate(policy, data="task:arithmetic:difficulty=2",
+                             samples=8, ks=(1, 4, 8))
+  print(report.table())
+  evaluate.write(report, "out/")   # eval.md, eval.json, samples.jsonl
+
+Greedy accuracy, and with samples > 1 pass@k / maj@k / mean@k with 95%
+intervals (rlreason/sampling/scoring.py). Sampling, chunking and the key match
+context.run_eval, so a workdir scores as the loop scored it.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Sequence
+
+from rlreason.data import sources as data_lib
+from rlreason.sampling import scoring as evaluation
+from rlreason.train import context
+from rlreason.data import tasks
+from rlreason.eval import trained
+from rlreason.model import tokenizer as tokenizer_lib
+from rlreason.data import extract
+
+
+def answer_fn(data_spec: str):
+  """completion -> normalised final answer (None if unparsed), for maj@k."""
+  kind, _, _ = data_lib.parse_spec(data_spec)
+  find = tasks.extract_answer if kind == "task" else extract.extract
+
+  def answer(text: str) -> str | None:
+    a = find(text)
+    return None if a is None else extract.normalize(a)
+
+  return answer
+
+
+def default_ks(samples: int) -> tuple[int, ...]:
+  """1, 2, 4, ... below `samples`, and `samples` itself."""
+  ks = [1 << i for i in range(samples.bit_length()) if 1 << i < samples]
+  return tuple(ks + [samples])
+
+
+def data_spec(policy: trained.Policy, data: str, num_problems: int) -> str:
+  """`data`, or the run's held-out data; task specs get n=num_problems."""
+  if not data:
+    if not policy.recorded:
+      raise data_lib.DataError(
+        f"Checkpoint {policy.source} records no run: name the data (--data)"
+      )
+    data = context.eval_spec(policy.run_cfg)
+  kind, location, options = data_lib.parse_spec(data)
+  if kind != "task":
+    return data
+  if num_problems:
+    options["n"] = str(num_problems)
+  # Rebuilt with a single n= (eval_spec appends one after the run's own).
+  items = ",".join(f"{k}={v}" for k, v in options.items())
+  return f"task:{location}" + (f":{items}" if items else "")
+
+
+@dataclasses.dataclass
+class Report:
+  """What `evaluate` measured; `write` turns it into files."""
+
+  info: dict
+  rows: dict[str, dict[str, tuple[float, float, float]]]
+  examples: list
+  prompts: list[str]
+  greedy: evaluation.Scored | None
+  sampled: evaluation.Scored | None
+
+  @property
+  def accuracy(self) -> float | None:
+    """Greedy accuracy, if greedy decoding ran."""
+    return None if self.greedy is None else float(self.greedy.correct.mean())
+
+  def table(self) -> str:
+    return evaluation.markdown_table(self.rows)
+
+
+def evaluate(
+  policy: trained.Policy,
+  *,
+  data: str = "",
+  split: str = "eval",
+  num_problems: int | None = None,
+  samples: int = 1,
+  temperature: float = 1.0,
+  ks: Sequence[int] = (),
+  greedy: bool = True,
+  sequences_per_call: int = 0,
+  **overrides,
+) -> Report:
+  """Greedy accuracy and, with samples > 1, pass@k / maj@k / mean@k.
+
+  Args:
+    policy: from trained.load.
+    data: a data spec ("" = the run's held-out data, as the loop evaluates).
+    split: the split to load (task eval splits never overlap train).
+    num_problems: the first N problems; 0 = all; None = the run's
+      eval_size (BaseConfig's without a run).
+    samples: n samples per problem; 1 = greedy only.
+    temperature: sampling temperature of the n samples.
+    ks: k values (each <= samples); () = default_ks(samples).
+    greedy: also decode greedily when samples > 1.
+    sequences_per_call: sequences per generate call (0 = the run's B * G).
+    **overrides: BaseConfig fields (template, max_new_tokens, max_prompt_len,
+      tokenizer, seed); None keeps the run's value.
+  """
+  ks = tuple(ks) or default_ks(samples)
+  if samples < 1 or any(not 1 <= k <= samples for k in ks):
+    raise ValueError(f"Need 1 <= k <= samples={samples}, got ks={ks}")
+  if num_problems is None:
+    num_problems = policy.run_cfg.eval_size
+  spec = data_spec(policy, data, num_problems)
+  overrides = {k: v for k, v in overrides.items() if v is not None}
+  cfg = dataclasses.replace(policy.run_cfg, **overrides)
+  cfg = dataclasses.replace(cfg, data=spec, reward="task")
+  examples = data_lib.load(spec, split)
+  examples = examples[:num_problems] if num_problems else examples
+  tok = tokenizer_lib.load(cfg.tokenizer or policy.tokenizer)
+  if tok.vocab_size > policy.model_cfg.vocab_size:
+    raise ValueError(
+      f"Tokenizer has {tok.vocab_size} ids but the model only "
+      f"{policy.model_cfg.vocab_size}"
+    )
+  reward_fn, correct_fn = context.make_reward_fns(cfg)
+  ctx = context.Context(
+    cfg, policy.model_cfg, tok, policy.mesh, reward_fn, correct_fn
+  )
+  common = dict(
+    step=policy.step or 0,
+    seed=cfg.seed,
+    sequences_per_call=sequences_per_call or cfg.num_sequences,
+    extract_fn=answer_fn(spec),
+  )
+  rows, greedy_scored, sampled = {}, None, None
+  if greedy or samples == 1:
+    greedy_scored = evaluation.sample_and_score(
+      ctx, policy.params, examples, samples=1, **common
+    )
+    rows["greedy"] = evaluation.summarize(
+      greedy_scored.correct, greedy_scored.answers, ks=(1,)
+    )
+  if samples > 1:
+    sampled = evaluation.sample_and_score(
+      ctx,
+      policy.params,
+      examples,
+      samples=samples,
+      temperature=temperature,
+      **common,
+    )
+    rows[f"n={samples}, T={temperature:g}"] = evaluation.summarize(
+      sampled.correct, sampled.answers, ks=ks
+    )
+  info = {
+    "checkpoint": policy.source,
+    "kind": policy.kind,
+    "step": policy.step,
+    "data": spec,
+    "split": split,
+    "problems": len(examples),
+    "samples": samples,
+    "temperature": temperature,
+    "ks": list(ks),
+    "template": cfg.template,
+    "max_prompt_len": cfg.max_prompt_len,
+    "max_new_tokens": cfg.max_new_tokens,
+    "tokenizer": cfg.tokenizer or policy.tokenizer,
+    "seed": cfg.seed,
+  }
+  prompts = [
+    tokenizer_lib.apply_template(tok, e.question, cfg.template)
+    for e in examples
+  ]
+  return Report(info, rows, examples, prompts, greedy_scored, sampled)
+
+
+def write(report: Report, out_dir: str, samples_jsonl: bool = True) -> dict:
+  """eval.md (table), eval.json and samples.jsonl; returns their paths."""
+  os.makedirs(out_dir, exist_ok=True)
+  info = report.info
+  step = "" if info["step"] is None else f" (step {info['step']})"
+  md = (
+    f"# Evaluation of {info['checkpoint']}{step}\n\n"
+    f"{info['problems']} problems of `{info['data']}` ({info['split']} "
+    f"split), template {info['template']}, up to {info['max_new_tokens']} "
+    f"new tokens; {info['samples']} sample(s) per problem at temperature "
+    f"{info['temperature']:g}.\n\n{report.table()}\n\n"
+    "Percent, with 95% intervals over problems (Wilson for 0/1 scores).\n"
+  )
+  paths = {"md": os.path.join(out_dir, "eval.md")}
+  with open(paths["md"], "w") as f:
+    f.write(md)
+  metrics = {
+    row: {m: dict(zip(("mean", "low", "high"), v)) for m, v in r.items()}
+    for row, r in report.rows.items()
+  }
+  paths["json"] = os.path.join(out_dir, "eval.json")
+  with open(paths["json"], "w") as f:
+    json.dump(
+      {**info, "accuracy": report.accuracy, "metrics": metrics}, f, indent=2
+    )
+  if samples_jsonl:
+    paths["jsonl"] = os.path.join(out_dir, "samples.jsonl")
+    with open(paths["jsonl"], "w") as f:
+      for i, (e, prompt) in enumerate(zip(report.examples, report.prompts)):
+        rec = {"uid": e.uid, "prompt": prompt, "gold": e.answer}
+        for name, s in (("greedy", report.greedy), ("sampled", report.sampled)):
+          if s is not None:
+            rec[name] = {
+              "completions": s.texts[i],
+              "answers": s.answers[i],
+              "correct": [bool(c) for c in s.correct[i]],
+            }
+        f.write(json.dumps(rec) + "\n")
+  return paths

@@ -1,0 +1,218 @@
+"""Scores of a rollout under the policy itself, for self-rewarding methods.
+
+Label-free and confidence rewards need more than the sampled tokens'
+log-probs: RENT (arXiv:2505.22660) the per-token entropy of the answer
+tokens, RLPR (arXiv:2506.18254) the policy's probability of the *reference*
+answer after its own reasoning. The functions here compute those on the
+host side of make_batch, from `ctx.params` (the policy that sampled the
+rollout); the reward math itself is in rewards/label_free.py.
+
+Shapes: N sequences, P prompt length, T completion length, A scored
+(reference) length.
+"""
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from rlreason import mesh as mesh_lib
+from rlreason.model import policy
+from rlreason.sampling import rollout as rollout_lib
+from rlreason.data import extract
+
+
+def token_entropy(
+  params, rollout, model_cfg, *, temperature: float = 1.0
+) -> np.ndarray:
+  """[N, T] entropy (nats) of the policy at every completion position.
+
+  The distribution is softmax(logits / temperature), the one the rollout
+  was sampled from (before top-k / top-p filters). 0 where mask is 0.
+  """
+  _, ent = policy.completion_logprobs(
+    params,
+    rollout.tokens,
+    rollout.positions,
+    model_cfg,
+    rollout.prompt_len,
+    temperature=temperature,
+    with_entropy=True,
+  )
+  ent, mask = mesh_lib.to_host((ent, rollout.mask))
+  return np.where(mask > 0, ent, 0.0).astype(np.float32)
+
+
+def answer_char_spans(
+  texts: Sequence[str], extract_fn: Callable = extract.extract
+) -> list[tuple[int, int] | None]:
+  """Character span [start, end) of each text's final answer, or None.
+
+  The answer is `extract_fn(text)` (default: last answer tag / boxed /
+  `answer:` line); its span is the last occurrence of that string in the
+  text (answers sit at the end of a completion).
+  """
+  spans = []
+  for text in texts:
+    answer = extract_fn(text)
+    start = text.rfind(answer) if answer else -1
+    spans.append(None if start < 0 else (start, start + len(answer)))
+  return spans
+
+
+def _first_token_reaching(ids, tokenizer, n_chars: int) -> int:
+  """Smallest k with len(decode(ids[:k + 1])) > n_chars (binary search).
+
+  Assumes decoded prefix lengths grow with k (true for the char tokenizer;
+  byte-level BPE can differ by a character inside multi-byte text).
+  """
+  lo, hi = 0, len(ids) - 1
+  while lo < hi:
+    mid = (lo + hi) // 2
+    if len(tokenizer.decode(ids[: mid + 1])) > n_chars:
+      hi = mid
+    else:
+      lo = mid + 1
+  return lo
+
+
+def span_token_mask(
+  completion_ids: np.ndarray,
+  mask: np.ndarray,
+  spans: Sequence[tuple[int, int] | None],
+  tokenizer,
+) -> np.ndarray:
+  """[N, T] 1 on the completion tokens that cover each character span.
+
+  Args:
+    completion_ids: [N, T] completion token ids (rollout.tokens[:, P:]).
+    mask: [N, T] completion mask.
+    spans: N character spans [start, end) in the decoded completion, or
+      None (that row gets an empty mask).
+    tokenizer: the rollout's tokenizer (`decode` skips special tokens, as
+      rollout.texts).
+  """
+  completion_ids = np.asarray(completion_ids)
+  mask = np.asarray(mask)
+  out = np.zeros(mask.shape, np.float32)
+  for i, span in enumerate(spans):
+    n = int(mask[i].sum())
+    if span is None or n == 0:
+      continue
+    ids = completion_ids[i, :n].tolist()
+    first = _first_token_reaching(ids, tokenizer, span[0])
+    last = _first_token_reaching(ids, tokenizer, span[1] - 1)
+    out[i, first : last + 1] = 1.0
+  return out
+
+
+def last_fraction_mask(mask: np.ndarray, fraction: float) -> np.ndarray:
+  """[N, T] 1 on the last ceil(fraction * length) tokens of each completion.
+
+  RENT's "last chunk" token selection (the project page: entropy near the
+  end of the response correlates best with accuracy).
+  """
+  if not 0 < fraction <= 1:
+    raise ValueError(f"fraction={fraction} not in (0, 1]")
+  mask = np.asarray(mask, np.float32)
+  lengths = mask.sum(-1, keepdims=True)
+  keep = np.ceil(fraction * lengths)
+  t = np.arange(mask.shape[1])[None]
+  return ((t >= lengths - keep) & (mask > 0)).astype(np.float32)
+
+
+def answer_token_mask(
+  rollout,
+  tokenizer,
+  *,
+  extract_fn: Callable = extract.extract,
+  fallback_fraction: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+  """[N, T] mask of each completion's final-answer tokens (rollout.texts).
+
+  Rows without an extractable answer get the last `fallback_fraction` of
+  their tokens (`last_fraction_mask`), or nothing if it is None.
+
+  Returns:
+    (mask [N, T] float32, has_answer [N] bool).
+  """
+  tokens, mask = mesh_lib.to_host((rollout.tokens, rollout.mask))
+  spans = answer_char_spans(rollout.texts, extract_fn)
+  out = span_token_mask(tokens[:, rollout.prompt_len :], mask, spans, tokenizer)
+  has_answer = np.array([s is not None for s in spans])
+  if fallback_fraction is not None and not has_answer.all():
+    fallback = last_fraction_mask(mask, fallback_fraction)
+    out = np.where(has_answer[:, None], out, fallback)
+  return out.astype(np.float32), has_answer
+
+
+def reference_logprobs(
+  params,
+  model_cfg,
+  tokenizer,
+  prompts: Sequence[Sequence[int]],
+  prefixes: Sequence[str],
+  references: Sequence[str],
+  *,
+  temperature: float = 1.0,
+  max_prompt_len: int | None = None,
+  bucket: int = 16,
+) -> tuple[np.ndarray, np.ndarray]:
+  """Log-probs of reference answers after given prefixes, under the policy.
+
+  Sequence i is prompts[i] + encode(prefixes[i]) + encode(references[i]):
+  RLPR's "prompt + the policy's own reasoning + the reference answer". The
+  prefix and the reference are encoded separately, so the scored tokens
+  are exactly the reference's own tokenization.
+
+  Args:
+    params, model_cfg: the policy.
+    tokenizer: the run's tokenizer.
+    prompts: N prompt token-id lists.
+    prefixes: N texts between the prompt and the reference (the reasoning
+      and the answer opener, e.g. "...\\nanswer: "); may be empty.
+    references: N reference answers (non-empty).
+    temperature: score under softmax(logits / temperature).
+    max_prompt_len: prompt budget (rollout.pad_prompts).
+    bucket: the completion width is rounded up to a multiple of this, so
+      that batches of similar lengths share one compiled forward.
+
+  Returns:
+    (logp [N, A], mask [N, A]): per-token log-probs of the reference tokens,
+    left-aligned, 0 beyond each reference's length.
+  """
+  n = len(prompts)
+  if not n == len(prefixes) == len(references):
+    raise ValueError(
+      f"{n} prompts, {len(prefixes)} prefixes, {len(references)} references"
+    )
+  pre = [tokenizer.encode(p) for p in prefixes]
+  ref = [tokenizer.encode(r) for r in references]
+  if any(not r for r in ref):
+    raise ValueError("every reference answer needs at least one token")
+  completions = [p + r for p, r in zip(pre, ref, strict=True)]
+  width = rollout_lib.bucket_length(max(map(len, completions)), bucket)
+  batch = rollout_lib.pack(
+    [list(p) for p in prompts],
+    completions,
+    tokenizer.pad_id,
+    max_prompt_len,
+    width,
+  )
+  prompt_len = batch["tokens"].shape[1] - width
+  logp = policy.completion_logprobs(
+    params,
+    batch["tokens"],
+    batch["positions"],
+    model_cfg,
+    prompt_len,
+    temperature=temperature,
+  )
+  logp = mesh_lib.to_host(logp)
+  a = max(map(len, ref))
+  out = np.zeros((n, a), np.float32)
+  mask = np.zeros((n, a), np.float32)
+  for i in range(n):
+    lo, k = len(pre[i]), len(ref[i])
+    out[i, :k] = logp[i, lo : lo + k]
+    mask[i, :k] = 1.0
+  return out, mask

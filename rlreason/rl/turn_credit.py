@@ -1,0 +1,140 @@
+"""Turn-level credit for multi-turn rollouts: information gain, turn
+advantages spread to tokens.
+
+IGPO (Wang et al. 2025, "Information Gain-based Policy Optimization",
+arXiv:2510.14967): the reward of turn t is the gain in the policy's
+probability of the gold answer once turn t's observation is in context,
+
+  r_t = p(a | q, o_<=t) - p(a | q, o_<=t-1),    the last turn: outcome
+
+then all turn rewards of a group are normalised together and each turn's
+advantage is the discounted sum of the normalised rewards from it on.
+
+Shapes: N rows, K max turns, T completion length (multiturn.py).
+"""
+
+import jax
+import numpy as np
+
+from rlreason.model import policy
+from rlreason.sampling import rollout as rollout_lib
+
+
+def turn_token_rewards(
+  turn_rewards: np.ndarray, turn_end: np.ndarray, t: int
+) -> np.ndarray:
+  """[N, K] turn rewards -> [N, T] token rewards on each turn's last token.
+
+  Feed them to returns.gae / reinforce_plus_plus (token_rewards=...)
+  with the action mask: observation spans (mask 0) carry returns through.
+  """
+  out = np.zeros((turn_rewards.shape[0], t), np.float32)
+  rows, turns = np.nonzero(turn_end >= 0)
+  np.add.at(out, (rows, turn_end[rows, turns]), turn_rewards[rows, turns])
+  return out
+
+
+def answer_prob_at_turns(
+  params,
+  rollout,
+  answers: list[str],
+  *,
+  model_cfg,
+  tokenizer,
+  answer_format: str = "answer: {}",
+) -> np.ndarray:
+  """p(answer | prompt + completion up to the start of turn k), [N, K].
+
+  Column k conditions on everything before turn k's action (k = 0: the
+  prompt alone). p is the geometric-mean token probability of
+  `answer_format.format(answer)`, exp(mean log-prob) (assumed: the paper's
+  per-token normalisation is not restated here). Turns not taken are 0.
+  """
+  n, k_max = rollout.turn_end.shape
+  p = rollout.prompt_len
+  tokens = np.asarray(rollout.tokens)
+  positions = np.asarray(rollout.positions)
+  turn = rollout.turn
+  seqs, where = [], []
+  for i in range(n):
+    ans = tokenizer.encode(answer_format.format(answers[i]))
+    real = tokens[i, :p][positions[i, :p] >= 0].tolist()
+    for k in range(int(rollout.num_turns[i])):
+      cut = int(np.argmax(turn[i] == k))  # first column of turn k
+      seqs.append(real + tokens[i, p : p + cut].tolist() + ans)
+      where.append((i, k, len(ans)))
+  out = np.zeros((n, k_max), np.float32)
+  if not seqs:
+    return out
+  # Right-aligned answers: left padding puts every answer at the end.
+  toks, pos = rollout_lib.pad_prompts(seqs, tokenizer.pad_id, bucket=16)
+  a_max = max(a for _, _, a in where)
+  logp = np.asarray(
+    jax.device_get(
+      policy.completion_logprobs(
+        params, toks, pos, model_cfg, toks.shape[1] - a_max
+      )
+    )
+  )
+  for row, (i, k, a) in enumerate(where):
+    out[i, k] = np.exp(logp[row, a_max - a :].mean())
+  return out
+
+
+def information_gain_rewards(
+  probs: np.ndarray, outcome: np.ndarray, num_turns: np.ndarray
+) -> np.ndarray:
+  """[N, K] turn rewards: p_{k+1} - p_k for k < n - 1; outcome at n - 1."""
+  n, k_max = probs.shape
+  r = np.zeros((n, k_max), np.float32)
+  for i in range(n):
+    last = int(num_turns[i]) - 1
+    if last < 0:
+      continue
+    r[i, :last] = probs[i, 1 : last + 1] - probs[i, :last]
+    r[i, last] = outcome[i]
+  return r
+
+
+def turn_advantages(
+  turn_rewards: np.ndarray,
+  num_turns: np.ndarray,
+  group_size: int,
+  *,
+  gamma: float = 1.0,
+  eps: float = 1e-6,
+) -> np.ndarray:
+  """Group-normalised turn rewards, discounted-summed from each turn on.
+
+  IGPO: the mean / std run over every taken turn of every row of the
+  group (Bessel std); A_k = sum_{j >= k} gamma^(j - k) norm(r_j).
+  """
+  n, k_max = turn_rewards.shape
+  taken = np.arange(k_max)[None] < num_turns[:, None]
+  norm = np.zeros_like(turn_rewards, dtype=np.float32)
+  for g in range(n // group_size):
+    rows = slice(g * group_size, (g + 1) * group_size)
+    vals = turn_rewards[rows][taken[rows]]
+    if vals.size == 0:
+      continue
+    std = vals.std(ddof=1) if vals.size > 1 else 0.0
+    norm[rows] = np.where(
+      taken[rows], (turn_rewards[rows] - vals.mean()) / (std + eps), 0.0
+    )
+  adv = np.zeros_like(norm)
+  acc = np.zeros(n, np.float32)
+  for k in reversed(range(k_max)):
+    acc = np.where(taken[:, k], norm[:, k] + gamma * acc, 0.0)
+    adv[:, k] = acc
+  return adv
+
+
+def spread_to_tokens(
+  turn_adv: np.ndarray, turn: np.ndarray, mask: np.ndarray
+) -> np.ndarray:
+  """[N, K] turn advantages -> [N, T] on each turn's action tokens."""
+  idx = np.clip(turn, 0, turn_adv.shape[1] - 1)
+  out = np.take_along_axis(turn_adv, idx, axis=1)
+  return np.where((np.asarray(mask) > 0) & (turn >= 0), out, 0.0).astype(
+    np.float32
+  )

@@ -1,0 +1,296 @@
+"""Rollouts: G sampled completions for each prompt, as a `types.Rollout`.
+
+  ro = rollout.generate(params, prompts, rng, step, model_cfg=model_cfg,
+                        tokenizer=tok, group_size=8, max_new_tokens=512,
+                        sampling=sampling.Sampling(temperature=1.0),
+                        mesh=mesh, max_prompt_len=512)
+
+`generate` left-pads the prompts on the host (the length rounded up to a
+bucket, so varied prompt lengths reuse a few compiled shapes), repeats each
+prompt G times, moves the parameters from the training layout to
+mesh.ROLLOUT_RULES on the same mesh (replicated over data / fsdp, split over
+tensor: no parameter all-gathers while decoding), samples with
+rng = fold_in(base_rng, step) so that a resumed run replays its samples
+(each row with its own key, sampling.row_keys: a row's samples do not
+depend on the batch around it), and detokenizes on the host.
+
+Shapes: B prompts, G completions per prompt, N = B * G sequences, P bucketed
+prompt length, T = max_new_tokens, V vocab (legend in types.py).
+"""
+
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlreason import mesh as mesh_lib
+from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import stops
+from rlreason.model import transformer
+from rlreason.model.tokenizer import Tokenizer
+from rlreason.model.transformer import ModelConfig
+from rlreason.types import Rollout
+
+
+def bucket_length(n: int, bucket: int) -> int:
+  """n rounded up to a multiple of `bucket` (bucket <= 1: n itself)."""
+  if bucket <= 1:
+    return n
+  return -(-n // bucket) * bucket
+
+
+def pad_prompts(
+  prompts: Sequence[Sequence[int]],
+  pad_id: int,
+  *,
+  max_len: int | None = None,
+  bucket: int = 32,
+) -> tuple[np.ndarray, np.ndarray]:
+  """Left-pads token-id lists into a [B, P] batch with positions.
+
+  P is the longest prompt rounded up to a multiple of `bucket`, capped at
+  `max_len`, so that prompt batches of similar lengths share one compiled
+  sampler.
+
+  Args:
+    prompts: B lists of token ids, each non-empty.
+    pad_id: id written on the left padding.
+    max_len: the prompt budget; a longer prompt is an error (None: no cap).
+    bucket: P is a multiple of this (1: the exact longest length).
+
+  Returns:
+    tokens [B, P] int32 and positions [B, P] int32 (0.. from the first real
+    token, -1 on padding), as numpy arrays.
+
+  Raises:
+    ValueError: no prompts, an empty prompt, or one longer than max_len.
+  """
+  if len(prompts) == 0:
+    raise ValueError("No prompts to pad")
+  lengths = [len(p) for p in prompts]
+  empty = [i for i, n in enumerate(lengths) if n == 0]
+  if empty:
+    raise ValueError(
+      f"Prompts {empty[:5]} are empty (0 tokens); every "
+      "prompt needs at least one token"
+    )
+  longest = max(lengths)
+  if max_len is not None and longest > max_len:
+    i = int(np.argmax(lengths))
+    raise ValueError(
+      f"Prompt {i} has {longest} tokens, more than the prompt "
+      f"budget max_len={max_len}; truncate it or raise "
+      "max_prompt_len"
+    )
+  p = bucket_length(longest, bucket)
+  if max_len is not None:
+    p = min(p, max_len)
+  tokens = np.full((len(prompts), p), pad_id, np.int32)
+  positions = np.full((len(prompts), p), -1, np.int32)
+  for i, ids in enumerate(prompts):
+    n = len(ids)
+    tokens[i, p - n :] = ids
+    positions[i, p - n :] = np.arange(n)
+  return tokens, positions
+
+
+@functools.lru_cache(maxsize=8)
+def rollout_shardings(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
+  """NamedShardings of the parameters in the rollout layout (cached)."""
+  return mesh_lib.shardings(
+    mesh,
+    transformer.param_axes(model_cfg),
+    mesh_lib.ROLLOUT_RULES,
+    transformer.param_shapes(model_cfg),
+  )
+
+
+def on_mesh(params, rng: jax.Array, mesh, model_cfg: ModelConfig):
+  """(params in the rollout layout, rng replicated) for decoding on `mesh`;
+  unchanged when mesh is None (multi-turn and tree rollouts)."""
+  if mesh is None:
+    return params, rng
+  params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
+  return params, mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
+
+
+def generate(
+  params: Any,
+  prompts: Sequence[Sequence[int]],
+  rng: jax.Array,
+  step: int,
+  *,
+  model_cfg: ModelConfig,
+  tokenizer: Tokenizer,
+  max_new_tokens: int,
+  group_size: int = 1,
+  sampling: sampling_lib.Sampling | None = None,
+  mesh: jax.sharding.Mesh | None = None,
+  max_prompt_len: int | None = None,
+  bucket: int = 32,
+  extra_stop_ids: Sequence[int] = (),
+  extra_stop_sequences: Sequence[Sequence[int]] = (),
+  row_offset: int = 0,
+) -> Rollout:
+  """Samples `group_size` completions for each prompt.
+
+  Args:
+    params: model parameters, in any layout (typically mesh.TRAIN_RULES).
+    prompts: B lists of prompt token ids (not padded).
+    rng: the run's base key; this call samples with fold_in(rng, step).
+    step: the RL step, so that a resumed run replays the same samples.
+    model_cfg: the architecture.
+    tokenizer: gives pad_id, eos_id and decode().
+    max_new_tokens: T.
+    group_size: G completions per prompt.
+    sampling: temperature and filters; None is Sampling() (temperature 1,
+      no filters).
+    mesh: sample on this mesh in the rollout layout; None keeps the
+      parameters where they are and the batch on the default device.
+    max_prompt_len: the prompt budget (error when exceeded); also caps P.
+    bucket: P is the longest prompt rounded up to a multiple of this.
+    extra_stop_ids: ids that end a completion besides tokenizer.eos_id.
+    extra_stop_sequences: token-id sequences that end a completion once
+      its last tokens equal one (stops.token_sequences(tokenizer, strings)
+      for stop strings; only this token test, no host-side text check).
+    row_offset: the global index of this call's first row: row i samples
+      with its own key (sampling.row_keys), so prompts sampled in chunks
+      with offsets = the rows before them get the samples of one call.
+
+  Returns:
+    A types.Rollout with N = B * G rows, each group of G contiguous.
+
+  Raises:
+    ValueError: on bad prompts or arguments, before any device work.
+  """
+  if group_size < 1:
+    raise ValueError(f"group_size={group_size} must be >= 1")
+  if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+    raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
+  v = model_cfg.vocab_size
+  stop_ids, stop_sequences = stops.split(
+    (tokenizer.eos_id, *extra_stop_ids), extra_stop_sequences
+  )
+  stops.check_vocab(stop_ids, stop_sequences, v, name="model vocabulary")
+  for i, ids in enumerate(prompts):
+    if len(ids) and not 0 <= min(ids) <= max(ids) < v:
+      raise ValueError(
+        f"Prompt {i} has token ids outside the model vocabulary [0, {v})"
+      )
+  tokens, positions = pad_prompts(
+    prompts, tokenizer.pad_id, max_len=max_prompt_len, bucket=bucket
+  )
+  b, p = tokens.shape
+  tokens = np.repeat(tokens, group_size, axis=0)  # [N, P]
+  positions = np.repeat(positions, group_size, axis=0)
+  prompt_ids = np.repeat(np.arange(b), group_size)  # [N]
+
+  # Host -> device, in the rollout layout.
+  step = np.asarray(step, np.uint32)
+  row_offset = np.asarray(row_offset, np.uint32)
+  if mesh is None:
+    tokens, positions, step, row_offset = jax.device_put(
+      (tokens, positions, step, row_offset)
+    )
+  else:
+    params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
+    batch = jax.sharding.NamedSharding(
+      mesh,
+      mesh_lib.spec(
+        ("batch", None), mesh_lib.ROLLOUT_RULES, tokens.shape, mesh
+      ),
+    )
+    # Every process holds the same global batch and places its own shards.
+    tokens, positions = mesh_lib.put_global((tokens, positions), batch)
+    rng, step, row_offset = mesh_lib.put_global(
+      (rng, step, row_offset), mesh_lib.replicated(mesh)
+    )
+  out = sampling_lib.sample(
+    params,
+    tokens,
+    positions,
+    jax.random.fold_in(rng, step),
+    model_cfg=model_cfg,
+    max_new_tokens=int(max_new_tokens),
+    sampling=sampling or sampling_lib.Sampling(),
+    stop_ids=stop_ids,
+    pad_id=tokenizer.pad_id,
+    mesh=mesh,
+    stop_sequences=stop_sequences,
+    row_offset=row_offset,
+  )
+  full_tokens, full_positions = _concat_completion(
+    tokens, positions, out.tokens, out.mask
+  )
+
+  # Device -> host, for detokenizing and rewards.
+  completions, lengths, finish = mesh_lib.to_host(
+    (out.tokens, out.lengths, out.finish)
+  )
+  texts = [
+    tokenizer.decode(row[:n].tolist())
+    for row, n in zip(completions, lengths, strict=True)
+  ]
+  reasons = np.asarray(sampling_lib.FINISH_REASONS)[finish]
+  return Rollout(
+    tokens=full_tokens,
+    positions=full_positions,
+    prompt_len=p,
+    logp=out.logp,
+    policy_logp=out.policy_logp,
+    mask=out.mask,
+    lengths=np.asarray(lengths),
+    finish_reasons=reasons,
+    texts=texts,
+    prompt_ids=prompt_ids,
+  )
+
+
+@jax.jit
+def _concat_completion(tokens, positions, completion, mask):
+  """Prompt [N, P] + completion [N, T] -> tokens, positions [N, P + T].
+
+  Completion t sits at position (prompt length) + t; tokens after the stop
+  token are padding (position -1).
+  """
+  t = completion.shape[1]
+  start = positions[:, -1:] + 1  # [N, 1]: real prompt tokens
+  completion_pos = jnp.where(mask > 0, start + jnp.arange(t)[None, :], -1)
+  return (
+    jnp.concatenate([tokens, completion], axis=1),
+    jnp.concatenate([positions, completion_pos.astype(jnp.int32)], axis=1),
+  )
+
+
+def pack(
+  prompts: list[list[int]],
+  completions: list[list[int]],
+  pad_id: int,
+  max_prompt_len: int,
+  max_new_tokens: int,
+) -> dict[str, np.ndarray]:
+  """Left-padded prompts + right-padded completions -> a training batch.
+
+  Completions longer than max_new_tokens are cut (their tail has no loss).
+
+  Returns:
+    tokens, positions [N, P + T]; mask [N, T] (1 on completion tokens).
+  """
+  tokens, positions = pad_prompts(prompts, pad_id, max_len=max_prompt_len)
+  n, p = tokens.shape
+  t = max_new_tokens
+  comp = np.full((n, t), pad_id, np.int32)
+  mask = np.zeros((n, t), np.float32)
+  for i, ids in enumerate(completions):
+    ids = ids[:t]
+    comp[i, : len(ids)] = ids
+    mask[i, : len(ids)] = 1
+  start = positions.max(axis=1, keepdims=True) + 1  # first completion pos
+  comp_pos = np.where(mask > 0, start + np.arange(t)[None], -1)
+  return {
+    "tokens": np.concatenate([tokens, comp], 1),
+    "positions": np.concatenate([positions, comp_pos], 1).astype(np.int32),
+    "mask": mask,
+  }

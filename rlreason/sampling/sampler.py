@@ -1,0 +1,517 @@
+"""Autoregressive sampling with an explicit KV cache: prefill + while_loop.
+
+  out = sampling.sample(params, tokens, positions, rng, model_cfg=model_cfg,
+                        max_new_tokens=256, sampling=Sampling(top_p=0.95),
+                        stop_ids=(tok.eos_id,), pad_id=tok.pad_id,
+                        stop_sequences=((tag_a, tag_b, tag_c),))
+
+One jitted call runs a prefill over the (left-padded) prompts, then a
+`lax.while_loop` that feeds one token per step through fixed-size cache
+buffers. The loop stops after `max_new_tokens` steps or as soon as every row
+has emitted a stop (gemma `_sampler_loop.py`): a stop id, or a multi-token
+stop sequence that its last emitted tokens equal (stops.py: a rolling
+window of the last k - 1 tokens in the loop carry). Every static choice
+(model, sampling filters, stop ids and sequences, T) is a hashable jit
+argument, so calls with the same shapes never recompile.
+
+Shapes: N sequences, P prompt length (left padded; positions count from 0
+at the first real token, -1 on padding), T = max_new_tokens completion
+length, S = P + T - 1 cache length, V vocab.
+
+Mask convention: mask = 1 for completion tokens up to and including the stop
+token (all tokens of a stop sequence), 0 after it. Tokens after the stop are
+`pad_id`, with logp 0.
+"""
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlreason import mesh as mesh_lib
+from rlreason.sampling import stops
+from rlreason.model import transformer
+from rlreason.model.transformer import ModelConfig
+from rlreason.sampling.vocab_scan import argmax
+from rlreason.sampling.vocab_scan import inverse_cdf
+from rlreason.sampling.vocab_scan import nucleus_threshold
+from rlreason.sampling.vocab_scan import take
+
+# Finish reasons, as stored in `SampleOutput.finish` (index into the names).
+FINISH_LENGTH = 0  # hit max_new_tokens
+FINISH_EOS = 1  # emitted EOS, another stop id, or a stop sequence
+FINISH_REASONS = ("length", "eos")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+  """How a token is drawn from the logits of one step (hashable, static).
+
+  The filters apply in the order of HF `generate` and vLLM: temperature,
+  then top-k, then top-p on the renormalised top-k distribution, then min-p.
+  A filter at its neutral value (top_k=0, top_p=1, min_p=0) is skipped at
+  trace time, so the default costs no sort.
+
+  Attributes:
+    temperature: logits are divided by it; 0 means greedy (argmax).
+    top_k: keep the k most likely tokens (0 = off). Ties with the k-th
+      value are kept too.
+    top_p: keep the smallest set of most likely tokens whose probability
+      reaches top_p (nucleus sampling, arXiv:1904.09751); 1 = off.
+    min_p: keep tokens with p >= min_p * max p (arXiv:2407.01082); 0 = off.
+  """
+
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  min_p: float = 0.0
+
+  def __post_init__(self):
+    if not self.temperature >= 0:
+      raise ValueError(
+        f"temperature={self.temperature} must be >= 0 (0 means greedy)"
+      )
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
+    if not isinstance(self.top_k, int) or self.top_k < 0:
+      raise ValueError(f"top_k={self.top_k!r} must be an int >= 0 (0 = off)")
+    if not 0 <= self.min_p < 1:
+      raise ValueError(f"min_p={self.min_p} must be in [0, 1)")
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0
+
+  @property
+  def is_policy(self) -> bool:
+    """True when samples come from the untempered, unfiltered policy."""
+    return (
+      self.temperature == 1
+      and self.top_k == 0
+      and self.top_p == 1
+      and self.min_p == 0
+    )
+
+  def sampling_logits(self, logits: jax.Array) -> jax.Array:
+    """Logits of the distribution actually sampled from.
+
+    Args:
+      logits: [N, V] model logits.
+
+    Returns:
+      [N, V] fp32: logits / temperature, -inf on filtered-out tokens; for
+      greedy, 0 at the (first) argmax and -inf elsewhere.
+    """
+    logits = logits.astype(jnp.float32)
+    if self.greedy:
+      ids = jnp.arange(logits.shape[-1])[None, :]
+      return jnp.where(ids == argmax(logits)[:, None], 0.0, -jnp.inf)
+    z = logits if self.temperature == 1 else logits / self.temperature
+    v = z.shape[-1]
+    top_k = self.top_k if 0 < self.top_k < v else 0
+    threshold = None  # keep z >= threshold, [N, 1]
+    if top_k:
+      vals = jax.lax.top_k(z, top_k)[0]  # [N, k], descending
+      threshold = vals[:, -1:]
+      if self.top_p < 1:
+        # Nucleus of the renormalised top-k: keep a token if the mass
+        # strictly before it is < top_p (the smallest prefix reaching it).
+        probs = jax.nn.softmax(vals, axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs
+        kept = jnp.where(before < self.top_p, vals, jnp.inf)
+        threshold = jnp.min(kept, axis=-1, keepdims=True)
+    elif self.top_p < 1:
+      # A full-vocab sort is very slow on CPU: bisect for the threshold.
+      threshold = nucleus_threshold(z, self.top_p)
+    if self.min_p > 0:
+      # p / max p = exp(z - max z), whatever the normaliser.
+      floor = jnp.max(z, axis=-1, keepdims=True) + np.log(self.min_p)
+      threshold = floor if threshold is None else jnp.maximum(threshold, floor)
+    if threshold is None:
+      return z
+    return jnp.where(z >= threshold, z, -jnp.inf)
+
+  def draw(
+    self, logits: jax.Array, rng: jax.Array
+  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Draws one token per row.
+
+    Args:
+      logits: [N, V] model logits.
+      rng: [N] keys, one per row (`row_keys`, `step_keys`): a row's draw
+        does not depend on the other rows of the batch.
+
+    Returns:
+      tokens [N] int32; logp [N], the log-prob of each token under the
+      sampling distribution (0 for greedy); policy_logp [N], its log-prob
+      under the untempered policy, log softmax(logits).
+    """
+    logits = logits.astype(jnp.float32)
+    if self.greedy:
+      tokens = argmax(logits)
+      return (
+        tokens,
+        jnp.zeros(tokens.shape, jnp.float32),
+        take(logits, tokens) - jax.nn.logsumexp(logits, axis=-1),
+      )
+    z = self.sampling_logits(logits)
+    z_max = jnp.max(z, axis=-1, keepdims=True)
+    e = jnp.exp(z - z_max)  # [N, V], 0 where filtered
+    u = jax.vmap(lambda k: jax.random.uniform(k, ()))(rng)
+    tokens, total = inverse_cdf(e, u)
+    logp = take(z, tokens) - z_max[:, 0] - jnp.log(total)
+    if self.is_policy:
+      return tokens, logp, logp
+    policy_logp = take(logits, tokens) - jax.nn.logsumexp(logits, axis=-1)
+    return tokens, logp, policy_logp
+
+
+@flax.struct.dataclass
+class SampleState:
+  """Carry of the decode loop.
+
+  Attributes:
+    step: [] number of tokens sampled so far (the next buffer column).
+    done: [N] the row has emitted a stop id or ended a stop sequence.
+    lengths: [N] completion tokens so far, the stop token included.
+    last_token: [N] the last sampled token, input of the next forward.
+    last_pos: [N] its position (-1 once the row is done: it is padding).
+    tokens: [N, T] sampled tokens; pad_id after the stop token.
+    logp: [N, T] log-prob under the sampling distribution; 0 after stop.
+    policy_logp: [N, T] log-prob under the untempered policy; 0 after stop.
+    cache: the KV cache, S = P + T - 1 slots.
+    rng: [N] keys, one per row (row_keys); step t draws with their
+      fold_in(., t).
+    logits: [N, T, V] model logits of every step, or None (not recorded).
+    window: [N, k - 1] the last emitted tokens, -1 before the first
+      (stops.check), or None without multi-token stop sequences.
+  """
+
+  step: jax.Array
+  done: jax.Array
+  lengths: jax.Array
+  last_token: jax.Array
+  last_pos: jax.Array
+  tokens: jax.Array
+  logp: jax.Array
+  policy_logp: jax.Array
+  cache: transformer.Cache
+  rng: jax.Array
+  logits: jax.Array | None
+  window: jax.Array | None = None
+
+
+class SampleOutput(NamedTuple):
+  """Result of `sample`. Arrays on device.
+
+  Attributes:
+    tokens: [N, T] completion tokens, pad_id after the stop token.
+    logp: [N, T] log-prob of each token under the sampling distribution
+      (temperature and filters applied; 0 for greedy and after the stop).
+    policy_logp: [N, T] log-prob under the untempered policy.
+    mask: [N, T] int32, 1 up to and including the stop token.
+    lengths: [N] int32, completion length (mask.sum(-1)).
+    finish: [N] int32, FINISH_EOS or FINISH_LENGTH.
+    logits: [N, T, V] fp32 model logits of every step (None unless asked).
+  """
+
+  tokens: jax.Array
+  logp: jax.Array
+  policy_logp: jax.Array
+  mask: jax.Array
+  lengths: jax.Array
+  finish: jax.Array
+  logits: jax.Array | None = None
+
+
+def sample(
+  params: Any,
+  tokens: jax.Array,
+  positions: jax.Array,
+  rng: jax.Array,
+  *,
+  model_cfg: ModelConfig,
+  max_new_tokens: int,
+  sampling: Sampling = Sampling(),
+  stop_ids: tuple[int, ...] = (),
+  pad_id: int = 0,
+  return_logits: bool = False,
+  mesh: jax.sharding.Mesh | None = None,
+  stop_sequences: tuple[tuple[int, ...], ...] = (),
+  row_offset: int = 0,
+) -> SampleOutput:
+  """Samples up to `max_new_tokens` tokens after each (left-padded) prompt.
+
+  Args:
+    params: model parameters (any sharding; decoding is fastest in the
+      mesh.ROLLOUT_RULES layout, see rollout.py).
+    tokens: [N, P] int32 prompts, left padded.
+    positions: [N, P] int32, 0.. from the first real token, -1 on padding.
+      The last column must be a real token (every prompt non-empty).
+    rng: a key; the same key gives the same samples. Row i draws with its
+      own key, fold_in(rng, row_offset + i) (row_keys), so its tokens depend
+      on its prompt, rng and global row index only, not on the other rows:
+      a batch sampled in chunks (each with its offset) gives the tokens of
+      one call, up to the numerics of the model's batched forward.
+    model_cfg: the architecture (static).
+    max_new_tokens: T (static).
+    sampling: temperature and filters (static).
+    stop_ids: token ids that end a row (EOS and extra stops), static.
+    pad_id: written after the stop token.
+    return_logits: also return the [N, T, V] logits of every step (tests).
+    mesh: constrain the cache and loop buffers to the rollout batch
+      sharding on this mesh (None: let XLA propagate the inputs').
+    stop_sequences: token-id sequences that end a row once its last emitted
+      tokens equal one (e.g. a multi-token "</search>"; see
+      stops.token_sequences for strings), static. Length-1 sequences join
+      stop_ids.
+    row_offset: the global index of row 0 (see rng).
+
+  Returns:
+    A SampleOutput.
+  """
+  stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
+  _check_inputs(
+    tokens,
+    positions,
+    model_cfg,
+    max_new_tokens,
+    sampling,
+    stop_ids,
+    stop_sequences,
+    pad_id,
+  )
+  return _sample(
+    params,
+    tokens,
+    positions,
+    rng,
+    model_cfg=model_cfg,
+    max_new_tokens=int(max_new_tokens),
+    sampling=sampling,
+    stop_ids=stop_ids,
+    pad_id=int(pad_id),
+    return_logits=return_logits,
+    mesh=mesh,
+    stop_sequences=stop_sequences,
+    row_offset=row_offset,
+  )
+
+
+def row_keys(rng: jax.Array, n: int, row_offset=0) -> jax.Array:
+  """[n] keys fold_in(rng, row_offset + i): row i's key of `sample` (and
+  of segments.decode, offset 0)."""
+  rows = jnp.asarray(row_offset, jnp.uint32) + jnp.arange(n, dtype=jnp.uint32)
+  return jax.vmap(jax.random.fold_in, (None, 0))(rng, rows)
+
+
+def step_keys(keys: jax.Array, step) -> jax.Array:
+  """[N] row keys -> the keys of decode step `step`, fold_in(key, step)."""
+  return jax.vmap(jax.random.fold_in, (0, None))(keys, step)
+
+
+def cache_size() -> int:
+  """How many sampler variants are compiled in this process.
+
+  Calls with the same shapes and static arguments must not add one (tested).
+  """
+  return _sample._cache_size()  # pylint: disable=protected-access
+
+
+def _check_inputs(
+  tokens,
+  positions,
+  model_cfg,
+  max_new_tokens,
+  sampling,
+  stop_ids,
+  stop_sequences,
+  pad_id,
+):
+  """Raises ValueError on bad arguments, before anything is compiled."""
+  if not isinstance(sampling, Sampling):
+    raise TypeError(
+      f"sampling must be a sampling.Sampling, got {type(sampling).__name__}"
+    )
+  if tokens.ndim != 2 or tokens.shape != positions.shape:
+    raise ValueError(
+      f"tokens {tokens.shape} and positions {positions.shape} "
+      "must both be [N, P]"
+    )
+  if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+    raise ValueError(f"Empty prompt batch: tokens have shape {tokens.shape}")
+  if not (
+    isinstance(max_new_tokens, (int, np.integer)) and max_new_tokens >= 1
+  ):
+    raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
+  v = model_cfg.vocab_size
+  stops.check_vocab(stop_ids, stop_sequences, v)
+  if not 0 <= pad_id < v:
+    raise ValueError(f"pad_id={pad_id} is outside the vocabulary [0, {v})")
+  if isinstance(positions, np.ndarray) and (positions[:, -1] < 0).any():
+    rows = np.flatnonzero(positions[:, -1] < 0)[:5].tolist()
+    raise ValueError(
+      f"Rows {rows} end with padding: prompts must be left padded and non-empty"
+    )
+
+
+# Logical axes of a cache k / v buffer (the model's layout).
+_KV_AXES = transformer.CACHE_AXES
+
+
+def constrain(x: jax.Array, axes: tuple, mesh) -> jax.Array:
+  """x constrained to its logical `axes` under mesh.ROLLOUT_RULES (a no-op
+  without a mesh; indivisible dimensions stay replicated)."""
+  if mesh is None:
+    return x
+  spec = mesh_lib.spec(axes, mesh_lib.ROLLOUT_RULES, x.shape, mesh)
+  return jax.lax.with_sharding_constraint(
+    x, jax.sharding.NamedSharding(mesh, spec)
+  )
+
+
+def constrain_cache(cache: transformer.Cache, mesh) -> transformer.Cache:
+  """The cache's k / v / pos constrained to the rollout batch sharding."""
+  if mesh is None:
+    return cache
+  return transformer.Cache(
+    k=tuple(constrain(k, _KV_AXES, mesh) for k in cache.k),
+    v=tuple(constrain(v, _KV_AXES, mesh) for v in cache.v),
+    pos=constrain(cache.pos, ("batch", "seq"), mesh),
+    index=cache.index,
+  )
+
+
+@functools.partial(
+  jax.jit,
+  static_argnames=(
+    "model_cfg",
+    "max_new_tokens",
+    "sampling",
+    "stop_ids",
+    "pad_id",
+    "return_logits",
+    "mesh",
+    "stop_sequences",
+  ),
+)
+def _sample(
+  params,
+  tokens,
+  positions,
+  rng,
+  *,
+  model_cfg,
+  max_new_tokens,
+  sampling,
+  stop_ids,
+  pad_id,
+  return_logits,
+  mesh,
+  stop_sequences=(),
+  row_offset=0,
+) -> SampleOutput:
+  n, p = tokens.shape
+  t_max = max_new_tokens
+  # Weights cast to the compute dtype once, before the loop, not on every
+  # decode step: a bf16 rollout of fp32 master weights reads half the bytes
+  # per token (decode is memory-bound), with the same numerics (the model
+  # casts each weight to the compute dtype before its matmul anyway).
+  dt = model_cfg.compute_dtype
+  params = jax.tree.map(
+    lambda w: w.astype(dt) if jnp.issubdtype(w.dtype, jnp.floating) else w,
+    params,
+  )
+  batch = lambda x: constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
+  tokens = batch(tokens.astype(jnp.int32))
+  positions = batch(positions.astype(jnp.int32))
+
+  def forward(tok, pos, cache):  # [N, Q] -> last logits [N, V], cache
+    hidden, cache = transformer.hidden_states(
+      params, tok, pos, model_cfg, cache
+    )
+    logits = transformer.unembed(params, hidden[:, -1], model_cfg)
+    return batch(logits), constrain_cache(cache, mesh)
+
+  def record(state: SampleState, logits) -> SampleState:
+    """Draws token `step` from `logits` [N, V] and writes the buffers."""
+    tok, logp, policy_logp = sampling.draw(
+      logits, step_keys(state.rng, state.step)
+    )
+    alive = ~state.done
+    tok = jnp.where(alive, tok, pad_id)
+    hit, window = stops.check(tok, state.window, stop_ids, stop_sequences)
+    zero = jnp.zeros_like(logp)
+    col = lambda buf, x: jax.lax.dynamic_update_slice_in_dim(
+      buf, x[:, None].astype(buf.dtype), state.step, axis=1
+    )
+    all_logits = state.logits
+    if all_logits is not None:
+      all_logits = jax.lax.dynamic_update_slice_in_dim(
+        all_logits, logits[:, None], state.step, axis=1
+      )
+    return state.replace(
+      step=state.step + 1,
+      done=state.done | (alive & hit),
+      lengths=state.lengths + alive.astype(jnp.int32),
+      last_token=tok,
+      # The next input's position; a finished row feeds padding.
+      last_pos=jnp.where(alive, state.last_pos + 1, -1),
+      tokens=col(state.tokens, tok),
+      logp=col(state.logp, jnp.where(alive, logp, zero)),
+      policy_logp=col(state.policy_logp, jnp.where(alive, policy_logp, zero)),
+      logits=all_logits,
+      window=window,
+    )
+
+  # Prefill: the whole prompt in one call; its last logits give token 0.
+  cache = constrain_cache(
+    transformer.init_cache(model_cfg, n, p + t_max - 1), mesh
+  )
+  logits, cache = forward(tokens, positions, cache)
+  zeros = lambda dtype: batch(jnp.zeros((n, t_max), dtype))
+  state = SampleState(
+    step=jnp.zeros((), jnp.int32),
+    done=batch(jnp.zeros((n,), bool)),
+    lengths=batch(jnp.zeros((n,), jnp.int32)),
+    last_token=tokens[:, -1],
+    last_pos=positions[:, -1],
+    tokens=batch(jnp.full((n, t_max), pad_id, jnp.int32)),
+    logp=zeros(jnp.float32),
+    policy_logp=zeros(jnp.float32),
+    cache=cache,
+    rng=batch(row_keys(rng, n, row_offset)),
+    logits=(
+      batch(jnp.zeros((n, t_max, model_cfg.vocab_size), jnp.float32))
+      if return_logits
+      else None
+    ),
+    window=jax.tree.map(batch, stops.init_window(n, stop_sequences)),
+  )
+  state = record(state, logits)
+
+  def cond(state: SampleState):
+    return (state.step < t_max) & ~jnp.all(state.done)
+
+  def body(state: SampleState):
+    logits, cache = forward(
+      state.last_token[:, None], state.last_pos[:, None], state.cache
+    )
+    return record(state.replace(cache=cache), logits)
+
+  state = jax.lax.while_loop(cond, body, state)
+  mask = (jnp.arange(t_max)[None, :] < state.lengths[:, None]).astype(jnp.int32)
+  finish = jnp.where(state.done, FINISH_EOS, FINISH_LENGTH).astype(jnp.int32)
+  return SampleOutput(
+    tokens=state.tokens,
+    logp=state.logp,
+    policy_logp=state.policy_logp,
+    mask=mask,
+    lengths=state.lengths,
+    finish=finish,
+    logits=state.logits,
+  )

@@ -1,0 +1,6 @@
+"""Layer 8, train: the shared RL loop and its run context, the jitted train
+step and optimizer, supervised warm starts, checkpoints, reports and the
+flags generated from a Config.
+
+Imports every layer below it (envs/ ... model/) and the bottom modules.
+"""

@@ -1,0 +1,265 @@
+"""What an RL run's host code works with: Context, model, tokenizer, rewards.
+
+  ctx = context.Context(cfg, model_cfg, tokenizer, mesh, reward_fn, correct_fn)
+  model_cfg, params = context.load_model(cfg, mesh)
+  accuracy = context.run_eval(ctx, params, examples, step=0)
+
+`Context` is what an experiment's make_batch and the evaluations receive
+(generate, score, batch_from_rollout, ref_logp, hooks the loop sets per
+step); the loaders turn a Config's --model / --init_from / --tokenizer /
+--reward / --data into objects. The loop (loop.py), sft.py, evaluate.py
+and trained.py share them.
+"""
+
+import dataclasses
+import functools
+import os
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from rlreason.data import sources as data_lib
+from rlreason.sampling import scoring as evaluation
+from rlreason.guidance import hints
+from rlreason import mesh as mesh_lib
+from rlreason.model import policy
+from rlreason import rewards as rewards_lib
+from rlreason.sampling import rollout as rollout_lib
+from rlreason.model import hf
+from rlreason.model import presets
+from rlreason.model import tokenizer as tokenizer_lib
+from rlreason.model import transformer
+from rlreason.types import Rollout
+
+
+@dataclasses.dataclass
+class Context:
+  """What make_batch and evaluation need, built once per run."""
+
+  cfg: Any
+  model_cfg: transformer.ModelConfig
+  tokenizer: Any
+  mesh: jax.sharding.Mesh
+  reward_fn: Callable  # (completions, answers, **kw) -> (total [N], parts)
+  correct_fn: Callable  # (completions, answers) -> 0/1 [N]
+  ref_params: Any = None
+  params: Any = None  # the policy that sampled the current rollout
+  # (round) -> (rollout, examples): the next B prompts of the run's prompt
+  # iterator, sampled by `params` with a key of (seed, step, round). Set by
+  # the loop during make_batch, for methods that sample more than one batch
+  # per step (DAPO dynamic sampling, rlreason/rl/dynamic_sampling.py).
+  sample_more: Callable | None = None
+  # Parameters trained beside the policy (train(..., extra_params=...)),
+  # e.g. {"critic": ...} (value.py), as of the current rollout.
+  extra: dict | None = None
+  # The RL step being built (0-based), set by the loop before make_batch,
+  # for reward schedules (e.g. experiments/format_length.py).
+  step: int = 0
+  # (ctx, params, examples, rng, step, *, group_size, sampling) -> rollout:
+  # replaces the single-turn sampler for training and evaluation (e.g.
+  # multiturn.make_generate_fn: environment episodes).
+  generate_fn: Callable | None = None
+
+  def encode_prompts(self, examples) -> list[list[int]]:
+    # A hinted example (hints.with_hint) shows its hint and prefix.
+    return [
+      self.tokenizer.encode(
+        hints.prompt_text(self.tokenizer, e, self.cfg.template)
+      )
+      for e in examples
+    ]
+
+  def generate(
+    self,
+    params,
+    examples,
+    rng,
+    step,
+    *,
+    group_size,
+    sampling,
+    max_new_tokens: int | None = None,
+    row_offset: int = 0,
+  ) -> Rollout:
+    """G samples per example; max_new_tokens overrides cfg.max_new_tokens
+    on the single-turn path (a custom generate_fn sets its own budget).
+
+    row_offset: the global index of the first row when a batch is sampled
+    in chunks. Single-turn rows then sample as in one call
+    (rollout.generate); a custom generate_fn gets a key folded with it, so
+    chunks draw independently (but not as one call would)."""
+    if self.generate_fn is not None:
+      return self.generate_fn(
+        self,
+        params,
+        examples,
+        jax.random.fold_in(rng, row_offset) if row_offset else rng,
+        step,
+        group_size=group_size,
+        sampling=sampling,
+      )
+    return rollout_lib.generate(
+      params,
+      self.encode_prompts(examples),
+      rng,
+      step,
+      model_cfg=self.model_cfg,
+      tokenizer=self.tokenizer,
+      max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
+      group_size=group_size,
+      sampling=sampling,
+      mesh=self.mesh,
+      max_prompt_len=self.cfg.max_prompt_len,
+      row_offset=row_offset,
+    )
+
+  def score(self, rollout: Rollout, examples) -> tuple[np.ndarray, dict]:
+    """Rewards [N] and per-component metrics, answers repeated per group."""
+    answers = [examples[i].answer for i in rollout.prompt_ids]
+    total, parts = self.reward_fn(rollout.texts, answers)
+    return total, parts
+
+  def batch_from_rollout(self, rollout: Rollout) -> dict[str, np.ndarray]:
+    """The [N, ...] fields every loss reads, on the host.
+
+    old_logp is the sampler's log-prob when it sampled from softmax(logits /
+    temperature) itself; with top-k / top-p filters the sampling distribution
+    differs from the one the losses score, so old_logp is recomputed under
+    the sampling policy (`sampler_logp` keeps the filtered one, for
+    truncated importance sampling).
+    """
+    tokens, positions, mask, logp = mesh_lib.to_host(
+      (rollout.tokens, rollout.positions, rollout.mask, rollout.logp)
+    )
+    batch = {
+      "tokens": tokens,
+      "positions": positions,
+      "mask": mask.astype(np.float32),
+      "sampler_logp": logp.astype(np.float32),
+    }
+    batch["old_logp"] = batch["sampler_logp"]
+    if self.cfg.top_p < 1 or self.cfg.top_k > 0:
+      batch["old_logp"] = mesh_lib.to_host(
+        policy.completion_logprobs(
+          self.params,
+          rollout.tokens,
+          rollout.positions,
+          self.model_cfg,
+          rollout.prompt_len,
+          temperature=self.cfg.temperature,
+        )
+      )
+    return batch
+
+  def ref_logp(self, rollout: Rollout) -> np.ndarray:
+    """log-probs [N, T] of the completions under the frozen reference."""
+    if self.ref_params is None:
+      raise ValueError(
+        "This experiment needs a reference model, but the "
+        "loop was started without one (needs_ref=True)"
+      )
+    return mesh_lib.to_host(
+      policy.completion_logprobs(
+        self.ref_params,
+        rollout.tokens,
+        rollout.positions,
+        self.model_cfg,
+        rollout.prompt_len,
+        temperature=self.cfg.temperature,
+      )
+    )
+
+
+def load_model(cfg, mesh):
+  """(model_cfg, params) from --init_from, an HF directory or a preset."""
+  source = cfg.init_from or cfg.model
+  if os.path.isdir(source):
+    model_cfg, params = hf.load(
+      source, mesh=mesh, dtype=cfg.param_dtype, compute_dtype=cfg.dtype
+    )
+    model_cfg = dataclasses.replace(model_cfg, remat=cfg.remat)
+    return model_cfg, params
+  model_cfg = presets.get(
+    cfg.model, dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat
+  )
+  shardings = mesh_lib.shardings(
+    mesh,
+    transformer.param_axes(model_cfg),
+    mesh_lib.TRAIN_RULES,
+    transformer.param_shapes(model_cfg),
+  )
+  init = jax.jit(
+    functools.partial(transformer.init, model_cfg), out_shardings=shardings
+  )
+  return model_cfg, init(jax.random.key(cfg.seed))
+
+
+def load_tokenizer(cfg):
+  """--tokenizer, else the tokenizer saved with --init_from or --model.
+
+  --model is checked too: a warm start's cache directory (--init_from) holds
+  weights only, and the char tokenizer would silently not match the model.
+  """
+  if cfg.tokenizer:
+    return tokenizer_lib.load(cfg.tokenizer)
+  for source in (cfg.init_from, cfg.model):
+    if os.path.isdir(source) and os.path.exists(
+      os.path.join(source, "tokenizer_config.json")
+    ):
+      return tokenizer_lib.load(source)
+  return tokenizer_lib.load("char")
+
+
+def make_reward_fns(cfg):
+  """(shaped reward, 0/1 correctness) from --reward and --data."""
+  kind, location, _ = data_lib.parse_spec(cfg.data)
+  correct_name = f"task:{location}" if kind == "task" else "math"
+  name = correct_name if cfg.reward in ("task", "") else cfg.reward
+  reward_fn = rewards_lib.combine({name: 1.0})
+  correct = rewards_lib.get(correct_name)
+  return reward_fn, correct
+
+
+def eval_spec(cfg) -> str:
+  """--eval_data, or the held-out split of --data (eval_size problems)."""
+  if cfg.eval_data:
+    return cfg.eval_data
+  kind, _, options = data_lib.parse_spec(cfg.data)
+  if kind != "task":
+    return cfg.data
+  # Later options win: ask the generator for eval_size problems only.
+  return f"{cfg.data}{',' if options else ':'}n={cfg.eval_size}"
+
+
+def run_eval(
+  ctx: Context,
+  params,
+  examples,
+  *,
+  step: int,
+  samples: int = 1,
+  temperature: float = 1.0,
+  ks=(1,),
+) -> dict[str, float]:
+  """Greedy (samples=1) or sampled accuracy on `examples`, as flat floats."""
+  correct = evaluation.sample_and_score(
+    ctx,
+    params,
+    examples,
+    step=step,
+    samples=samples,
+    temperature=temperature,
+    seed=ctx.cfg.seed,
+    sequences_per_call=ctx.cfg.num_sequences,
+  ).correct
+  summary = evaluation.summarize(correct, ks=[k for k in ks if k <= samples])
+  out = {}
+  for name, (m, lo, hi) in summary.items():
+    out[f"eval/{name}"], out[f"eval/{name}_lo"], out[f"eval/{name}_hi"] = (
+      m,
+      lo,
+      hi,
+    )
+  out["eval/accuracy"] = float(correct.mean())
+  return out

@@ -1,0 +1,409 @@
+"""The shared RL loop: rollout -> rewards -> advantages -> updates -> logs.
+
+  loop.train(cfg, make_batch=make_batch, loss_fn=loss_fn, name="grpo")
+
+An experiment supplies two functions:
+
+  make_batch(rollout, examples, ctx) -> (batch, metrics)
+      Host side, on WHOLE groups (before any minibatch split): rewards,
+      advantages, filters. `batch` is a dict of [N, ...] numpy arrays; start
+      from `ctx.batch_from_rollout(rollout)` and add "adv" etc.
+  loss_fn(params, batch, norm, *, cfg, model_cfg) -> (loss, metrics)
+      Pure; `norm` holds the whole minibatch's normalisers
+      (aggregation.normalizers). Bound with functools.partial and jitted.
+
+Everything else (mesh, model, data, checkpoints, metrics, evaluation,
+preemption, resume) lives here, once. An experiment's `run(cfg)` is
+`train_and_report`: `train`, then the run's report.md
+(rlreason/train/report.py).
+The workdir may be local or gs:// (rlreason/storage.py).
+"""
+
+import dataclasses
+import functools
+import os
+import subprocess
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from absl import logging
+from etils import epath
+
+from rlreason.train import checkpoint
+from rlreason.train import context as context_lib
+from rlreason.data import sources as data_lib
+from rlreason import mesh as mesh_lib
+from rlreason import metrics as metrics_lib
+from rlreason.train import report
+from rlreason.sampling import sampler as sampling_lib
+from rlreason.train import sft
+from rlreason import storage
+from rlreason.train import train_step as ts
+from rlreason.model import transformer
+
+
+def maybe_initialize_distributed(cfg) -> None:
+  """jax.distributed.initialize() for --multihost or RLREASON_MULTIHOST=1.
+
+  Coordinator address, process count and id come from the environment
+  (TPU VMs and SLURM are detected by JAX itself; otherwise set
+  JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID).
+  RLREASON_DISTRIBUTED_TIMEOUT (seconds) bounds the wait for the others.
+
+  Every process then runs the same host-side code on the same global batch
+  (prompts, rewards, advantages: cheap next to the model) and places only
+  the shards its own devices hold (mesh.put_global); device results come
+  back gathered (mesh.to_host). All processes take part in checkpoints;
+  only process 0 writes logs, metrics and reports. A run matches the
+  single-process run on the same mesh (tests/multihost_test.py).
+  """
+  if not (cfg.multihost or os.environ.get("RLREASON_MULTIHOST") == "1"):
+    return
+  if jax.distributed.is_initialized():
+    return
+  kwargs = {}
+  if "JAX_COORDINATOR_ADDRESS" in os.environ:
+    kwargs = dict(
+      coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+      num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+      process_id=int(os.environ["JAX_PROCESS_ID"]),
+    )
+  if "RLREASON_DISTRIBUTED_TIMEOUT" in os.environ:
+    kwargs["initialization_timeout"] = int(
+      os.environ["RLREASON_DISTRIBUTED_TIMEOUT"]
+    )
+  if (
+    jax.config.jax_platforms in (None, "", "cpu")
+    or os.environ.get("JAX_PLATFORMS") == "cpu"
+  ):
+    # CPU-only processes need a collectives backend for cross-process ops.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(**kwargs)
+
+
+def workdir_for(cfg, name: str) -> str:
+  return cfg.workdir or os.path.join("workdirs", name)
+
+
+def write_run_info(workdir: str, cfg) -> None:
+  """config.json (resolved) and COMMIT, so any result traces back.
+
+  `workdir` may be a local path or a gs:// URL (etils.epath).
+  """
+  workdir = epath.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  storage.write_json(
+    workdir / "config.json",
+    {
+      "class": f"{type(cfg).__module__}.{type(cfg).__name__}",
+      **dataclasses.asdict(cfg),
+    },
+  )
+  try:
+    commit = subprocess.run(
+      ["git", "rev-parse", "HEAD"],
+      capture_output=True,
+      text=True,
+      cwd=os.path.dirname(os.path.abspath(__file__)),
+      timeout=10,
+      check=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+      ["git", "status", "--porcelain"],
+      capture_output=True,
+      text=True,
+      cwd=os.path.dirname(os.path.abspath(__file__)),
+      timeout=10,
+    ).stdout
+    commit += "-dirty" if dirty.strip() else ""
+  except (OSError, subprocess.SubprocessError):
+    # A tree shipped without .git (launch/tpu.sh sync) records its commit.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shipped = os.path.join(root, "COMMIT")
+    commit = "unknown"
+    if os.path.exists(shipped):
+      with open(shipped) as f:
+        commit = f.read().strip() or commit
+  (workdir / "COMMIT").write_text(commit + "\n")
+
+
+def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
+  n = len(batch["mask"])
+  order = rng.permutation(n) if n_mb > 1 else np.arange(n)
+  for part in np.split(order, n_mb):
+    yield {k: v[part] for k, v in batch.items()}
+
+
+def train(
+  cfg,
+  *,
+  make_batch: Callable,
+  loss_fn: Callable,
+  name: str,
+  needs_ref: bool = False,
+  extra_params: Callable | None = None,
+  prompt_iterator: Callable | None = None,
+  generate_fn: Callable | None = None,
+) -> dict[str, float]:
+  """Runs (or resumes) an RL experiment; returns the final metrics.
+
+  `prompt_iterator(cfg, train_examples)` replaces the default
+  data.PromptIterator (e.g. curriculum.StagedPrompts); it must offer
+  `next()`, `state()` and `restore(state)` like PromptIterator.
+
+  `generate_fn` replaces the sampler (Context.generate_fn), e.g.
+  multiturn.make_generate_fn for environment episodes.
+
+  `extra_params(cfg, model_cfg, params) -> types.ExtraParams` adds
+  parameters trained beside the policy's (e.g. a critic,
+  value.extra_params) under their own top-level keys: loss_fn gets them in
+  `params`, make_batch in `ctx.extra`; rollouts and evaluations see the
+  policy's alone; checkpoints hold both.
+  """
+  cfg.validate()
+  maybe_initialize_distributed(cfg)
+  # Data first: a bad spec or record fails before any compilation.
+  train_examples = data_lib.load(cfg.data, "train")
+  eval_examples = data_lib.load(context_lib.eval_spec(cfg), "eval")[
+    : cfg.eval_size
+  ]
+  cfg = sft.warm_started(cfg)
+  workdir = workdir_for(cfg, name)
+  is_main = jax.process_index() == 0
+  if is_main:
+    write_run_info(workdir, cfg)
+
+  # --- Mesh, model, optimizer -------------------------------------------------
+  mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
+  shards = mesh_lib.batch_divisor(mesh)
+  if cfg.num_sequences // cfg.minibatches % shards:
+    raise ValueError(
+      f"Invalid config: a minibatch of {cfg.num_sequences // cfg.minibatches}"
+      f" sequences cannot be split over {shards} batch shards of mesh "
+      f"{dict(mesh.shape)}"
+    )
+  tok = context_lib.load_tokenizer(cfg)
+  model_cfg, params = context_lib.load_model(cfg, mesh)
+  if tok.vocab_size > model_cfg.vocab_size:
+    raise ValueError(
+      f"Tokenizer has {tok.vocab_size} ids but the model only "
+      f"{model_cfg.vocab_size}"
+    )
+  ref_params = jax.tree.map(lambda x: x.copy(), params) if needs_ref else None
+  axes, lr_scales, extra_keys = None, None, ()
+  if extra_params is not None:
+    extra = extra_params(cfg, model_cfg, params)
+    params = {**params, **extra.params}
+    axes = {**transformer.param_axes(model_cfg), **extra.axes}
+    lr_scales, extra_keys = extra.lr_scales, tuple(extra.params)
+
+  def policy_of(p):
+    return {k: v for k, v in p.items() if k not in extra_keys}
+
+  updates_per_step = cfg.ppo_epochs * cfg.minibatches
+  optimizer = ts.optimizer_from_config(
+    cfg, cfg.steps * updates_per_step, lr_scales
+  )
+  state, step_fn, batch_sh = ts.setup(
+    mesh,
+    model_cfg,
+    params,
+    optimizer,
+    functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg),
+    micro_batches=cfg.micro_batches,
+    axes=axes,
+  )
+  del params
+
+  reward_fn, correct_fn = context_lib.make_reward_fns(cfg)
+  ctx = context_lib.Context(
+    cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params
+  )
+  ctx.generate_fn = generate_fn
+
+  # --- Data and resume --------------------------------------------------------
+  if prompt_iterator is not None:
+    prompts = prompt_iterator(cfg, train_examples)
+  else:
+    prompts = data_lib.PromptIterator(
+      train_examples, cfg.batch_size, seed=cfg.seed
+    )
+  ckpt = checkpoint.Checkpointer(
+    os.path.join(workdir, "checkpoints"), keep=cfg.keep_checkpoints
+  )
+  restored, meta = ckpt.restore(checkpoint.abstract(state))
+  start = 0
+  if restored is not None:
+    state, start = restored, int(meta["step"])
+    prompts.restore(meta["data"])
+    logging.info("Resuming %s from step %d", workdir, start)
+  writer = metrics_lib.MetricWriter(
+    workdir,
+    enabled=is_main,
+    tensorboard=cfg.tensorboard,
+    wandb_project=cfg.wandb_project,
+    config=dataclasses.asdict(cfg),
+  )
+  preempt = checkpoint.Preemption()
+  rng = jax.random.key(cfg.seed)
+  sampling = sampling_lib.Sampling(
+    temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
+  )
+
+  def sample_more(step, round_):
+    # The prompts advance the checkpointed iterator; the key is a function
+    # of (seed, step, round), so a resumed run draws the same samples.
+    more = next(prompts)
+    rollout = ctx.generate(
+      ctx.params,
+      more,
+      jax.random.fold_in(rng, round_),
+      step,
+      group_size=cfg.group_size,
+      sampling=sampling,
+    )
+    return rollout, more
+
+  def save(step):
+    ckpt.save(step, state, {"step": step, "data": prompts.state()})
+
+  def evaluate(step):
+    out = context_lib.run_eval(
+      ctx,
+      policy_of(state.params),
+      eval_examples,
+      step=step,
+      samples=cfg.eval_samples,
+      temperature=cfg.temperature,
+      ks=sorted({1, cfg.eval_samples}),
+    )
+    writer.write(step, out)
+    return out
+
+  if start == 0:
+    first_eval = evaluate(0)
+    if is_main:
+      storage.write_json(epath.Path(workdir) / "eval_before.json", first_eval)
+
+  # --- The RL loop ------------------------------------------------------------
+  progress = metrics_lib.Progress(cfg.steps, start)
+  last = {}
+  for step in range(start, cfg.steps):
+    t0 = time.time()
+    examples = next(prompts)
+    rollout = ctx.generate(
+      policy_of(state.params),
+      examples,
+      rng,
+      step,
+      group_size=cfg.group_size,
+      sampling=sampling,
+    )
+    jax.block_until_ready(rollout.mask)
+    t1 = time.time()
+    ctx.params = policy_of(state.params)
+    ctx.extra = {k: state.params[k] for k in extra_keys}
+    ctx.sample_more = functools.partial(sample_more, step)
+    ctx.step = step
+    batch, batch_metrics = make_batch(rollout, examples, ctx)
+    ctx.params = ctx.extra = None  # `state` is donated by the updates below.
+    t2 = time.time()
+    mb_rng = np.random.default_rng([cfg.seed, step])
+    update_metrics = []
+    for _ in range(cfg.ppo_epochs):
+      for mb in _minibatches(batch, cfg.minibatches, mb_rng):
+        state, m = step_fn(state, mesh_lib.put_global(mb, batch_sh))
+        update_metrics.append(m)
+    update_metrics = mesh_lib.to_host(update_metrics)
+    t3 = time.time()
+
+    lengths = rollout.lengths
+    row = {
+      k: np.mean([m[k] for m in update_metrics]) for k in update_metrics[0]
+    }
+    row["skipped"] = float(np.sum([m["skipped"] for m in update_metrics]))
+    row.update(batch_metrics)
+    row.update(
+      {
+        "length": lengths.mean(),
+        "length_max": lengths.max(),
+        "truncated": np.mean(rollout.finish_reasons == "length"),
+        "time/rollout": t1 - t0,
+        "time/reward": t2 - t1,
+        "time/update": t3 - t2,
+        "time/step": t3 - t0,
+        "tokens_per_sec": lengths.sum() / max(t1 - t0, 1e-9),
+      }
+    )
+    last = writer.write(step + 1, row)
+    if row["skipped"]:
+      logging.warning(
+        "Step %d: %d non-finite updates skipped", step + 1, row["skipped"]
+      )
+    if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+      progress.update(step + 1, last)
+    if (
+      cfg.eval_every
+      and (step + 1) % cfg.eval_every == 0
+      and step + 1 < cfg.steps
+    ):
+      evaluate(step + 1)
+    if (
+      cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0
+    ) or preempt.requested:
+      save(step + 1)
+    if preempt.requested:
+      logging.warning(
+        "Stopped at step %d after SIGTERM; rerun the same command to resume.",
+        step + 1,
+      )
+      break
+
+  final = {}
+  if not preempt.requested:
+    if ckpt.latest_step() != cfg.steps:
+      save(cfg.steps)
+    final = evaluate(cfg.steps)
+    if is_main:
+      storage.write_json(epath.Path(workdir) / "eval_after.json", final)
+  preempt.restore_handlers()
+  writer.close()
+  ckpt.close()
+  return {
+    **last,
+    **final,
+    "workdir": workdir,
+    "state": state,
+    "model_cfg": model_cfg,
+  }
+
+
+def train_and_report(
+  cfg,
+  *,
+  name: str,
+  title: str,
+  make_batch: Callable,
+  loss_fn: Callable,
+  needs_ref: bool | None = None,
+  **train_kwargs,
+) -> dict[str, Any]:
+  """An experiment's run(cfg): `train`, then report.md titled `title`.
+
+  `needs_ref` defaults to cfg.needs_ref (False for configs without it);
+  `train_kwargs` go to `train` (extra_params, prompt_iterator).
+  """
+  if needs_ref is None:
+    needs_ref = getattr(cfg, "needs_ref", False)
+  out = train(
+    cfg,
+    make_batch=make_batch,
+    loss_fn=loss_fn,
+    name=name,
+    needs_ref=needs_ref,
+    **train_kwargs,
+  )
+  report.write(out["workdir"], title=title)
+  return out

@@ -1,0 +1,160 @@
+"""A run's report: report.md with before/after evaluation and PNG curves.
+
+Reads only the workdir (metrics.jsonl, eval_before.json, eval_after.json,
+config.json, COMMIT), so it can be rerun on any finished or running run, in
+a local or a gs:// workdir (rlreason/storage.py):
+
+  python -m rlreason.train.report workdirs/grpo
+"""
+
+import os
+import sys
+
+import numpy as np
+from etils import epath
+
+from rlreason import metrics as metrics_lib
+from rlreason import storage
+
+CURVES = (
+  ("reward", "Reward"),
+  ("accuracy", "Train accuracy"),
+  ("length", "Response length (tokens)"),
+  ("entropy", "Entropy"),
+)
+
+
+def _smooth(y: np.ndarray, window: int) -> np.ndarray:
+  if len(y) < window or window <= 1:
+    return y
+  kernel = np.ones(window) / window
+  head = np.cumsum(y[: window - 1]) / np.arange(1, window)
+  return np.concatenate([head, np.convolve(y, kernel, mode="valid")])
+
+
+def plot_curves(
+  rows: list[dict], path: epath.PathLike, title: str = ""
+) -> list[str]:
+  """A 2x2 grid of the CURVES over steps (raw + moving average)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  train = [r for r in rows if "reward" in r]
+  evals = [r for r in rows if "eval/accuracy" in r]
+  fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+  drawn = []
+  for ax, (key, label) in zip(axes.flat, CURVES):
+    pts = [
+      (r["step"], r[key]) for r in train if isinstance(r.get(key), (int, float))
+    ]
+    if pts:
+      x, y = map(np.asarray, zip(*pts))
+      ax.plot(x, y, color="C0", alpha=0.3, lw=1)
+      ax.plot(
+        x,
+        _smooth(y, max(1, len(y) // 15)),
+        color="C0",
+        lw=2,
+        label="train (moving avg)",
+      )
+      drawn.append(key)
+    if key == "accuracy" and evals:
+      ex = [r["step"] for r in evals]
+      ey = [r["eval/accuracy"] for r in evals]
+      ax.plot(ex, ey, "o-", color="C3", lw=2, label="held-out (eval)")
+    ax.set_title(label)
+    ax.set_xlabel("RL step")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=8)
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  storage.save_figure(fig, path, dpi=110)
+  plt.close(fig)
+  return drawn
+
+
+def _cell(d: dict | None, k: str) -> str:
+  """An eval metric as "mean% [low, high]", or "-"."""
+  if not d or k not in d:
+    return "-"
+  lo, hi = d.get(k + "_lo"), d.get(k + "_hi")
+  ci = f" [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else ""
+  return f"{100 * d[k]:.1f}%{ci}"
+
+
+def write(workdir: str, title: str = "") -> str:
+  """Writes workdir/report.md and workdir/curves.png; returns the md path.
+
+  In a multi-process run only process 0 writes.
+  """
+  import jax  # Lazy: the report CLI never starts a JAX backend.
+
+  path = os.path.join(workdir, "report.md")
+  if jax.distributed.is_initialized() and jax.process_index() != 0:
+    return path
+  run = epath.Path(workdir)
+  rows = metrics_lib.read_jsonl(run / "metrics.jsonl")
+  cfg = storage.read_json(run / "config.json") or {}
+  before = storage.read_json(run / "eval_before.json")
+  after = storage.read_json(run / "eval_after.json")
+  commit = ""
+  if (run / "COMMIT").exists():
+    commit = (run / "COMMIT").read_text().strip()
+  plot_curves(rows, run / "curves.png", title)
+  train = [r for r in rows if "reward" in r]
+  where = os.path.abspath(workdir) if storage.is_local(workdir) else workdir
+  lines = [
+    f"# {title or cfg.get('class', 'Run')}",
+    "",
+    f"- workdir: `{where}`",
+    f"- commit: `{commit}`",
+    f"- model: `{cfg.get('model')}` (init from "
+    f"`{cfg.get('init_from') or 'scratch/preset'}`), data: "
+    f"`{cfg.get('data')}`",
+    f"- RL steps logged: {len(train)}",
+    "",
+  ]
+  if before or after:
+    lines += [
+      "## Held-out evaluation",
+      "",
+      "| metric | before RL | after RL |",
+      "|---|---|---|",
+    ]
+    keys = sorted(
+      k
+      for k in (after or before)
+      if k.startswith("eval/") and not k.endswith(("_lo", "_hi"))
+    )
+    for k in keys:
+      lines.append(f"| {k[5:]} | {_cell(before, k)} | {_cell(after, k)} |")
+    lines.append("")
+  if train:
+    first, last = train[:10], train[-10:]
+    lines += [
+      "## Training (mean of first / last 10 steps)",
+      "",
+      "| metric | start | end |",
+      "|---|---|---|",
+    ]
+    for key, _ in CURVES + (("truncated", ""), ("time/step", "")):
+      vals = [
+        [r[key] for r in part if isinstance(r.get(key), (int, float))]
+        for part in (first, last)
+      ]
+      if all(vals):
+        lines.append(
+          f"| {key} | {np.mean(vals[0]):.3f} | {np.mean(vals[1]):.3f} |"
+        )
+    lines.append("")
+  lines += ["## Curves", "", "![curves](curves.png)", ""]
+  (run / "report.md").write_text("\n".join(lines))
+  return path
+
+
+if __name__ == "__main__":
+  print(write(sys.argv[1]))

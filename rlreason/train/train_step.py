@@ -1,0 +1,289 @@
+"""The jitted train step: gradient accumulation, optax update, NaN guard.
+
+  optimizer = make_optimizer(lr=1e-6, total_steps=500, grad_clip=1.0)
+  state = init_state(params, optimizer)
+  step = make_train_step(loss_fn, optimizer, state_sharding=...,
+                         batch_sharding=..., micro_batches=4)
+  state, metrics = step(state, batch)   # `state` is donated
+
+`loss_fn(params, batch, norm) -> (loss, metrics)` is pure with every method
+choice bound in. `batch` is a dict of [N, ...] arrays with at least "mask"
+[N, T]. `norm` holds the denominators of the WHOLE minibatch
+(`aggregation.normalizers`: num_tokens, num_seqs), computed before the split
+into micro-batches, so the summed micro-batch losses and gradients equal the
+full-batch ones for every aggregation mode (DESIGN.md principle 6).
+"""
+
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rlreason.rl import aggregation
+from rlreason import mesh as mesh_lib
+from rlreason.model import transformer
+
+LossFn = Callable[[Any, dict, dict], tuple[jax.Array, dict]]
+
+
+class TrainState(NamedTuple):
+  params: Any
+  opt_state: Any
+  step: jax.Array  # [] int32, optimizer updates attempted
+
+
+def make_schedule(
+  lr: float,
+  *,
+  total_steps: int,
+  warmup_steps: int = 0,
+  schedule: str = "constant",
+) -> optax.Schedule:
+  """Linear warmup from 0, then constant or cosine decay to 0."""
+  if schedule == "constant":
+    after = optax.constant_schedule(lr)
+  elif schedule == "cosine":
+    after = optax.cosine_decay_schedule(lr, max(total_steps - warmup_steps, 1))
+  else:
+    raise ValueError(
+      f"Unknown schedule {schedule!r}; expected constant or cosine"
+    )
+  if warmup_steps <= 0:
+    return after
+  warmup = optax.linear_schedule(0.0, lr, warmup_steps)
+  return optax.join_schedules([warmup, after], [warmup_steps])
+
+
+def make_optimizer(
+  lr: float,
+  *,
+  total_steps: int,
+  warmup_steps: int = 0,
+  schedule: str = "constant",
+  weight_decay: float = 0.0,
+  b1: float = 0.9,
+  b2: float = 0.999,
+  eps: float = 1e-8,
+  grad_clip: float = 1.0,
+  lr_scales: dict[str, float] | None = None,
+) -> optax.GradientTransformation:
+  """AdamW with warmup + constant/cosine schedule and global-norm clipping.
+
+  `lr_scales` ({top-level params key: factor}) trains those subtrees as if
+  by their own optimizer (e.g. a critic beside the policy, value.py): each
+  is clipped to `grad_clip` on its own, and its updates (Adam step and
+  weight decay) are scaled by the factor, i.e. its peak lr is lr * factor.
+  The other keys form one group at `lr`.
+  """
+  sched = make_schedule(
+    lr, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule
+  )
+  adam = optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+  if lr_scales:
+    parts = [adam, scale_by_key(lr_scales)]
+    if grad_clip > 0:
+      parts.insert(0, clip_by_group_norm(grad_clip, tuple(lr_scales)))
+    return optax.chain(*parts)
+  if grad_clip > 0:
+    return optax.chain(optax.clip_by_global_norm(grad_clip), adam)
+  return adam
+
+
+def _groups(tree: dict, keys: tuple[str, ...]) -> list[dict]:
+  """Top-level dict `tree` split into one dict per key in `keys` + the rest."""
+  rest = {k: v for k, v in tree.items() if k not in keys}
+  return [{k: tree[k]} for k in keys if k in tree] + [rest]
+
+
+def clip_by_group_norm(
+  max_norm: float, keys: tuple[str, ...]
+) -> optax.GradientTransformation:
+  """Global-norm clipping, separately for each top-level key in `keys` and
+  for all the other keys together (stateless)."""
+
+  def update(updates, state, params=None):
+    del params
+    out = {}
+    for group in _groups(updates, keys):
+      norm = optax.tree.norm(group)
+      scale = jnp.minimum(1.0, max_norm / jnp.maximum(norm, 1e-12))
+      out.update(jax.tree.map(lambda u, s=scale: u * s.astype(u.dtype), group))
+    return out, state
+
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
+def scale_by_key(scales: dict[str, float]) -> optax.GradientTransformation:
+  """Multiplies the updates of top-level key k by scales[k] (stateless)."""
+
+  def update(updates, state, params=None):
+    del params
+    out = {}
+    for k, v in updates.items():
+      scale = scales.get(k, 1.0)
+      out[k] = jax.tree.map(lambda u, s=scale: u * s, v)
+    return out, state
+
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
+def optimizer_from_config(
+  cfg, total_updates: int, lr_scales: dict[str, float] | None = None
+):
+  return make_optimizer(
+    cfg.lr,
+    total_steps=total_updates,
+    warmup_steps=cfg.warmup_steps,
+    schedule=cfg.schedule,
+    weight_decay=cfg.weight_decay,
+    b1=cfg.adam_b1,
+    b2=cfg.adam_b2,
+    grad_clip=cfg.grad_clip,
+    lr_scales=lr_scales,
+  )
+
+
+def init_state(params, optimizer) -> TrainState:
+  return TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+
+def state_shardings(
+  mesh, params_axes, params_shapes, optimizer, rules=mesh_lib.TRAIN_RULES
+) -> TrainState:
+  """Shardings of a TrainState; optimizer moments inherit the param axes."""
+  param_sh = mesh_lib.shardings(mesh, params_axes, rules, params_shapes)
+  opt_shapes = jax.eval_shape(optimizer.init, params_shapes)
+  opt_sh = optax.tree_map_params(
+    optimizer,
+    lambda _, sh: sh,
+    opt_shapes,
+    param_sh,
+    transform_non_params=lambda _: mesh_lib.replicated(mesh),
+  )
+  return TrainState(param_sh, opt_sh, mesh_lib.replicated(mesh))
+
+
+def _all_finite(tree) -> jax.Array:
+  leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]
+  return jnp.stack(leaves).all() if leaves else jnp.array(True)
+
+
+def _micro(batch: dict, micro_batches: int, i) -> dict:
+  """Rows i, i+M, i+2M, ...: with the batch sharded in contiguous blocks,
+  every device keeps contributing equally and no data moves."""
+
+  def take(x):
+    x = x.reshape((x.shape[0] // micro_batches, micro_batches) + x.shape[1:])
+    return jax.lax.dynamic_index_in_dim(x, i, axis=1, keepdims=False)
+
+  return jax.tree.map(take, batch)
+
+
+def make_train_step(
+  loss_fn: LossFn,
+  optimizer: optax.GradientTransformation,
+  *,
+  state_sharding=None,
+  batch_sharding=None,
+  micro_batches: int = 1,
+  donate: bool = True,
+):
+  """Returns jitted `step(state, batch) -> (state, metrics)`.
+
+  Non-finite loss or gradients skip the update (params and optimizer state
+  are kept) and report `skipped = 1`; the step counter still advances.
+  """
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def step(state: TrainState, batch: dict):
+    norm = aggregation.normalizers(batch["mask"])
+    if micro_batches == 1:
+      (loss, metrics), grads = grad_fn(state.params, batch, norm)
+    else:
+
+      def body(carry, i):
+        (loss, metrics), grads = grad_fn(
+          state.params, _micro(batch, micro_batches, i), norm
+        )
+        acc_loss, acc_grads = carry
+        return (
+          acc_loss + loss,
+          jax.tree.map(jnp.add, acc_grads, grads),
+        ), metrics
+
+      zeros = jax.tree.map(jnp.zeros_like, state.params)
+      (loss, grads), metrics = jax.lax.scan(
+        body, (jnp.zeros((), jnp.float32), zeros), jnp.arange(micro_batches)
+      )
+      metrics = jax.tree.map(lambda m: m.mean(0), metrics)
+
+    ok = jnp.isfinite(loss) & _all_finite(grads)
+    # Zeroed gradients keep NaN out of the optimizer state on a skipped step.
+    safe_grads = jax.tree.map(lambda g: jnp.where(ok, g, 0.0), grads)
+    updates, opt_state = optimizer.update(
+      safe_grads, state.opt_state, state.params
+    )
+    params = optax.apply_updates(state.params, updates)
+    keep = lambda new, old: jax.tree.map(
+      lambda n, o: jnp.where(ok, n, o), new, old
+    )
+    new_state = TrainState(
+      keep(params, state.params),
+      keep(opt_state, state.opt_state),
+      state.step + 1,
+    )
+    metrics = {
+      **metrics,
+      "loss": loss,
+      "grad_norm": optax.tree.norm(safe_grads),
+      "skipped": 1.0 - ok.astype(jnp.float32),
+    }
+    return new_state, metrics
+
+  kwargs = {}
+  if state_sharding is not None:
+    kwargs = dict(
+      in_shardings=(state_sharding, batch_sharding),
+      out_shardings=(state_sharding, None),
+    )
+  return jax.jit(step, donate_argnums=0 if donate else (), **kwargs)
+
+
+def setup(
+  mesh,
+  model_cfg,
+  params,
+  optimizer,
+  loss_fn: LossFn,
+  *,
+  micro_batches: int = 1,
+  axes=None,
+):
+  """(sharded TrainState, jitted step, batch sharding) for `params`.
+
+  The state is laid out by mesh.TRAIN_RULES; the step donates it. `axes`
+  (logical axes with the structure of `params`) is needed when `params`
+  holds more than the model's parameters (e.g. a critic, value.py).
+  """
+  if axes is None:
+    axes, shapes = (
+      transformer.param_axes(model_cfg),
+      transformer.param_shapes(model_cfg),
+    )
+  else:
+    shapes = jax.eval_shape(lambda p: p, params)
+  state_sh = state_shardings(mesh, axes, shapes, optimizer)
+  state = jax.jit(
+    functools.partial(init_state, optimizer=optimizer), out_shardings=state_sh
+  )(params)
+  batch_sh = mesh_lib.batch_sharding(mesh, 1)
+  step = make_train_step(
+    loss_fn,
+    optimizer,
+    state_sharding=state_sh,
+    batch_sharding=batch_sh,
+    micro_batches=micro_batches,
+  )
+  return state, step, batch_sh

@@ -1,0 +1,494 @@
+"""Multi-turn rollouts: cache continuation, observation masking, returns."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlreason.envs import multiturn
+from rlreason.rl import objective
+from rlreason.model import policy
+from rlreason.rl import returns as returns_lib
+from rlreason import testing
+from rlreason.rl import turn_credit
+from rlreason.data.sources import Example
+from rlreason.envs import StepResult
+from rlreason.model import tokenizer as tokenizer_lib
+from rlreason.model import transformer
+from rlreason.sampling.sampler import Sampling
+
+CFG = testing.tiny_model_config()
+TOK = tokenizer_lib.CharTokenizer()
+
+
+class EchoEnv:
+  """Observation `obs<k>\\n` after every turn; done after `turns` turns."""
+
+  def __init__(self, turns):
+    self.turns, self.k = turns, 0
+
+  def reset(self, example):
+    self.k = 0
+    return ""
+
+  def step(self, action):
+    self.k += 1
+    done = self.k >= self.turns
+    obs = "" if done else f"obs{self.k}" + "!" * self.k + "\n"
+    return StepResult(obs, float(self.k), done)
+
+
+@pytest.fixture(scope="module")
+def rollout():
+  params = transformer.init(CFG, jax.random.key(0))
+  prompts = [TOK.encode("Q: 1+2?\n"), TOK.encode("Q: ab\n")]
+  envs = [EchoEnv(t) for t in (1, 2, 3, 3)]  # ragged episode lengths
+  for e in envs:
+    e.reset(Example("u", "q", "a"))
+  ro = multiturn.generate(
+    params,
+    prompts,
+    envs,
+    jax.random.key(1),
+    0,
+    model_cfg=CFG,
+    tokenizer=TOK,
+    max_turns=3,
+    turn_tokens=6,
+    obs_tokens=8,
+    group_size=2,
+    turn_stop_ids=TOK.encode("\n"),
+    bucket=1,
+  )
+  return params, ro
+
+
+def test_shapes_and_turns(rollout):
+  _, ro = rollout
+  t = 3 * 6 + 2 * 8
+  assert ro.mask.shape == (4, t) and ro.tokens.shape[1] == ro.prompt_len + t
+  np.testing.assert_array_equal(ro.num_turns, [1, 2, 3, 3])
+  np.testing.assert_array_equal(ro.turn_rewards[1], [1, 2, 0])
+  # Observation tokens sit in the sequence, with mask 0.
+  obs = ro.segment == multiturn.OBSERVATION
+  assert obs[2].sum() == len("obs1!\n") + len("obs2!!\n")
+  assert not np.asarray(ro.mask)[obs].any()
+  assert "obs1!\n" in ro.texts[2] and "obs2!!\n" in ro.texts[2]
+  np.testing.assert_array_equal(np.asarray(ro.mask).sum(-1), ro.lengths)
+
+
+def test_cached_multiturn_logp_equals_full_forward(rollout):
+  # The cache after prefill + turns + appended observations gives the same
+  # log-probs as one forward over the compacted sequence.
+  params, ro = rollout
+  full = policy.completion_logprobs(
+    params, ro.tokens, ro.positions, CFG, ro.prompt_len
+  )
+  m = np.asarray(ro.mask) > 0
+  np.testing.assert_allclose(
+    np.asarray(full)[m], np.asarray(ro.policy_logp)[m], atol=1e-4
+  )
+
+
+def test_observation_tokens_get_exactly_zero_gradient(rollout):
+  params, ro = rollout
+  cfg = objective.PGConfig(group_size=2)
+  mask = np.asarray(ro.mask, np.float32)
+  logp = jnp.asarray(ro.logp)
+  # Advantages deliberately non-zero on observation tokens too.
+  adv = jnp.ones_like(logp) * 0.7
+  batch = {
+    "tokens": ro.tokens,
+    "positions": ro.positions,
+    "mask": jnp.asarray(mask),
+    "old_logp": logp,
+    "adv": adv,
+  }
+
+  def loss(lp):
+    return objective.pg_loss(
+      params,
+      batch,
+      {},
+      cfg=cfg,
+      model_cfg=CFG,
+      forward=(lp, jnp.zeros_like(lp)),
+    )[0]
+
+  g = np.asarray(jax.grad(loss)(logp))
+  obs = ro.segment == multiturn.OBSERVATION
+  assert obs.any()
+  assert (g[obs] == 0).all()
+  assert (g[mask > 0] != 0).all()
+
+
+def test_turn_token_rewards_and_returns_across_observations():
+  # One row: action tokens at columns 0-1 (turn 0), observation 2-3,
+  # action 4-5 (turn 1), padding 6.
+  mask = jnp.array([[1, 1, 0, 0, 1, 1, 0]], jnp.float32)
+  turn_end = np.array([[1, 5]])
+  r = turn_credit.turn_token_rewards(np.array([[0.5, 1.0]]), turn_end, 7)
+  np.testing.assert_array_equal(r, [[0, 0.5, 0, 0, 0, 1.0, 0]])
+  # REINFORCE++ returns, gamma 0.9: G5 = 1, G4 = .9, G1 = .5 + .81 = 1.31,
+  # G0 = .9 * 1.31 (observations carry the return, do not discount it).
+  g = returns_lib._discounted_returns(jnp.asarray(r), mask, 0.9)
+  np.testing.assert_allclose(
+    np.asarray(g)[0, [0, 1, 4, 5]], [1.179, 1.31, 0.9, 1.0], atol=1e-6
+  )
+  adv = returns_lib.reinforce_plus_plus(
+    jnp.zeros(1), mask, token_rewards=jnp.asarray(r), gamma=0.9
+  )
+  x = np.array([1.179, 1.31, 0.9, 1.0])
+  want = (x - x.mean()) / np.sqrt(x.var(ddof=1) + 1e-8)
+  np.testing.assert_allclose(np.asarray(adv)[0, [0, 1, 4, 5]], want, atol=1e-5)
+  assert (np.asarray(adv)[0, [2, 3, 6]] == 0).all()
+  # GAE, gamma .9, lam .8, values V = [.1, .2, x, x, .3, .4]: the value after
+  # column 1 is V4 (the observation is skipped).
+  v = jnp.array([[0.1, 0.2, 9.0, 9.0, 0.3, 0.4, 9.0]])
+  a, ret = returns_lib.gae(
+    jnp.asarray(r), v, mask, gamma=0.9, lam=0.8, whiten_advantages=False
+  )
+  d5 = 1.0 - 0.4
+  d4 = 0.9 * 0.4 - 0.3
+  a5, a4 = d5, d4 + 0.72 * d5
+  d1 = 0.5 + 0.9 * 0.3 - 0.2
+  a1 = d1 + 0.72 * a4
+  d0 = 0.9 * 0.2 - 0.1
+  a0 = d0 + 0.72 * a1
+  np.testing.assert_allclose(
+    np.asarray(a)[0], [a0, a1, 0, 0, a4, a5, 0], atol=1e-6
+  )
+  np.testing.assert_allclose(
+    np.asarray(ret)[0],
+    [a0 + 0.1, a1 + 0.2, 0, 0, a4 + 0.3, a5 + 0.4, 0],
+    atol=1e-6,
+  )
+
+
+def test_information_gain_and_turn_advantages_hand_computed():
+  probs = np.array([[0.1, 0.4, 0.0], [0.2, 0.0, 0.0]], np.float32)
+  r = turn_credit.information_gain_rewards(
+    probs, np.array([1.0, 0.0]), np.array([2, 1])
+  )
+  np.testing.assert_allclose(r, [[0.3, 1.0, 0], [0.0, 0, 0]], atol=1e-6)
+  adv = turn_credit.turn_advantages(r, np.array([2, 1]), 2, gamma=0.5)
+  vals = np.array([0.3, 1.0, 0.0])  # the group's taken turns
+  z = (vals - vals.mean()) / (vals.std(ddof=1) + 1e-6)
+  np.testing.assert_allclose(
+    adv, [[z[0] + 0.5 * z[1], z[1], 0], [z[2], 0, 0]], atol=1e-5
+  )
+  turn = np.array([[0, 0, 1, 1, -1], [0, 0, -1, -1, -1]])
+  mask = np.array([[1, 0, 1, 1, 0], [1, 1, 0, 0, 0]])
+  tok = turn_credit.spread_to_tokens(adv, turn, mask)
+  np.testing.assert_allclose(
+    tok,
+    [[adv[0, 0], 0, adv[0, 1], adv[0, 1], 0], [adv[1, 0], adv[1, 0], 0, 0, 0]],
+    atol=1e-6,
+  )
+
+
+def test_answer_prob_at_turn_zero_is_the_prompt_alone(rollout):
+  params, ro = rollout
+  answers = ["3", "3", "xy", "xy"]
+  probs = turn_credit.answer_prob_at_turns(
+    params, ro, answers, model_cfg=CFG, tokenizer=TOK
+  )
+  assert (probs[ro.num_turns == 1, 1:] == 0).all()
+  ids = TOK.encode("Q: 1+2?\n") + TOK.encode("answer: 3")
+  lp = policy.completion_logprobs(
+    params,
+    np.asarray([ids]),
+    np.arange(len(ids))[None],
+    CFG,
+    len(ids) - len("answer: 3"),
+  )
+  np.testing.assert_allclose(probs[0, 0], np.exp(np.mean(lp)), rtol=1e-4)
+
+
+def test_sharded_rollout_matches_single_device(rollout):
+  """8 devices: rows split over (data, fsdp) = 4 shards, heads over tensor
+  = 2; same tokens, same log-probs, outputs split by rows."""
+  from rlreason import mesh as mesh_lib
+
+  params, ro = rollout
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  assert mesh.devices.size == 8
+  envs = [EchoEnv(t) for t in (1, 2, 3, 3)]
+  sharded = multiturn.generate(
+    params,
+    [TOK.encode("Q: 1+2?\n"), TOK.encode("Q: ab\n")],
+    envs,
+    jax.random.key(1),
+    0,
+    model_cfg=CFG,
+    tokenizer=TOK,
+    max_turns=3,
+    turn_tokens=6,
+    obs_tokens=8,
+    group_size=2,
+    turn_stop_ids=TOK.encode("\n"),
+    bucket=1,
+    mesh=mesh,
+  )
+  np.testing.assert_array_equal(
+    np.asarray(sharded.tokens), np.asarray(ro.tokens)
+  )
+  np.testing.assert_array_equal(sharded.num_turns, ro.num_turns)
+  for name in ("logp", "policy_logp"):
+    np.testing.assert_allclose(
+      np.asarray(getattr(sharded, name)),
+      np.asarray(getattr(ro, name)),
+      atol=1e-5,
+    )
+  for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
+    x = getattr(sharded, name)
+    assert x.sharding.spec[0] == ("data", "fsdp"), name
+    assert len(x.sharding.device_set) == 8, name
+    shapes = {sh.data.shape for sh in x.addressable_shards}
+    assert shapes == {(1, x.shape[1])}, (name, shapes)
+
+
+def test_segments_run_split_over_the_mesh():
+  """extend / decode keep rows (and the cache) split over the batch axes."""
+  from rlreason import mesh as mesh_lib
+  from rlreason.sampling import segments
+
+  params = transformer.init(CFG, jax.random.key(0))
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  params = jax.device_put(
+    params, multiturn.rollout_lib.rollout_shardings(mesh, CFG)
+  )
+  tokens, positions = _prompt_rows(8)
+  rows = mesh_lib.put_rows(mesh, (tokens, positions))
+  assert rows[0].addressable_shards[0].data.shape == (2, tokens.shape[1])
+  cache = segments.init_cache(CFG, 8, tokens.shape[1] + 6, mesh=mesh)
+  logits, cache = segments.extend(
+    params, cache, *rows, model_cfg=CFG, mesh=mesh
+  )
+  start, active = mesh_lib.put_rows(
+    mesh, (positions[:, -1] + 1, np.ones(8, bool))
+  )
+  seg, cache = segments.decode(
+    params,
+    cache,
+    logits,
+    start,
+    active,
+    jax.random.key(2),
+    model_cfg=CFG,
+    max_new_tokens=6,
+    sampling=Sampling(),
+    stop_ids=(TOK.eos_id,),
+    pad_id=TOK.pad_id,
+    stop_sequences=((40, 41),),
+    mesh=mesh,
+  )
+  for x in (logits, seg.tokens, seg.logp, seg.lengths, cache.pos):
+    assert x.addressable_shards[0].data.shape[0] == 2  # 8 rows / 4 shards
+  # k / v: [N, K, S, Dh], rows over (data, fsdp), kv heads over tensor.
+  assert cache.k[0].addressable_shards[0].data.shape[:2] == (2, 1)
+
+
+# --- Stop sequences and stop strings ------------------------------------------
+
+
+def _prompt_rows(n):
+  prompts = [TOK.encode(f"Q: {i}+{i}?\n"[: 5 + i % 4]) for i in range(n)]
+  return multiturn.rollout_lib.pad_prompts(prompts, TOK.pad_id, bucket=1)
+
+
+def test_segments_decode_stops_after_a_stop_sequence():
+  from rlreason.sampling import segments
+
+  params = transformer.init(CFG, jax.random.key(0))
+  tokens, positions = _prompt_rows(4)
+  cache = transformer.init_cache(CFG, 4, tokens.shape[1] + 8)
+  logits, cache = segments.extend(
+    params, cache, tokens, positions, model_cfg=CFG
+  )
+  kw = dict(
+    model_cfg=CFG,
+    max_new_tokens=8,
+    sampling=Sampling(),
+    stop_ids=(),
+    pad_id=TOK.pad_id,
+  )
+  args = (
+    params,
+    cache,
+    logits,
+    jnp.asarray(positions[:, -1] + 1),
+    jnp.ones(4, bool),
+    jax.random.key(3),
+  )
+  free, _ = segments.decode(*args, **kw)
+  g = np.asarray(free.tokens)
+  assert (np.asarray(free.lengths) == 8).all()
+  seqs = (tuple(int(i) for i in g[0, 1:4]), tuple(int(i) for i in g[2, 4:6]))
+  seg, _ = segments.decode(*args, stop_sequences=seqs, **kw)
+  want = []
+  for row in g.tolist():
+    ends = [
+      t
+      for t in range(8)
+      for q in seqs
+      if t + 1 >= len(q) and tuple(row[t + 1 - len(q) : t + 1]) == q
+    ]
+    want.append(min(ends) + 1 if ends else 8)
+  want = np.array(want)
+  assert want[0] <= 4 and want[2] <= 6 and (want == 8).any()
+  np.testing.assert_array_equal(seg.lengths, want)
+  np.testing.assert_array_equal(seg.stopped, want < 8)
+  keep = np.arange(8)[None] < want[:, None]
+  np.testing.assert_array_equal(seg.tokens, np.where(keep, g, TOK.pad_id))
+  for name in ("logp", "policy_logp", "entropy"):
+    np.testing.assert_allclose(
+      np.asarray(getattr(seg, name)),
+      np.where(keep, getattr(free, name), 0.0),
+      atol=1e-6,
+    )
+
+
+class TagEnv(EchoEnv):
+  """EchoEnv whose turns end at a (multi-token) tag."""
+
+  def __init__(self, turns, tag):
+    super().__init__(turns)
+    self.stop_strings = (tag,)
+    self.seen = []
+
+  def step(self, action):
+    self.seen.append(action)
+    return super().step(action)
+
+
+def _run_tagged(params, make_env, tokenizer, stop_strings=None):
+  """Two-turn episodes through make_generate_fn (the env's stop strings)."""
+  import types
+
+  envs = []
+
+  def factory():
+    envs.append(make_env())
+    return envs[-1]
+
+  examples = [Example("u", "Q: 1+2?\n", "3"), Example("v", "Q: ab\n", "x")]
+  ctx = types.SimpleNamespace(
+    tokenizer=tokenizer,
+    model_cfg=CFG,
+    mesh=None,
+    cfg=types.SimpleNamespace(max_prompt_len=None),
+    encode_prompts=lambda ex: [tokenizer.encode(e.question) for e in ex],
+  )
+  fn = multiturn.make_generate_fn(
+    factory,
+    max_turns=2,
+    turn_tokens=8,
+    obs_tokens=8,
+    stop_strings=stop_strings,
+  )
+  ro = fn(
+    ctx, params, examples, jax.random.key(0), 0, group_size=2, sampling=None
+  )
+  return ro, envs
+
+
+def _turn0(ro):
+  """Each row's turn-0 action tokens and policy log-probs."""
+  sel = (ro.turn == 0) & (ro.segment == multiturn.ACTION)
+  comp = np.asarray(ro.tokens)[:, ro.prompt_len :]
+  plp = np.asarray(ro.policy_logp)
+  return [comp[i][sel[i]] for i in range(len(sel))], [
+    plp[i][sel[i]] for i in range(len(sel))
+  ]
+
+
+def _assert_logp_is_full_forward(params, ro):
+  full = policy.completion_logprobs(
+    params, ro.tokens, ro.positions, CFG, ro.prompt_len
+  )
+  m = np.asarray(ro.mask) > 0
+  np.testing.assert_allclose(
+    np.asarray(full)[m], np.asarray(ro.policy_logp)[m], atol=1e-4
+  )
+
+
+def _fewest_with(tokenizer, ids, tag):
+  """Reference: the fewest tokens whose text contains `tag` (else all)."""
+  for m in range(1, len(ids) + 1):
+    if tag in tokenizer.decode(list(ids[:m])):
+      return m
+  return len(ids)
+
+
+@pytest.fixture(scope="module")
+def free_turns():
+  """Episodes without stops: the turn-0 actions every test below cuts."""
+  params = transformer.init(CFG, jax.random.key(0))
+  ro, _ = _run_tagged(params, lambda: TagEnv(2, "?"), TOK, stop_strings=())
+  actions, plogp = _turn0(ro)
+  assert all(len(a) == 8 for a in actions)
+  return params, actions, plogp
+
+
+def test_multi_token_tag_of_the_env_ends_a_turn(free_turns, monkeypatch):
+  params, free, free_plogp = free_turns
+  printable = lambda ids: all(3 <= i < 3 + len(TOK.ALPHABET) for i in ids)
+  # A row whose tokens 1..3 are printable: they end its turn at 4 tokens.
+  r = next(i for i, a in enumerate(free) if printable(a[1:4]))
+  tag = TOK.decode(free[r][1:4].tolist())
+  seq = TOK.encode(tag)
+  assert len(seq) == 3
+  # The in-loop token test alone (no host-side cut) must end the turns.
+  monkeypatch.setattr(multiturn, "_stop_cut", lambda tok, ids, s: len(ids))
+  ro, envs = _run_tagged(params, lambda: TagEnv(2, tag), TOK)
+  actions, plogp = _turn0(ro)
+  for i, a in enumerate(free):
+    ends = [t for t in range(2, 8) if a[t - 2 : t + 1].tolist() == seq]
+    m = ends[0] + 1 if ends else 8
+    np.testing.assert_array_equal(actions[i], a[:m])
+    np.testing.assert_allclose(plogp[i], free_plogp[i][:m], atol=1e-6)
+    assert envs[i].seen[0] == TOK.decode(a[:m].tolist())
+    assert ro.turn_end[i, 0] == m - 1
+  assert len(actions[r]) == 4 and ro.actions[r][0].endswith(tag)
+  assert any(len(a) == 8 for a in actions)  # rows without the tag go on
+  np.testing.assert_array_equal(ro.num_turns, [2, 2, 2, 2])
+  _assert_logp_is_full_forward(params, ro)
+
+
+class SplitTok(tokenizer_lib.CharTokenizer):
+  """The char tokenizer, except that one otherwise silent id decodes to
+  "@@": the model can write the stop string "@@" as that one token, which
+  the token-sequence test (two "@" ids) does not catch."""
+
+  def __init__(self, merged):
+    super().__init__()
+    self.merged = merged
+
+  def decode(self, ids):
+    return "".join(
+      "@@" if i == self.merged else super(SplitTok, self).decode([i])
+      for i in ids
+    )
+
+
+def test_stop_string_split_differently_is_cut_on_the_host(free_turns):
+  params, free, free_plogp = free_turns
+  # A row with a silent id among tokens 1..6: decoded as "@@", it ends
+  # that row's turn right there.
+  silent = lambda a: [j for j, i in enumerate(a) if i >= 3 + len(TOK.ALPHABET)]
+  r = next(i for i, a in enumerate(free) if any(0 < j < 7 for j in silent(a)))
+  first = min(j for j in silent(free[r]) if j > 0)
+  tok = SplitTok(int(free[r][first]))
+  assert tok.encode("@@") == [36, 36]
+  ro, envs = _run_tagged(params, lambda: TagEnv(2, "@@"), tok)
+  actions, plogp = _turn0(ro)
+  for i, a in enumerate(free):
+    m = _fewest_with(tok, a, "@@")
+    np.testing.assert_array_equal(actions[i], a[:m])
+    np.testing.assert_allclose(plogp[i], free_plogp[i][:m], atol=1e-6)
+    assert envs[i].seen[0] == tok.decode(a[:m].tolist())
+  assert len(actions[r]) <= first + 1 < 8
+  # The cut tokens were already in the cache: turn 1 must not see them.
+  assert (ro.num_turns == 2).all()
+  _assert_logp_is_full_forward(params, ro)

@@ -1,0 +1,186 @@
+"""experiments/evaluate.py: workdirs, their HF exports and presets score as
+the loop scores them; bad checkpoint paths fail with the path named."""
+
+import dataclasses
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import evaluate as evaluate_cli
+from experiments import grpo
+from rlreason.data import sources as data_lib
+from rlreason.eval import evaluate
+from rlreason.train import context
+from rlreason.train import loop
+from rlreason import testing
+from rlreason.eval import trained
+from rlreason.model import hf
+
+# As tests/experiments_test.py's: a 2-step GRPO in seconds.
+SMOKE = testing.SMOKE
+# One device; every evaluation samples 4 per problem, so all of them reuse
+# the same two compiled samplers. Workdirs default to the run's eval set.
+EVAL = dict(samples=4, mesh_fsdp=1)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("grpo")
+  cfg = dataclasses.replace(
+    grpo.Config(),
+    **SMOKE,
+    workdir=str(tmp / "run"),
+    cache_dir=str(tmp / "cache"),
+  )
+  return cfg, grpo.run(cfg)
+
+
+def _read(out_dir):
+  with open(os.path.join(out_dir, "eval.json")) as f:
+    summary = json.load(f)
+  with open(os.path.join(out_dir, "samples.jsonl")) as f:
+    samples = [json.loads(line) for line in f]
+  return summary, samples
+
+
+def _check_ranges(summary):
+  for row in summary["metrics"].values():
+    for v in row.values():
+      assert -1e-9 <= v["low"] <= v["mean"] <= v["high"] <= 1 + 1e-9, v
+
+
+def test_workdir_scores_as_the_loop(run, tmp_path):
+  cfg, out = run
+  res = evaluate_cli.run(
+    evaluate_cli.Config(
+      checkpoint=out["workdir"],
+      ks="1,2,4",
+      out=str(tmp_path / "eval"),
+      **EVAL,
+    )
+  )
+  for name in ("eval.md", "eval.json", "samples.jsonl"):
+    assert os.path.exists(tmp_path / "eval" / name), name
+  assert "| greedy |" in (tmp_path / "eval/eval.md").read_text()
+  summary, samples = _read(tmp_path / "eval")
+  _check_ranges(summary)
+  assert summary["step"] == 2 and summary["problems"] == 4
+  assert set(summary["metrics"]["n=4, T=1"]) == {
+    f"{m}@{k}" for m in ("pass", "maj", "mean") for k in (1, 2, 4)
+  }
+  assert len(samples) == 4
+  assert all(len(s["sampled"]["completions"]) == 4 for s in samples)
+
+  # The latest checkpoint's params are the trained ones, bit for bit.
+  policy = res["policy"]
+  assert policy.step == 2 and policy.tokenizer == "char"
+  jax.tree.map(
+    np.testing.assert_array_equal, policy.params, out["state"].params
+  )
+  # Greedy accuracy is context.run_eval's on the same params and problems.
+  ctx = context.Context(
+    cfg,
+    out["model_cfg"],
+    context.load_tokenizer(cfg),
+    policy.mesh,
+    *context.make_reward_fns(cfg),
+  )
+  examples = data_lib.load(context.eval_spec(cfg), "eval")[: cfg.eval_size]
+  assert [s["uid"] for s in samples] == [e.uid for e in examples]
+  expected = context.run_eval(ctx, out["state"].params, examples, step=2)
+  with open(os.path.join(out["workdir"], "eval_after.json")) as f:
+    after = json.load(f)
+  assert summary["accuracy"] == expected["eval/accuracy"]
+  assert summary["accuracy"] == after["eval/accuracy"]
+
+
+def test_exported_hf_dir_reloads_and_scores_the_same(run, tmp_path):
+  _, out = run
+  step_dir = os.path.join(out["workdir"], "checkpoints", "2")
+  hf_dir = str(tmp_path / "hf")
+  evaluate_cli.run(
+    evaluate_cli.Config(
+      checkpoint=step_dir, export_hf=hf_dir, evaluate=False, **EVAL
+    )
+  )
+  assert not os.path.exists(os.path.join(out["workdir"], "eval"))
+  _, params = hf.load(hf_dir)
+  jax.tree.map(np.testing.assert_array_equal, params, out["state"].params)
+  with open(os.path.join(hf_dir, trained.EXPORT_INFO)) as f:
+    info = json.load(f)
+  assert info["step"] == 2 and info["tokenizer"].startswith("char")
+  transformers = pytest.importorskip("transformers")
+  hf_cfg = transformers.AutoConfig.from_pretrained(hf_dir)
+  assert hf_cfg.eos_token_id == 2 and hf_cfg.vocab_size == 128
+
+  results = {}
+  for name, source in (("workdir", step_dir), ("hf", hf_dir)):
+    results[name] = evaluate_cli.run(
+      evaluate_cli.Config(checkpoint=source, out=str(tmp_path / name), **EVAL)
+    )
+  assert results["hf"]["policy"].kind == "hf"
+  assert results["hf"]["policy"].recorded  # the run's settings travel
+  (a, samples_a), (b, samples_b) = (
+    _read(tmp_path / "workdir"),
+    _read(tmp_path / "hf"),
+  )
+  assert samples_a == samples_b  # same greedy and sampled completions
+  assert a["accuracy"] == b["accuracy"] and a["metrics"] == b["metrics"]
+
+
+def test_preset(tmp_path):
+  res = evaluate_cli.run(
+    evaluate_cli.Config(
+      checkpoint="tiny",
+      data="task:arithmetic:difficulty=1",
+      num_problems=4,
+      out=str(tmp_path / "eval"),
+      # The run's lengths and chunking: the compiled samplers are reused.
+      max_prompt_len=32,
+      max_new_tokens=16,
+      sequences_per_call=16,
+      **EVAL,
+    )
+  )
+  summary, samples = _read(tmp_path / "eval")
+  _check_ranges(summary)
+  assert res["policy"].kind == "preset" and summary["step"] is None
+  assert summary["data"] == "task:arithmetic:difficulty=1,n=4"
+  assert len(samples) == 4 and 0 <= summary["accuracy"] <= 1
+
+
+def test_config_fields_become_flags():
+  for f in dataclasses.fields(evaluate_cli.Config):
+    assert type(f.default) in (bool, int, float, str), f.name
+
+
+def test_bad_checkpoints_name_the_path(run, tmp_path):
+  cfg, out = run
+  missing = str(tmp_path / "nope")
+  with pytest.raises(trained.CheckpointError, match=missing):
+    trained.load(missing)
+  with pytest.raises(trained.CheckpointError, match="--checkpoint"):
+    trained.load("")
+  with pytest.raises(trained.CheckpointError, match=r"saved steps: \[1, 2\]"):
+    trained.load(os.path.join(out["workdir"], "checkpoints", "7"))
+
+  empty = tmp_path / "not_a_run"
+  empty.mkdir()
+  with pytest.raises(trained.CheckpointError, match="neither an RL workdir"):
+    trained.load(str(empty))
+  # A run that stopped before its first checkpoint.
+  unsaved = str(tmp_path / "unsaved")
+  loop.write_run_info(unsaved, cfg)
+  with pytest.raises(trained.CheckpointError, match=f"{unsaved}.*no check"):
+    trained.load(unsaved)
+  os.makedirs(os.path.join(unsaved, "checkpoints"))
+  with pytest.raises(trained.CheckpointError, match="no checkpoints in"):
+    trained.load(unsaved)
+
+  # A checkpoint without a recorded run needs --data.
+  unrecorded = dataclasses.replace(trained.load(out["workdir"]), recorded=False)
+  with pytest.raises(data_lib.DataError, match="--data"):
+    evaluate.evaluate(unrecorded)

@@ -1,0 +1,73 @@
+"""rlreason/eval/teacher.py and rlreason/guidance/resampling.py against a tiny
+random model."""
+
+import types
+
+import jax
+import numpy as np
+
+from rlreason import config
+from rlreason.guidance import resampling as guided
+from rlreason.guidance import hints
+from rlreason import mesh as mesh_lib
+from rlreason.model import policy
+from rlreason.eval import teacher as teacher_lib
+from rlreason.eval import trained
+from rlreason.model import tokenizer as tokenizer_lib
+
+
+def _ctx():
+  cfg = config.BaseConfig()
+  mesh = mesh_lib.make_mesh(1, 1, 1)
+  return types.SimpleNamespace(
+    cfg=cfg, mesh=mesh, tokenizer=tokenizer_lib.load("char")
+  )
+
+
+def test_teacher_logp_matches_the_same_model():
+  ctx = _ctx()
+  t = teacher_lib.Teacher("tiny")
+  model_cfg, params = t.load(ctx)
+  assert t.load(ctx)[1] is params  # loaded once
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(1, 50, (2, 6)).astype(np.int32)
+  positions = np.tile(np.arange(6, dtype=np.int32), (2, 1))
+  rollout = types.SimpleNamespace(
+    tokens=tokens, positions=positions, mask=np.ones((2, 2), np.int32)
+  )
+  want = policy.completion_logprobs(params, tokens, positions, model_cfg, 4)
+  np.testing.assert_allclose(t.logp(ctx, rollout), want, rtol=1e-6)
+  # Same seed and preset as trained.load: the same random weights.
+  same = trained.load("tiny", mesh=ctx.mesh, seed=ctx.cfg.seed).params
+  jax.tree.map(np.testing.assert_array_equal, same, params)
+
+
+def test_unsolved():
+  np.testing.assert_array_equal(
+    guided.unsolved(np.array([0, 0, 1, 0, 0, 0]), 2), [True, False, True]
+  )
+
+
+def test_unhinted_batch_rebases_to_the_plain_prompt():
+  tok = tokenizer_lib.load("char")
+  cfg = types.SimpleNamespace(template="plain")
+
+  def encode(examples):
+    return [
+      tok.encode(hints.prompt_text(tok, e, cfg.template)) for e in examples
+    ]
+
+  ctx = types.SimpleNamespace(encode_prompts=encode, tokenizer=tok, cfg=cfg)
+  from rlreason.data import sources as data_lib
+
+  ex = [hints.with_hint(data_lib.Example("u", "1+2=", "3"), hint="hint: h")]
+  hinted = encode(ex)[0]
+  comp = tok.encode("3")
+  tokens = np.array([hinted + comp])
+  positions = np.array([list(range(len(hinted) + 1))])
+  batch = {"tokens": tokens, "positions": positions, "old_logp": np.zeros(1)}
+  ro = types.SimpleNamespace(prompt_len=len(hinted), prompt_ids=np.array([0]))
+  out = hints.unhinted_batch(batch, ro, ex, ctx)
+  assert out["tokens"].tolist() == [tok.encode("1+2=") + comp]
+  assert out["positions"].tolist() == [[0, 1, 2, 3, 4]]
+  assert out["old_logp"] is batch["old_logp"]

@@ -1,0 +1,140 @@
+"""Transformer invariants: cache == full forward, padding, dtypes, presets."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlreason.model import policy
+from rlreason import testing
+from rlreason.model import presets
+from rlreason.model import transformer
+
+CFG = testing.tiny_model_config(
+  vocab_size=50, qkv_bias=True, qk_norm=True, rope_scaling=(8.0, 1.0, 4.0, 16)
+)
+
+
+@pytest.fixture(scope="module")
+def params():
+  return transformer.init(CFG, jax.random.key(0))
+
+
+def _tokens(n, s, seed=0):
+  rng = np.random.default_rng(seed)
+  return jnp.asarray(rng.integers(0, CFG.vocab_size, (n, s)), jnp.int32)
+
+
+_apply = jax.jit(transformer.apply, static_argnums=3)
+
+
+def test_incremental_cache_equals_full_forward(params):
+  tokens = _tokens(3, 12)
+  full = policy.logits(params, tokens, CFG)
+  cache = transformer.init_cache(CFG, 3, 16)  # longer than needed
+  pos = jnp.broadcast_to(jnp.arange(12), (3, 12))
+  outs = []
+  # A 5-token prefill, then 1, 2 and 4 tokens at a time.
+  for lo, hi in [(0, 5), (5, 6), (6, 8), (8, 12)]:
+    out, cache = _apply(params, tokens[:, lo:hi], pos[:, lo:hi], CFG, cache)
+    outs.append(out)
+  np.testing.assert_allclose(jnp.concatenate(outs, 1), full, atol=1e-5)
+  assert int(cache.index) == 12
+
+
+def test_left_padding_equals_unpadded(params):
+  """A left-padded row gives the same logits as the row alone."""
+  tokens = _tokens(1, 7, seed=1)
+  alone = policy.logits(params, tokens, CFG)
+  padded = jnp.concatenate([jnp.zeros((1, 3), jnp.int32), tokens], axis=1)
+  mask = jnp.concatenate([jnp.zeros((1, 3)), jnp.ones((1, 7))], axis=1)
+  out = policy.logits(
+    params, padded, CFG, positions=policy.positions_from_mask(mask)
+  )
+  np.testing.assert_allclose(out[:, 3:], alone, atol=1e-5)
+  assert np.isfinite(np.asarray(out)).all()
+
+
+def test_completion_logprobs_match_full_log_softmax(params):
+  tokens = _tokens(2, 10, seed=2)
+  pos = jnp.broadcast_to(jnp.arange(10), (2, 10))
+  logp, ent = policy.completion_logprobs(
+    params, tokens, pos, CFG, 4, temperature=0.7, with_entropy=True
+  )
+  full = jax.nn.log_softmax(policy.logits(params, tokens, CFG) / 0.7, -1)
+  want = jnp.take_along_axis(full[:, 3:-1], tokens[:, 4:, None], -1)[..., 0]
+  np.testing.assert_allclose(logp, want, atol=1e-5)
+  want_ent = -(jnp.exp(full) * full).sum(-1)[:, 3:-1]
+  np.testing.assert_allclose(ent, want_ent, atol=1e-5)
+
+
+def test_bf16_compute_close_to_fp32(params):
+  tokens = _tokens(2, 9)
+  bf16 = CFG.__class__(**{**CFG.__dict__, "dtype": "bfloat16"})
+  a = policy.logits(params, tokens, CFG)
+  b = policy.logits(params, tokens, bf16)
+  assert b.dtype == jnp.float32  # logits always come back in fp32
+  assert float(jnp.abs(a - b).max()) < 0.05
+
+
+def test_remat_gives_same_gradients(params):
+  tokens = _tokens(2, 9)
+  pos = jnp.broadcast_to(jnp.arange(9), (2, 9))
+
+  def loss(p, cfg):
+    return policy.completion_logprobs(p, tokens, pos, cfg, 3).sum()
+
+  remat = CFG.__class__(**{**CFG.__dict__, "remat": True})
+  g1 = jax.jit(jax.grad(functools.partial(loss, cfg=CFG)))(params)
+  g2 = jax.jit(jax.grad(functools.partial(loss, cfg=remat)))(params)
+  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5), g1, g2)
+
+
+def test_param_axes_cover_every_param():
+  axes = transformer.param_axes(CFG)
+  shapes = transformer.param_shapes(CFG)
+  pairs = jax.tree.map(
+    lambda a, s: (a, s.shape),
+    axes,
+    shapes,
+    is_leaf=lambda x: isinstance(x, tuple),
+  )
+  for a, shape in jax.tree.leaves(
+    pairs,
+    is_leaf=lambda x: (
+      isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], tuple)
+    ),
+  ):
+    assert len(a) == len(shape) and all(isinstance(n, str) for n in a)
+
+
+def test_tiny_preset_size():
+  n = presets.get("tiny").num_params()
+  assert 100_000 < n < 1_000_000
+  shapes = transformer.param_shapes(presets.get("tiny"))
+  assert sum(x.size for x in jax.tree.leaves(shapes)) == n
+
+
+@pytest.mark.parametrize(
+  "name,billions",
+  [
+    ("qwen2.5-math-1.5b", 1.54),
+    ("qwen2.5-math-7b", 7.62),
+    ("deepseek-r1-distill-qwen-1.5b", 1.78),
+    ("qwen3-1.7b", 1.72),
+    ("qwen3-8b", 8.19),
+    ("llama-3.2-1b", 1.24),
+    ("llama-3.1-8b", 8.03),
+  ],
+)
+def test_real_presets_have_published_sizes(name, billions):
+  shapes = transformer.param_shapes(presets.get(name))
+  n = sum(x.size for x in jax.tree.leaves(shapes))
+  assert abs(n / 1e9 - billions) / billions < 0.02, n
+
+
+def test_unknown_preset_is_named():
+  with pytest.raises(ValueError, match="Unknown model preset 'gpt-5'"):
+    presets.get("gpt-5")

@@ -1,0 +1,254 @@
+"""Tests for rlreason.rl.entropy_reg (SIREN, Lp-Reg) and policy's logits.
+
+Expected values are written out by hand from the formulas.
+"""
+
+import functools
+
+from absl.testing import absltest
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlreason.rl import aggregation
+from rlreason.rl import entropy_reg
+from rlreason.rl import losses
+from rlreason.model import policy
+from rlreason import testing
+from rlreason.model import transformer
+
+LN = np.log
+
+MODEL = transformer.ModelConfig(
+  vocab_size=32,
+  d_model=16,
+  n_layers=1,
+  n_heads=2,
+  n_kv_heads=1,
+  head_dim=8,
+  mlp_dim=32,
+)
+
+
+def _h(q):
+  q = np.asarray(q, np.float64)
+  return -(q * LN(q)).sum()
+
+
+class NucleusEntropyTest(testing.FastCompileTestCase):
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_hand_computed(self):
+    probs = np.array([0.15, 0.5, 0.05, 0.3])  # unsorted on purpose
+    logits = np.log(probs)[None]
+    fn = self.variant(entropy_reg.nucleus_entropy, static_argnums=1)
+    # cum of sorted probs: 0.5, 0.8, 0.95, 1.0.
+    np.testing.assert_allclose(fn(logits, 0.9), [_h([0.625, 0.375])], rtol=1e-5)
+    np.testing.assert_allclose(
+      fn(logits, 0.99), [_h(np.array([0.5, 0.3, 0.15]) / 0.95)], rtol=1e-5
+    )
+    # The token that crosses top_p is excluded: {0.5} -> H = 0, and a top
+    # token with p >= top_p leaves the head empty -> 0.
+    np.testing.assert_allclose(fn(logits, 0.6), [0.0], atol=1e-7)
+    np.testing.assert_allclose(fn(logits, 0.5), [0.0], atol=1e-7)
+
+  def test_gradient_is_that_of_the_renormalised_head(self):
+    z = jnp.array([0.3, -0.2, 1.0, -2.0])
+
+    def by_hand(z):
+      # p = [0.269, 0.163, 0.541, 0.027]; sorted cum 0.541, 0.810, 0.973:
+      # the head is tokens 2 and 0.
+      p = jax.nn.softmax(z)[jnp.array([2, 0])]
+      q = p / p.sum()
+      return -jnp.sum(q * jnp.log(q))
+
+    g = jax.grad(lambda z: entropy_reg.nucleus_entropy(z, 0.95))(z)
+    np.testing.assert_allclose(g, jax.grad(by_hand)(z), rtol=1e-5, atol=1e-7)
+    g0 = jax.grad(lambda z: entropy_reg.nucleus_entropy(z, 0.1))(z)
+    np.testing.assert_array_equal(g0, np.zeros(4))  # empty head: no NaN
+
+
+class PeakEntropyMaskTest(testing.FastCompileTestCase):
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_hand_computed(self):
+    entropy = np.array(
+      [[1.0, 2.0, 3.0, 4.0, 5.0], [3.0, 1.0, 2.0, 9.0, 9.0], [1.0] * 5]
+    )
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [0] * 5])
+    fn = self.variant(
+      functools.partial(entropy_reg.peak_entropy_mask, quantile=0.8)
+    )
+    # Row 0: q = 4 + 0.2 (5 - 4) = 4.2. Row 1 (valid 3, 1, 2): q = 2.6,
+    # padding (9) never kept. Row 2 is empty.
+    np.testing.assert_array_equal(
+      fn(entropy, mask),
+      [[0, 0, 0, 0, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]],
+    )
+
+
+class AnchoredPenaltyTest(testing.FastCompileTestCase):
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_hand_computed(self):
+    entropy = np.array([[1.0, 2.0], [3.0, 0.0]])
+    mask = np.array([[1.0, 1.0], [1.0, 0.0]])
+    fn = self.variant(
+      functools.partial(entropy_reg.anchored_entropy_penalty, coef=0.5)
+    )
+    penalty, h_bar = fn(entropy, mask, 1.0)
+    np.testing.assert_allclose(h_bar, (1.5 + 3.0) / 2)  # seq-mean-token-mean
+    np.testing.assert_allclose(penalty, 0.5 * 1.25**2)
+    # d/dH = 2 coef (Hbar - anchor) * dHbar/dH = 1.25 * [[1/4, 1/4], [1/2, 0]]
+    g = jax.grad(lambda h: fn(h, mask, 1.0)[0])(jnp.asarray(entropy))
+    np.testing.assert_allclose(g, 1.25 * np.array([[0.25, 0.25], [0.5, 0]]))
+
+
+class MinpProxyTest(testing.FastCompileTestCase):
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_hand_computed(self):
+    logits = np.log(np.array([[0.6, 0.3, 0.09, 0.01]] * 3))
+    targets = np.array([1, 3, 0])
+    fn = self.variant(
+      functools.partial(entropy_reg.minp_proxy_logprobs, kappa=0.02)
+    )
+    # kappa * max = 0.012: token 3 (0.01) is noise; Z = 0.99.
+    out = fn(logits, targets)
+    np.testing.assert_allclose(out[0], LN(0.3 / 0.99), rtol=1e-5)
+    self.assertEqual(out[1], -np.inf)
+    np.testing.assert_allclose(out[2], LN(0.6 / 0.99), rtol=1e-5)
+
+
+class LpRegTest(testing.FastCompileTestCase):
+  def _inputs(self):
+    logp = jnp.array([[-1.0, -3.0, -2.0], [-0.5, -4.0, -1.0]])
+    mask = jnp.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv = jnp.array([-1.0, 2.0])
+    proxy = jnp.array([[-0.9, -2.5, -1.5], [-0.4, -3.0, -jnp.inf]])
+    return logp, adv, mask, proxy
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_hand_computed(self):
+    logp, adv, mask, proxy = self._inputs()
+    fn = self.variant(
+      functools.partial(entropy_reg.lp_reg, neg_frac=0.5, coef=2.0)
+    )
+    # Negative row 0 has 3 tokens: floor(1.5) = 1, the lowest logp (-3.0)
+    # whose proxy (-2.5) is above it. Row 1 has A > 0: plain PPO.
+    loss, m = fn(logp, logp, adv, mask, proxy_logp=proxy)
+    d = -3.0 - -2.5
+    k3 = np.exp(-d) + d - 1
+    np.testing.assert_array_equal(m["lp_reg"], [[0, 1, 0], [0, 0, 0]])
+    np.testing.assert_allclose(
+      loss, [[1.0, 1.0 + 2.0 * k3, 1.0], [-2.0, -2.0, 0.0]], rtol=1e-6
+    )
+
+  def test_gradient_raises_the_shielded_token(self):
+    logp, adv, mask, proxy = self._inputs()
+
+    def total(lp):
+      per_token, _ = entropy_reg.lp_reg(
+        lp,
+        jax.lax.stop_gradient(lp),
+        adv,
+        mask,
+        proxy_logp=proxy,
+        neg_frac=0.5,
+        coef=2.0,
+      )
+      return per_token.sum()
+
+    g = jax.grad(total)(logp)
+    # PPO on-policy: d/dlogp = -A. Shielded: -A + coef (1 - exp(proxy - logp)).
+    expected = np.array(
+      [[1.0, 1.0 + 2.0 * (1 - np.exp(0.5)), 1.0], [-2.0, -2.0, 0.0]]
+    )
+    np.testing.assert_allclose(g, expected, rtol=1e-6)
+    self.assertTrue(np.isfinite(g).all())
+
+  def test_token_the_proxy_filters_is_not_shielded(self):
+    logp, adv, mask, _ = self._inputs()
+    proxy = jnp.full_like(logp, -jnp.inf)
+    loss, m = entropy_reg.lp_reg(
+      logp, logp, adv, mask, proxy_logp=proxy, neg_frac=0.5
+    )
+    np.testing.assert_array_equal(m["lp_reg"], np.zeros((2, 3)))
+    ppo, _ = losses.clipped_surrogate(logp, logp, adv, mask)
+    np.testing.assert_allclose(loss, ppo)
+
+
+class CompletionStatsTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    rng = np.random.default_rng(0)
+    self.p = 3
+    self.tokens = jnp.asarray(rng.integers(3, 32, (2, 8)))
+    self.positions = jnp.broadcast_to(jnp.arange(8), (2, 8))
+    self.mask = jnp.ones((2, 5)).at[1, 3:].set(0.0)
+    self.params = transformer.init(MODEL, jax.random.key(0))
+
+  def test_with_logits_matches_logp_and_entropy(self):
+    logp, ent, logits = policy.completion_logprobs(
+      self.params,
+      self.tokens,
+      self.positions,
+      MODEL,
+      self.p,
+      temperature=0.7,
+      with_entropy=True,
+      with_logits=True,
+    )
+    self.assertEqual(logits.shape, (2, 5, 32))
+    picked = jnp.take_along_axis(
+      jax.nn.log_softmax(logits), self.tokens[:, self.p :, None], axis=-1
+    )[..., 0]
+    np.testing.assert_allclose(picked, logp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+      policy.entropy_from_logits(logits), ent, rtol=1e-5, atol=1e-6
+    )
+    only = policy.completion_logprobs(
+      self.params,
+      self.tokens,
+      self.positions,
+      MODEL,
+      self.p,
+      temperature=0.7,
+    )
+    np.testing.assert_allclose(only, logp, rtol=1e-6)
+
+  def test_jitted_reductions_equal_their_composition(self):
+    _, logits = policy.completion_logprobs(
+      self.params,
+      self.tokens,
+      self.positions,
+      MODEL,
+      self.p,
+      with_logits=True,
+    )
+    h = entropy_reg.nucleus_entropy(logits, 0.5)
+    peak = entropy_reg.peak_entropy_mask(h, self.mask, quantile=0.5)
+    np.testing.assert_allclose(
+      entropy_reg.completion_peak_nucleus_entropy(
+        self.params,
+        self.tokens,
+        self.positions,
+        self.mask,
+        MODEL,
+        self.p,
+        top_p=0.5,
+        quantile=0.5,
+      ),
+      aggregation.aggregate(h, peak, "seq-mean-token-mean"),
+      rtol=1e-5,
+    )
+    np.testing.assert_allclose(
+      entropy_reg.completion_minp_proxy_logprobs(
+        self.params, self.tokens, self.positions, MODEL, self.p, kappa=0.5
+      ),
+      entropy_reg.minp_proxy_logprobs(
+        logits, self.tokens[:, self.p :], kappa=0.5
+      ),
+      rtol=1e-5,
+    )
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,71 @@
+"""Tree credit: TreeRL's subtree-value advantages, hand-computed."""
+
+import numpy as np
+
+from rlreason.rl import tree_credit
+
+
+def test_tree_advantages_hand_computed():
+  # One prompt. Root 0 (reward 1) forks: row 1 at col 2 (reward 0), row 2 at
+  # col 4 (reward 0). Root 3 (reward 1), no forks. T = 6, all full length.
+  parent = np.array([-1, 0, 0, -1])
+  fork = np.array([0, 2, 4, 0])
+  r = np.array([1.0, 0.0, 0.0, 1.0])
+  mask = (np.arange(6)[None] >= fork[:, None]).astype(np.int32)
+  adv = tree_credit.tree_advantages(r, parent, fork, mask, np.zeros(4, int))
+  vroot = 0.5
+  # Row 0 segments: [0,2) leaves {0,1,2} V=1/3; [2,4) leaves {0,2} V=1/2;
+  # [4,6) leaves {0} V=1.
+  a0 = (2 * (1 / 3) - 2 * vroot) / np.sqrt(3)
+  a1 = ((0.5 - vroot) + (0.5 - 1 / 3)) / np.sqrt(2)
+  a2 = (1 - vroot) + (1 - 0.5)
+  np.testing.assert_allclose(adv[0], [a0, a0, a1, a1, a2, a2], atol=1e-6)
+  # Row 1 (parent node: row 0's [0,2), V=1/3): V=0.
+  b = (0 - vroot) + (0 - 1 / 3)
+  np.testing.assert_allclose(adv[1], [0, 0, b, b, b, b], atol=1e-6)
+  # Row 2 (parent node: row 0's [2,4), V=1/2).
+  c = (0 - vroot) + (0 - 0.5)
+  np.testing.assert_allclose(adv[2], [0, 0, 0, 0, c, c], atol=1e-6)
+  np.testing.assert_allclose(adv[3], [1.0] * 6, atol=1e-6)  # 2*(1-.5)
+
+
+def test_tree_advantages_two_levels_hand_computed():
+  # One prompt, T = 8. Root 0 (r=1) has round-1 branches 1 (col 2, r=0) and
+  # 2 (col 5, r=1); round 2 forks branch 1 at col 4 (row 3, r=1) and the
+  # root again at col 6 (row 4, r=0). Root 5 (r=0) has no branches.
+  parent = np.array([-1, 0, 0, 1, 0, -1])
+  fork = np.array([0, 2, 5, 4, 6, 0])
+  r = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+  mask = (np.arange(8)[None] >= fork[:, None]).astype(np.int32)
+  adv = tree_credit.tree_advantages(r, parent, fork, mask, np.zeros(6, int))
+  vr = 0.5  # 3 of 6 leaves correct
+  a = lambda v, vp, n: ((v - vr) + (v - vp)) / np.sqrt(n)
+  # Row 0 nodes: [0,2) leaves {0,1,3,2,4} V=3/5; [2,5) {0,2,4} V=2/3;
+  # [5,6) {0,4} V=1/2; [6,8) {0} V=1.
+  row0 = [a(0.6, vr, 5)] * 2 + [a(2 / 3, 0.6, 3)] * 3
+  row0 += [a(0.5, 2 / 3, 2)] + [a(1.0, 0.5, 1)] * 2
+  np.testing.assert_allclose(adv[0], row0, atol=1e-6)
+  # Row 1 (parent node row 0 [0,2), V=3/5): [2,4) {1,3} V=1/2; [4,8) {1} V=0.
+  row1 = [0, 0] + [a(0.5, 0.6, 2)] * 2 + [a(0.0, 0.5, 1)] * 4
+  np.testing.assert_allclose(adv[1], row1, atol=1e-6)
+  # Row 3 hangs off row 1's [2,4) (V=1/2); row 2 off row 0's [2,5) (V=2/3);
+  # row 4 off row 0's [5,6) (V=1/2); root 5 off the virtual root.
+  np.testing.assert_allclose(adv[3], [0] * 4 + [a(1.0, 0.5, 1)] * 4, atol=1e-6)
+  np.testing.assert_allclose(
+    adv[2], [0] * 5 + [a(1.0, 2 / 3, 1)] * 3, atol=1e-6
+  )
+  np.testing.assert_allclose(adv[4], [0] * 6 + [a(0.0, 0.5, 1)] * 2, atol=1e-6)
+  np.testing.assert_allclose(adv[5], [a(0.0, vr, 1)] * 8, atol=1e-6)
+
+
+def test_tree_advantages_fork_at_a_branch_start_is_the_parents_fork():
+  # Row 2 forks branch 1 at branch 1's first own column (3): it shares
+  # only the root's tokens [0, 3), the same tree as forking the root there.
+  r = np.array([1.0, 0.0, 1.0])
+  fork = np.array([0, 3, 3])
+  mask = (np.arange(6)[None] >= fork[:, None]).astype(np.int32)
+  ids = np.zeros(3, int)
+  nested = tree_credit.tree_advantages(r, np.array([-1, 0, 1]), fork, mask, ids)
+  flat = tree_credit.tree_advantages(r, np.array([-1, 0, 0]), fork, mask, ids)
+  np.testing.assert_allclose(nested, flat, atol=1e-6)
+  np.testing.assert_allclose(nested.sum(-1) != 0, [True, True, True])

@@ -1,0 +1,157 @@
+"""T-PPO's windowed batches (experiments/truncated_ppo.py) carry the same
+tokens, log-probs and returns as whole responses scored in one forward."""
+
+import jax
+import numpy as np
+from absl.testing import absltest
+
+from experiments import truncated_ppo
+from rlreason.data import sources as data_lib
+from rlreason.model import policy
+from rlreason.sampling import sampler as sampling_lib
+from rlreason import testing
+from rlreason.rl import value
+
+WINDOW, BUDGET = 4, 12
+
+
+def _setup(**overrides):
+  """(cfg, ctx, train examples) of a random tiny policy and critic."""
+  cfg = truncated_ppo.Config(
+    max_new_tokens=WINDOW,
+    max_response_len=BUDGET,
+    eval_max_new_tokens=BUDGET,
+    batch_size=4,
+    group_size=2,
+    mesh_fsdp=1,
+    whiten_advantages=False,
+    **overrides,
+  )
+  ctx = testing.tiny_context(cfg)
+  critic = value.init(
+    ctx.model_cfg, jax.random.key(1), policy_params=ctx.params
+  )
+  # A head that reads the state (the initial one is zero).
+  critic["head"]["kernel"] = jax.random.normal(
+    jax.random.key(2), critic["head"]["kernel"].shape
+  )
+  ctx.extra = {value.KEY: critic}
+  return cfg, ctx, data_lib.load(cfg.data, "train")
+
+
+def _step(ctx, examples, slots, step):
+  """make_batch on a fresh rollout of the step's prompts."""
+  cfg = ctx.cfg
+  ctx.step = step
+  batch_examples = examples[step * cfg.batch_size :][: cfg.batch_size]
+  rollout = ctx.generate(
+    ctx.params,
+    batch_examples,
+    jax.random.key(step),
+    step,
+    group_size=cfg.group_size,
+    sampling=sampling_lib.Sampling(temperature=cfg.temperature),
+  )
+  return truncated_ppo.make_batch(rollout, batch_examples, ctx, slots=slots)
+
+
+class WindowedBatchTest(absltest.TestCase):
+  def test_windows_add_up_to_whole_responses(self):
+    cfg, ctx, examples = _setup()
+    params, model_cfg = ctx.params, ctx.model_cfg
+    slots = truncated_ppo.Slots(cfg.num_sequences)
+    pending = {}  # slot -> (example, window tokens, window log-probs)
+    finished = longest = 0
+    for step in range(2 * BUDGET // WINDOW):
+      batch, metrics = _step(ctx, examples, slots, step)
+      n, s = batch["tokens"].shape
+      p = s - WINDOW
+      assert batch["mask"].shape == (n, WINDOW)
+      # Every window is a slot's next tokens; a full response scored in one
+      # forward gives the log-probs the windows were sampled with.
+      full_logp = np.asarray(
+        policy.completion_logprobs(
+          params, batch["tokens"], batch["positions"], model_cfg, 1
+        )
+      )  # [N, S - 1]: column c scores token c + 1
+      np.testing.assert_allclose(
+        batch["old_logp"] * batch["mask"],
+        full_logp[:, p - 1 :] * batch["mask"],
+        atol=2e-5,
+      )
+      # (2) Extended GAE with gamma = lambda = 1: A_t = V(cut) - V(s_t) in
+      # flight, R - V(s_t) once ended (column c = V after token c).
+      values = np.asarray(
+        value.completion_values(
+          ctx.extra[value.KEY],
+          batch["tokens"],
+          batch["positions"],
+          model_cfg,
+          1,
+          with_next=True,
+        )
+      )
+      for i in range(n):
+        vmask = batch["value_mask"][i] > 0
+        length = int(batch["mask"][i].sum())
+        if vmask.any():  # ended: its outcome (the critic's return)
+          target = batch["value_returns"][i][vmask][-1]
+        else:  # in flight: bootstraps the value at the cut
+          target = values[i, p - 1 + length]
+        np.testing.assert_allclose(
+          batch["adv"][i, :length],
+          target - values[i, p - 1 : p - 1 + length],
+          atol=1e-5,
+        )
+      for i in range(n):
+        window = batch["tokens"][i, p:][batch["mask"][i] > 0].tolist()
+        logp = batch["old_logp"][i][batch["mask"][i] > 0].tolist()
+        if i not in pending:
+          pending[i] = ([], [])
+        pending[i][0].extend(window)
+        pending[i][1].extend(logp)
+        vmask = batch["value_mask"][i] > 0
+        if not vmask.any():  # still in flight: no critic target yet
+          assert slots.example[i] is not None
+          assert len(pending[i][0]) < BUDGET
+          continue
+        # Ended: the critic learns from exactly the whole response's tokens,
+        # each scored as in the windows, with the outcome as its return.
+        tokens, logps = pending.pop(i)
+        finished += 1
+        longest = max(longest, len(tokens))
+        assert slots.example[i] is None
+        np.testing.assert_array_equal(batch["tokens"][i, 1:][vmask], tokens)
+        np.testing.assert_allclose(full_logp[i][vmask], logps, atol=2e-5)
+        positions = batch["positions"][i, 1:][vmask]
+        np.testing.assert_array_equal(np.diff(positions), 1)
+        start = np.flatnonzero(vmask)[0] + 1
+        assert batch["positions"][i, start - 1] == positions[0] - 1
+        assert len(tokens) <= BUDGET
+        ended_by_length = len(tokens) == BUDGET
+        assert ended_by_length or tokens[-1] == ctx.tokenizer.eos_id
+        returns = batch["value_returns"][i][vmask]
+        reward = returns[-1]
+        np.testing.assert_allclose(returns, reward)  # gamma = 1
+      assert 0 <= metrics["tppo/in_flight"] <= 1
+    assert finished >= cfg.num_sequences  # every first-round slot ended
+    assert longest > 2 * WINDOW  # responses spanned 3 windows
+
+  def test_critic_warmup_validation(self):
+    truncated_ppo.Config(steps=0).validate()  # no RL steps: nothing to warm
+    truncated_ppo.Config(steps=5, critic_warmup=4).validate()
+    for bad in (-1, 5):
+      with self.assertRaisesRegex(ValueError, "--critic_warmup"):
+        truncated_ppo.Config(steps=5, critic_warmup=bad).validate()
+
+  def test_critic_warmup_zeroes_the_policy_advantages(self):
+    _, ctx, examples = _setup(critic_warmup=1)
+    slots = truncated_ppo.Slots(ctx.cfg.num_sequences)
+    batch, _ = _step(ctx, examples, slots, 0)
+    assert not batch["adv"].any()
+    batch, _ = _step(ctx, examples, slots, 1)
+    assert np.abs(batch["adv"]).sum() > 0
+
+
+if __name__ == "__main__":
+  absltest.main()

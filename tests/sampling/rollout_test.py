@@ -1,0 +1,210 @@
+"""Rollouts: padding, groups, replay, resharding, sharded == single device."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlreason import mesh as mesh_lib
+from rlreason.model import policy
+from rlreason.sampling import rollout
+from rlreason.sampling import sampler as sampling
+from rlreason.sampling import stops
+from rlreason import testing
+from rlreason.model import tokenizer as tokenizer_lib
+from rlreason.model import transformer
+
+# Same model as sampling_test (vocab 128 for the char tokenizer), so that
+# the compiled init is shared when both files run in one process.
+CFG = testing.tiny_model_config(qkv_bias=True)
+TOK = tokenizer_lib.load("char")
+TEXTS = ["12+7=", "3*4=", "100-1=", "2+2="]  # B = 4 ragged prompts
+G = 2
+T = 12
+STOPS = tuple(TOK.encode("0123"))  # frequent enough to stop some rows early
+
+
+def _generate(params, step=0, texts=TEXTS, mesh=None, rng=None, **kwargs):
+  kwargs = {
+    "max_new_tokens": T,
+    "group_size": G,
+    "bucket": 8,
+    "sampling": sampling.Sampling(temperature=1.0),
+    "extra_stop_ids": STOPS,
+    **kwargs,
+  }
+  return rollout.generate(
+    params,
+    [TOK.encode(t) for t in texts],
+    jax.random.key(0) if rng is None else rng,
+    step,
+    model_cfg=CFG,
+    tokenizer=TOK,
+    mesh=mesh,
+    **kwargs,
+  )
+
+
+@pytest.fixture(scope="module")
+def params():
+  params = transformer.init(CFG, jax.random.key(0))
+  params["final_norm"]["scale"] = params["final_norm"]["scale"] * 8
+  return params
+
+
+@pytest.fixture(scope="module")
+def ro(params):
+  rng = jax.random.key(0)
+  # Every transfer in generate is explicit.
+  with jax.transfer_guard("disallow"):
+    return _generate(params, step=3, rng=rng)
+
+
+def test_pad_prompts_left_pads_to_a_bucket():
+  tokens, positions = rollout.pad_prompts([[5, 6, 7], [9]], pad_id=0, bucket=4)
+  np.testing.assert_array_equal(tokens, [[0, 5, 6, 7], [0, 0, 0, 9]])
+  np.testing.assert_array_equal(positions, [[-1, 0, 1, 2], [-1, -1, -1, 0]])
+  tokens, _ = rollout.pad_prompts([[1] * 17], pad_id=0, bucket=16)
+  assert tokens.shape == (1, 32)
+  tokens, _ = rollout.pad_prompts([[1] * 17], pad_id=0, bucket=16, max_len=20)
+  assert tokens.shape == (1, 20)  # the bucket is capped by the budget
+  tokens, _ = rollout.pad_prompts([[1] * 5], pad_id=0, bucket=1)
+  assert tokens.shape == (1, 5)
+
+
+@pytest.mark.parametrize(
+  "prompts,max_len,match",
+  [
+    ([[1, 2], []], None, r"Prompts \[1\] are empty"),
+    ([[1] * 9], 8, "more than the prompt budget"),
+    ([], None, "No prompts"),
+  ],
+)
+def test_pad_prompts_errors(prompts, max_len, match):
+  with pytest.raises(ValueError, match=match):
+    rollout.pad_prompts(prompts, pad_id=0, max_len=max_len)
+
+
+def test_rollout_fields(ro):
+  n, p = len(TEXTS) * G, 8
+  assert ro.prompt_len == p
+  assert ro.tokens.shape == ro.positions.shape == (n, p + T)
+  for x in (ro.logp, ro.policy_logp, ro.mask):
+    assert x.shape == (n, T)
+  np.testing.assert_array_equal(ro.prompt_ids, [0, 0, 1, 1, 2, 2, 3, 3])
+  tokens = np.asarray(ro.tokens)
+  np.testing.assert_array_equal(tokens[0::2, :p], tokens[1::2, :p])
+  for i, text in enumerate(TEXTS):  # left padded prompts, in group order
+    ids = TOK.encode(text)
+    np.testing.assert_array_equal(tokens[G * i, p - len(ids) : p], ids)
+  mask = np.asarray(ro.mask)
+  np.testing.assert_array_equal(mask.sum(-1), ro.lengths)
+  assert set(ro.finish_reasons) == {"eos", "length"}  # both happen
+  for row, n_tok, reason, text in zip(
+    tokens[:, p:], ro.lengths, ro.finish_reasons, ro.texts, strict=True
+  ):
+    assert text == TOK.decode(row[:n_tok].tolist())
+    assert (reason == "eos") == (row[n_tok - 1] in STOPS + (TOK.eos_id,))
+    assert (row[n_tok:] == TOK.pad_id).all()
+  # Positions: counting from the first real token, -1 on padding.
+  positions = np.asarray(ro.positions)
+  real = np.concatenate([positions[:, :p] >= 0, mask > 0], axis=1)
+  np.testing.assert_array_equal(
+    positions, policy.positions_from_mask(jnp.asarray(real))
+  )
+
+
+def test_rollout_logp_match_recomputed(params, ro):
+  logp = policy.completion_logprobs(
+    params, ro.tokens, ro.positions, CFG, ro.prompt_len
+  )
+  mask = np.asarray(ro.mask, bool)
+  np.testing.assert_allclose(
+    np.asarray(ro.policy_logp)[mask], np.asarray(logp)[mask], atol=1e-5
+  )
+  # Temperature 1, no filters: both log-probs are the policy's.
+  np.testing.assert_allclose(ro.logp, ro.policy_logp, atol=1e-6)
+
+
+def test_step_fold_in_replays_and_same_bucket_does_not_recompile(params, ro):
+  before = sampling.cache_size()
+  again = _generate(params, step=3)
+  np.testing.assert_array_equal(again.tokens, ro.tokens)
+  assert again.texts == ro.texts
+  # Another step and shorter prompts in the same bucket: new samples, same
+  # compiled sampler.
+  other = _generate(params, step=4, texts=["1+1=", "9=", "7*7=", "5-3="])
+  assert other.tokens.shape == ro.tokens.shape
+  assert not np.array_equal(
+    other.tokens[:, other.prompt_len :], ro.tokens[:, ro.prompt_len :]
+  )
+  assert sampling.cache_size() == before
+
+
+def test_sharded_equals_single_device(params, ro):
+  """Mesh 2x2x2 with train-layout params == one device, same rng."""
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  train = mesh_lib.shardings(
+    mesh,
+    transformer.param_axes(CFG),
+    mesh_lib.TRAIN_RULES,
+    transformer.param_shapes(CFG),
+  )
+  sharded = _generate(jax.device_put(params, train), step=3, mesh=mesh)
+  assert len(sharded.tokens.sharding.device_set) == 8
+  np.testing.assert_array_equal(sharded.tokens, ro.tokens)
+  np.testing.assert_array_equal(sharded.mask, ro.mask)
+  np.testing.assert_allclose(sharded.logp, ro.logp, atol=1e-5)
+  np.testing.assert_allclose(sharded.policy_logp, ro.policy_logp, atol=1e-5)
+  assert sharded.texts == ro.texts
+
+
+def test_stop_strings_as_token_sequences(params, ro):
+  """A 2-character stop string (2 tokens) ends a completion right after it;
+  the samples before it are those of the run without it (same rng).
+  Compared in tokens: a random model also emits ids that decode to nothing,
+  so a text can show the string without the tokens holding it."""
+  p = ro.prompt_len
+  # Two printable tokens after a completion's first: the stop ends it at 3.
+  i, pair = next(
+    (r, pair)
+    for r in range(len(ro.lengths))
+    if ro.lengths[r] >= 4
+    for pair in [tuple(int(t) for t in ro.tokens[r, p + 1 : p + 3])]
+    if len(TOK.decode(list(pair))) == 2
+  )
+  stop = TOK.decode(list(pair))
+  seqs = stops.token_sequences(TOK, [stop])
+  assert seqs == (pair,)
+  cut = _generate(params, step=3, extra_stop_sequences=seqs)
+  for r in range(len(ro.lengths)):
+    old = [int(t) for t in ro.tokens[r, p : p + ro.lengths[r]]]
+    ends = [t + 2 for t in range(len(old) - 1) if tuple(old[t : t + 2]) == pair]
+    n = ends[0] if ends else len(old)
+    assert cut.lengths[r] == n
+    np.testing.assert_array_equal(cut.tokens[r, p : p + n], old[:n])
+    want = "eos" if ends else ro.finish_reasons[r]
+    assert cut.finish_reasons[r] == want
+  assert cut.lengths[i] == 3
+  np.testing.assert_array_equal(np.asarray(cut.mask).sum(-1), cut.lengths)
+
+
+@pytest.mark.parametrize(
+  "texts,kwargs,match",
+  [
+    (TEXTS, dict(max_prompt_len=4), "more than the prompt budget"),
+    (["1+1=", ""], {}, "empty"),
+    (TEXTS, dict(extra_stop_ids=(CFG.vocab_size,)), "outside the model"),
+    (
+      TEXTS,
+      dict(extra_stop_sequences=((5, CFG.vocab_size),)),
+      "outside the model",
+    ),
+    (TEXTS, dict(group_size=0), "group_size"),
+  ],
+)
+def test_bad_input_fails_before_compiling(params, texts, kwargs, match):
+  before = sampling.cache_size()
+  with pytest.raises(ValueError, match=match):
+    _generate(params, texts=texts, **kwargs)
+  assert sampling.cache_size() == before

@@ -1,0 +1,116 @@
+"""pass@k / maj@k / mean@k against hand-made cases."""
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from rlreason.sampling import scoring as evaluation
+
+
+@pytest.mark.parametrize(
+  "n,c,k",
+  [
+    (5, 2, 1),
+    (5, 2, 2),
+    (5, 2, 3),
+    (10, 3, 4),
+    (4, 0, 2),
+    (4, 4, 1),
+    (6, 5, 2),
+  ],
+)
+def test_pass_at_k_closed_form_and_enumeration(n, c, k):
+  closed = 1 - math.comb(n - c, k) / math.comb(n, k)
+  # Enumerate every k-subset of n samples with the first c correct.
+  subsets = list(combinations(range(n), k))
+  enum = np.mean([any(i < c for i in s) for s in subsets])
+  assert evaluation.pass_at_k(n, c, k) == pytest.approx(closed, abs=1e-12)
+  assert evaluation.pass_at_k(n, c, k) == pytest.approx(enum, abs=1e-12)
+
+
+def test_pass_at_k_hand_values_and_errors():
+  assert evaluation.pass_at_k(4, 1, 1) == pytest.approx(0.25)
+  assert evaluation.pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - 3/6
+  assert evaluation.pass_at_k(4, 2, 3) == 1.0  # n - c < k
+  assert evaluation.pass_at_k(200, 1, 100) == pytest.approx(0.5)
+  with pytest.raises(ValueError, match="1 <= k <= n"):
+    evaluation.pass_at_k(3, 1, 4)
+
+
+def test_majority_ties_are_deterministic():
+  assert evaluation.majority(["7", "5", "5", "7"]) == "7"  # tie: first seen
+  assert evaluation.majority(["5", "7", "7", "5"]) == "5"
+  assert evaluation.majority([None, None, "3"]) == "3"
+  assert evaluation.majority([None, None]) is None
+
+
+def test_maj_at_k():
+  answers = ["12", "11", "12", None, "11", "11"]
+  correct = [True, False, True, False, False, False]
+  assert evaluation.maj_at_k(answers, correct, 1) == 1.0
+  assert evaluation.maj_at_k(answers, correct, 3) == 1.0  # 12 twice
+  assert evaluation.maj_at_k(answers, correct, 4) == 1.0  # None abstains
+  assert evaluation.maj_at_k(answers, correct, 5) == 1.0  # 2-2 tie -> "12"
+  assert evaluation.maj_at_k(answers, correct, 6) == 0.0  # 11 wins 3-2
+  assert evaluation.maj_at_k([None], [False], 1) == 0.0
+
+
+def test_summarize_and_ci():
+  correct = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+  s = evaluation.summarize(correct, ks=(1, 2))
+  assert s["mean@1"][0] == pytest.approx(2 / 3)
+  assert s["pass@1"][0] == pytest.approx((0.25 + 1 + 0) / 3)
+  assert s["pass@2"][0] == pytest.approx((0.5 + 1 + 0) / 3)
+  m, lo, hi = evaluation.mean_ci([1.0] * 10)
+  assert m == 1.0 and lo < 1.0 and hi == pytest.approx(1.0)
+  table = evaluation.markdown_table({"after": s})
+  assert "| after | " in table and "pass@2" in table
+
+
+@pytest.mark.parametrize("budget,expected", [(0, None), (7, 7)])
+def test_sample_and_score_passes_the_eval_budget(budget, expected):
+  """--eval_max_new_tokens reaches the sampler (0: the training budget)."""
+  import types
+
+  calls = []
+
+  def generate(params, chunk, rng, step, **kw):
+    calls.append(kw["max_new_tokens"])
+    n = len(chunk) * kw["group_size"]
+    return types.SimpleNamespace(
+      texts=["4"] * n,
+      prompt_ids=np.repeat(np.arange(len(chunk)), kw["group_size"]),
+    )
+
+  ctx = types.SimpleNamespace(
+    cfg=types.SimpleNamespace(eval_max_new_tokens=budget),
+    generate=generate,
+    correct_fn=lambda texts, gold: [t == g for t, g in zip(texts, gold)],
+  )
+  examples = [types.SimpleNamespace(answer=a) for a in ("4", "5")]
+  got = evaluation.sample_and_score(ctx, None, examples, step=0)
+  assert calls == [expected]
+  np.testing.assert_array_equal(got.correct[:, 0], [True, False])
+
+
+def test_sampled_eval_does_not_depend_on_the_chunk_size():
+  """Variants of a claim with other batch shapes (B * G) evaluate one warm
+  start alike: each chunk samples with its rows' global keys."""
+  from experiments import grpo
+  from rlreason.data import sources as data_lib
+  from rlreason import testing
+
+  cfg = grpo.Config(max_new_tokens=8, warm_start_steps=0, mesh_fsdp=1)
+  ctx = testing.tiny_context(cfg)
+  examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "eval")
+  scored = [
+    evaluation.sample_and_score(
+      ctx, ctx.params, examples, step=3, samples=3, sequences_per_call=n
+    )
+    for n in (3, 6, 12)  # 1, 2 and 4 prompts per call
+  ]
+  for other in scored[1:]:
+    assert other.texts == scored[0].texts
+  assert len({t for row in scored[0].texts for t in row}) > 4  # sampled

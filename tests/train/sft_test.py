@@ -1,0 +1,91 @@
+"""Warm-start demonstrations and rejection sampling for expert iteration."""
+
+import numpy as np
+import pytest
+
+from rlreason.data import sources as data_lib
+from rlreason.guidance import hints
+from rlreason.train import sft
+from rlreason.model import tokenizer as tokenizer_lib
+
+TOK = tokenizer_lib.load("char")
+
+
+@pytest.fixture(scope="module")
+def examples():
+  return data_lib.load("task:arithmetic:difficulty=2,n=200", "train")
+
+
+def test_off_by_one():
+  assert sft.off_by_one("2+3\n=5\nanswer: 5") == "2+3\n=5\nanswer: 6"
+  assert sft.off_by_one("answer: -1") == "answer: 0"
+  tagged = "<think>\n7-5\n=2\n</think>\n<answer>2</answer>"
+  assert sft.off_by_one(tagged) == tagged.replace(">2<", ">3<")
+  for text in ("answer: x", "<answer>Riga</answer>", "no answer line"):
+    assert sft.off_by_one(text) == text
+
+
+def test_encode_pairs_plain_and_noisy(examples):
+  prompts, completions = sft.encode_pairs(TOK, "plain", examples[:3])
+  for e, p, c in zip(examples, prompts, completions):
+    assert TOK.decode(p) == e.question
+    assert c == TOK.encode(e.solution) + [TOK.eos_id]
+  # Off-by-one demonstrations: the ones a seeded uniform draw puts < noise.
+  _, noisy = sft.encode_pairs(TOK, "plain", examples, noise=0.5, seed=3)
+  bad = np.random.default_rng(3).random(len(examples)) < 0.5
+  for e, c, b in zip(examples, noisy, bad):
+    solution = sft.off_by_one(e.solution) if b else e.solution
+    assert TOK.decode(c[:-1]) == solution
+
+
+def test_encode_pairs_hints_show_knowledge_or_an_expert(examples):
+  plain, completions = sft.encode_pairs(TOK, "plain", examples, noise=0.5)
+  prompts, hinted_completions = sft.encode_pairs(
+    TOK, "plain", examples, noise=0.5, hints=0.5, max_prompt_len=80
+  )
+  for p, q, c, h, e in zip(
+    prompts, plain, completions, hinted_completions, examples
+  ):  # the same demonstrations, the hinted ones exact
+    assert h == (c if p == q else TOK.encode(e.solution) + [TOK.eos_id])
+  kinds = {"none": 0, "knowledge": 0, "expert": 0}
+  for e, p, q in zip(examples, prompts, plain):
+    assert len(p) <= 80
+    text = TOK.decode(p)
+    assert text.endswith(e.question)
+    if p == q:
+      kinds["none"] += 1
+      continue
+    hint = text[: -len(e.question) - 1]
+    if hint.startswith(hints.EXPERT_PREFIX):
+      kinds["expert"] += 1
+      assert hint == hints.expert_hint(e.solution)
+    else:
+      kinds["knowledge"] += 1
+      points = hint.removeprefix(hints.HINT_PREFIX).split("; ")
+      assert tuple(points) == e.knowledge[: len(points)]
+  # About half hinted, both kinds.
+  assert 60 <= kinds["none"] <= 140, kinds
+  assert kinds["knowledge"] > 20 and kinds["expert"] > 20, kinds
+  # A budget no hint fits in: plain prompts.
+  tight = max(len(p) for p in plain)
+  short, _ = sft.encode_pairs(
+    TOK, "plain", examples, hints=1.0, max_prompt_len=tight
+  )
+  assert all(len(p) <= tight for p in short)
+
+
+def test_rejection_sampled_keeps_correct_distinct_samples_per_group():
+  texts = ["a", "a", "b", "c", "a", "a", "x", "y"]
+  correct = [1, 1, 1, 0, 1, 0, 0, 0]
+  # Group 0 (a, a, b, c): first "a" and "b"; group 1 (a, a, x, y): first "a".
+  np.testing.assert_array_equal(
+    sft.rejection_sampled(correct, texts, 4), [1, 0, 1, 0, 1, 0, 0, 0]
+  )
+  np.testing.assert_array_equal(
+    sft.rejection_sampled(correct, texts, 4, dedup=False),
+    [1, 1, 1, 0, 1, 0, 0, 0],
+  )
+  # The same text in two groups is kept in each.
+  np.testing.assert_array_equal(
+    sft.rejection_sampled([1, 1], ["a", "a"], 1), [1, 1]
+  )

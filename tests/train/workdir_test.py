@@ -1,0 +1,149 @@
+"""--workdir=gs://...: a run writes every file through etils.epath, resumes.
+
+A stand-in for GCS: fsspec's in-memory filesystem, registered for the "gs"
+and "gcs" protocols (as gcsfs registers itself) and, like GCS, refusing to
+append to an object. With tensorflow's gfile switched off
+(EPATH_USE_TF=false), etils.epath routes gs:// paths to fsspec, so to it.
+
+Orbax writes checkpoint arrays through TensorStore's own GCS driver, which
+no fsspec filesystem can intercept: the run's gs:// checkpoint directory is
+mapped to a local one here (orbax's gs:// support is its own).
+"""
+
+import dataclasses
+import json
+import os
+
+import fsspec
+import pytest
+from etils import epath
+from fsspec.implementations import memory
+
+from experiments import grpo
+from rlreason.train import checkpoint
+from rlreason import metrics
+from rlreason.train import report
+from rlreason import storage
+from rlreason import testing
+
+WORKDIR = "gs://bucket/run"
+
+
+class FakeGCS(memory.MemoryFileSystem):
+  """An in-memory bucket store whose objects cannot be appended to."""
+
+  protocol = ("gs", "gcs")
+  store = {}  # not memory://'s
+  pseudo_dirs = [""]
+
+  @classmethod
+  def _strip_protocol(cls, path):
+    path = fsspec.utils.stringify_path(path)
+    for prefix in ("gs://", "gcs://"):
+      path = path.removeprefix(prefix)
+    return super()._strip_protocol(path)
+
+  def _open(self, path, mode="rb", **kwargs):
+    if "a" in mode:
+      raise OSError(f"GCS objects cannot be appended to: {path}")
+    return super()._open(path, mode, **kwargs)
+
+
+def _files() -> dict[str, bytes]:
+  """The fake bucket's objects by gs:// URL."""
+  return {
+    "gs://" + k.lstrip("/"): f.getvalue() for k, f in FakeGCS.store.items()
+  }
+
+
+def _steps(directory) -> list[str]:
+  return sorted(p for p in os.listdir(directory) if p.isdigit())
+
+
+@pytest.fixture
+def gcs(monkeypatch):
+  monkeypatch.setenv("EPATH_USE_TF", "false")
+  for protocol in FakeGCS.protocol:
+    fsspec.register_implementation(protocol, FakeGCS, clobber=True)
+  FakeGCS.store.clear()
+  FakeGCS.pseudo_dirs[:] = [""]
+  FakeGCS.clear_instance_cache()
+  yield
+  FakeGCS.store.clear()
+
+
+def test_epath_routes_gs_to_the_fake_bucket(gcs):
+  path = epath.Path(WORKDIR) / "probe.json"
+  storage.write_json(path, {"a": 1})
+  assert _files() == {f"{WORKDIR}/probe.json": b'{\n  "a": 1\n}'}
+  assert storage.read_json(path) == {"a": 1}
+  assert storage.read_json(epath.Path(WORKDIR) / "missing.json") is None
+  with pytest.raises(OSError, match="appended"):
+    path.open("a")
+
+
+def test_metric_writer_rewrites_a_remote_object(gcs):
+  w = metrics.MetricWriter(WORKDIR, tensorboard=False, upload_secs=3600)
+  w.write(1, {"loss": 1.0})
+  assert f"{WORKDIR}/metrics.jsonl" not in _files()  # not yet uploaded
+  w.flush()
+  w.write(2, {"loss": 2.0})
+  w.close()
+  rows = metrics.read_jsonl(f"{WORKDIR}/metrics.jsonl")
+  assert [r["step"] for r in rows] == [1, 2]
+  # A resumed run continues the object.
+  w = metrics.MetricWriter(WORKDIR, tensorboard=False, upload_secs=0)
+  w.write(3, {"loss": 3.0})  # upload_secs=0: uploaded at once
+  rows = metrics.read_jsonl(f"{WORKDIR}/metrics.jsonl")
+  assert [r["step"] for r in rows] == [1, 2, 3]
+  w.close()
+
+
+def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
+  local_ckpt = tmp_path / "checkpoints"
+
+  class LocalCheckpointer(checkpoint.Checkpointer):
+    def __init__(self, directory, keep=2):
+      assert directory == f"{WORKDIR}/checkpoints", directory
+      super().__init__(str(local_ckpt), keep=keep)
+
+  monkeypatch.setattr(checkpoint, "Checkpointer", LocalCheckpointer)
+  # A gs:// URL taken for a local path would create ./gs:/bucket/run.
+  monkeypatch.chdir(tmp_path)
+  cfg = dataclasses.replace(
+    grpo.Config(),
+    **testing.SMOKE,
+    workdir=WORKDIR,
+    cache_dir=str(tmp_path / "cache"),
+  )
+  out = grpo.run(cfg)
+  assert out["workdir"] == WORKDIR
+  files = _files()
+  for name in (
+    "config.json",
+    "COMMIT",
+    "metrics.jsonl",
+    "eval_before.json",
+    "eval_after.json",
+    "report.md",
+    "curves.png",
+  ):
+    assert f"{WORKDIR}/{name}" in files, (name, sorted(files))
+  assert json.loads(files[f"{WORKDIR}/config.json"])["workdir"] == WORKDIR
+  assert files[f"{WORKDIR}/curves.png"].startswith(b"\x89PNG")
+  assert f"`{WORKDIR}`" in files[f"{WORKDIR}/report.md"].decode()
+  rows = metrics.read_jsonl(f"{WORKDIR}/metrics.jsonl")
+  assert [r["step"] for r in rows if "loss" in r] == [1, 2]
+  assert _steps(local_ckpt) == ["1", "2"]
+  assert sorted(os.listdir(tmp_path)) == ["cache", "checkpoints"]
+
+  # Two more steps: resumes from checkpoint 2, continues metrics.jsonl.
+  more = grpo.run(dataclasses.replace(cfg, steps=4))
+  assert more["workdir"] == WORKDIR
+  rows = metrics.read_jsonl(f"{WORKDIR}/metrics.jsonl")
+  assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
+  assert _steps(local_ckpt) == ["3", "4"]
+  assert sorted(os.listdir(tmp_path)) == ["cache", "checkpoints"]
+  # The report reads the remote workdir (as `python -m rlreason.train.report`).
+  assert report.write(WORKDIR, title="again") == f"{WORKDIR}/report.md"
+  assert "# again" in _files()[f"{WORKDIR}/report.md"].decode()
