@@ -43,7 +43,7 @@ from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason.rl import objective
 from rlreason.train import sft
-from rlreason.sampling import tree
+from rlreason.sampling import tree_loop
 from rlreason.data import extract
 from rlreason.rewards import label_free
 
@@ -60,7 +60,7 @@ class Config(ttrl.Config):
 
   def validate(self) -> None:
     super().validate()
-    tree.check_shape(self)
+    tree_loop.check_shape(self)
 
 
 PAPER = dict(
@@ -78,7 +78,7 @@ PAPER = dict(
 
 def generate_fn(cfg: Config):
   # (1) Each leaf is a whole response: train the shared prefix too.
-  return tree.make_generate_fn(cfg, whole_leaves=True)
+  return tree_loop.make_generate_fn(cfg, whole_leaves=True)
 
 
 def reshape_advantages(

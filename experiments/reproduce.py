@@ -42,7 +42,10 @@ from absl import logging
 
 from experiments.claims import CLAIMS
 from experiments.claims import Claim
+from rlreason import config
 from rlreason import metrics as metrics_lib
+from rlreason.train import checkpoint
+from rlreason.train import flags as rr_flags
 from rlreason.train import report
 
 HEAD, TAIL = 0.1, 0.25  # fractions of the steps: "start" and "end" windows
@@ -68,30 +71,9 @@ def _config(module_name: str, overrides: dict, seed: int, steps: int, **kw):
 _SAME_RUN_IGNORES = ("init_from", "steps", "workdir")
 
 
-def _class_name(cfg) -> str:
-  return f"{type(cfg).__module__}.{type(cfg).__name__}"  # as loop.py saves
-
-
 def _differences(saved: dict, cfg) -> list[str]:
   """Config keys in which a saved config.json differs from cfg."""
-  want = dataclasses.asdict(cfg)
-  # A field added to the Config after the run was made is the same run if
-  # the run uses the default it was introduced with (in the most basic
-  # Config that has it: the behaviour of the code before it existed), not a
-  # subclass's (e.g. a method that turns a new base option on).
-  defaults = {}
-  for klass in type(cfg).__mro__[::-1]:
-    if dataclasses.is_dataclass(klass):
-      for f in dataclasses.fields(klass):
-        defaults.setdefault(f.name, f.default)
-  diff = [
-    k
-    for k in want
-    if k not in _SAME_RUN_IGNORES and saved.get(k, defaults[k]) != want[k]
-  ]
-  if saved.get("class", _class_name(cfg)) != _class_name(cfg):
-    diff.append("class")
-  return sorted(diff)
+  return config.differences(saved, cfg, ignore=_SAME_RUN_IGNORES)
 
 
 def _finished(cfg) -> bool:
@@ -104,7 +86,7 @@ def _finished(cfg) -> bool:
   diff = _differences(saved, cfg)
   if diff or saved["steps"] > cfg.steps:
     diff = diff or ["steps"]
-    want = {**dataclasses.asdict(cfg), "class": _class_name(cfg)}
+    want = {**dataclasses.asdict(cfg), "class": config.class_name(cfg)}
     raise ValueError(
       f"{cfg.workdir} holds a run with a different config ("
       + ", ".join(f"{k}: {saved.get(k)!r} != {want[k]!r}" for k in diff)
@@ -388,8 +370,9 @@ def main(argv) -> None:
       root=f.root,
       common=parse_overrides(f.set, modules),
     )
-  except Interrupted as e:
-    sys.exit(f"[reproduce] {e}")
+  except (Interrupted, checkpoint.Stopped) as e:
+    print(f"[reproduce] {e}; rerun the same command to resume", file=sys.stderr)
+    sys.exit(rr_flags.EXIT_STOPPED)
   print(path)
 
 

@@ -69,7 +69,7 @@ from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
 from rlreason import storage
 from rlreason.rewards import model as rm

@@ -39,7 +39,7 @@ from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason.rl import objective
-from rlreason.sampling import tree
+from rlreason.sampling import tree_loop
 from rlreason.rl import tree_credit
 
 
@@ -59,7 +59,7 @@ class Config(grpo.Config):
 
   def validate(self) -> None:
     super().validate()
-    tree.check_shape(self)
+    tree_loop.check_shape(self)
 
 
 PAPER = dict(
@@ -83,7 +83,7 @@ PAPER = dict(
 
 def generate_fn(cfg: Config):
   depths = tuple(int(d) for d in cfg.fork_depths.split(",") if d)
-  return tree.make_generate_fn(cfg, fork_at=cfg.fork_at, depths=depths)
+  return tree_loop.make_generate_fn(cfg, fork_at=cfg.fork_at, depths=depths)
 
 
 def make_batch(rollout, examples, ctx):

@@ -52,7 +52,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
 from rlreason.rl import returns as returns_lib
 from rlreason.sampling import rollout as rollout_lib
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
 from rlreason.rl import value
 

@@ -8,6 +8,32 @@ comma-separated strings.
 """
 
 import dataclasses
+import os
+
+# Compute / parameter dtypes a run may name.
+DTYPES = ("float32", "bfloat16", "float16")
+# Fields a resumed run may change without --allow_config_change: they decide
+# how long the run goes on and what it records, not what it computes.
+RESUMABLE_CHANGES = (
+  "steps",
+  "workdir",
+  "log_every",
+  "eval_every",
+  "checkpoint_every",
+  "keep_checkpoints",
+  "tensorboard",
+  "wandb_project",
+  "cache_dir",
+  "multihost",
+  "validate_rows",
+  "allow_config_change",
+)
+
+
+class ConfigError(ValueError):
+  """A usage error: a flag out of range, a path that cannot be used, a
+  prompt over the budget. Experiments exit with code 2 on it."""
+
 
 # What every paper-scale run shares, whatever the paper: a pretrained
 # checkpoint (no tiny warm start), math answers in \boxed{} checked by
@@ -60,6 +86,11 @@ class BaseConfig:
   group_size: int = 8  # G completions per prompt
   max_prompt_len: int = 64
   max_new_tokens: int = 64
+  # Prompts over max_prompt_len: an error naming file and row (False), or
+  # cut to their last max_prompt_len tokens and counted (True).
+  truncate_prompts: bool = False
+  # Rows of the prompt set checked before any compute; 0 = all of them.
+  validate_rows: int = 0
 
   # Sampling.
   temperature: float = 1.0
@@ -99,6 +130,9 @@ class BaseConfig:
   keep_checkpoints: int = 2
   tensorboard: bool = True
   wandb_project: str = ""
+  # Resume a workdir whose config.json differs in more than
+  # RESUMABLE_CHANGES (recorded in config_changes.jsonl).
+  allow_config_change: bool = False
 
   @property
   def num_sequences(self) -> int:
@@ -106,36 +140,67 @@ class BaseConfig:
     return self.batch_size * self.group_size
 
   def validate(self) -> None:
-    """Fails fast, with the flag names, on contradictory settings."""
+    """Fails fast, with the flag names, on contradictory settings.
+
+    Every problem is reported at once, one line each (ConfigError).
+    """
+    problems = []
 
     def check(ok, msg):
       if not ok:
-        raise ValueError(f"Invalid config: {msg}")
+        problems.append(msg)
+
+    def at_least(name, low):
+      value = getattr(self, name)
+      check(value >= low, f"--{name}={value} must be >= {low}")
 
     check(
       self.scale in ("laptop", "paper"),
       f"--scale={self.scale!r}; expected laptop or paper",
     )
-    check(self.steps >= 0, f"--steps={self.steps} must be >= 0")
-    check(
-      self.batch_size > 0 and self.group_size > 0,
-      "--batch_size and --group_size must be positive",
-    )
-    check(
-      self.max_new_tokens > 0 and self.max_prompt_len > 0,
-      "--max_new_tokens and --max_prompt_len must be positive",
-    )
+    for name in ("steps", "warm_start_steps", "warmup_steps", "difficulty"):
+      at_least(name, 0)
+    for name in (
+      "batch_size",
+      "group_size",
+      "max_new_tokens",
+      "max_prompt_len",
+      "warm_start_batch_size",
+      "log_every",
+      "eval_size",
+      "eval_samples",
+      "keep_checkpoints",
+    ):
+      at_least(name, 1)
+    for name in (
+      "eval_every",
+      "checkpoint_every",
+      "eval_max_new_tokens",
+      "validate_rows",
+      "top_k",
+    ):
+      at_least(name, 0)
     check(self.temperature >= 0, f"--temperature={self.temperature} < 0")
     for name in ("warm_start_noise", "warm_start_hints"):
       value = getattr(self, name)
       check(0 <= value <= 1, f"--{name}={value} not in [0, 1]")
     check(0 < self.top_p <= 1, f"--top_p={self.top_p} not in (0, 1]")
-    check(self.top_k >= 0, f"--top_k={self.top_k} < 0")
-    check(self.lr >= 0, f"--lr={self.lr} < 0")
+    for name in ("lr", "warm_start_lr", "weight_decay", "grad_clip"):
+      value = getattr(self, name)
+      check(value >= 0, f"--{name}={value} must be >= 0")
+    for name in ("adam_b1", "adam_b2"):
+      value = getattr(self, name)
+      check(0 <= value < 1, f"--{name}={value} not in [0, 1)")
     check(
       self.schedule in ("constant", "cosine"),
       f"--schedule={self.schedule!r}; expected constant or cosine",
     )
+    for name in ("dtype", "param_dtype"):
+      value = getattr(self, name)
+      check(value in DTYPES, f"--{name}={value!r}; expected one of {DTYPES}")
+    for name in ("mesh_data", "mesh_fsdp", "mesh_tensor"):
+      value = getattr(self, name)
+      check(value == -1 or value >= 1, f"--{name}={value}: -1 or >= 1")
     check(
       self.ppo_epochs >= 1
       and self.minibatches >= 1
@@ -143,16 +208,62 @@ class BaseConfig:
       "--ppo_epochs, --minibatches and --micro_batches must be >= 1",
     )
     n = self.num_sequences
-    check(
-      n % self.minibatches == 0,
-      f"N = batch_size * group_size = {n} is not divisible by "
-      f"--minibatches={self.minibatches}",
-    )
-    mb = n // self.minibatches
-    check(
-      mb % self.micro_batches == 0,
-      f"minibatch of {mb} sequences is not divisible by "
-      f"--micro_batches={self.micro_batches}",
-    )
-    check(self.eval_samples >= 1, "--eval_samples must be >= 1")
-    check(self.eval_max_new_tokens >= 0, "--eval_max_new_tokens must be >= 0")
+    if self.minibatches >= 1 and self.micro_batches >= 1 and n > 0:
+      check(
+        n % self.minibatches == 0,
+        f"N = batch_size * group_size = {n} is not divisible by "
+        f"--minibatches={self.minibatches}",
+      )
+      mb = n // self.minibatches
+      check(
+        mb % self.micro_batches == 0,
+        f"minibatch of {mb} sequences is not divisible by "
+        f"--micro_batches={self.micro_batches}",
+      )
+    if problems:
+      raise ConfigError("\n".join(f"Invalid config: {p}" for p in problems))
+
+
+def differences(saved: dict, cfg, ignore=()) -> list[str]:
+  """Fields in which a saved config.json (a dict) differs from `cfg`.
+
+  A field added to the Config after the run was made counts as unchanged if
+  `cfg` has the default it was introduced with (in the most basic Config
+  that has it: the behaviour of the code before it existed), not a
+  subclass's (e.g. a method that turns a new base option on). "class" is
+  compared too: `module.Class` as the loop saves it.
+  """
+  want = dataclasses.asdict(cfg)
+  defaults = {}
+  for klass in type(cfg).__mro__[::-1]:
+    if dataclasses.is_dataclass(klass):
+      for f in dataclasses.fields(klass):
+        defaults.setdefault(f.name, f.default)
+  diff = [
+    k for k in want if k not in ignore and saved.get(k, defaults[k]) != want[k]
+  ]
+  if saved.get("class", class_name(cfg)) != class_name(cfg):
+    diff.append("class")
+  return sorted(diff)
+
+
+def class_name(cfg) -> str:
+  """`module.Class` of a config, as config.json records it."""
+  return f"{type(cfg).__module__}.{type(cfg).__name__}"
+
+
+def writable_dir_problem(flag: str, path: str) -> str | None:
+  """Why `path` cannot hold a run's files (None if it can): it is created
+  if missing and a probe file is written and removed. gs:// is not probed.
+  """
+  if not path or "://" in path:
+    return None
+  try:
+    os.makedirs(path, exist_ok=True)
+    probe = os.path.join(path, f".rlreason-write-test-{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    return f"--{flag}={path} is not a writable directory: {e.strerror or e}"
+  return None

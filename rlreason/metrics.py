@@ -8,6 +8,10 @@ cannot append, so there the writer keeps the file's lines (those of an
 earlier run included, on resume) and rewrites the object at most every
 `upload_secs` and on close; a local metrics.jsonl is appended to and
 flushed at every write.
+
+A resumed run passes `keep_through=<restored step>`: rows logged after it
+(the steps the run is about to redo) are cut from the file, so no step is
+logged twice; a torn last line (the process died mid-write) is dropped.
 """
 
 import json
@@ -37,6 +41,7 @@ class MetricWriter:
     config: dict | None = None,
     filename: str = "metrics.jsonl",
     upload_secs: float = 30.0,
+    keep_through: int | None = None,
   ):
     self.enabled = enabled
     self._start = time.time()
@@ -50,14 +55,13 @@ class MetricWriter:
     workdir = epath.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     self.path = workdir / filename
+    kept = _kept_lines(self.path, keep_through)
     if storage.is_local(self.path):
+      if kept is not None:
+        self.path.write_text("".join(kept))
       self._file = open(self.path, "a")
     else:
-      self._lines = []
-      if self.path.exists():  # a resumed run continues the object
-        self._lines = self.path.read_text().splitlines(keepends=True)
-        if self._lines and not self._lines[-1].endswith("\n"):
-          self._lines[-1] += "\n"
+      self._lines = kept or []  # a resumed run continues the object
       self._uploaded = time.time()
     if tensorboard:
       from tensorboardX import SummaryWriter  # Lazy: optional at import time.
@@ -122,10 +126,38 @@ class MetricWriter:
       self._wandb.finish()
 
 
+def _parsed(path: epath.Path) -> list[tuple[str, dict]]:
+  """(line, row) for each line of a jsonl; a torn last line is dropped.
+
+  A torn line anywhere else is an error naming the file and line.
+  """
+  lines = [s for s in path.read_text().splitlines() if s.strip()]
+  out = []
+  for i, line in enumerate(lines):
+    try:
+      out.append((line, json.loads(line)))
+    except json.JSONDecodeError as e:
+      if i < len(lines) - 1:
+        raise ValueError(f"{path}:{i + 1}: not a JSON line: {e}") from None
+      print(f"{path}: skipped a torn last line", file=sys.stderr)
+  return out
+
+
+def _kept_lines(path: epath.Path, keep_through: int | None):
+  """The lines of an existing jsonl to keep, or None if there is none:
+  without a torn last line and, with `keep_through`, without later steps."""
+  if not path.exists():
+    return None
+  return [
+    line + "\n"
+    for line, row in _parsed(path)
+    if keep_through is None or row.get("step", 0) <= keep_through
+  ]
+
+
 def read_jsonl(path: epath.PathLike) -> list[dict]:
-  """The rows of a jsonl file (local or gs://)."""
-  text = epath.Path(path).read_text()
-  return [json.loads(line) for line in text.splitlines() if line.strip()]
+  """The rows of a jsonl file (local or gs://); a torn last line is skipped."""
+  return [row for _, row in _parsed(epath.Path(path))]
 
 
 class Progress:

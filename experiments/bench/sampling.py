@@ -31,6 +31,7 @@ from absl import app
 from absl import flags
 
 from rlreason.sampling import sampler as sampling
+from rlreason.sampling import draw
 from rlreason.model import hf
 
 
@@ -139,7 +140,7 @@ def _rlreason_sampler(path: str, shape: Shape, prompts: np.ndarray, dtype: str):
       rng,
       model_cfg=model_cfg,
       max_new_tokens=shape.new_tokens,
-      sampling=sampling.Sampling(temperature=1.0),
+      sampling=draw.Sampling(temperature=1.0),
       stop_ids=(),
     )  # EOS disabled: exactly T tokens.
     jax.block_until_ready(out)

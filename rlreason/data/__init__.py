@@ -1,6 +1,6 @@
 """Layer 4, data: prompt sources (jsonl / parquet / HF / tfds / task specs),
-the procedural tasks, answer extraction, curricula, difficulty tracking and
-rollout allocation.
+the resumable prompt iterator, the procedural tasks, answer extraction,
+curricula, difficulty tracking and rollout allocation.
 
 Imports rl/, sampling/, model/ and the bottom modules.
 """

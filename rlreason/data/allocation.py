@@ -25,7 +25,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 
 # Keys of sample_again are fold_in(key(seed), _ROUND_BASE + round): apart
 # from the loop's (fold_in(key(seed), round) for dynamic sampling).

@@ -8,7 +8,7 @@ list of stages, each a start batch and a difficulty range:
                              difficulties 1-2, 80.. from 2-3
 
 `StagedPrompts` draws batch k from the pool of the stage it falls in, with
-one `data.PromptIterator` per stage, so it is deterministic in (seed, k)
+one `iterator.PromptIterator` per stage, so it is deterministic in (seed, k)
 and resumable from its `state()`, like `PromptIterator`; pass it to the
 loop with `loop.train(..., prompt_iterator=curriculum.make(schedule))`.
 Batches are counted as drawn (a method that samples extra batches per step,
@@ -17,6 +17,7 @@ e.g. dynamic sampling, advances the schedule faster than the step count).
 
 from typing import Callable, Sequence
 
+from rlreason.data import iterator
 from rlreason.data import sources as data_lib
 
 
@@ -82,7 +83,7 @@ class StagedPrompts:
           f"{sorted({e.difficulty for e in examples})})"
         )
       self.stages.append(
-        data_lib.PromptIterator(pool, batch_size, seed=seed + k)
+        iterator.PromptIterator(pool, batch_size, seed=seed + k)
       )
     self.drawn = 0
 

@@ -349,14 +349,14 @@ def prompts(tracker: Tracker, weights: Callable) -> Callable:
 
 def tracked_iterator(tracker: Tracker, base: Callable | None = None):
   """A prompt_iterator factory that keeps `base`'s order (default: the
-  loop's data.PromptIterator) and checkpoints `tracker` with it."""
-  from rlreason.data import sources as data_lib
+  loop's iterator.PromptIterator) and checkpoints `tracker` with it."""
+  from rlreason.data import iterator
 
   def factory(cfg, examples):
     inner = (
       base(cfg, examples)
       if base
-      else data_lib.PromptIterator(examples, cfg.batch_size, seed=cfg.seed)
+      else iterator.PromptIterator(examples, cfg.batch_size, seed=cfg.seed)
     )
     return _WithTracker(inner, tracker)
 

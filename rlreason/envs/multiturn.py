@@ -55,7 +55,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 from rlreason.sampling import segments
 from rlreason.sampling import stops
 from rlreason.envs import base as env_base

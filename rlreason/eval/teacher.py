@@ -24,7 +24,7 @@ import dataclasses
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 
 
 class Teacher:

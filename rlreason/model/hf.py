@@ -7,9 +7,8 @@
 parameter shard directly on its device (`jax.make_array_from_callback`), so a
 sharded model never exists as a full replicated copy on one host or device.
 
-Layouts. HF stores linear weights as [out, in]; ours are [in, out] with the
-head axis split out, so attention kernels are [D, H, Dh] (q/k/v) and
-[H, Dh, D] (o).
+Which HF tensor holds each parameter, and how its layout differs from ours
+([out, in] vs [in, out], heads split out), is in hf_layout.py.
 """
 
 import json
@@ -23,6 +22,7 @@ import safetensors.numpy
 from absl import logging
 
 from rlreason import mesh as mesh_lib
+from rlreason.model import hf_layout
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 
@@ -166,116 +166,6 @@ def config_to_hf(model_cfg: ModelConfig) -> dict:
   return out
 
 
-# --- Parameter names ----------------------------------------------------------
-
-# kind: how our layout derives from the HF tensor.
-#   same        identical
-#   T           ours = hf.T                        ([in, out] vs [out, in])
-#   heads_in    hf [X*Dh, D] -> ours [D, X, Dh]    (q/k/v kernels)
-#   heads_out   hf [D, H*Dh] -> ours [H, Dh, D]    (o kernel)
-#   heads_bias  hf [X*Dh]    -> ours [X, Dh]
-
-
-def hf_names(model_cfg: ModelConfig) -> dict[tuple[str, ...], tuple[str, str]]:
-  """Our param path -> (HF tensor name, layout kind)."""
-  names = {
-    ("embedding",): ("model.embed_tokens.weight", "same"),
-    ("final_norm", "scale"): ("model.norm.weight", "same"),
-  }
-  if not model_cfg.tie_embeddings:
-    names[("lm_head",)] = ("lm_head.weight", "T")
-  for i in range(model_cfg.n_layers):
-    ours, hf = f"layer_{i}", f"model.layers.{i}"
-    names[(ours, "input_norm", "scale")] = (
-      f"{hf}.input_layernorm.weight",
-      "same",
-    )
-    names[(ours, "post_attn_norm", "scale")] = (
-      f"{hf}.post_attention_layernorm.weight",
-      "same",
-    )
-    for p in ("q", "k", "v"):
-      names[(ours, "attn", f"{p}_kernel")] = (
-        f"{hf}.self_attn.{p}_proj.weight",
-        "heads_in",
-      )
-      if model_cfg.qkv_bias:
-        names[(ours, "attn", f"{p}_bias")] = (
-          f"{hf}.self_attn.{p}_proj.bias",
-          "heads_bias",
-        )
-    names[(ours, "attn", "o_kernel")] = (
-      f"{hf}.self_attn.o_proj.weight",
-      "heads_out",
-    )
-    if model_cfg.o_bias:
-      names[(ours, "attn", "o_bias")] = (f"{hf}.self_attn.o_proj.bias", "same")
-    if model_cfg.qk_norm:
-      for p in ("q", "k"):
-        names[(ours, "attn", f"{p}_norm", "scale")] = (
-          f"{hf}.self_attn.{p}_norm.weight",
-          "same",
-        )
-    for p in ("gate", "up", "down"):
-      names[(ours, "mlp", f"{p}_kernel")] = (f"{hf}.mlp.{p}_proj.weight", "T")
-  return names
-
-
-def _hf_shape(shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
-  if kind == "same":
-    return tuple(shape)
-  if kind == "T":
-    return (shape[1], shape[0])
-  if kind == "heads_in":
-    return (shape[1] * shape[2], shape[0])
-  if kind == "heads_out":
-    return (shape[2], shape[0] * shape[1])
-  if kind == "heads_bias":
-    return (shape[0] * shape[1],)
-  raise ValueError(kind)
-
-
-def _read(sl, kind: str, index: tuple, shape: tuple) -> np.ndarray:
-  """Reads the block `index` (in our layout) from a lazy HF tensor slice."""
-  idx = tuple(slice(*s.indices(n)[:2]) for s, n in zip(index, shape))
-  if kind == "same":
-    return sl[idx] if idx else sl[:]
-  if kind == "T":
-    return sl[idx[1], idx[0]].T
-  if kind == "heads_in":
-    d_s, x_s, dh_s = idx
-    dh = shape[2]
-    block = sl[x_s.start * dh : x_s.stop * dh, d_s]  # [x*Dh, d]
-    x = x_s.stop - x_s.start
-    return block.reshape(x, dh, -1).transpose(2, 0, 1)[:, :, dh_s]
-  if kind == "heads_out":
-    h_s, dh_s, d_s = idx
-    dh = shape[1]
-    block = sl[d_s, h_s.start * dh : h_s.stop * dh]  # [d, h*Dh]
-    h = h_s.stop - h_s.start
-    return block.reshape(-1, h, dh).transpose(1, 2, 0)[:, dh_s, :]
-  if kind == "heads_bias":
-    x_s, dh_s = idx
-    dh = shape[1]
-    block = sl[x_s.start * dh : x_s.stop * dh]
-    return block.reshape(x_s.stop - x_s.start, dh)[:, dh_s]
-  raise ValueError(kind)
-
-
-def _to_hf(x: np.ndarray, kind: str) -> np.ndarray:
-  if kind == "same":
-    return x
-  if kind == "T":
-    return x.T
-  if kind == "heads_in":
-    return x.transpose(1, 2, 0).reshape(x.shape[1] * x.shape[2], x.shape[0])
-  if kind == "heads_out":
-    return x.transpose(2, 0, 1).reshape(x.shape[2], x.shape[0] * x.shape[1])
-  if kind == "heads_bias":
-    return x.reshape(-1)
-  raise ValueError(kind)
-
-
 # --- Files --------------------------------------------------------------------
 
 
@@ -364,7 +254,7 @@ def load(
     shardings = mesh_lib.shardings(
       mesh, transformer.param_axes(model_cfg), rules, shapes
     )
-  names = hf_names(model_cfg)
+  names = hf_layout.hf_names(model_cfg)
   handles = {}
 
   def handle(file):
@@ -381,7 +271,7 @@ def load(
         f"{'/'.join(p)}) is in no safetensors file"
       )
     got = tuple(handle(files[hf_name]).get_slice(hf_name).get_shape())
-    want = _hf_shape(flat_shapes[p].shape, kind)
+    want = hf_layout.hf_shape(flat_shapes[p].shape, kind)
     if got != want:
       raise CheckpointError(
         f"{files[hf_name]}: tensor {hf_name!r} has shape {list(got)} but "
@@ -406,7 +296,7 @@ def load(
       shape,
       flat_shardings[p],
       lambda index, sl=sl, kind=kind, shape=shape: np.ascontiguousarray(
-        _read(sl, kind, index, shape)
+        hf_layout.read_block(sl, kind, index, shape)
       ).astype(np_dtype),
     )
   for h in handles.values():
@@ -426,8 +316,8 @@ def save(
   hf_cfg = {**config_to_hf(model_cfg), **(extra_config or {})}
   flat = _flatten(params)
   shards, current, size = [], {}, 0
-  for p, (hf_name, kind) in hf_names(model_cfg).items():
-    x = _to_hf(np.asarray(jax.device_get(flat[p])), kind)
+  for p, (hf_name, kind) in hf_layout.hf_names(model_cfg).items():
+    x = hf_layout.to_hf(np.asarray(jax.device_get(flat[p])), kind)
     if current and size + x.nbytes > max_shard_bytes:
       shards.append(current)
       current, size = {}, 0

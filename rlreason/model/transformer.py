@@ -1,8 +1,8 @@
 """Decoder-only transformer of the Llama / Qwen2 / Qwen3 families in Flax linen.
 
-RMSNorm, rotary embeddings (rope_theta; the llama3 rope-scaling form),
-grouped-query attention, SwiGLU MLP, optional q/k/v bias (Qwen2), optional
-per-head q/k RMSNorm (Qwen3), tied or untied embeddings.
+RMSNorm, grouped-query attention (rotary embeddings, llama3 rope scaling and
+the masked attention over the cache are in attention.py), SwiGLU MLP and,
+optionally, q/k/v bias (Qwen2), per-head q/k RMSNorm (Qwen3), tied embeddings.
 
 The forward is a pure function of (params, tokens, positions, cache):
 
@@ -11,26 +11,25 @@ The forward is a pure function of (params, tokens, positions, cache):
 Shapes: N sequences, Q tokens in this call, S cache length, V vocab, D model
 dim, H / K query / kv heads, Dh head dim, F mlp dim, L layers.
 
-Padding: a position < 0 marks a padding token. Padding tokens are never
-attended to; their own outputs are garbage and must be masked by the caller.
-Causality is by slot order (a token attends to itself and to earlier slots), so
-left-padded prompts work with positions that count from 0 at the first real
-token.
+Padding: a position < 0 marks a padding token; it is never attended to, and
+its own output is garbage the caller must mask. Causality is by slot order, so
+left-padded prompts work with positions from 0 at the first real token.
 
-KV cache: `init_cache(model_cfg, N, S)` gives fixed-size [N, K, S, Dh]
-buffers (no transpose of the cache when decoding). Each call
-writes its Q tokens at slots [index, index + Q) and advances index. All rows
-share the write index (prompts are left padded so that they end together).
+KV cache: `init_cache(model_cfg, N, S)` gives fixed-size [N, K, S, Dh] buffers
+(no transpose of the cache when decoding). Each call writes its Q tokens at
+slots [index, index + Q) and advances index; all rows share the write index
+(prompts are left padded so that they end together).
 """
 
 import dataclasses
 import functools
-import math
 from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from rlreason.model import attention
 
 Params = Any
 
@@ -39,9 +38,6 @@ _DTYPES = {
   "bfloat16": jnp.bfloat16,
   "float16": jnp.float16,
 }
-# Large finite negative, not -inf: a fully masked row (a padding query) then
-# gives a uniform softmax instead of NaN.
-_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,45 +123,6 @@ def init_cache(
   )
 
 
-def rope_frequencies(model_cfg: ModelConfig) -> jax.Array:
-  """Inverse frequencies [Dh / 2], with llama3 scaling when configured.
-
-  Llama 3.1 (HF `_compute_llama3_parameters`): wavelengths longer than
-  original_max / low_freq_factor are divided by `factor`, shorter than
-  original_max / high_freq_factor are kept, and the band between is
-  interpolated smoothly.
-  """
-  dh = model_cfg.head_dim
-  inv = 1.0 / (
-    model_cfg.rope_theta ** (jnp.arange(0, dh, 2, dtype=jnp.float32) / dh)
-  )
-  if model_cfg.rope_scaling is None:
-    return inv
-  factor, low, high, original = model_cfg.rope_scaling
-  wavelen = 2 * math.pi / inv
-  low_wavelen, high_wavelen = original / low, original / high
-  scaled = jnp.where(wavelen > low_wavelen, inv / factor, inv)
-  smooth = (original / wavelen - low) / (high - low)
-  smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-  is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-  return jnp.where(is_medium, smoothed, scaled)
-
-
-def apply_rope(
-  x: jax.Array, positions: jax.Array, inv_freq: jax.Array
-) -> jax.Array:
-  """Rotary embedding, HF "rotate_half" layout. x: [N, Q, H, Dh]."""
-  angles = (
-    positions[..., None].astype(jnp.float32) * inv_freq[None, None, :]
-  )  # [N, Q, Dh/2]
-  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
-  sin, cos = jnp.sin(angles), jnp.cos(angles)
-  x32 = x.astype(jnp.float32)
-  half = x.shape[-1] // 2
-  rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
-  return (x32 * cos + rotated * sin).astype(x.dtype)
-
-
 def _param(module, name, axes, shape, init, dtype):
   return module.param(
     name, nn.with_logical_partitioning(init, axes), shape, dtype
@@ -237,38 +194,13 @@ class Attention(nn.Module):
     if cfg.qk_norm:  # Qwen3: per-head RMSNorm before rotary.
       q = RMSNorm(cfg.rms_eps, pdt, "head_dim", name="q_norm")(q)
       kk = RMSNorm(cfg.rms_eps, pdt, "head_dim", name="k_norm")(kk)
-    inv_freq = rope_frequencies(cfg)
+    inv_freq = attention.rope_frequencies(cfg)
     rope_pos = jnp.maximum(positions, 0)
-    q = apply_rope(q, rope_pos, inv_freq)
-    kk = apply_rope(kk, rope_pos, inv_freq)
-
-    # Write this block into the cache, then attend over every slot.
-    k_cache = jax.lax.dynamic_update_slice_in_dim(
-      k_cache, kk.swapaxes(1, 2).astype(k_cache.dtype), index, axis=2
+    q = attention.apply_rope(q, rope_pos, inv_freq)
+    kk = attention.apply_rope(kk, rope_pos, inv_freq)
+    out, k_cache, v_cache = attention.attend(
+      q, kk, vv, k_cache, v_cache, slot_pos, index, dt
     )
-    v_cache = jax.lax.dynamic_update_slice_in_dim(
-      v_cache, vv.swapaxes(1, 2).astype(v_cache.dtype), index, axis=2
-    )
-    n, nq = x.shape[0], x.shape[1]
-    s = k_cache.shape[2]
-    q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
-    scores = jnp.einsum(
-      "nqkgd,nksd->nkgqs",
-      q,
-      k_cache.astype(dt),
-      preferred_element_type=jnp.float32,
-    )
-    scores = scores / math.sqrt(dh)
-    query_slot = index + jnp.arange(nq)  # [Q]
-    visible = (jnp.arange(s)[None, :] <= query_slot[:, None])[None] & (
-      slot_pos[:, None, :] >= 0
-    )  # [N, Q, S]
-    scores = jnp.where(visible[:, None, None], scores, _MASK_VALUE)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    # This output order keeps both products plain batched matmuls over
-    # (N, K); XLA:CPU falls back to a slow dot for the others.
-    out = jnp.einsum("nkgqs,nksd->nkgqd", probs, v_cache.astype(dt))
-    out = out.transpose(0, 3, 1, 2, 4).reshape(n, nq, h, dh)
     wo = _param(
       self,
       "o_kernel",

@@ -37,7 +37,7 @@ import safetensors.numpy
 
 from rlreason import metrics as metrics_lib
 from rlreason.sampling import rollout as rollout_lib
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 from rlreason.model import transformer
 
 JUDGE_TEMPLATE = (

@@ -1,6 +1,7 @@
-"""Layer 2, sampling: jitted KV-cache sampling (sampler, token filters, stops,
-vocab scans), rollouts (repeat G, pad, reshard, detokenize), segments and
-tree rollouts, and scoring of sampled completions (pass@k, maj@k).
+"""Layer 2, sampling: jitted KV-cache sampling (sampler; draw: token filters
+and per-row keys; stops, vocab scans), rollouts (repeat G, pad, reshard,
+detokenize), segments, tree rollouts (tree, tree_forks; tree_loop: a loop
+generate_fn), and scoring of sampled completions (pass@k, maj@k).
 
 Imports model/ and the bottom modules.
 """

@@ -27,6 +27,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw
 from rlreason.sampling import stops
 from rlreason.model import transformer
 from rlreason.model.tokenizer import Tokenizer
@@ -126,7 +127,7 @@ def generate(
   tokenizer: Tokenizer,
   max_new_tokens: int,
   group_size: int = 1,
-  sampling: sampling_lib.Sampling | None = None,
+  sampling: draw.Sampling | None = None,
   mesh: jax.sharding.Mesh | None = None,
   max_prompt_len: int | None = None,
   bucket: int = 32,
@@ -214,7 +215,7 @@ def generate(
     jax.random.fold_in(rng, step),
     model_cfg=model_cfg,
     max_new_tokens=int(max_new_tokens),
-    sampling=sampling or sampling_lib.Sampling(),
+    sampling=sampling or draw.Sampling(),
     stop_ids=stop_ids,
     pad_id=tokenizer.pad_id,
     mesh=mesh,

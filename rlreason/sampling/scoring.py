@@ -23,7 +23,7 @@ from typing import Callable, Hashable, Sequence
 import jax
 import numpy as np
 
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 
 # Offset of the evaluation key from the run's seed: evaluation randomness is
 # fixed and differs from the training rollouts'.

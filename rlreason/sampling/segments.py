@@ -39,8 +39,8 @@ from rlreason.sampling import stops
 from rlreason.model import transformer
 from rlreason.sampling.sampler import constrain
 from rlreason.sampling.sampler import constrain_cache
-from rlreason.sampling.sampler import row_keys
-from rlreason.sampling.sampler import step_keys
+from rlreason.sampling.draw import row_keys
+from rlreason.sampling.draw import step_keys
 
 
 def _cast(params, model_cfg):

@@ -5,7 +5,9 @@
                      levels=1, branches=1, fork_at="entropy")
 
 Credit assignment on a finished tree's rewards (TreeRL's subtree-value
-process advantages) is tree_credit.py.
+process advantages) is tree_credit.py; training on trees (a loop
+generate_fn, prompt-major rows) is tree_loop.py; where a tree forks is
+tree_forks.py.
 
 TreeRL's EPTree(M, N, L, T) (Hou et al. 2025, arXiv:2506.11902;
 the authors' entropy_chain_local_manager.py): level 0 samples M = `roots`
@@ -60,6 +62,7 @@ import numpy as np
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw
 from rlreason.sampling import segments
 from rlreason.sampling import tree_forks
 from rlreason.sampling import stops
@@ -126,13 +129,6 @@ def _concat_caches(caches, *, mesh=None):
     index=jnp.max(jnp.stack([c.index for c in caches])),
   )
   return sampling_lib.constrain_cache(out, mesh)
-
-
-def _like(x: np.ndarray, ref: jax.Array) -> jax.Array:
-  """Host x on ref's sharding when ref is split over a mesh."""
-  if isinstance(ref.sharding, jax.sharding.NamedSharding):
-    return mesh_lib.put_global(x, ref.sharding)
-  return jnp.asarray(x)
 
 
 class _Rows:
@@ -221,7 +217,7 @@ def generate(
   branches: int = 1,
   fork_at: str = "entropy",
   depths: Sequence[int] = (),
-  sampling: sampling_lib.Sampling | None = None,
+  sampling: draw.Sampling | None = None,
   max_prompt_len: int | None = None,
   bucket: int = 32,
   mesh: jax.sharding.Mesh | None = None,
@@ -254,7 +250,7 @@ def generate(
       f"tree.generate: roots={roots}, forks={forks}, levels={levels}, "
       f"branches={branches} must all be >= 1"
     )
-  sampling = sampling or sampling_lib.Sampling()
+  sampling = sampling or draw.Sampling()
   stop_ids, stop_seqs = stops.split((tokenizer.eos_id,), stop_sequences)
   stops.check_vocab(stop_ids, stop_seqs, model_cfg.vocab_size)
   rows_on = functools.partial(mesh_lib.put_rows, mesh)
@@ -391,100 +387,3 @@ def _assemble(tokens, positions, rows, tok, roots, rows_on):
     entropy=rows.ent,
     level=rows.level,
   )
-
-
-def prompt_major(tr: TreeRollout) -> TreeRollout:
-  """Rows reordered so each prompt's tree is contiguous (roots, branches),
-  as the loop's group statistics expect; `parent` is remapped. Device
-  arrays keep their sharding."""
-  order = np.argsort(tr.prompt_ids, kind="stable")
-  new = np.empty_like(order)
-  new[order] = np.arange(len(order))
-  take = lambda x: x[order] if isinstance(x, np.ndarray) else x
-  fields = {k: take(v) for k, v in tr._asdict().items()}
-  for k in ("tokens", "positions", "logp", "policy_logp", "mask"):
-    x = getattr(tr, k)
-    fields[k] = _like(mesh_lib.to_host(x)[order], x)
-  fields["texts"] = [tr.texts[i] for i in order]
-  fields["parent"] = np.where(tr.parent[order] >= 0, new[tr.parent[order]], -1)
-  return TreeRollout(**fields)
-
-
-def tree_shape(cfg) -> tuple[int, int, int]:
-  """(forks, levels, branches) of an experiment Config: cfg.forks,
-  cfg.fork_levels (default 1), cfg.fork_branches (default 1)."""
-  return (
-    int(cfg.forks),
-    int(getattr(cfg, "fork_levels", 1)),
-    int(getattr(cfg, "fork_branches", 1)),
-  )
-
-
-def check_shape(cfg) -> None:
-  """Raises ValueError unless cfg's tree shape is valid and its group_size
-  a whole number of trees (make_generate_fn's requirement)."""
-  forks, levels, branches = tree_shape(cfg)
-  if min(forks, levels, branches) < 1:
-    raise ValueError(
-      "Invalid config: --forks, --fork_levels and --fork_branches must be >= 1"
-    )
-  k = leaves_per_tree(forks, levels, branches)
-  if cfg.group_size % k:
-    raise ValueError(
-      f"Invalid config: --group_size={cfg.group_size} must be a multiple of "
-      f"1 + --fork_levels * --forks * --fork_branches = {k} (leaves per "
-      "tree)"
-    )
-
-
-def make_generate_fn(
-  cfg,
-  *,
-  fork_at: str = "entropy",
-  depths: Sequence[int] = (),
-  whole_leaves: bool = False,
-):
-  """A loop generate_fn (train(generate_fn=...)) sampling trees per prompt.
-
-  Training rollouts (group_size divisible by k = leaves_per_tree of
-  tree_shape(cfg)) are EPTree forests of group_size / k roots, returned
-  prompt-major; any other group size (evaluation) samples plain chains.
-  whole_leaves: every leaf's mask covers its whole response, shared prefix
-  included (ETTRL); otherwise each token is owned by one leaf (TreeRL).
-  """
-  forks, levels, branches = tree_shape(cfg)
-  k = leaves_per_tree(forks, levels, branches)
-
-  def fn(ctx, params, examples, rng, step, *, group_size, sampling):
-    prompts = ctx.encode_prompts(examples)
-    kw = dict(
-      model_cfg=ctx.model_cfg,
-      tokenizer=ctx.tokenizer,
-      max_new_tokens=cfg.max_new_tokens,
-      sampling=sampling,
-      max_prompt_len=cfg.max_prompt_len,
-      mesh=ctx.mesh,
-    )
-    if group_size % k:  # evaluation: plain chains
-      return rollout_lib.generate(
-        params, prompts, rng, step, group_size=group_size, **kw
-      )
-    tr = generate(
-      params,
-      prompts,
-      rng,
-      step,
-      roots=group_size // k,
-      forks=forks,
-      levels=levels,
-      branches=branches,
-      fork_at=fork_at,
-      depths=depths,
-      **kw,
-    )
-    out = prompt_major(tr)
-    if whole_leaves:
-      out = out._replace(mask=_like(out.mask_full, out.mask))
-    return out
-
-  return fn

@@ -1,4 +1,4 @@
-"""Vocab-sized primitives of the sampler (sampling.py): argmax, inverse-CDF
+"""Vocab-sized primitives of the token draw (draw.py): argmax, inverse-CDF
 draws and the nucleus threshold, all over [N, V] logits.
 
 XLA:CPU is slow at argmax (a variadic reduce), cumsum over long axes and

@@ -10,13 +10,21 @@ interrupted save never leaves a half checkpoint behind. `meta` is JSON
 exactly). A state holding a non-finite value is refused: a checkpoint never
 contains NaN.
 
+A save that fails (disk full, no permission) raises CheckpointError naming
+the directory and the cause; the checkpoints before it are untouched. A
+latest checkpoint that cannot be restored (a truncated array file, missing
+metadata) is moved aside to `<directory>.corrupt/` (never deleted) and the
+next older one is restored instead, with a warning saying so.
+
 `Preemption` turns SIGTERM (TPU maintenance, SLURM time limit) into a flag
 the loop polls between steps, so it can save and exit cleanly.
 """
 
 import os
+import shutil
 import signal
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -26,19 +34,38 @@ from absl import logging
 from rlreason import storage
 
 
+class CheckpointError(RuntimeError):
+  """A checkpoint could not be written; the message names path and cause."""
+
+
+class Stopped(Exception):
+  """A signal stopped work that was checkpointed (e.g. the warm start);
+  rerunning the same command resumes it."""
+
+  def __init__(self, what: str, step: int, steps: int):
+    super().__init__(f"{what} stopped at step {step} of {steps}")
+    self.what, self.step, self.steps = what, step, steps
+
+
 class Checkpointer:
   """Keep-last-N orbax checkpoints in `directory` (local path or gs://)."""
 
   def __init__(self, directory: str, keep: int = 2):
+    if keep < 1:
+      raise ValueError(f"keep={keep}: at least one checkpoint must be kept")
     # Orbax resolves URLs (gs://) itself; a local path must be absolute.
     directory = os.fspath(directory)
     if storage.is_local(directory):
       directory = os.path.abspath(directory)
     self.directory = directory
-    self._manager = ocp.CheckpointManager(
-      directory,
+    self._keep = keep
+    self._manager = self._open()
+
+  def _open(self):
+    return ocp.CheckpointManager(
+      self.directory,
       options=ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=True, enable_async_checkpointing=False
+        max_to_keep=self._keep, create=True, enable_async_checkpointing=False
       ),
       item_names=("state", "meta"),
     )
@@ -52,25 +79,56 @@ class Checkpointer:
       raise ValueError(
         f"Refusing to checkpoint step {step}: the state holds non-finite values"
       )
-    self._manager.save(
-      step,
-      args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
-      ),
-      force=True,
-    )
-    self._manager.wait_until_finished()
+    try:
+      self._manager.save(
+        step,
+        args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+        ),
+        force=True,
+      )
+      self._manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 - orbax wraps OSErrors variously
+      cause = _root_cause(e)
+      raise CheckpointError(
+        f"Could not write checkpoint {step} to {self.directory}: "
+        f"{type(cause).__name__}: {cause}. The checkpoints before it are "
+        "intact; free the space (or fix the permission) and rerun the same "
+        "command to resume."
+      ) from e
     logging.info("Saved checkpoint %d to %s", step, self.directory)
 
   def restore(self, abstract_state, step: int | None = None):
     """(state, meta) at `step` (default latest), or (None, None) if none.
 
     `abstract_state` is a pytree of jax.ShapeDtypeStruct with shardings: the
-    arrays come back directly in that layout.
+    arrays come back directly in that layout. Without `step`, a checkpoint
+    that fails to restore is moved aside and the next older one is tried.
     """
-    step = self.latest_step() if step is None else step
-    if step is None:
-      return None, None
+    if step is not None:
+      return self._restore(abstract_state, step)
+    while (step := self.latest_step()) is not None:
+      try:
+        return self._restore(abstract_state, step)
+      except Exception as e:  # noqa: BLE001 - orbax / TensorStore errors
+        cause = _root_cause(e)
+        moved = self._move_aside(step)
+        older = self.latest_step()
+        logging.warning(
+          "Checkpoint %d in %s could not be restored (%s: %s); moved it to "
+          "%s. %s",
+          step,
+          self.directory,
+          type(cause).__name__,
+          str(cause).splitlines()[0] if str(cause) else "",
+          moved,
+          f"Resuming from checkpoint {older}."
+          if older is not None
+          else "No older checkpoint: starting from step 0.",
+        )
+    return None, None
+
+  def _restore(self, abstract_state, step: int):
     out = self._manager.restore(
       step,
       args=ocp.args.Composite(
@@ -81,8 +139,37 @@ class Checkpointer:
     logging.info("Restored checkpoint %d from %s", step, self.directory)
     return out.state, out.meta
 
+  def _move_aside(self, step: int) -> str:
+    """Moves step's directory to <directory>.corrupt/<step>-<time>."""
+    src = os.path.join(self.directory, str(step))
+    dst = os.path.join(
+      self.directory.rstrip("/") + ".corrupt",
+      f"{step}-{time.strftime('%Y%m%d-%H%M%S')}",
+    )
+    if jax.process_index() == 0:
+      if storage.is_local(src):
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.move(src, dst)
+      else:
+        from etils import epath
+
+        epath.Path(dst).parent.mkdir(parents=True, exist_ok=True)
+        epath.Path(src).rename(dst)
+    self._manager.close()
+    self._manager = self._open()
+    return dst
+
   def close(self):
     self._manager.close()
+
+
+def _root_cause(e: BaseException) -> BaseException:
+  """The innermost exception of a chain (orbax wraps the OSError)."""
+  seen = set()
+  while id(e) not in seen and (e.__cause__ or e.__context__):
+    seen.add(id(e))
+    e = e.__cause__ or e.__context__
+  return e
 
 
 @jax.jit

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from absl import logging
 
 from rlreason.data import sources as data_lib
 from rlreason.sampling import scoring as evaluation
@@ -62,13 +63,9 @@ class Context:
   generate_fn: Callable | None = None
 
   def encode_prompts(self, examples) -> list[list[int]]:
-    # A hinted example (hints.with_hint) shows its hint and prefix.
-    return [
-      self.tokenizer.encode(
-        hints.prompt_text(self.tokenizer, e, self.cfg.template)
-      )
-      for e in examples
-    ]
+    cfg = self.cfg
+    cut = cfg.max_prompt_len if getattr(cfg, "truncate_prompts", 0) else None
+    return prompt_ids(self.tokenizer, examples, cfg.template, max_len=cut)
 
   def generate(
     self,
@@ -113,6 +110,13 @@ class Context:
       max_prompt_len=self.cfg.max_prompt_len,
       row_offset=row_offset,
     )
+
+  def take_nonfinite_rewards(self) -> int:
+    """Non-finite rewards seen since the last call (FiniteRewards)."""
+    n = getattr(self.reward_fn, "nonfinite", 0)
+    if n:
+      self.reward_fn.nonfinite = 0
+    return n
 
   def score(self, rollout: Rollout, examples) -> tuple[np.ndarray, dict]:
     """Rewards [N] and per-component metrics, answers repeated per group."""
@@ -171,6 +175,18 @@ class Context:
     )
 
 
+def prompt_ids(tokenizer, examples, template: str, *, max_len: int | None):
+  """Token ids of each example's prompt as the sampler sees it (a hinted
+  example, hints.with_hint, shows its hint and prefix); with `max_len`,
+  cut to the last max_len tokens (--truncate_prompts: the question's end
+  and the template's cue to answer are kept)."""
+  out = []
+  for e in examples:
+    ids = tokenizer.encode(hints.prompt_text(tokenizer, e, template))
+    out.append(ids[-max_len:] if max_len and len(ids) > max_len else ids)
+  return out
+
+
 def load_model(cfg, mesh):
   """(model_cfg, params) from --init_from, an HF directory or a preset."""
   source = cfg.init_from or cfg.model
@@ -216,9 +232,39 @@ def make_reward_fns(cfg):
   kind, location, _ = data_lib.parse_spec(cfg.data)
   correct_name = f"task:{location}" if kind == "task" else "math"
   name = correct_name if cfg.reward in ("task", "") else cfg.reward
-  reward_fn = rewards_lib.combine({name: 1.0})
+  reward_fn = FiniteRewards(rewards_lib.combine({name: 1.0}))
   correct = rewards_lib.get(correct_name)
   return reward_fn, correct
+
+
+class FiniteRewards:
+  """A reward function whose non-finite rewards (NaN, inf) are counted and
+  reported with their rows; the loop skips the step's update when any were
+  seen (Context.take_nonfinite_rewards), whatever the advantage estimator
+  would make of them (a group normalisation would zero a NaN's group)."""
+
+  def __init__(self, fn: Callable):
+    self.fn = fn
+    self.nonfinite = 0
+
+  def __call__(self, completions, answers, **kwargs):
+    total, parts = self.fn(completions, answers, **kwargs)
+    bad = np.flatnonzero(~np.isfinite(np.asarray(total, np.float64)))
+    if len(bad):
+      self.nonfinite += len(bad)
+      i = int(bad[0])
+      logging.warning(
+        "%d of %d rewards are not finite (rows %s); first: row %d = %s for "
+        "completion %r (answer %r). The step's update is skipped.",
+        len(bad),
+        len(total),
+        bad[:10].tolist(),
+        i,
+        np.asarray(total)[i],
+        completions[i][:200],
+        answers[i] if answers is not None else None,
+      )
+    return total, parts
 
 
 def eval_spec(cfg) -> str:

@@ -6,14 +6,30 @@ experiments in one process).
 
 `--scale=paper` starts from `replace(Config(), **paper)` (the experiment's
 PAPER overrides); flags given on the command line override either scale.
+
+Exit codes of an experiment run through `run_main`:
+  0   finished
+  1   failed (a traceback; a checkpoint that could not be written: one line)
+  2   usage error, found before any compute: a flag out of range, a path
+      that cannot be used, a bad data file or prompt (one line per problem)
+  75  stopped by SIGTERM / SIGINT after checkpointing (EX_TEMPFAIL): rerun
+      the same command to resume
 """
 
 import dataclasses
+import sys
 from typing import Callable
 
 from absl import app
 from absl import flags
 from absl import logging
+
+from rlreason import config
+from rlreason.data import sources
+from rlreason.train import checkpoint
+
+EXIT_USAGE = 2
+EXIT_STOPPED = 75
 
 _DEFINE = {
   bool: flags.DEFINE_boolean,
@@ -66,6 +82,40 @@ def run_main(cls, run: Callable, paper: dict | None = None) -> None:
       raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
       logging.set_verbosity(logging.WARNING)
-    run(parse_dataclass(cls, paper))
+    sys.exit(run_checked(run, parse_dataclass(cls, paper)))
 
   app.run(main)
+
+
+def run_checked(run: Callable, cfg) -> int:
+  """Calls `run(cfg)`; returns the exit code (module docstring), printing
+  usage and checkpoint errors as one message instead of a traceback."""
+  try:
+    cfg.validate()
+    out = run(cfg)
+  except (config.ConfigError, sources.DataError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return EXIT_USAGE
+  except ValueError as e:
+    if str(e).startswith("Invalid config:"):  # experiments' own validate
+      print(f"error: {e}", file=sys.stderr)
+      return EXIT_USAGE
+    raise
+  except checkpoint.CheckpointError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  except checkpoint.Stopped as e:
+    print(
+      f"Stopped: {e}; rerun the same command to resume (exit code "
+      f"{EXIT_STOPPED}).",
+      file=sys.stderr,
+    )
+    return EXIT_STOPPED
+  if isinstance(out, dict) and out.get("stopped"):
+    print(
+      f"Stopped at step {out.get('step')} of {cfg.steps}; rerun the same "
+      f"command to resume (exit code {EXIT_STOPPED}).",
+      file=sys.stderr,
+    )
+    return EXIT_STOPPED
+  return 0

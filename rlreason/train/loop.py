@@ -31,17 +31,25 @@ import numpy as np
 from absl import logging
 from etils import epath
 
+from rlreason import config
 from rlreason.train import checkpoint
+from rlreason.train import preflight
 from rlreason.train import context as context_lib
 from rlreason.data import sources as data_lib
+from rlreason.data import iterator
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.train import report
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
 from rlreason import storage
 from rlreason.train import train_step as ts
 from rlreason.model import transformer
+
+
+# status.json: {"status": "finished" | "stopped", "step", "steps"}, written
+# when train returns; absent while a run is going on (or was killed).
+STATUS = "status.json"
 
 
 def maybe_initialize_distributed(cfg) -> None:
@@ -97,7 +105,7 @@ def write_run_info(workdir: str, cfg) -> None:
   storage.write_json(
     workdir / "config.json",
     {
-      "class": f"{type(cfg).__module__}.{type(cfg).__name__}",
+      "class": config.class_name(cfg),
       **dataclasses.asdict(cfg),
     },
   )
@@ -150,7 +158,7 @@ def train(
   """Runs (or resumes) an RL experiment; returns the final metrics.
 
   `prompt_iterator(cfg, train_examples)` replaces the default
-  data.PromptIterator (e.g. curriculum.StagedPrompts); it must offer
+  iterator.PromptIterator (e.g. curriculum.StagedPrompts); it must offer
   `next()`, `state()` and `restore(state)` like PromptIterator.
 
   `generate_fn` replaces the sampler (Context.generate_fn), e.g.
@@ -164,13 +172,18 @@ def train(
   """
   cfg.validate()
   maybe_initialize_distributed(cfg)
-  # Data first: a bad spec or record fails before any compilation.
-  train_examples = data_lib.load(cfg.data, "train")
-  eval_examples = data_lib.load(context_lib.eval_spec(cfg), "eval")[
-    : cfg.eval_size
-  ]
-  cfg = sft.warm_started(cfg)
   workdir = workdir_for(cfg, name)
+  # Everything checkable is checked before any compute (warm start,
+  # compilation): paths, the workdir's earlier run, the data, its prompts.
+  preflight.check_paths(cfg, workdir)
+  preflight.check_resume(cfg, workdir)
+  eval_spec = context_lib.eval_spec(cfg)
+  train_examples = data_lib.load(cfg.data, "train")
+  eval_examples = data_lib.load(eval_spec, "eval")[: cfg.eval_size]
+  tok = context_lib.load_tokenizer(cfg)
+  preflight.check_prompts(cfg, tok, train_examples, f"--data={cfg.data}")
+  preflight.check_prompts(cfg, tok, eval_examples, f"eval data {eval_spec}")
+  cfg = sft.warm_started(cfg)
   is_main = jax.process_index() == 0
   if is_main:
     write_run_info(workdir, cfg)
@@ -227,7 +240,7 @@ def train(
   if prompt_iterator is not None:
     prompts = prompt_iterator(cfg, train_examples)
   else:
-    prompts = data_lib.PromptIterator(
+    prompts = iterator.PromptIterator(
       train_examples, cfg.batch_size, seed=cfg.seed
     )
   ckpt = checkpoint.Checkpointer(
@@ -239,8 +252,12 @@ def train(
     state, start = restored, int(meta["step"])
     prompts.restore(meta["data"])
     logging.info("Resuming %s from step %d", workdir, start)
+  if is_main:  # running: neither finished nor stopped
+    (epath.Path(workdir) / STATUS).unlink(missing_ok=True)
   writer = metrics_lib.MetricWriter(
     workdir,
+    # Rows after the checkpoint are redone: cut them (all, from step 0).
+    keep_through=start if restored is not None else -1,
     enabled=is_main,
     tensorboard=cfg.tensorboard,
     wandb_project=cfg.wandb_project,
@@ -307,7 +324,12 @@ def train(
     ctx.extra = {k: state.params[k] for k in extra_keys}
     ctx.sample_more = functools.partial(sample_more, step)
     ctx.step = step
+    ctx.take_nonfinite_rewards()
     batch, batch_metrics = make_batch(rollout, examples, ctx)
+    if bad_rewards := ctx.take_nonfinite_rewards():
+      # NaN and inf rewards alike: the train step skips its update.
+      batch = {**batch, "skip": np.ones(len(batch["mask"]), np.float32)}
+      batch_metrics = {**batch_metrics, "reward_nonfinite": bad_rewards}
     ctx.params = ctx.extra = None  # `state` is donated by the updates below.
     t2 = time.time()
     mb_rng = np.random.default_rng([cfg.seed, step])
@@ -362,6 +384,7 @@ def train(
       break
 
   final = {}
+  stopped_at = step + 1 if cfg.steps > start else start  # steps done
   if not preempt.requested:
     if ckpt.latest_step() != cfg.steps:
       save(cfg.steps)
@@ -371,9 +394,20 @@ def train(
   preempt.restore_handlers()
   writer.close()
   ckpt.close()
+  if is_main:
+    storage.write_json(
+      epath.Path(workdir) / STATUS,
+      {
+        "status": "stopped" if preempt.requested else "finished",
+        "step": stopped_at,
+        "steps": cfg.steps,
+      },
+    )
   return {
     **last,
     **final,
+    "stopped": preempt.requested,
+    "step": stopped_at,
     "workdir": workdir,
     "state": state,
     "model_cfg": model_cfg,

@@ -1,8 +1,8 @@
 """A run's report: report.md with before/after evaluation and PNG curves.
 
 Reads only the workdir (metrics.jsonl, eval_before.json, eval_after.json,
-config.json, COMMIT), so it can be rerun on any finished or running run, in
-a local or a gs:// workdir (rlreason/storage.py):
+config.json, COMMIT, status.json), so it can be rerun on any finished or
+running run, in a local or a gs:// workdir (rlreason/storage.py):
 
   python -m rlreason.train.report workdirs/grpo
 """
@@ -77,6 +77,28 @@ def plot_curves(
   return drawn
 
 
+def last_row_per_step(rows: list[dict]) -> list[dict]:
+  """Train rows and eval rows, one of each kind per step (the last logged):
+  a workdir written before resumes cut metrics.jsonl back may repeat steps.
+  """
+  latest = {}
+  for r in rows:
+    latest[(r.get("step"), "reward" in r, "eval/accuracy" in r)] = r
+  return sorted(latest.values(), key=lambda r: r.get("step", 0))
+
+
+def status_line(status: dict | None) -> str:
+  """ "finished (M of M steps)" / "stopped at step N of M" from status.json."""
+  if not status:
+    return "unknown (no status.json: the run is going on or was killed)"
+  n, m = status.get("step"), status.get("steps")
+  if status.get("status") == "stopped":
+    return (
+      f"stopped at step {n} of {m} (signal); rerun the same command to resume"
+    )
+  return f"finished ({n} of {m} steps)"
+
+
 def _cell(d: dict | None, k: str) -> str:
   """An eval metric as "mean% [low, high]", or "-"."""
   if not d or k not in d:
@@ -97,8 +119,9 @@ def write(workdir: str, title: str = "") -> str:
   if jax.distributed.is_initialized() and jax.process_index() != 0:
     return path
   run = epath.Path(workdir)
-  rows = metrics_lib.read_jsonl(run / "metrics.jsonl")
+  rows = last_row_per_step(metrics_lib.read_jsonl(run / "metrics.jsonl"))
   cfg = storage.read_json(run / "config.json") or {}
+  status = storage.read_json(run / "status.json")
   before = storage.read_json(run / "eval_before.json")
   after = storage.read_json(run / "eval_after.json")
   commit = ""
@@ -115,6 +138,7 @@ def write(workdir: str, title: str = "") -> str:
     f"- model: `{cfg.get('model')}` (init from "
     f"`{cfg.get('init_from') or 'scratch/preset'}`), data: "
     f"`{cfg.get('data')}`",
+    f"- status: {status_line(status)}",
     f"- RL steps logged: {len(train)}",
     "",
   ]

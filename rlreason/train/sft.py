@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -24,6 +25,7 @@ from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.train import checkpoint
 from rlreason.train import train_step as ts
 from rlreason.model import hf
 
@@ -172,11 +174,14 @@ def train_on_pairs(
   seed: int = 0,
   log_every: int = 50,
   label: str = "sft",
+  resume_dir: str | None = None,
 ):
   """Teacher-forced training on (prompt, completion) id pairs; returns params.
 
   Batches are drawn without replacement, epoch after epoch, deterministic in
-  `seed`.
+  `seed`. With `resume_dir`, SIGTERM checkpoints the training there (state,
+  step, the draw order) and raises checkpoint.Stopped; a later call with
+  the same arguments resumes it and ends as an uninterrupted one would.
   """
   optimizer = ts.make_optimizer(
     lr,
@@ -194,8 +199,18 @@ def train_on_pairs(
   )
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
-  progress = metrics_lib.Progress(steps, label=label)
-  for step in range(steps):
+  start, ckpt, preempt = 0, None, None
+  if resume_dir:
+    ckpt = checkpoint.Checkpointer(resume_dir, keep=1)
+    restored, meta = ckpt.restore(checkpoint.abstract(state))
+    if restored is not None:
+      state, start = restored, meta["step"]
+      rng.bit_generator.state = meta["rng"]
+      order = np.asarray(meta["order"], np.int64)
+      print(f"{label}: resuming from step {start}", flush=True)
+    preempt = checkpoint.Preemption()
+  progress = metrics_lib.Progress(steps, start, label=label)
+  for step in range(start, steps):
     if len(order) < batch_size:
       order = np.concatenate([order, rng.permutation(len(prompts))])
     idx, order = order[:batch_size], order[batch_size:]
@@ -209,6 +224,15 @@ def train_on_pairs(
     state, m = step_fn(state, mesh_lib.put_global(batch, batch_sh))
     if (step + 1) % log_every == 0 or step + 1 == steps:
       progress.update(step + 1, {"loss": m["loss"]})
+    if preempt is not None and preempt.requested and step + 1 < steps:
+      meta = {"step": step + 1, "order": order.tolist()}
+      ckpt.save(step + 1, state, {**meta, "rng": rng.bit_generator.state})
+      ckpt.close()
+      preempt.restore_handlers()
+      raise checkpoint.Stopped(f"{label} (in {resume_dir})", step + 1, steps)
+  if preempt is not None:
+    preempt.restore_handlers()
+    ckpt.close()
   return state.params
 
 
@@ -278,6 +302,7 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     f"{len(examples)} {cfg.data} solutions -> {out}",
     flush=True,
   )
+  partial = out + ".partial"  # SIGTERM's checkpoint, resumed by a rerun
   params = train_on_pairs(
     params,
     model_cfg,
@@ -292,6 +317,7 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     max_new_tokens=cfg.max_new_tokens,
     seed=cfg.seed,
     label="warm start",
+    resume_dir=partial,
   )
   # Every process takes part in gathering the parameters; process 0 writes.
   params = mesh_lib.to_host(params)
@@ -301,6 +327,8 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     with open(os.path.join(tmp, "warm_start.json"), "w") as f:
       json.dump(settings, f, indent=2)
     os.replace(tmp, out)  # Atomic: a killed run never leaves half a cache.
+    if os.path.exists(partial):
+      shutil.rmtree(partial)
   if jax.process_count() > 1:  # Others read what process 0 wrote.
     from jax.experimental import multihost_utils
 

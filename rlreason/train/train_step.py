@@ -192,8 +192,10 @@ def make_train_step(
 ):
   """Returns jitted `step(state, batch) -> (state, metrics)`.
 
-  Non-finite loss or gradients skip the update (params and optimizer state
-  are kept) and report `skipped = 1`; the step counter still advances.
+  Non-finite loss or gradients, or a batch with a nonzero "skip" row (the
+  loop's mark of non-finite rewards), skip the update (params and optimizer
+  state are kept) and report `skipped = 1`; the step counter still
+  advances.
   """
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -220,6 +222,8 @@ def make_train_step(
       metrics = jax.tree.map(lambda m: m.mean(0), metrics)
 
     ok = jnp.isfinite(loss) & _all_finite(grads)
+    if "skip" in batch:  # [N] rows of a step the loop skips (bad rewards)
+      ok &= jnp.max(batch["skip"]) == 0
     # Zeroed gradients keep NaN out of the optimizer state on a skipped step.
     safe_grads = jax.tree.map(lambda g: jnp.where(ok, g, 0.0), grads)
     updates, opt_state = optimizer.update(
@@ -237,7 +241,8 @@ def make_train_step(
     metrics = {
       **metrics,
       "loss": loss,
-      "grad_norm": optax.tree.norm(safe_grads),
+      # NaN on a skipped step: no update was made with any gradient.
+      "grad_norm": jnp.where(ok, optax.tree.norm(safe_grads), jnp.nan),
       "skipped": 1.0 - ok.astype(jnp.float32),
     }
     return new_state, metrics

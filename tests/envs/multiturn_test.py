@@ -15,7 +15,7 @@ from rlreason.data.sources import Example
 from rlreason.envs import StepResult
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
-from rlreason.sampling.sampler import Sampling
+from rlreason.sampling.draw import Sampling
 
 CFG = testing.tiny_model_config()
 TOK = tokenizer_lib.CharTokenizer()

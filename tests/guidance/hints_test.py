@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from rlreason.data import iterator
 from rlreason.data import sources as data_lib
 from rlreason.guidance import hints
 from rlreason.model import tokenizer as tokenizer_lib
@@ -93,7 +94,7 @@ def test_hinted_iterator_maps_examples_and_keeps_state():
     batch_size, seed = 2, 0
 
   def factory(cfg, examples):
-    return data_lib.PromptIterator(examples, cfg.batch_size, seed=cfg.seed)
+    return iterator.PromptIterator(examples, cfg.batch_size, seed=cfg.seed)
 
   ex = data_lib.load("task:arithmetic:difficulty=1,n=4")
   it = hints.hinted_iterator(

@@ -11,7 +11,7 @@ from rlreason.data import sources as data_lib
 from rlreason.guidance import offpolicy as guidance
 from rlreason.guidance import resampling as guided
 from rlreason.guidance import hints
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 from rlreason import testing
 
 

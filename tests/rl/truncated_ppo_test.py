@@ -8,7 +8,7 @@ from absl.testing import absltest
 from experiments import truncated_ppo
 from rlreason.data import sources as data_lib
 from rlreason.model import policy
-from rlreason.sampling import sampler as sampling_lib
+from rlreason.sampling import draw as sampling_lib
 from rlreason import testing
 from rlreason.rl import value
 

@@ -9,6 +9,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout
 from rlreason.sampling import sampler as sampling
+from rlreason.sampling import draw
 from rlreason.sampling import stops
 from rlreason import testing
 from rlreason.model import tokenizer as tokenizer_lib
@@ -29,7 +30,7 @@ def _generate(params, step=0, texts=TEXTS, mesh=None, rng=None, **kwargs):
     "max_new_tokens": T,
     "group_size": G,
     "bucket": 8,
-    "sampling": sampling.Sampling(temperature=1.0),
+    "sampling": draw.Sampling(temperature=1.0),
     "extra_stop_ids": STOPS,
     **kwargs,
   }

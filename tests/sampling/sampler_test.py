@@ -14,9 +14,11 @@ from scipy import stats
 
 from rlreason.model import policy
 from rlreason.sampling import sampler as sampling
+from rlreason.sampling import draw
+from rlreason.sampling import vocab_scan
 from rlreason import testing
 from rlreason.model import transformer
-from rlreason.sampling.sampler import Sampling
+from rlreason.sampling.draw import Sampling
 
 CFG = testing.tiny_model_config(qkv_bias=True)
 PAD = 0
@@ -369,12 +371,12 @@ def test_argmax_and_inverse_cdf_primitives():
   rng = np.random.default_rng(1)
   x = rng.normal(size=(8, 300)).astype(np.float32)
   x[0, [7, 200]] = 9.0  # a tie: the first index wins, as jnp.argmax
-  np.testing.assert_array_equal(jax.jit(sampling.argmax)(x), np.argmax(x, -1))
+  np.testing.assert_array_equal(jax.jit(vocab_scan.argmax)(x), np.argmax(x, -1))
   e = np.where(rng.random((8, 300)) < 0.05, rng.random((8, 300)), 0.0)
   e[:, 299] = 0.0
   e[0] = 0.0
   e[0, 0] = 1.0
-  inverse_cdf = jax.jit(sampling.inverse_cdf)
+  inverse_cdf = jax.jit(vocab_scan.inverse_cdf)
   for u in (0.0, 0.5, 1.0 - 2**-24):
     ids, total = inverse_cdf(
       jnp.asarray(e, jnp.float32), jnp.full((8,), u, jnp.float32)
@@ -429,7 +431,7 @@ def test_draw_distribution_matches_filtered_softmax(one_prompt, s):
   """The same check for more filters, drawing from the model's logits."""
   n = 4096
   logits = jnp.asarray(np.repeat(one_prompt[2][None], n, 0))
-  keys = sampling.row_keys(jax.random.key(42), n)
+  keys = draw.row_keys(jax.random.key(42), n)
   ids, logp, _ = jax.jit(s.draw)(logits, keys)
   want = _reference_probs(one_prompt[2], s)
   _check_counts(

@@ -6,8 +6,10 @@ import pytest
 
 from rlreason.model import policy
 from rlreason.sampling import sampler as sampling
+from rlreason.sampling import draw
 from rlreason import testing
 from rlreason.sampling import tree
+from rlreason.sampling import tree_loop
 from rlreason.sampling import tree_forks
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
@@ -104,7 +106,7 @@ def test_branch_equals_independent_sample_from_its_prefix(depth):
 
 def test_prompt_major_keeps_parents(setup):
   _, tr = setup
-  pm = tree.prompt_major(tr)
+  pm = tree_loop.prompt_major(tr)
   assert (np.diff(pm.prompt_ids) >= 0).all()
   toks = np.asarray(pm.tokens)
   for i in np.flatnonzero(pm.parent >= 0):
@@ -259,7 +261,7 @@ def test_make_generate_fn_builds_l_level_trees():
     max_new_tokens=6,
     max_prompt_len=16,
   )
-  fn = tree.make_generate_fn(cfg)
+  fn = tree_loop.make_generate_fn(cfg)
   ctx = types.SimpleNamespace(
     encode_prompts=lambda ex: [TOK.encode(e) for e in ex],
     model_cfg=CFG,
@@ -267,13 +269,13 @@ def test_make_generate_fn_builds_l_level_trees():
     mesh=None,
   )
   params = transformer.init(CFG, jax.random.key(0))
-  kw = dict(group_size=6, sampling=sampling.Sampling())
+  kw = dict(group_size=6, sampling=draw.Sampling())
   out = fn(ctx, params, ["Q: 1+1=", "Q: 2"], jax.random.key(1), 0, **kw)
   # 6 leaves per prompt = 2 roots x (1 + 2 * 1 * 1), prompt-major.
   np.testing.assert_array_equal(out.prompt_ids, np.repeat([0, 1], 6))
   np.testing.assert_array_equal(np.bincount(out.level), [4, 4, 4])
   # ETTRL's whole leaves: each row's mask is its own whole response.
-  whole = tree.make_generate_fn(cfg, whole_leaves=True)
+  whole = tree_loop.make_generate_fn(cfg, whole_leaves=True)
   out = whole(ctx, params, ["Q: 1+1=", "Q: 2"], jax.random.key(1), 0, **kw)
   np.testing.assert_array_equal(out.mask, out.mask_full)
   kw["group_size"] = 1  # not a multiple of 3: plain chains (evaluation)
@@ -346,7 +348,7 @@ def test_sharded_tree_matches_single_device(setup2):
     np.testing.assert_allclose(
       np.asarray(getattr(tr, name)), np.asarray(getattr(ref, name)), atol=1e-5
     )
-  for out in (tr, tree.prompt_major(tr)):
+  for out in (tr, tree_loop.prompt_major(tr)):
     for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
       x = getattr(out, name)
       assert x.sharding.spec[0] == ("data", "fsdp"), name
@@ -412,7 +414,7 @@ def test_check_shape_names_the_flags():
     forks=2, fork_levels=2, fork_branches=1, group_size=12
   )
   with pytest.raises(ValueError, match=r"--group_size=12 .* = 5"):
-    tree.check_shape(cfg)
-  tree.check_shape(types.SimpleNamespace(forks=2, group_size=6))  # 1 + 2
+    tree_loop.check_shape(cfg)
+  tree_loop.check_shape(types.SimpleNamespace(forks=2, group_size=6))  # 1 + 2
   with pytest.raises(ValueError, match="must be >= 1"):
-    tree.check_shape(types.SimpleNamespace(forks=0, group_size=6))
+    tree_loop.check_shape(types.SimpleNamespace(forks=0, group_size=6))

@@ -64,3 +64,110 @@ def test_metric_writer_jsonl_and_tensorboard(tmp_path):
   off = metrics.MetricWriter(str(tmp_path / "other"), enabled=False)
   off.write(1, {"x": 1.0})
   assert not os.path.exists(tmp_path / "other")
+
+
+def _three_checkpoints(tmp_path):
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "ckpt"), keep=3)
+  for step in (1, 2, 3):
+    ckpt.save(step, _state(step), {"step": step})
+  ckpt.close()
+  return tmp_path / "ckpt"
+
+
+def _truncate_an_array_file(step_dir):
+  files = [
+    os.path.join(d, f)
+    for d, _, fs in os.walk(step_dir / "state")
+    for f in fs
+    if "/d/" in os.path.join(d, f)  # TensorStore's data chunks
+  ]
+  assert files, "no array data files found"
+  for f in files:
+    with open(f, "r+b") as fh:
+      fh.truncate(3)
+
+
+@pytest.mark.parametrize(
+  "corrupt",
+  [
+    _truncate_an_array_file,
+    lambda d: open(d / "state" / "_METADATA", "w").write('{"tree_me'),
+    lambda d: open(d / "meta" / "metadata", "w").write('{"step": '),
+  ],
+  ids=["truncated_array", "truncated_METADATA", "truncated_meta"],
+)
+def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous(
+  tmp_path, corrupt, caplog
+):
+  directory = _three_checkpoints(tmp_path)
+  corrupt(directory / "3")
+  ckpt = checkpoint.Checkpointer(str(directory), keep=3)
+  state, meta = ckpt.restore(checkpoint.abstract(_state()))
+  np.testing.assert_array_equal(state["w"], _state(2)["w"])
+  assert meta == {"step": 2}
+  # Moved aside, never deleted.
+  assert sorted(os.listdir(directory)) == ["1", "2"]
+  (aside,) = os.listdir(str(directory) + ".corrupt")
+  assert aside.startswith("3-")
+  assert "Checkpoint 3" in caplog.text and "checkpoint 2" in caplog.text
+  # The next save goes on from the restored step.
+  ckpt.save(3, _state(30), {"step": 3})
+  assert ckpt.latest_step() == 3
+  ckpt.close()
+
+
+def test_no_restorable_checkpoint_starts_over(tmp_path):
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "c"), keep=1)
+  ckpt.save(1, _state(), {})
+  ckpt.close()
+  _truncate_an_array_file(tmp_path / "c" / "1")
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "c"), keep=1)
+  assert ckpt.restore(checkpoint.abstract(_state())) == (None, None)
+  assert os.listdir(str(tmp_path / "c") + ".corrupt")
+
+
+def test_keep_must_be_positive(tmp_path):
+  with pytest.raises(ValueError, match="keep=0"):
+    checkpoint.Checkpointer(str(tmp_path), keep=0)
+
+
+_FULL_DISK = r"""
+import resource, signal, sys
+import jax
+import jax.numpy as jnp
+from rlreason.train import checkpoint
+
+ckpt = checkpoint.Checkpointer(sys.argv[1], keep=2)
+ckpt.save(1, {"w": jnp.ones(8)}, {"step": 1})
+# A full disk: writes past 64 KiB fail with EFBIG (SIGXFSZ ignored).
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+try:
+  w = jax.random.normal(jax.random.key(0), (1 << 18,))  # incompressible
+  ckpt.save(2, {"w": w}, {"step": 2})
+except checkpoint.CheckpointError as e:
+  print("ERROR:", e)
+  sys.exit(3)
+"""
+
+
+def test_a_failed_save_names_the_path_and_keeps_the_previous(tmp_path):
+  import subprocess
+  import sys
+
+  directory = str(tmp_path / "ckpt")
+  proc = subprocess.run(
+    [sys.executable, "-c", _FULL_DISK, directory],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""},
+  )
+  assert proc.returncode == 3, proc.stderr[-2000:]
+  assert f"Could not write checkpoint 2 to {directory}" in proc.stdout
+  assert "File too large" in proc.stdout
+  ckpt = checkpoint.Checkpointer(directory, keep=2)
+  assert ckpt.latest_step() == 1
+  state, meta = ckpt.restore(checkpoint.abstract({"w": jnp.zeros(8)}))
+  np.testing.assert_array_equal(state["w"], np.ones(8))
+  assert meta == {"step": 1}

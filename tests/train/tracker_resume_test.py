@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 
+from rlreason import metrics
 from rlreason import testing
 
 STEPS = 4
@@ -34,6 +35,10 @@ def test_sigkill_then_rerun_resumes_tracker_and_draws(tmp_path):
   a, b = testing.train_rows(tmp_path / "a"), testing.train_rows(tmp_path / "b")
   assert sorted(a) == sorted(b) == list(range(1, STEPS + 1))
   assert a == b
+  # The steps B redid after the kill are logged once (metrics.jsonl was
+  # cut back to the checkpoint it resumed from).
+  rows = metrics.read_jsonl(tmp_path / "b" / "metrics.jsonl")
+  assert [r["step"] for r in rows if "loss" in r] == list(range(1, STEPS + 1))
   ca = testing.checkpoints(tmp_path / "a")
   cb = testing.checkpoints(tmp_path / "b")
   assert sorted(ca) == sorted(cb) == list(range(1, STEPS + 1))

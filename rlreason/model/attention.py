@@ -1,0 +1,114 @@
+"""Attention of the decoder: rotary embeddings and masked grouped-query
+attention over the KV cache.
+
+The parameters (q/k/v/o projections, q/k norms) live in the transformer's
+Attention module; this file holds what it computes with them:
+
+  q, k = apply_rope(q, pos, inv_freq), apply_rope(k, pos, inv_freq)
+  out, k_cache, v_cache = attend(q, k, v, k_cache, v_cache, slot_pos, index, dt)
+
+Shapes: N sequences, Q tokens in this call, S cache length, H / K query / kv
+heads, Dh head dim.
+
+Masking: a query sees its own slot and every earlier slot that holds a real
+token (slot position >= 0); causality is by slot order, so left padding works.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+# Large finite negative, not -inf: a fully masked row (a padding query) then
+# gives a uniform softmax instead of NaN.
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+def rope_frequencies(model_cfg) -> jax.Array:
+  """Inverse frequencies [Dh / 2], with llama3 scaling when configured.
+
+  `model_cfg` is a transformer.ModelConfig (head_dim, rope_theta,
+  rope_scaling). Llama 3.1 (HF `_compute_llama3_parameters`): wavelengths
+  longer than original_max / low_freq_factor are divided by `factor`, shorter
+  than original_max / high_freq_factor are kept, and the band between is
+  interpolated smoothly.
+  """
+  dh = model_cfg.head_dim
+  inv = 1.0 / (
+    model_cfg.rope_theta ** (jnp.arange(0, dh, 2, dtype=jnp.float32) / dh)
+  )
+  if model_cfg.rope_scaling is None:
+    return inv
+  factor, low, high, original = model_cfg.rope_scaling
+  wavelen = 2 * math.pi / inv
+  low_wavelen, high_wavelen = original / low, original / high
+  scaled = jnp.where(wavelen > low_wavelen, inv / factor, inv)
+  smooth = (original / wavelen - low) / (high - low)
+  smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+  is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+  return jnp.where(is_medium, smoothed, scaled)
+
+
+def apply_rope(
+  x: jax.Array, positions: jax.Array, inv_freq: jax.Array
+) -> jax.Array:
+  """Rotary embedding, HF "rotate_half" layout. x: [N, Q, H, Dh]."""
+  angles = (
+    positions[..., None].astype(jnp.float32) * inv_freq[None, None, :]
+  )  # [N, Q, Dh/2]
+  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+  sin, cos = jnp.sin(angles), jnp.cos(angles)
+  x32 = x.astype(jnp.float32)
+  half = x.shape[-1] // 2
+  rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+  return (x32 * cos + rotated * sin).astype(x.dtype)
+
+
+def attend(
+  q: jax.Array,
+  kk: jax.Array,
+  vv: jax.Array,
+  k_cache: jax.Array,
+  v_cache: jax.Array,
+  slot_pos: jax.Array,
+  index: jax.Array,
+  dt,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Writes this block's keys and values into the cache, then attends.
+
+  q [N, Q, H, Dh] and kk, vv [N, Q, K, Dh] (after rotary); k_cache, v_cache
+  [N, K, S, Dh]; slot_pos [N, S] the position of each slot including this
+  block (< 0 = empty or padding); index [] the block's first slot. Scores
+  and softmax are fp32, the rest in the compute dtype `dt`.
+
+  Returns the attention output [N, Q, H, Dh] and the updated caches.
+  """
+  n, nq, h, dh = q.shape
+  k = kk.shape[2]
+  # Write this block into the cache, then attend over every slot.
+  k_cache = jax.lax.dynamic_update_slice_in_dim(
+    k_cache, kk.swapaxes(1, 2).astype(k_cache.dtype), index, axis=2
+  )
+  v_cache = jax.lax.dynamic_update_slice_in_dim(
+    v_cache, vv.swapaxes(1, 2).astype(v_cache.dtype), index, axis=2
+  )
+  s = k_cache.shape[2]
+  q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
+  scores = jnp.einsum(
+    "nqkgd,nksd->nkgqs",
+    q,
+    k_cache.astype(dt),
+    preferred_element_type=jnp.float32,
+  )
+  scores = scores / math.sqrt(dh)
+  query_slot = index + jnp.arange(nq)  # [Q]
+  visible = (jnp.arange(s)[None, :] <= query_slot[:, None])[None] & (
+    slot_pos[:, None, :] >= 0
+  )  # [N, Q, S]
+  scores = jnp.where(visible[:, None, None], scores, _MASK_VALUE)
+  probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+  # This output order keeps both products plain batched matmuls over
+  # (N, K); XLA:CPU falls back to a slow dot for the others.
+  out = jnp.einsum("nkgqs,nksd->nkgqd", probs, v_cache.astype(dt))
+  out = out.transpose(0, 3, 1, 2, 4).reshape(n, nq, h, dh)
+  return out, k_cache, v_cache

@@ -1,0 +1,130 @@
+"""Tree rollouts in the training loop: a generate_fn that samples trees.
+
+  def validate(self):  # of an experiment Config
+    super().validate()
+    tree_loop.check_shape(self)
+
+  loop.train(..., generate_fn=tree_loop.make_generate_fn(cfg))
+
+`make_generate_fn` samples each training group as EPTree forests
+(tree.generate) and returns them `prompt_major`, each prompt's tree
+contiguous as the loop's group statistics expect; evaluation group sizes
+sample plain chains (rollout.generate). `tree_shape` reads (forks, levels,
+branches) off an experiment Config, `check_shape` checks that its
+group_size is a whole number of trees. experiments/treerl.py and
+experiments/ettrl.py train with it.
+"""
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlreason import mesh as mesh_lib
+from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import tree
+
+
+def _like(x: np.ndarray, ref: jax.Array) -> jax.Array:
+  """Host x on ref's sharding when ref is split over a mesh."""
+  if isinstance(ref.sharding, jax.sharding.NamedSharding):
+    return mesh_lib.put_global(x, ref.sharding)
+  return jnp.asarray(x)
+
+
+def prompt_major(tr: tree.TreeRollout) -> tree.TreeRollout:
+  """Rows reordered so each prompt's tree is contiguous (roots, branches),
+  as the loop's group statistics expect; `parent` is remapped. Device
+  arrays keep their sharding."""
+  order = np.argsort(tr.prompt_ids, kind="stable")
+  new = np.empty_like(order)
+  new[order] = np.arange(len(order))
+  take = lambda x: x[order] if isinstance(x, np.ndarray) else x
+  fields = {k: take(v) for k, v in tr._asdict().items()}
+  for k in ("tokens", "positions", "logp", "policy_logp", "mask"):
+    x = getattr(tr, k)
+    fields[k] = _like(mesh_lib.to_host(x)[order], x)
+  fields["texts"] = [tr.texts[i] for i in order]
+  fields["parent"] = np.where(tr.parent[order] >= 0, new[tr.parent[order]], -1)
+  return tree.TreeRollout(**fields)
+
+
+def tree_shape(cfg) -> tuple[int, int, int]:
+  """(forks, levels, branches) of an experiment Config: cfg.forks,
+  cfg.fork_levels (default 1), cfg.fork_branches (default 1)."""
+  return (
+    int(cfg.forks),
+    int(getattr(cfg, "fork_levels", 1)),
+    int(getattr(cfg, "fork_branches", 1)),
+  )
+
+
+def check_shape(cfg) -> None:
+  """Raises ValueError unless cfg's tree shape is valid and its group_size
+  a whole number of trees (make_generate_fn's requirement)."""
+  forks, levels, branches = tree_shape(cfg)
+  if min(forks, levels, branches) < 1:
+    raise ValueError(
+      "Invalid config: --forks, --fork_levels and --fork_branches must be >= 1"
+    )
+  k = tree.leaves_per_tree(forks, levels, branches)
+  if cfg.group_size % k:
+    raise ValueError(
+      f"Invalid config: --group_size={cfg.group_size} must be a multiple of "
+      f"1 + --fork_levels * --forks * --fork_branches = {k} (leaves per "
+      "tree)"
+    )
+
+
+def make_generate_fn(
+  cfg,
+  *,
+  fork_at: str = "entropy",
+  depths: Sequence[int] = (),
+  whole_leaves: bool = False,
+):
+  """A loop generate_fn (train(generate_fn=...)) sampling trees per prompt.
+
+  Training rollouts (group_size divisible by k = leaves_per_tree of
+  tree_shape(cfg)) are EPTree forests of group_size / k roots, returned
+  prompt-major; any other group size (evaluation) samples plain chains.
+  whole_leaves: every leaf's mask covers its whole response, shared prefix
+  included (ETTRL); otherwise each token is owned by one leaf (TreeRL).
+  """
+  forks, levels, branches = tree_shape(cfg)
+  k = tree.leaves_per_tree(forks, levels, branches)
+
+  def fn(ctx, params, examples, rng, step, *, group_size, sampling):
+    prompts = ctx.encode_prompts(examples)
+    kw = dict(
+      model_cfg=ctx.model_cfg,
+      tokenizer=ctx.tokenizer,
+      max_new_tokens=cfg.max_new_tokens,
+      sampling=sampling,
+      max_prompt_len=cfg.max_prompt_len,
+      mesh=ctx.mesh,
+    )
+    if group_size % k:  # evaluation: plain chains
+      return rollout_lib.generate(
+        params, prompts, rng, step, group_size=group_size, **kw
+      )
+    tr = tree.generate(
+      params,
+      prompts,
+      rng,
+      step,
+      roots=group_size // k,
+      forks=forks,
+      levels=levels,
+      branches=branches,
+      fork_at=fork_at,
+      depths=depths,
+      **kw,
+    )
+    out = prompt_major(tr)
+    if whole_leaves:
+      out = out._replace(mask=_like(out.mask_full, out.mask))
+    return out
+
+  return fn

@@ -1,0 +1,127 @@
+"""Checks a run passes before any compute: paths, resume, prompts.
+
+  preflight.check_paths(cfg, workdir)
+  preflight.check_resume(cfg, workdir)      # config.json of an earlier run
+  preflight.check_prompts(cfg, tok, examples, what="--data")
+
+`BaseConfig.validate` checks each flag on its own; these check what needs
+the file system or the data. Each raises config.ConfigError with one line
+per problem, naming the flag or the file and row, before the warm start or
+any compilation (exit code 2 through flags.run_main).
+"""
+
+import json
+import os
+import time
+
+from absl import logging
+
+from rlreason import config
+from rlreason import storage
+from rlreason.model import presets
+from rlreason.train import context as context_lib
+
+# At most this many offending rows are listed in one error.
+_ROWS_SHOWN = 5
+
+
+def check_paths(cfg, workdir: str) -> None:
+  """The workdir (and the warm-start cache, when one will be written) can
+  be written; --model / --init_from name something that exists."""
+  problems = [config.writable_dir_problem("workdir", workdir)]
+  if cfg.warm_start_steps and not cfg.init_from:
+    problems.append(config.writable_dir_problem("cache_dir", cfg.cache_dir))
+  if cfg.model.lower() not in presets.PRESETS and not os.path.isdir(cfg.model):
+    problems.append(
+      f"--model={cfg.model}: neither a preset ({', '.join(presets.PRESETS)})"
+      " nor a local checkpoint directory"
+    )
+  if cfg.init_from and "://" not in cfg.init_from:
+    if not os.path.exists(cfg.init_from):
+      problems.append(f"--init_from={cfg.init_from}: no such directory")
+  _raise(problems)
+
+
+def check_resume(cfg, workdir: str) -> None:
+  """A workdir that holds a run continues only that run.
+
+  Fields outside config.RESUMABLE_CHANGES must match its config.json;
+  --allow_config_change lets them differ and appends the change to
+  config_changes.jsonl.
+  """
+  saved = storage.read_json(os.path.join(workdir, "config.json"))
+  if not saved:
+    return
+  ignore = config.RESUMABLE_CHANGES
+  if not cfg.init_from and cfg.warm_start_steps:
+    ignore += ("init_from",)  # the warm start's cache, set later
+  diff = config.differences(saved, cfg, ignore=ignore)
+  if not diff:
+    return
+  now = {"class": config.class_name(cfg), **vars_of(cfg)}
+  lines = [f"--{k}: {saved.get(k)!r} -> {now[k]!r}" for k in diff]
+  if not cfg.allow_config_change:
+    raise config.ConfigError(
+      f"{workdir} holds a run with another config; it would resume with:\n  "
+      + "\n  ".join(lines)
+      + "\nUse another --workdir, or pass --allow_config_change to resume "
+      "with the new settings (recorded in config_changes.jsonl)."
+    )
+  logging.warning("Resuming %s with changed settings: %s", workdir, lines)
+  path = os.path.join(workdir, "config_changes.jsonl")
+  with open(path, "a") as f:
+    record = {
+      "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+      "changes": {k: [saved.get(k), now[k]] for k in diff},
+    }
+    f.write(json.dumps(record) + "\n")
+
+
+def vars_of(cfg) -> dict:
+  return {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}
+
+
+def check_prompts(cfg, tokenizer, examples, what: str) -> int:
+  """Prompts over --max_prompt_len: an error naming each row, or (with
+  --truncate_prompts) the number that will be cut. Checks the first
+  --validate_rows examples (all with 0). Returns the number over budget."""
+  rows = examples[: cfg.validate_rows] if cfg.validate_rows else examples
+  lengths = [
+    len(ids)
+    for ids in context_lib.prompt_ids(
+      tokenizer, rows, cfg.template, max_len=None
+    )
+  ]
+  over = [(e, n) for e, n in zip(rows, lengths) if n > cfg.max_prompt_len]
+  if not over:
+    return 0
+  if cfg.truncate_prompts:
+    logging.warning(
+      "%s: %d of %d prompts are longer than --max_prompt_len=%d; they are "
+      "cut to their last %d tokens (--truncate_prompts).",
+      what,
+      len(over),
+      len(rows),
+      cfg.max_prompt_len,
+      cfg.max_prompt_len,
+    )
+    return len(over)
+  lines = [
+    f"{e.uid}: the prompt has {n} tokens, more than --max_prompt_len="
+    f"{cfg.max_prompt_len}"
+    for e, n in over[:_ROWS_SHOWN]
+  ]
+  if len(over) > _ROWS_SHOWN:
+    lines.append(f"... and {len(over) - _ROWS_SHOWN} more")
+  raise config.ConfigError(
+    f"{what}: {len(over)} of {len(rows)} prompts are over the budget:\n  "
+    + "\n  ".join(lines)
+    + f"\nRaise --max_prompt_len (longest: {max(n for _, n in over)}) or "
+    "pass --truncate_prompts to keep each prompt's last tokens."
+  )
+
+
+def _raise(problems) -> None:
+  problems = [p for p in problems if p]
+  if problems:
+    raise config.ConfigError("\n".join(problems))

@@ -1,0 +1,53 @@
+"""metrics.jsonl on resume: later steps cut back, a torn last line dropped."""
+
+import json
+
+import pytest
+
+from rlreason import metrics
+
+
+def _write(path, steps, torn=False):
+  with open(path, "w") as f:
+    for s in steps:
+      f.write(json.dumps({"step": s, "reward": s / 10}) + "\n")
+    if torn:
+      f.write('{"step": 99, "rew')
+
+
+def _steps(path):
+  return [r["step"] for r in metrics.read_jsonl(path)]
+
+
+def test_resume_cuts_the_steps_after_the_checkpoint(tmp_path):
+  _write(tmp_path / "metrics.jsonl", [0, 1, 2, 3, 4, 5])
+  w = metrics.MetricWriter(str(tmp_path), tensorboard=False, keep_through=3)
+  w.write(4, {"reward": 0.4})
+  w.close()
+  assert _steps(tmp_path / "metrics.jsonl") == [0, 1, 2, 3, 4]
+
+
+def test_a_torn_last_line_is_dropped_and_the_next_row_is_whole(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  _write(path, [0, 1, 2], torn=True)
+  assert _steps(path) == [0, 1, 2]  # read_jsonl skips it too
+  w = metrics.MetricWriter(str(tmp_path), tensorboard=False, keep_through=2)
+  w.write(3, {"reward": 0.3})
+  w.close()
+  assert _steps(path) == [0, 1, 2, 3]
+  assert path.read_text().count("\n") == 4
+
+
+def test_without_keep_through_rows_are_kept(tmp_path):
+  _write(tmp_path / "metrics.jsonl", [0, 1, 2])
+  w = metrics.MetricWriter(str(tmp_path), tensorboard=False)
+  w.write(1, {"reward": 0.1})
+  w.close()
+  assert _steps(tmp_path / "metrics.jsonl") == [0, 1, 2, 1]
+
+
+def test_a_torn_line_before_the_last_is_an_error_naming_the_line(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 0}\n{"step": 1, "x\n{"step": 2}\n')
+  with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON line"):
+    metrics.read_jsonl(path)

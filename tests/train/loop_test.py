@@ -1,0 +1,143 @@
+"""The loop's records under interruption and bad rewards.
+
+SIGTERM is sent by the process to itself from inside a step (through the
+reward function, which every step calls once), so where it lands is exact.
+"""
+
+import dataclasses
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from experiments import grpo
+from rlreason import metrics
+from rlreason import testing
+from rlreason.train import checkpoint
+from rlreason.train import context
+from rlreason.train import flags
+from rlreason.train import sft
+
+
+def _cfg(tmp_path, run="run", **kw):
+  return dataclasses.replace(
+    grpo.Config(),
+    **{**testing.SMOKE, **kw},
+    workdir=str(tmp_path / run),
+    cache_dir=str(tmp_path / "cache"),
+  )
+
+
+def _hooked_rewards(monkeypatch, hook):
+  """Rewards as usual; hook(call_index, rewards) runs on every call."""
+  combine = context.rewards_lib.combine
+  calls = []
+
+  def fake_combine(weights):
+    fn = combine(weights)
+
+    def reward_fn(completions, answers, **kw):
+      total, parts = fn(completions, answers, **kw)
+      calls.append(1)
+      return hook(len(calls), np.array(total, np.float32)), parts
+
+    return reward_fn
+
+  monkeypatch.setattr(context.rewards_lib, "combine", fake_combine)
+
+
+def _train_steps(workdir):
+  rows = metrics.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  return [r["step"] for r in rows if "loss" in r]
+
+
+def _params(workdir, step):
+  return testing.checkpoints(workdir)[step][1]
+
+
+@pytest.mark.slow
+def test_nonfinite_rewards_are_counted_and_skip_the_update(
+  tmp_path, monkeypatch, caplog
+):
+  def hook(call, rewards):
+    if call == 2:  # step 2: one NaN, one inf
+      rewards[0], rewards[5] = np.nan, np.inf
+    return rewards
+
+  _hooked_rewards(monkeypatch, hook)
+  cfg = _cfg(tmp_path, steps=2, keep_checkpoints=2)
+  grpo.run(cfg)
+  rows = metrics.read_jsonl(os.path.join(cfg.workdir, "metrics.jsonl"))
+  train = {r["step"]: r for r in rows if "loss" in r}
+  assert train[1]["skipped"] == 0 and "reward_nonfinite" not in train[1]
+  assert train[2]["reward_nonfinite"] == 2
+  assert train[2]["skipped"] == cfg.ppo_epochs * cfg.minibatches
+  assert train[2]["grad_norm"] == "nan"  # not 0.0: no gradient was used
+  assert "2 of 16 rewards are not finite (rows [0, 5])" in caplog.text
+  p1, p2 = _params(cfg.workdir, 1), _params(cfg.workdir, 2)
+  import jax
+
+  jax.tree.map(np.testing.assert_array_equal, p1, p2)  # no update at step 2
+
+
+@pytest.mark.slow
+def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
+  tmp_path, monkeypatch
+):
+  def hook(call, rewards):
+    if call == 2:  # during step 2
+      os.kill(os.getpid(), signal.SIGTERM)
+    return rewards
+
+  _hooked_rewards(monkeypatch, hook)
+  cfg = _cfg(tmp_path, steps=4)
+  assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
+  status = json.load(open(os.path.join(cfg.workdir, "status.json")))
+  assert status == {"status": "stopped", "step": 2, "steps": 4}
+  report = open(os.path.join(cfg.workdir, "report.md")).read()
+  assert "status: stopped at step 2 of 4" in report
+  assert _train_steps(cfg.workdir) == [1, 2]
+  # A torn row (the process died mid-write) and a redone step: both go.
+  with open(os.path.join(cfg.workdir, "metrics.jsonl"), "a") as f:
+    f.write('{"step": 3, "loss": 0.1}\n{"step": 4, "lo')
+  assert flags.run_checked(grpo.run, cfg) == 0
+  assert _train_steps(cfg.workdir) == [1, 2, 3, 4]  # each step once
+  status = json.load(open(os.path.join(cfg.workdir, "status.json")))
+  assert status == {"status": "finished", "step": 4, "steps": 4}
+  report = open(os.path.join(cfg.workdir, "report.md")).read()
+  assert "status: finished (4 of 4 steps)" in report
+  assert "RL steps logged: 4" in report
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_warm_start_checkpoints_and_resumes_it(
+  tmp_path, monkeypatch
+):
+  cfg = _cfg(tmp_path, warm_start_steps=6, warm_start_batch_size=4)
+  straight = sft.warm_start(cfg, cache_dir=str(tmp_path / "straight"))
+
+  pack = sft.rollout_lib.pack
+  calls = []
+
+  def pack_then_sigterm(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:  # during SFT step 3
+      os.kill(os.getpid(), signal.SIGTERM)
+    return pack(*args, **kwargs)
+
+  monkeypatch.setattr(sft.rollout_lib, "pack", pack_then_sigterm)
+  with pytest.raises(checkpoint.Stopped, match="stopped at step 3 of 6"):
+    sft.warm_start(cfg)
+  (partial,) = [d for d in os.listdir(cfg.cache_dir) if d.endswith(".partial")]
+  out = sft.warm_start(cfg)  # resumes from step 3
+  assert not os.path.exists(os.path.join(cfg.cache_dir, partial))
+
+  from safetensors.numpy import load_file
+
+  a = load_file(os.path.join(straight, "model.safetensors"))
+  b = load_file(os.path.join(out, "model.safetensors"))
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)

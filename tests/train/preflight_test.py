@@ -1,0 +1,204 @@
+"""Bad input fails before any compute, with one message naming the flag or
+the file and row, and exit code 2 (flags.run_checked, as the CLI runs).
+
+Each case runs the main job (experiments.grpo) in-process with the warm
+start and the model loading replaced by a tripwire: a message that came
+after any compute would show up as the tripwire's error instead.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments import grpo
+from rlreason import config
+from rlreason.train import context
+from rlreason.train import flags
+from rlreason.train import preflight
+from rlreason.train import sft
+
+
+class ComputeRan(Exception):
+  pass
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+  def tripwire(*args, **kwargs):
+    raise ComputeRan("compute started before the input was checked")
+
+  monkeypatch.setattr(sft, "warm_start", tripwire)
+  monkeypatch.setattr(context, "load_model", tripwire)
+
+
+def _cfg(tmp_path, **kw):
+  return dataclasses.replace(
+    grpo.Config(),
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+    **kw,
+  )
+
+
+def _fails(cfg, capsys, *expected):
+  assert flags.run_checked(grpo.run, cfg) == flags.EXIT_USAGE
+  err = capsys.readouterr().err
+  for text in expected:
+    assert text in err, err
+  return err
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (dict(log_every=0), "Invalid config: --log_every=0 must be >= 1"),
+    (dict(eval_size=0), "Invalid config: --eval_size=0 must be >= 1"),
+    (
+      dict(keep_checkpoints=0),
+      "Invalid config: --keep_checkpoints=0 must be >= 1",
+    ),
+    (dict(checkpoint_every=-1), "--checkpoint_every=-1 must be >= 0"),
+    (dict(lr=-1.0), "--lr=-1.0 must be >= 0"),
+    (dict(dtype="fp8"), "--dtype='fp8'; expected one of"),
+    (dict(adam_b2=1.0), "--adam_b2=1.0 not in [0, 1)"),
+  ],
+)
+def test_a_flag_out_of_range(tmp_path, capsys, no_compute, overrides, message):
+  _fails(_cfg(tmp_path, **overrides), capsys, message)
+  assert not os.path.exists(tmp_path / "run")
+
+
+def test_every_problem_is_reported_at_once(tmp_path, capsys, no_compute):
+  err = _fails(
+    _cfg(tmp_path, log_every=0, eval_size=0),
+    capsys,
+    "--log_every=0",
+    "--eval_size=0",
+  )
+  assert err.count("Invalid config:") == 2
+
+
+def test_a_prompt_over_the_budget_names_file_and_row(
+  tmp_path, capsys, no_compute
+):
+  path = tmp_path / "rows.jsonl"
+  rows = [{"question": "1+1=?", "answer": "2"}] * 30
+  rows[24] = {"question": "1+" * 100 + "1=?", "answer": "101"}
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  _fails(
+    _cfg(tmp_path, data=str(path), eval_data=str(path)),
+    capsys,
+    f"{path}: row 24 (line 25): the prompt has",
+    "more than --max_prompt_len=32",
+    "--truncate_prompts",
+  )
+
+
+def test_truncate_prompts_counts_instead(tmp_path):
+  from rlreason.data import sources
+  from rlreason.model import tokenizer
+
+  cfg = _cfg(tmp_path, truncate_prompts=True, max_prompt_len=8)
+  examples = [
+    sources.Example("r0", "1+1=?", "2"),
+    sources.Example("r1", "1+" * 20, "21"),
+  ]
+  tok = tokenizer.load("char")
+  assert preflight.check_prompts(cfg, tok, examples, "--data") == 1
+  ids = context.prompt_ids(tok, examples, cfg.template, max_len=8)
+  assert [len(x) for x in ids] == [len(ids[0]), 8]
+  full = context.prompt_ids(tok, examples, cfg.template, max_len=None)[1]
+  assert ids[1] == full[-8:]  # the prompt's end (and its template) is kept
+
+
+def test_validate_rows_checks_only_the_first_rows(tmp_path):
+  from rlreason.data import sources
+  from rlreason.model import tokenizer
+
+  examples = [
+    sources.Example("r0", "1+1=?", "2"),
+    sources.Example("r1", "1+" * 50, "51"),
+  ]
+  tok = tokenizer.load("char")
+  cfg = _cfg(tmp_path, validate_rows=1)
+  assert preflight.check_prompts(cfg, tok, examples, "--data") == 0
+  with pytest.raises(config.ConfigError, match="r1: the prompt has"):
+    preflight.check_prompts(_cfg(tmp_path), tok, examples, "--data")
+
+
+@pytest.mark.parametrize("flag", ["workdir", "cache_dir"])
+def test_an_unwritable_directory(tmp_path, capsys, no_compute, flag):
+  cfg = dataclasses.replace(_cfg(tmp_path), **{flag: "/proc/rlreason-run"})
+  _fails(cfg, capsys, f"--{flag}=/proc/rlreason-run is not a writable")
+
+
+def test_a_missing_model(tmp_path, capsys, no_compute):
+  _fails(
+    _cfg(tmp_path, model=str(tmp_path / "nope")),
+    capsys,
+    f"--model={tmp_path / 'nope'}: neither a preset",
+  )
+
+
+def test_a_bad_task_option(tmp_path, capsys, no_compute):
+  _fails(
+    _cfg(tmp_path, data="task:arithmetic:difficulty=abc"),
+    capsys,
+    "difficulty=abc",
+  )
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path, capsys, no_compute):
+  cfg = _cfg(tmp_path)
+  os.makedirs(cfg.workdir)
+  saved = {"class": config.class_name(cfg), **dataclasses.asdict(cfg)}
+  with open(os.path.join(cfg.workdir, "config.json"), "w") as f:
+    json.dump(saved, f)
+  err = _fails(
+    dataclasses.replace(cfg, lr=1e-2, group_size=4, steps=500),
+    capsys,
+    "holds a run with another config",
+    "--lr: 0.0002 -> 0.01",
+    "--group_size: 8 -> 4",
+    "--allow_config_change",
+  )
+  assert "--steps" not in err  # steps may grow on resume
+
+
+def test_allow_config_change_records_it(tmp_path):
+  cfg = _cfg(tmp_path)
+  os.makedirs(cfg.workdir)
+  saved = {"class": config.class_name(cfg), **dataclasses.asdict(cfg)}
+  with open(os.path.join(cfg.workdir, "config.json"), "w") as f:
+    json.dump(saved, f)
+  preflight.check_resume(
+    dataclasses.replace(cfg, lr=1e-2, allow_config_change=True), cfg.workdir
+  )
+  with open(os.path.join(cfg.workdir, "config_changes.jsonl")) as f:
+    (record,) = [json.loads(line) for line in f]
+  assert record["changes"] == {"lr": [2e-4, 1e-2]}
+
+
+def test_the_cli_exits_2_with_one_message(tmp_path):
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.grpo",
+      "--log_every=0",
+      f"--workdir={tmp_path / 'run'}",
+      f"--cache_dir={tmp_path / 'cache'}",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    env={**os.environ, "XLA_FLAGS": ""},
+  )
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "error: Invalid config: --log_every=0 must be >= 1" in proc.stderr
+  assert "Traceback" not in proc.stderr
+  assert not os.path.exists(tmp_path / "cache")
