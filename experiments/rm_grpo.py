@@ -67,6 +67,7 @@ from rlreason.train import context as context_lib
 from rlreason.data import sources as data_lib
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
+from rlreason.train import run_info
 from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
 from rlreason.sampling import draw as sampling_lib
@@ -382,7 +383,7 @@ def run(cfg: Config) -> dict:
     rm_params, info = cached_reward_model(cfg, ctx, params)
     del params
     reward_model = scalar_reward(rm_params, info, model_cfg)
-  workdir = epath.Path(loop.workdir_for(cfg, "rm_grpo"))
+  workdir = epath.Path(run_info.workdir_for(cfg, "rm_grpo"))
   workdir.mkdir(parents=True, exist_ok=True)
   storage.write_json(workdir / "reward_model.json", info)
   out = loop.train_and_report(

@@ -47,6 +47,7 @@ from rlreason import config
 from rlreason.rl import entropy_reg
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
+from rlreason.train import run_info
 from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
 from rlreason import storage
@@ -109,7 +110,7 @@ PAPER = dict(
 def _anchor(rollout, ctx) -> float:
   """H_anchor: the initial policy's statistic, computed once per run."""
   cfg = ctx.cfg
-  path = epath.Path(loop.workdir_for(cfg, NAME)) / "siren_anchor.json"
+  path = epath.Path(run_info.workdir_for(cfg, NAME)) / "siren_anchor.json"
   saved = storage.read_json(path)  # a resumed run keeps its anchor
   if saved is not None:
     return float(saved["anchor"])

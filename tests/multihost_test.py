@@ -1,7 +1,7 @@
 """Multi-process: 2 processes x 2 CPU devices == 1 process x 4 devices.
 
 Two processes on 127.0.0.1 (jax.distributed, gloo CPU collectives; set up by
-loop.maybe_initialize_distributed from the environment, as on a cluster)
+run_info.maybe_initialize_distributed from the environment, as on a cluster)
 run a few GRPO steps (warm start, rollouts, updates, per-step checkpoints,
 evaluation) in one shared workdir. A single process with 4 simulated devices
 runs the same config on the same mesh. Metrics and final parameters match,

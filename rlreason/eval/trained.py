@@ -8,7 +8,7 @@
 
 An RL workdir's params come from its orbax checkpoint (params only; the
 optimizer state is not read). Its architecture, tokenizer, template, lengths
-and seed come from the config.json the run recorded (loop.write_run_info),
+and seed come from the config.json the run recorded (run_info.write_run_info),
 so evaluating a workdir (rlreason/eval/evaluate.py) reproduces the loop's own
 evaluation. An exported directory carries those settings in rlreason.json.
 Paths are local.
@@ -127,7 +127,7 @@ def _locate(source: str) -> tuple[str, str, int | None]:
       f"Checkpoint {path}: neither an RL workdir (no checkpoints/) nor a "
       "Hugging Face directory (no config.json)"
     )
-  if "class" in _read_json(cfg_file):  # loop.write_run_info's marker
+  if "class" in _read_json(cfg_file):  # run_info.write_run_info's marker
     raise CheckpointError(
       f"RL workdir {path} has no checkpoints ({path}/checkpoints is "
       "missing); the run stopped before its first save"

@@ -22,7 +22,6 @@ The workdir may be local or gs:// (rlreason/storage.py).
 import dataclasses
 import functools
 import os
-import subprocess
 import time
 from typing import Any, Callable
 
@@ -31,9 +30,9 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from rlreason import config
 from rlreason.train import checkpoint
 from rlreason.train import preflight
+from rlreason.train import run_info
 from rlreason.train import context as context_lib
 from rlreason.data import sources as data_lib
 from rlreason.data import iterator
@@ -45,96 +44,6 @@ from rlreason.train import sft
 from rlreason import storage
 from rlreason.train import train_step as ts
 from rlreason.model import transformer
-
-
-# status.json: {"status": "finished" | "stopped", "step", "steps"}, written
-# when train returns; absent while a run is going on (or was killed).
-STATUS = "status.json"
-
-
-def maybe_initialize_distributed(cfg) -> None:
-  """jax.distributed.initialize() for --multihost or RLREASON_MULTIHOST=1.
-
-  Coordinator address, process count and id come from the environment
-  (TPU VMs and SLURM are detected by JAX itself; otherwise set
-  JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID).
-  RLREASON_DISTRIBUTED_TIMEOUT (seconds) bounds the wait for the others.
-
-  Every process then runs the same host-side code on the same global batch
-  (prompts, rewards, advantages: cheap next to the model) and places only
-  the shards its own devices hold (mesh.put_global); device results come
-  back gathered (mesh.to_host). All processes take part in checkpoints;
-  only process 0 writes logs, metrics and reports. A run matches the
-  single-process run on the same mesh (tests/multihost_test.py).
-  """
-  if not (cfg.multihost or os.environ.get("RLREASON_MULTIHOST") == "1"):
-    return
-  if jax.distributed.is_initialized():
-    return
-  kwargs = {}
-  if "JAX_COORDINATOR_ADDRESS" in os.environ:
-    kwargs = dict(
-      coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
-      num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
-      process_id=int(os.environ["JAX_PROCESS_ID"]),
-    )
-  if "RLREASON_DISTRIBUTED_TIMEOUT" in os.environ:
-    kwargs["initialization_timeout"] = int(
-      os.environ["RLREASON_DISTRIBUTED_TIMEOUT"]
-    )
-  if (
-    jax.config.jax_platforms in (None, "", "cpu")
-    or os.environ.get("JAX_PLATFORMS") == "cpu"
-  ):
-    # CPU-only processes need a collectives backend for cross-process ops.
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(**kwargs)
-
-
-def workdir_for(cfg, name: str) -> str:
-  return cfg.workdir or os.path.join("workdirs", name)
-
-
-def write_run_info(workdir: str, cfg) -> None:
-  """config.json (resolved) and COMMIT, so any result traces back.
-
-  `workdir` may be a local path or a gs:// URL (etils.epath).
-  """
-  workdir = epath.Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  storage.write_json(
-    workdir / "config.json",
-    {
-      "class": config.class_name(cfg),
-      **dataclasses.asdict(cfg),
-    },
-  )
-  try:
-    commit = subprocess.run(
-      ["git", "rev-parse", "HEAD"],
-      capture_output=True,
-      text=True,
-      cwd=os.path.dirname(os.path.abspath(__file__)),
-      timeout=10,
-      check=True,
-    ).stdout.strip()
-    dirty = subprocess.run(
-      ["git", "status", "--porcelain"],
-      capture_output=True,
-      text=True,
-      cwd=os.path.dirname(os.path.abspath(__file__)),
-      timeout=10,
-    ).stdout
-    commit += "-dirty" if dirty.strip() else ""
-  except (OSError, subprocess.SubprocessError):
-    # A tree shipped without .git (launch/tpu.sh sync) records its commit.
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    shipped = os.path.join(root, "COMMIT")
-    commit = "unknown"
-    if os.path.exists(shipped):
-      with open(shipped) as f:
-        commit = f.read().strip() or commit
-  (workdir / "COMMIT").write_text(commit + "\n")
 
 
 def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
@@ -171,8 +80,8 @@ def train(
   policy's alone; checkpoints hold both.
   """
   cfg.validate()
-  maybe_initialize_distributed(cfg)
-  workdir = workdir_for(cfg, name)
+  run_info.maybe_initialize_distributed(cfg)
+  workdir = run_info.workdir_for(cfg, name)
   # Everything checkable is checked before any compute (warm start,
   # compilation): paths, the workdir's earlier run, the data, its prompts.
   preflight.check_paths(cfg, workdir)
@@ -186,7 +95,7 @@ def train(
   cfg = sft.warm_started(cfg)
   is_main = jax.process_index() == 0
   if is_main:
-    write_run_info(workdir, cfg)
+    run_info.write_run_info(workdir, cfg)
 
   # --- Mesh, model, optimizer -------------------------------------------------
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
@@ -253,7 +162,7 @@ def train(
     prompts.restore(meta["data"])
     logging.info("Resuming %s from step %d", workdir, start)
   if is_main:  # running: neither finished nor stopped
-    (epath.Path(workdir) / STATUS).unlink(missing_ok=True)
+    (epath.Path(workdir) / run_info.STATUS).unlink(missing_ok=True)
   writer = metrics_lib.MetricWriter(
     workdir,
     # Rows after the checkpoint are redone: cut them (all, from step 0).
@@ -396,7 +305,7 @@ def train(
   ckpt.close()
   if is_main:
     storage.write_json(
-      epath.Path(workdir) / STATUS,
+      epath.Path(workdir) / run_info.STATUS,
       {
         "status": "stopped" if preempt.requested else "finished",
         "step": stopped_at,

@@ -14,7 +14,7 @@ from experiments import grpo
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate
 from rlreason.train import context
-from rlreason.train import loop
+from rlreason.train import run_info
 from rlreason import testing
 from rlreason.eval import trained
 from rlreason.model import hf
@@ -173,7 +173,7 @@ def test_bad_checkpoints_name_the_path(run, tmp_path):
     trained.load(str(empty))
   # A run that stopped before its first checkpoint.
   unsaved = str(tmp_path / "unsaved")
-  loop.write_run_info(unsaved, cfg)
+  run_info.write_run_info(unsaved, cfg)
   with pytest.raises(trained.CheckpointError, match=f"{unsaved}.*no check"):
     trained.load(unsaved)
   os.makedirs(os.path.join(unsaved, "checkpoints"))

@@ -1,0 +1,110 @@
+"""A run's identity on disk and in the cluster.
+
+  run_info.maybe_initialize_distributed(cfg)   # jax.distributed, if asked
+  workdir = run_info.workdir_for(cfg, "grpo")
+  run_info.write_run_info(workdir, cfg)        # config.json + COMMIT
+
+status.json (STATUS) is written by the loop when `train` returns.
+"""
+
+import dataclasses
+import os
+import subprocess
+
+import jax
+from etils import epath
+
+from rlreason import config
+from rlreason import storage
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+# status.json: {"status": "finished" | "stopped", "step", "steps"}, written
+# when train returns; absent while a run is going on (or was killed).
+STATUS = "status.json"
+
+
+def maybe_initialize_distributed(cfg) -> None:
+  """jax.distributed.initialize() for --multihost or RLREASON_MULTIHOST=1.
+
+  Coordinator address, process count and id come from the environment
+  (TPU VMs and SLURM are detected by JAX itself; otherwise set
+  JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID).
+  RLREASON_DISTRIBUTED_TIMEOUT (seconds) bounds the wait for the others.
+
+  Every process then runs the same host-side code on the same global batch
+  (prompts, rewards, advantages: cheap next to the model) and places only
+  the shards its own devices hold (mesh.put_global); device results come
+  back gathered (mesh.to_host). All processes take part in checkpoints;
+  only process 0 writes logs, metrics and reports. A run matches the
+  single-process run on the same mesh (tests/multihost_test.py).
+  """
+  if not (cfg.multihost or os.environ.get("RLREASON_MULTIHOST") == "1"):
+    return
+  if jax.distributed.is_initialized():
+    return
+  kwargs = {}
+  if "JAX_COORDINATOR_ADDRESS" in os.environ:
+    kwargs = dict(
+      coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+      num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+      process_id=int(os.environ["JAX_PROCESS_ID"]),
+    )
+  if "RLREASON_DISTRIBUTED_TIMEOUT" in os.environ:
+    kwargs["initialization_timeout"] = int(
+      os.environ["RLREASON_DISTRIBUTED_TIMEOUT"]
+    )
+  if (
+    jax.config.jax_platforms in (None, "", "cpu")
+    or os.environ.get("JAX_PLATFORMS") == "cpu"
+  ):
+    # CPU-only processes need a collectives backend for cross-process ops.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(**kwargs)
+
+
+def workdir_for(cfg, name: str) -> str:
+  return cfg.workdir or os.path.join("workdirs", name)
+
+
+def write_run_info(workdir: str, cfg) -> None:
+  """config.json (resolved) and COMMIT, so any result traces back.
+
+  `workdir` may be a local path or a gs:// URL (etils.epath).
+  """
+  workdir = epath.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  storage.write_json(
+    workdir / "config.json",
+    {
+      "class": config.class_name(cfg),
+      **dataclasses.asdict(cfg),
+    },
+  )
+  try:
+    commit = subprocess.run(
+      ["git", "rev-parse", "HEAD"],
+      capture_output=True,
+      text=True,
+      cwd=_HERE,
+      timeout=10,
+      check=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+      ["git", "status", "--porcelain"],
+      capture_output=True,
+      text=True,
+      cwd=_HERE,
+      timeout=10,
+    ).stdout
+    commit += "-dirty" if dirty.strip() else ""
+  except (OSError, subprocess.SubprocessError):
+    # A tree shipped without .git (launch/tpu.sh sync) records its commit.
+    root = os.path.dirname(os.path.dirname(_HERE))  # rlreason/train -> repo
+    shipped = os.path.join(root, "COMMIT")
+    commit = "unknown"
+    if os.path.exists(shipped):
+      with open(shipped) as f:
+        commit = f.read().strip() or commit
+  (workdir / "COMMIT").write_text(commit + "\n")
