@@ -74,7 +74,7 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(tmp_path):
   for r in train:  # the proxy and the gold reward, every step
     assert np.isfinite(r["reward/rm"]) and 0 <= r["accuracy"] <= 1
     mixed = 0.5 * r["reward/rm"] + 0.5 * r["reward/verifier"]
-    np.testing.assert_allclose(r["reward"], mixed, atol=1e-5)
+    np.testing.assert_allclose(r["reward"], mixed, rtol=1e-5, atol=1e-5)
   info = json.load(open(tmp_path / "run/reward_model.json"))
   assert info["sample_accuracy"] is not None and "heldout_pair_accuracy" in info
   (cached,) = [p for p in os.listdir(tmp_path / "cache") if p.startswith("rm-")]

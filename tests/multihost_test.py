@@ -198,6 +198,7 @@ def test_final_params_match_single_process(runs):
   p0, p1 = np.load(runs / "proc0.npz"), np.load(runs / "proc1.npz")
   assert sorted(single) == sorted(p0) == sorted(p1)
   for k in single:
+    # Exact: both processes gather the same (global) array.
     np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
     np.testing.assert_allclose(
       p0[k], single[k], rtol=1e-5, atol=1e-6, err_msg=k
@@ -231,7 +232,7 @@ def test_checkpoint_written_by_both_processes_restores(runs):
   }
   assert sorted(flat) == sorted(final)
   for k, x in flat.items():
-    np.testing.assert_array_equal(x, final[k], err_msg=k)
+    np.testing.assert_array_equal(x, final[k], err_msg=k)  # saved, restored
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
     multi,

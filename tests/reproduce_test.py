@@ -8,6 +8,7 @@ import os
 import pytest
 
 from experiments import reproduce
+from rlreason import config
 
 TINY = dict(
   batch_size=4,
@@ -171,7 +172,7 @@ def test_a_field_added_later_at_its_default_is_the_same_run():
 
   cfg = Hinted()
   saved = dataclasses.asdict(cfg)
-  saved["class"] = reproduce._class_name(cfg)
+  saved["class"] = config.class_name(cfg)
   del saved["warm_start_hints"]
   assert reproduce._differences(saved, cfg) == ["warm_start_hints"]
   assert reproduce._differences(saved, Hinted(warm_start_hints=0.0)) == []

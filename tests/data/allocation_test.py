@@ -37,8 +37,10 @@ def test_pooled_advantages():
   keys = ["a", "a", "a", "a", "b"]
   adv = allocation.pooled_advantages(r, keys, eps=0.0)
   s = np.sqrt(1 / 3)
-  np.testing.assert_allclose(adv, [0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 0])
-  # All-equal pool -> 0, not NaN.
+  np.testing.assert_allclose(
+    adv, [0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 0], rtol=1e-6, atol=1e-6
+  )
+  # All-equal pool -> 0, not NaN (exactly: x - x is 0).
   np.testing.assert_array_equal(
     allocation.pooled_advantages([1.0, 1.0], ["a", "a"]), [0, 0]
   )
@@ -49,9 +51,11 @@ def test_pooled_advantages_without_std():
   adv = allocation.pooled_advantages(
     [1.0, 0.0, 0.0, 0.0, 1.0, 0.0], list("aaaabb"), scale=False
   )
-  np.testing.assert_allclose(adv, [0.75, -0.25, -0.25, -0.25, 0.5, -0.5])
+  np.testing.assert_allclose(
+    adv, [0.75, -0.25, -0.25, -0.25, 0.5, -0.5], rtol=1e-6, atol=1e-6
+  )
   # Cumulative advantage of a 0/1 pool: 2 n p (1 - p) = 2 * 4 * 3 / 16.
-  assert np.abs(adv[:4]).sum() == pytest.approx(1.5)
+  assert np.abs(adv[:4]).sum() == pytest.approx(1.5, rel=1e-6, abs=1e-6)
 
 
 def test_repeat_for():

@@ -60,26 +60,33 @@ def test_target_and_skip_weights():
   t.update([ex[0].uid] * 2, [1, 1])
   t.update([ex[1].uid] * 2, [1, 0])
   w = difficulty.target_weights(0.5, 0.5, unseen=0.3)(t, ex)
-  np.testing.assert_allclose(w, [np.exp(-1.0), 1.0, 0.3])
+  np.testing.assert_allclose(w, [np.exp(-1.0), 1.0, 0.3], rtol=1e-6, atol=1e-6)
   np.testing.assert_array_equal(difficulty.skip_solved()(t, ex), [0, 1, 1])
   # Source prior: ex[2] (source t-d1, like ex[0]) takes its source's mean
   # accuracy, 1.0; a prompt of an unseen source keeps `unseen`.
   t3 = difficulty.Tracker(decay=0.0)
   t3.update([ex[0].uid] * 2, [1, 1])
   w = difficulty.target_weights(0.5, 0.5, 0.3, source_prior=True)(t3, ex)
-  np.testing.assert_allclose(w, [np.exp(-1.0), 0.3, np.exp(-1.0)])
+  np.testing.assert_allclose(
+    w, [np.exp(-1.0), 0.3, np.exp(-1.0)], rtol=1e-6, atol=1e-6
+  )
 
 
 def test_ucb_scores_and_probs():
   # total n = 4: bonus_j = sqrt(2 ln 4 / n_j).
   s = difficulty.ucb_scores([0.5, 0.2, np.nan], [1, 3, 0], c=1.0)
   np.testing.assert_allclose(
-    s[:2], [0.5 + np.sqrt(2 * np.log(4)), 0.2 + np.sqrt(2 * np.log(4) / 3)]
+    s[:2],
+    [0.5 + np.sqrt(2 * np.log(4)), 0.2 + np.sqrt(2 * np.log(4) / 3)],
+    rtol=1e-6,
+    atol=1e-6,
   )
   assert np.isinf(s[2])
   np.testing.assert_array_equal(difficulty.source_probs(s, 0.1), [0, 0, 1])
   p = difficulty.source_probs(np.array([1.0, 0.0]), 1.0)
-  np.testing.assert_allclose(p, [np.e / (1 + np.e), 1 / (1 + np.e)])
+  np.testing.assert_allclose(
+    p, [np.e / (1 + np.e), 1 / (1 + np.e)], rtol=1e-6, atol=1e-6
+  )
 
 
 def test_ucb_source_weights_spread_over_source():
@@ -89,8 +96,8 @@ def test_ucb_source_weights_spread_over_source():
   t.update([ex[1].uid], [1], signal=[0.0])
   w = difficulty.ucb_source_weights(c=0.0, temperature=1.0)(t, ex)
   p1 = np.e / (1 + np.e)
-  np.testing.assert_allclose(w[0::2], p1 / 3)
-  np.testing.assert_allclose(w[1::2], (1 - p1) / 3)
+  np.testing.assert_allclose(w[0::2], p1 / 3, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(w[1::2], (1 - p1) / 3, rtol=1e-6, atol=1e-7)
 
 
 def test_adaptive_prompts_deterministic_and_resumable():

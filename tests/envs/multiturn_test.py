@@ -86,7 +86,7 @@ def test_cached_multiturn_logp_equals_full_forward(rollout):
   )
   m = np.asarray(ro.mask) > 0
   np.testing.assert_allclose(
-    np.asarray(full)[m], np.asarray(ro.policy_logp)[m], atol=1e-4
+    np.asarray(full)[m], np.asarray(ro.policy_logp)[m], rtol=1e-5, atol=1e-4
   )
 
 
@@ -133,14 +133,19 @@ def test_turn_token_rewards_and_returns_across_observations():
   # G0 = .9 * 1.31 (observations carry the return, do not discount it).
   g = returns_lib._discounted_returns(jnp.asarray(r), mask, 0.9)
   np.testing.assert_allclose(
-    np.asarray(g)[0, [0, 1, 4, 5]], [1.179, 1.31, 0.9, 1.0], atol=1e-6
+    np.asarray(g)[0, [0, 1, 4, 5]],
+    [1.179, 1.31, 0.9, 1.0],
+    rtol=1e-6,
+    atol=1e-6,
   )
   adv = returns_lib.reinforce_plus_plus(
     jnp.zeros(1), mask, token_rewards=jnp.asarray(r), gamma=0.9
   )
   x = np.array([1.179, 1.31, 0.9, 1.0])
   want = (x - x.mean()) / np.sqrt(x.var(ddof=1) + 1e-8)
-  np.testing.assert_allclose(np.asarray(adv)[0, [0, 1, 4, 5]], want, atol=1e-5)
+  np.testing.assert_allclose(
+    np.asarray(adv)[0, [0, 1, 4, 5]], want, rtol=1e-5, atol=1e-5
+  )
   assert (np.asarray(adv)[0, [2, 3, 6]] == 0).all()
   # GAE, gamma .9, lam .8, values V = [.1, .2, x, x, .3, .4]: the value after
   # column 1 is V4 (the observation is skipped).
@@ -156,11 +161,12 @@ def test_turn_token_rewards_and_returns_across_observations():
   d0 = 0.9 * 0.2 - 0.1
   a0 = d0 + 0.72 * a1
   np.testing.assert_allclose(
-    np.asarray(a)[0], [a0, a1, 0, 0, a4, a5, 0], atol=1e-6
+    np.asarray(a)[0], [a0, a1, 0, 0, a4, a5, 0], rtol=1e-6, atol=1e-6
   )
   np.testing.assert_allclose(
     np.asarray(ret)[0],
     [a0 + 0.1, a1 + 0.2, 0, 0, a4 + 0.3, a5 + 0.4, 0],
+    rtol=1e-6,
     atol=1e-6,
   )
 
@@ -170,12 +176,14 @@ def test_information_gain_and_turn_advantages_hand_computed():
   r = turn_credit.information_gain_rewards(
     probs, np.array([1.0, 0.0]), np.array([2, 1])
   )
-  np.testing.assert_allclose(r, [[0.3, 1.0, 0], [0.0, 0, 0]], atol=1e-6)
+  np.testing.assert_allclose(
+    r, [[0.3, 1.0, 0], [0.0, 0, 0]], rtol=1e-6, atol=1e-6
+  )
   adv = turn_credit.turn_advantages(r, np.array([2, 1]), 2, gamma=0.5)
   vals = np.array([0.3, 1.0, 0.0])  # the group's taken turns
   z = (vals - vals.mean()) / (vals.std(ddof=1) + 1e-6)
   np.testing.assert_allclose(
-    adv, [[z[0] + 0.5 * z[1], z[1], 0], [z[2], 0, 0]], atol=1e-5
+    adv, [[z[0] + 0.5 * z[1], z[1], 0], [z[2], 0, 0]], rtol=1e-5, atol=1e-5
   )
   turn = np.array([[0, 0, 1, 1, -1], [0, 0, -1, -1, -1]])
   mask = np.array([[1, 0, 1, 1, 0], [1, 1, 0, 0, 0]])
@@ -183,6 +191,7 @@ def test_information_gain_and_turn_advantages_hand_computed():
   np.testing.assert_allclose(
     tok,
     [[adv[0, 0], 0, adv[0, 1], adv[0, 1], 0], [adv[1, 0], adv[1, 0], 0, 0, 0]],
+    rtol=1e-6,
     atol=1e-6,
   )
 
@@ -202,7 +211,9 @@ def test_answer_prob_at_turn_zero_is_the_prompt_alone(rollout):
     CFG,
     len(ids) - len("answer: 3"),
   )
-  np.testing.assert_allclose(probs[0, 0], np.exp(np.mean(lp)), rtol=1e-4)
+  np.testing.assert_allclose(
+    probs[0, 0], np.exp(np.mean(lp)), rtol=1e-4, atol=1e-6
+  )
 
 
 def test_sharded_rollout_matches_single_device(rollout):
@@ -238,6 +249,7 @@ def test_sharded_rollout_matches_single_device(rollout):
     np.testing.assert_allclose(
       np.asarray(getattr(sharded, name)),
       np.asarray(getattr(ro, name)),
+      rtol=1e-5,
       atol=1e-5,
     )
   for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
@@ -345,7 +357,8 @@ def test_segments_decode_stops_after_a_stop_sequence():
     np.testing.assert_allclose(
       np.asarray(getattr(seg, name)),
       np.where(keep, getattr(free, name), 0.0),
-      atol=1e-6,
+      rtol=1e-5,
+      atol=1e-5,
     )
 
 
@@ -409,7 +422,7 @@ def _assert_logp_is_full_forward(params, ro):
   )
   m = np.asarray(ro.mask) > 0
   np.testing.assert_allclose(
-    np.asarray(full)[m], np.asarray(ro.policy_logp)[m], atol=1e-4
+    np.asarray(full)[m], np.asarray(ro.policy_logp)[m], rtol=1e-5, atol=1e-4
   )
 
 
@@ -447,7 +460,9 @@ def test_multi_token_tag_of_the_env_ends_a_turn(free_turns, monkeypatch):
     ends = [t for t in range(2, 8) if a[t - 2 : t + 1].tolist() == seq]
     m = ends[0] + 1 if ends else 8
     np.testing.assert_array_equal(actions[i], a[:m])
-    np.testing.assert_allclose(plogp[i], free_plogp[i][:m], atol=1e-6)
+    np.testing.assert_allclose(
+      plogp[i], free_plogp[i][:m], rtol=1e-5, atol=1e-5
+    )
     assert envs[i].seen[0] == TOK.decode(a[:m].tolist())
     assert ro.turn_end[i, 0] == m - 1
   assert len(actions[r]) == 4 and ro.actions[r][0].endswith(tag)
@@ -486,7 +501,9 @@ def test_stop_string_split_differently_is_cut_on_the_host(free_turns):
   for i, a in enumerate(free):
     m = _fewest_with(tok, a, "@@")
     np.testing.assert_array_equal(actions[i], a[:m])
-    np.testing.assert_allclose(plogp[i], free_plogp[i][:m], atol=1e-6)
+    np.testing.assert_allclose(
+      plogp[i], free_plogp[i][:m], rtol=1e-5, atol=1e-5
+    )
     assert envs[i].seen[0] == tok.decode(a[:m].tolist())
   assert len(actions[r]) <= first + 1 < 8
   # The cut tokens were already in the cache: turn 1 must not see them.

@@ -36,8 +36,9 @@ def test_teacher_logp_matches_the_same_model():
     tokens=tokens, positions=positions, mask=np.ones((2, 2), np.int32)
   )
   want = policy.completion_logprobs(params, tokens, positions, model_cfg, 4)
-  np.testing.assert_allclose(t.logp(ctx, rollout), want, rtol=1e-6)
-  # Same seed and preset as trained.load: the same random weights.
+  np.testing.assert_allclose(t.logp(ctx, rollout), want, rtol=1e-5, atol=1e-5)
+  # Same seed and preset as trained.load: the same random weights, bit for
+  # bit (the same initialiser program).
   same = trained.load("tiny", mesh=ctx.mesh, seed=ctx.cfg.seed).params
   jax.tree.map(np.testing.assert_array_equal, same, params)
 

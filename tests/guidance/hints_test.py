@@ -61,12 +61,12 @@ def test_rebase_moves_completion_to_new_prompt():
 def test_irt_fit_recovers_location():
   # One point at the curve's midpoint: the location is that ratio.
   b = hints.fit_irt_location([0.5], [0.5], [8], slope=6.0)
-  assert b == pytest.approx(0.5, abs=1e-6)
+  assert b == pytest.approx(0.5, rel=1e-6, abs=1e-6)
   # Data generated from the model are fitted back.
   r = np.array([0.0, 0.25, 0.5, 0.75])
   y = hints.irt_accuracy(r, 0.3, slope=6.0)
   assert hints.fit_irt_location(r, y, [8] * 4, slope=6.0) == pytest.approx(
-    0.3, abs=1e-6
+    0.3, rel=1e-6, abs=1e-6
   )
   # All wrong at the largest ratio: the location is beyond it (clipped).
   assert hints.fit_irt_location([1.0], [0.0], [4], slope=6.0) == 3.0
@@ -74,10 +74,12 @@ def test_irt_fit_recovers_location():
 
 
 def test_ratio_for_accuracy():
-  assert hints.ratio_for_accuracy(0.3, 0.5, slope=6.0) == pytest.approx(0.3)
+  assert hints.ratio_for_accuracy(0.3, 0.5, slope=6.0) == pytest.approx(
+    0.3, rel=1e-6, abs=1e-6
+  )
   # sigmoid(6 (r - 0.3)) = 0.75 -> r = 0.3 + ln(3) / 6.
   assert hints.ratio_for_accuracy(0.3, 0.75, slope=6.0) == pytest.approx(
-    0.3 + np.log(3) / 6
+    0.3 + np.log(3) / 6, rel=1e-6, abs=1e-6
   )
   assert hints.ratio_for_accuracy(-1.0, 0.5, slope=6.0) == 0.0
   assert hints.ratio_for_accuracy(2.0, 0.5, slope=6.0) == 1.0

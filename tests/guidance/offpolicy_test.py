@@ -71,15 +71,16 @@ def test_mixed_policy_loss(jit, gamma):
   r = np.array([2.0, 0.5])  # off-policy row's ratios
   w = r / (r + gamma) if gamma else np.minimum(r, 1.5)
   expected = [[-1.0, -1.0], [-2.0 * w[0], 0.0]]
-  np.testing.assert_allclose(per_token, expected, rtol=1e-6)
+  np.testing.assert_allclose(per_token, expected, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(
-    m["offpolicy_ratio"], [[0, 0], [2.0, 0.5]], rtol=1e-6
+    m["offpolicy_ratio"], [[0, 0], [2.0, 0.5]], rtol=1e-6, atol=1e-6
   )
   # Gradient of the off-policy token: -A f'(r) r.
   grad = jax.grad(lambda lp: f(lp)[0].sum())(logp)
   g = -2.0 * (gamma * r[0] / (r[0] + gamma) ** 2 if gamma else 0.0)
   np.testing.assert_allclose(grad[1, 0], g, rtol=1e-5, atol=1e-7)
-  np.testing.assert_allclose(grad[0], [-1.0, -1.0], rtol=1e-6)  # PPO, r = 1
+  # PPO, r = 1
+  np.testing.assert_allclose(grad[0], [-1.0, -1.0], rtol=1e-6, atol=1e-6)
 
 
 def test_replacement_rows():
@@ -108,6 +109,8 @@ def test_comprehension():
   np.testing.assert_allclose(
     guidance.comprehension([[-1.0, -3.0], [-2.0, 5.0]], [[1, 1], [1, 0]]),
     [-2.0, -2.0],
+    rtol=1e-6,
+    atol=1e-6,
   )
 
 

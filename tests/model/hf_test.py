@@ -81,7 +81,8 @@ def test_logits_match_transformers(family, tmp_path):
   tokens = _tokens(model_cfg.vocab_size)
   ours = np.asarray(policy.logits(params, jnp.asarray(tokens), model_cfg))
   theirs = _hf_logits(model, tokens)
-  assert np.abs(ours - theirs).max() <= 1e-4
+  # Two frameworks' float32 programs: equal up to rounding.
+  np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -104,10 +105,12 @@ def test_export_reloads_in_transformers(family, tmp_path):
   ).eval()
   tokens = _tokens(97, seed=3)
   ours = np.asarray(policy.logits(params, jnp.asarray(tokens), model_cfg))
-  assert np.abs(ours - _hf_logits(model, tokens)).max() <= 1e-4
+  np.testing.assert_allclose(
+    ours, _hf_logits(model, tokens), rtol=1e-5, atol=1e-4
+  )
   cfg2, params2 = hf.load(str(tmp_path))
   assert cfg2 == model_cfg
-  jax.tree.map(np.testing.assert_array_equal, params, params2)
+  jax.tree.map(np.testing.assert_array_equal, params, params2)  # a copy
 
 
 def test_load_sharded_places_params_on_mesh(tmp_path):
@@ -120,7 +123,9 @@ def test_load_sharded_places_params_on_mesh(tmp_path):
   assert q.addressable_shards[0].data.shape == (32, 2, 16)
   tokens = _tokens(model_cfg.vocab_size)
   ours = np.asarray(policy.logits(params, jnp.asarray(tokens), model_cfg))
-  assert np.abs(ours - _hf_logits(model, tokens)).max() <= 1e-4
+  np.testing.assert_allclose(
+    ours, _hf_logits(model, tokens), rtol=1e-5, atol=1e-4
+  )
 
 
 # --- Bad input ----------------------------------------------------------------

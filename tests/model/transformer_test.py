@@ -40,7 +40,9 @@ def test_incremental_cache_equals_full_forward(params):
   for lo, hi in [(0, 5), (5, 6), (6, 8), (8, 12)]:
     out, cache = _apply(params, tokens[:, lo:hi], pos[:, lo:hi], CFG, cache)
     outs.append(out)
-  np.testing.assert_allclose(jnp.concatenate(outs, 1), full, atol=1e-5)
+  np.testing.assert_allclose(
+    jnp.concatenate(outs, 1), full, rtol=1e-5, atol=1e-5
+  )
   assert int(cache.index) == 12
 
 
@@ -53,7 +55,7 @@ def test_left_padding_equals_unpadded(params):
   out = policy.logits(
     params, padded, CFG, positions=policy.positions_from_mask(mask)
   )
-  np.testing.assert_allclose(out[:, 3:], alone, atol=1e-5)
+  np.testing.assert_allclose(out[:, 3:], alone, rtol=1e-5, atol=1e-5)
   assert np.isfinite(np.asarray(out)).all()
 
 
@@ -65,9 +67,9 @@ def test_completion_logprobs_match_full_log_softmax(params):
   )
   full = jax.nn.log_softmax(policy.logits(params, tokens, CFG) / 0.7, -1)
   want = jnp.take_along_axis(full[:, 3:-1], tokens[:, 4:, None], -1)[..., 0]
-  np.testing.assert_allclose(logp, want, atol=1e-5)
+  np.testing.assert_allclose(logp, want, rtol=1e-5, atol=1e-5)
   want_ent = -(jnp.exp(full) * full).sum(-1)[:, 3:-1]
-  np.testing.assert_allclose(ent, want_ent, atol=1e-5)
+  np.testing.assert_allclose(ent, want_ent, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_compute_close_to_fp32(params):
@@ -89,7 +91,9 @@ def test_remat_gives_same_gradients(params):
   remat = CFG.__class__(**{**CFG.__dict__, "remat": True})
   g1 = jax.jit(jax.grad(functools.partial(loss, cfg=CFG)))(params)
   g2 = jax.jit(jax.grad(functools.partial(loss, cfg=remat)))(params)
-  jax.tree.map(functools.partial(np.testing.assert_allclose, atol=1e-5), g1, g2)
+  jax.tree.map(
+    functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-5), g1, g2
+  )
 
 
 def test_param_axes_cover_every_param():

@@ -10,7 +10,9 @@ def test_confidence_is_geometric_mean_probability_over_mask():
   logp = np.log([[0.5, 0.25, 0.9], [0.8, 0.1, 0.1]])
   mask = np.array([[1, 1, 0], [1, 0, 0]])
   got = confidence.confidence(logp, mask)
-  np.testing.assert_allclose(got, [np.sqrt(0.5 * 0.25), 0.8], rtol=1e-6)
+  np.testing.assert_allclose(
+    got, [np.sqrt(0.5 * 0.25), 0.8], rtol=1e-6, atol=1e-6
+  )
 
 
 def test_confidence_empty_mask_is_zero_and_shapes_checked():
@@ -26,7 +28,9 @@ def test_confclip_by_hand():
     correct, conf, weight=0.5, clip_low=0.2, clip_high=0.9
   )
   # c~ = [0.5, 0.9, 0.5, 0.2, 0.2]
-  np.testing.assert_allclose(r, [1.25, 1.45, -0.25, -0.1, 1.1], rtol=1e-6)
+  np.testing.assert_allclose(
+    r, [1.25, 1.45, -0.25, -0.1, 1.1], rtol=1e-6, atol=1e-6
+  )
 
 
 def test_confclip_keeps_correct_above_wrong_and_spreads_solved_groups():

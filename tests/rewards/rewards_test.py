@@ -309,10 +309,12 @@ def test_combine_weights_components_and_routes_kwargs(pool):
   total, parts = fn(
     completions, ["2", "2", "2"], lengths=[10, 90, 100], pool=pool
   )
-  np.testing.assert_allclose(parts["math"], [1, 1, 0])
-  np.testing.assert_allclose(parts["format"], [1, 0, 1])
-  np.testing.assert_allclose(parts["overlong"], [0, -0.5, -1])
-  np.testing.assert_allclose(total, [1.1, 0.75, -0.4], rtol=1e-6)
+  np.testing.assert_allclose(parts["math"], [1, 1, 0], rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(parts["format"], [1, 0, 1], rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(
+    parts["overlong"], [0, -0.5, -1], rtol=1e-6, atol=1e-6
+  )
+  np.testing.assert_allclose(total, [1.1, 0.75, -0.4], rtol=1e-6, atol=1e-6)
   assert total.dtype == np.float32
   with pytest.raises(TypeError, match="no reward component takes"):
     fn(completions, ["2"] * 3, lengths=[1, 2, 3], pool=pool, lenghts=1)
@@ -381,7 +383,9 @@ def test_overlong_matches_dapo_formula():
     max_length=100,
     buffer_length=20,
   )
-  np.testing.assert_allclose(r, [0, 0, -0.25, -0.5, -1, -1])
+  np.testing.assert_allclose(
+    r, [0, 0, -0.25, -0.5, -1, -1], rtol=1e-6, atol=1e-6
+  )
   r = length.overlong(
     ["."] * 2,
     lengths=[90, 100],
@@ -389,7 +393,7 @@ def test_overlong_matches_dapo_formula():
     buffer_length=20,
     penalty_factor=2.0,
   )
-  np.testing.assert_allclose(r, [-1, -2])
+  np.testing.assert_allclose(r, [-1, -2], rtol=1e-6, atol=1e-6)
 
 
 def test_truncation_laser_and_budgets():
@@ -419,11 +423,16 @@ def test_truncation_laser_and_budgets():
   )
   np.testing.assert_array_equal(targets, [10, 10, 20, 20, 30, 30])
   np.testing.assert_allclose(
-    length.token_budget(c, lengths=lens, budget=20, alpha=0.1), [0, -1, 0, -3]
+    length.token_budget(c, lengths=lens, budget=20, alpha=0.1),
+    [0, -1, 0, -3],
+    rtol=1e-6,
+    atol=1e-6,
   )
   np.testing.assert_allclose(
     length.token_budget(c, lengths=lens, budget=20, alpha=0.1, mode="abs"),
     [-1, -1, -1, -3],
+    rtol=1e-6,
+    atol=1e-6,
   )
 
 
@@ -448,11 +457,11 @@ def test_confidence_rewards():
   r = rewards.get("neg_entropy")(
     ["a"] * 3, None, token_entropy=entropy, mask=mask
   )
-  np.testing.assert_allclose(r, [-2.0, -0.5, 0.0])
+  np.testing.assert_allclose(r, [-2.0, -0.5, 0.0], rtol=1e-6, atol=1e-6)
   r = rewards.get("self_certainty")(
     ["a"] * 3, None, token_self_certainty=entropy, mask=mask
   )
-  np.testing.assert_allclose(r, [2.0, 0.5, 0.0])
+  np.testing.assert_allclose(r, [2.0, 0.5, 0.0], rtol=1e-6, atol=1e-6)
   with pytest.raises(ValueError, match="N=2"):
     rewards.get("neg_entropy")(
       ["a"] * 2, None, token_entropy=entropy, mask=mask
@@ -470,8 +479,8 @@ def test_format_length_surrogate():
     c, None, lengths=[50, 50, 50, 100], max_length=100
   )
   # f(0.5) = 1 at the peak; f(1.0) = -1.
-  np.testing.assert_allclose(r, [2.0, 1.5, 0.0, -1.0])
+  np.testing.assert_allclose(r, [2.0, 1.5, 0.0, -1.0], rtol=1e-6, atol=1e-6)
   r = rewards.get("format_length")(
     c, None, lengths=[25, 25, 25, 25], max_length=100, length_weight=0.0
   )
-  np.testing.assert_allclose(r, [1.0, 0.5, 0.0, 0.0])
+  np.testing.assert_allclose(r, [1.0, 0.5, 0.0, 0.0], rtol=1e-6, atol=1e-6)

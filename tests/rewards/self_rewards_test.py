@@ -39,9 +39,10 @@ def test_vote_metrics():
   correct = [1, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0]
   m = label_free.vote_metrics(votes, correct, 4)
   # Group 1's label is right; group 2 has no label; group 3's is wrong.
-  assert m["label_accuracy"] == pytest.approx(1 / 3)
-  assert m["reward_accuracy"] == pytest.approx(7 / 12)
-  assert m["majority_ratio"] == pytest.approx(5 / 12)  # 2 + 0 + 3 votes
+  assert m["label_accuracy"] == pytest.approx(1 / 3, rel=1e-6, abs=1e-6)
+  assert m["reward_accuracy"] == pytest.approx(7 / 12, rel=1e-6, abs=1e-6)
+  # 2 + 0 + 3 votes
+  assert m["majority_ratio"] == pytest.approx(5 / 12, rel=1e-6, abs=1e-6)
 
 
 # ---------------------------------------------------------------- EMPO
@@ -52,10 +53,15 @@ def test_semantic_clusters_exact_and_custom_equivalence():
   ids = semantic.cluster_ids(answers, 4)
   np.testing.assert_array_equal(ids, [0, 0, -1, 1])
   np.testing.assert_allclose(
-    semantic.cluster_probabilities(ids, 4), [0.5, 0.5, 0, 0.25]
+    semantic.cluster_probabilities(ids, 4),
+    [0.5, 0.5, 0, 0.25],
+    rtol=1e-6,
+    atol=1e-6,
   )
   # p = (1/2, 1/4): H = -(.5 ln .5 + .25 ln .25) = ln 2.
-  np.testing.assert_allclose(semantic.semantic_entropy(ids, 4), [np.log(2)])
+  np.testing.assert_allclose(
+    semantic.semantic_entropy(ids, 4), [np.log(2)], rtol=1e-6, atol=1e-6
+  )
 
   def all_same(pairs):
     return np.ones(len(pairs), bool)
@@ -64,7 +70,10 @@ def test_semantic_clusters_exact_and_custom_equivalence():
   np.testing.assert_array_equal(ids, [0, 0, -1, 0])
   # One cluster of mass 3/4 (the unanswered quarter is no cluster).
   np.testing.assert_allclose(
-    semantic.semantic_entropy(ids, 4), [-0.75 * np.log(0.75)], rtol=1e-6
+    semantic.semantic_entropy(ids, 4),
+    [-0.75 * np.log(0.75)],
+    rtol=1e-6,
+    atol=1e-6,
   )
 
 
@@ -82,7 +91,7 @@ def test_semantic_clusters_merge_transitively_per_group():
   r = rewards.get("semantic_cluster", group_size=2)(
     ["\\boxed{1}", "\\boxed{1}", "\\boxed{1}", "none"], None
   )
-  np.testing.assert_allclose(r, [1.0, 1.0, 0.5, 0.0])
+  np.testing.assert_allclose(r, [1.0, 1.0, 0.5, 0.0], rtol=1e-6, atol=1e-6)
   np.testing.assert_array_equal(
     semantic.entropy_band([0.0, 0.5, 1.0], low=0.1, high=1.0),
     [False, True, False],
@@ -105,18 +114,21 @@ def test_reference_probability_reward_and_std_filter():
   logp = np.log([[0.5, 0.25, 1.0], [1.0, 1.0, 1.0]])
   mask = [[1, 1, 0], [0, 0, 0]]
   np.testing.assert_allclose(
-    likelihood.mean_token_prob(logp, mask), [0.375, 0.0]
+    likelihood.mean_token_prob(logp, mask), [0.375, 0.0], rtol=1e-6, atol=1e-6
   )
   np.testing.assert_allclose(
-    likelihood.debiased([0.375, 0.2], [0.5, 0.1]), [0.0, 0.1], atol=1e-7
+    likelihood.debiased([0.375, 0.2], [0.5, 0.1]),
+    [0.0, 0.1],
+    rtol=1e-6,
+    atol=1e-7,
   )
   f = likelihood.StdFilter(momentum=0.5)
   # Stds (population) 0.5, 0, 0.25: the first batch keeps std > 0.
   np.testing.assert_array_equal(f([0, 1, 1, 1, 0, 0.5], 2), [True, False, True])
-  assert f.beta == pytest.approx(0.25)
+  assert f.beta == pytest.approx(0.25, rel=1e-6, abs=1e-6)
   # Stds 0.2, 0.1 < 0.25: both dropped; beta = .5 * .25 + .5 * .15.
   np.testing.assert_array_equal(f([0, 0.4, 0, 0.2], 2), [False, False])
-  assert f.beta == pytest.approx(0.2)
+  assert f.beta == pytest.approx(0.2, rel=1e-6, abs=1e-6)
 
 
 # ---------------------------------------------------------------- format
@@ -133,14 +145,16 @@ def test_logic_rl_reward():
     "<think>x</think> <answer> </answer>",  # empty answer: -1 - 2
   ]
   r = rewards.get("logic_rl", check=check)(completions, ["A=K"] * 5)
-  np.testing.assert_allclose(r, [3.0, -0.5, -3.0, 1.0, -3.0])
+  np.testing.assert_allclose(
+    r, [3.0, -0.5, -3.0, 1.0, -3.0], rtol=1e-6, atol=1e-6
+  )
   r = format_lib.logic_rl(
     ["x</think> <answer>A=K</answer>"],
     ["A=K"],
     check=check,
     prefilled="<think>",
   )
-  np.testing.assert_allclose(r, [3.0])
+  np.testing.assert_allclose(r, [3.0], rtol=1e-6, atol=1e-6)
 
 
 def test_think_block():
@@ -154,7 +168,10 @@ def test_think_block():
 
 def test_format_gated():
   np.testing.assert_allclose(
-    format_lib.format_gated([1, 0, 1], [1, 1, 0]), [1.0, 0.0, -1.0]
+    format_lib.format_gated([1, 0, 1], [1, 1, 0]),
+    [1.0, 0.0, -1.0],
+    rtol=1e-6,
+    atol=1e-6,
   )
 
 

@@ -39,7 +39,7 @@ class GroupNormalizedTest(_TestCase):
     )
     a = 0.5 / (np.sqrt(1 / 3) + 1e-6)
     np.testing.assert_allclose(
-      fn(rewards), [a, -a, -a, a, 0, 0, 0, 0], atol=1e-6
+      fn(rewards), [a, -a, -a, a, 0, 0, 0, 0], rtol=1e-6, atol=1e-6
     )
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -52,7 +52,7 @@ class GroupNormalizedTest(_TestCase):
       )
     )
     np.testing.assert_allclose(
-      dr(rewards), [0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0], atol=1e-6
+      dr(rewards), [0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0], rtol=1e-6, atol=1e-6
     )
     pop = self.variant(
       functools.partial(
@@ -64,6 +64,7 @@ class GroupNormalizedTest(_TestCase):
       pop(rewards),
       np.array([0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0]) / std,
       rtol=1e-6,
+      atol=1e-6,
     )
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -80,6 +81,7 @@ class GroupNormalizedTest(_TestCase):
       fn(rewards, valid=valid),
       [2 / 3 / s, -1 / 3 / s, 0, -1 / 3 / s, 0, 0, 0, 0],
       rtol=1e-6,
+      atol=1e-6,
     )
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -88,6 +90,8 @@ class GroupNormalizedTest(_TestCase):
       functools.partial(advantages.group_normalized, group_size=1, eps=0.0)
     )
     rewards = np.array([1.0, 0.0, 3.0, 1.0, 2.0, 0.5, 0.0, 4.0])
+    # Exact here and below: constant and invalid groups are zeroed by a
+    # where (the module's contract), not by arithmetic.
     np.testing.assert_array_equal(fn(rewards), np.zeros(8))
     # One valid member in a group: no baseline, zero advantage.
     fn4 = self.variant(
@@ -117,7 +121,7 @@ class OtherGroupEstimatorsTest(_TestCase):
     # Group means 0.25 and 0.75; batch: four 1s and four 0s, var = 2/7.
     centered = np.array([0.75, -0.25, -0.25, -0.25, 0.25, 0.25, -0.75, 0.25])
     np.testing.assert_allclose(
-      fn(rewards), centered / (np.sqrt(2 / 7) + 1e-6), rtol=1e-6
+      fn(rewards), centered / (np.sqrt(2 / 7) + 1e-6), rtol=1e-6, atol=1e-6
     )
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -127,12 +131,15 @@ class OtherGroupEstimatorsTest(_TestCase):
     np.testing.assert_allclose(
       fn(np.array([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])),
       [2 / 3, -2 / 3, -2 / 3, 2 / 3, 0, 0, 0, 0],
+      rtol=1e-6,
       atol=1e-6,
     )
     fn2 = self.variant(
       functools.partial(advantages.leave_one_out, group_size=2)
     )
-    np.testing.assert_allclose(fn2(np.array([3.0, 1.0])), [2.0, -2.0])
+    np.testing.assert_allclose(
+      fn2(np.array([3.0, 1.0])), [2.0, -2.0], rtol=1e-6, atol=1e-6
+    )
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_opo_hand_computed(self):
@@ -142,9 +149,11 @@ class OtherGroupEstimatorsTest(_TestCase):
     # Group 0: baseline (2 * 1 + 6 * 0) / 8 = 0.25. Group 1: zero lengths ->
     # plain mean 1.5.
     adv = fn(np.array([1.0, 0.0, 1.0, 2.0]), np.array([2, 6, 0, 0]))
-    np.testing.assert_allclose(adv, [0.75, -0.25, -0.5, 0.5], atol=1e-6)
+    np.testing.assert_allclose(
+      adv, [0.75, -0.25, -0.5, 0.5], rtol=1e-6, atol=1e-6
+    )
     # Invariant: length-weighted zero mean.
-    self.assertAlmostEqual(float(2 * adv[0] + 6 * adv[1]), 0.0, places=6)
+    np.testing.assert_allclose(2 * adv[0] + 6 * adv[1], 0.0, rtol=0, atol=1e-6)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_gpg_hand_computed(self):
@@ -152,14 +161,18 @@ class OtherGroupEstimatorsTest(_TestCase):
     centered = np.array([0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0])
     paper = self.variant(functools.partial(advantages.gpg_scaled, group_size=4))
     # alpha = B / (B - M) = 8 / (8 - 4): group 1 is all-equal.
-    np.testing.assert_allclose(paper(rewards), 2.0 * centered, atol=1e-6)
+    np.testing.assert_allclose(
+      paper(rewards), 2.0 * centered, rtol=1e-6, atol=1e-6
+    )
     verl = self.variant(
       functools.partial(
         advantages.gpg_scaled, group_size=4, alpha_count="nonzero_rewards"
       )
     )
     # alpha = 8 / #{r != 0} = 8 / 6.
-    np.testing.assert_allclose(verl(rewards), 8 / 6 * centered, atol=1e-6)
+    np.testing.assert_allclose(
+      verl(rewards), 8 / 6 * centered, rtol=1e-6, atol=1e-6
+    )
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_pass_at_k_hand_computed(self):
@@ -175,6 +188,7 @@ class OtherGroupEstimatorsTest(_TestCase):
     np.testing.assert_allclose(
       fn(rewards),
       [1, -1 / 3, -1 / 3, -1 / 3, b, b, -b, -b, 0, 0, 0, 0],
+      rtol=1e-6,
       atol=2e-6,
     )
 
@@ -189,13 +203,14 @@ class OtherGroupEstimatorsTest(_TestCase):
         a_neg = 1 - mean - math.comb(n_neg - 1, k - 1) / math.comb(n - 1, k - 1)
         expected += [((1 - mean) if r else a_neg) / s for r in g]
       adv = jax.jit(functools.partial(advantages.pass_at_k, group_size=8, k=k))
-      np.testing.assert_allclose(adv(rewards), expected, atol=1e-5)
+      np.testing.assert_allclose(adv(rewards), expected, rtol=1e-5, atol=1e-5)
     grpo = jax.jit(
       functools.partial(
         advantages.group_normalized, group_size=8, ddof=0, eps=0.0
       )
     )
-    np.testing.assert_allclose(expected, grpo(rewards), atol=1e-5)  # k = 1
+    # k = 1
+    np.testing.assert_allclose(expected, grpo(rewards), rtol=1e-5, atol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_max_minus_second_hand_computed(self):
@@ -205,7 +220,7 @@ class OtherGroupEstimatorsTest(_TestCase):
     )
     # Group 1 has a tie at the top: margin 0.
     np.testing.assert_allclose(
-      fn(rewards), [0, 0.4, 0, 0, 0, 0, 0, 0], atol=1e-6
+      fn(rewards), [0, 0.4, 0, 0, 0, 0, 0, 0], rtol=1e-6, atol=1e-6
     )
     scaled = self.variant(
       functools.partial(
@@ -214,7 +229,7 @@ class OtherGroupEstimatorsTest(_TestCase):
     )
     std = np.std([0.2, 0.9, 0.5, 0.1], ddof=1)
     np.testing.assert_allclose(
-      scaled(rewards)[1], 0.4 / (std + 1e-6), rtol=1e-5
+      scaled(rewards)[1], 0.4 / (std + 1e-6), rtol=1e-5, atol=1e-6
     )
 
   def test_zero_mean_within_each_group(self):
@@ -224,14 +239,14 @@ class OtherGroupEstimatorsTest(_TestCase):
     )
     for name, adv in out.items():
       np.testing.assert_allclose(
-        adv.reshape(3, 4).mean(-1), 0.0, atol=1e-5, err_msg=name
+        adv.reshape(3, 4).mean(-1), 0.0, rtol=0, atol=1e-5, err_msg=name
       )
 
   def test_all_equal_rewards_give_zero_not_nan(self):
     out = jax.jit(lambda r: {k: f(r) for k, f in _GROUP_ESTIMATORS.items()})(
       np.full((8,), 0.3, np.float32)
     )
-    for name, adv in out.items():
+    for name, adv in out.items():  # exact: zeroed by a where, as above
       np.testing.assert_array_equal(adv, np.zeros(8), err_msg=name)
 
 
@@ -240,7 +255,7 @@ class RegistryTest(_TestCase):
     self.assertIs(advantages.get("grpo"), advantages.group_normalized)
     rewards = np.array([1.0, 0.0])
     np.testing.assert_allclose(
-      advantages.get("dr_grpo")(rewards, 2), [0.5, -0.5]
+      advantages.get("dr_grpo")(rewards, 2), [0.5, -0.5], rtol=1e-6, atol=1e-6
     )
 
   def test_unknown_name_lists_valid_ones(self):

@@ -13,11 +13,12 @@ def test_recovers_exact_coefficients():
   h = np.array([0.1, 0.3, 0.5, 0.9, 1.2])
   r = -0.5 * np.exp(h) + 1.2
   out = entropy_law.fit(h, r)
-  np.testing.assert_allclose([out.a, out.b], [0.5, 1.2], rtol=1e-10)
-  assert out.r2 == pytest.approx(1.0)
+  np.testing.assert_allclose([out.a, out.b], [0.5, 1.2], rtol=1e-10, atol=1e-12)
+  assert out.r2 == pytest.approx(1.0, rel=1e-10, abs=1e-12)
   assert out.n == 5
-  assert out.ceiling == pytest.approx(0.7)  # R(H = 0) = b - a
-  np.testing.assert_allclose(out.predict([0.0]), [0.7])
+  # R(H = 0) = b - a
+  assert out.ceiling == pytest.approx(0.7, rel=1e-10, abs=1e-12)
+  np.testing.assert_allclose(out.predict([0.0]), [0.7], rtol=1e-10, atol=1e-12)
 
 
 def test_least_squares_by_hand():
@@ -29,12 +30,16 @@ def test_least_squares_by_hand():
   a = (x.mean() * r.mean() - (x * r).mean()) / x.var()
   b = r.mean() + a * x.mean()
   out = entropy_law.fit(h, r)
-  np.testing.assert_allclose([out.a, out.b], [a, b], rtol=1e-10)
+  np.testing.assert_allclose([out.a, out.b], [a, b], rtol=1e-10, atol=1e-12)
 
 
 def test_degenerate_inputs():
   out = entropy_law.fit([0.5, 0.5, np.nan], [0.2, 0.4, 1.0])
-  assert (out.a, out.b, out.n) == (0.0, pytest.approx(0.3), 2)
+  assert (out.a, out.b, out.n) == (
+    0.0,
+    pytest.approx(0.3, rel=1e-10, abs=1e-12),
+    2,
+  )
   with pytest.raises(ValueError):
     entropy_law.fit([np.nan], [1.0])
 
@@ -49,8 +54,8 @@ def test_write_reads_the_metrics_and_plots(tmp_path):
     for r in rows:
       f.write(json.dumps(r) + "\n")
   out = entropy_law.write(str(tmp_path))
-  assert out["n"] == 5 and out["a"] == pytest.approx(0.2)
+  assert out["n"] == 5 and out["a"] == pytest.approx(0.2, rel=1e-10, abs=1e-12)
   assert os.path.exists(tmp_path / "entropy_law.png")
   with open(tmp_path / "entropy_law.json") as f:
-    assert json.load(f)["b"] == pytest.approx(0.9)
+    assert json.load(f)["b"] == pytest.approx(0.9, rel=1e-10, abs=1e-12)
   assert entropy_law.write(str(tmp_path), key="missing") == {}

@@ -50,11 +50,11 @@ class PolicyLossTest(_TestCase):
     loss, metrics = ppo(logp, old_logp, adv, mask)
     # max(-A rho, -A clip(rho, 0.8, 1.2)).
     np.testing.assert_allclose(
-      loss, [[-1.2, -0.5, 0.8, 1.5, 4.0, 0.0]], rtol=1e-6
+      loss, [[-1.2, -0.5, 0.8, 1.5, 4.0, 0.0]], rtol=1e-6, atol=1e-6
     )
     np.testing.assert_array_equal(metrics["clipfrac"], [[1, 0, 1, 0, 0, 0]])
     np.testing.assert_allclose(
-      metrics["approx_kl"][0, :5], -LN(ratio[:5]), rtol=1e-5
+      metrics["approx_kl"][0, :5], -LN(ratio[:5]), rtol=1e-5, atol=1e-6
     )
     higher_dual = self.variant(
       functools.partial(
@@ -64,7 +64,7 @@ class PolicyLossTest(_TestCase):
     loss, metrics = higher_dual(logp, old_logp, adv, mask)
     # Clip-higher: 1 + 0.28. Dual clip: min(4.0, 3 * 1) for A < 0.
     np.testing.assert_allclose(
-      loss, [[-1.28, -0.5, 0.8, 1.5, 3.0, 0.0]], rtol=1e-6
+      loss, [[-1.28, -0.5, 0.8, 1.5, 3.0, 0.0]], rtol=1e-6, atol=1e-6
     )
     np.testing.assert_array_equal(
       metrics["clipfrac_lower"], [[0, 0, 0, 0, 1, 0]]
@@ -77,7 +77,7 @@ class PolicyLossTest(_TestCase):
     loss, _ = capped(logp, old_logp, adv, mask)
     # rho clamped to 2 (token 4); the unclipped term uses min(rho, 1.4).
     np.testing.assert_allclose(
-      loss, [[-1.2, -0.5, 0.8, 1.4, 1.4, 0.0]], rtol=1e-6
+      loss, [[-1.2, -0.5, 0.8, 1.4, 1.4, 0.0]], rtol=1e-6, atol=1e-6
     )
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -91,10 +91,10 @@ class PolicyLossTest(_TestCase):
     loss, metrics = fn(logp, old_logp, adv, mask)
     # s_0 = e^0.2 > 1 + 4e-4 (clipped), s_1 = e^-0.2 < 1 - 3e-4 (clipped).
     np.testing.assert_allclose(
-      loss, [[-1.0004, -1.0004], [0.9997, 0.0]], rtol=1e-6
+      loss, [[-1.0004, -1.0004], [0.9997, 0.0]], rtol=1e-6, atol=1e-6
     )
     np.testing.assert_allclose(
-      metrics["ratio"][:, 0], np.exp([0.2, -0.2]), rtol=1e-6
+      metrics["ratio"][:, 0], np.exp([0.2, -0.2]), rtol=1e-6, atol=1e-6
     )
     wide = self.variant(
       functools.partial(losses.gspo, clip_eps_low=0.5, clip_eps_high=0.5)
@@ -108,6 +108,7 @@ class PolicyLossTest(_TestCase):
       jax.grad(total)(logp),
       [[-np.exp(0.2), -np.exp(0.2)], [np.exp(-0.2), 0.0]],
       rtol=1e-5,
+      atol=1e-6,
     )
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -120,15 +121,17 @@ class PolicyLossTest(_TestCase):
     loss, metrics = fn(logp, old_logp, adv, mask)
     # weight = min(rho, 2) with no lower bound: (2, 0.5, 1).
     w = np.array([2.0, 0.5, 1.0])
-    np.testing.assert_allclose(loss, [-w * np.asarray(logp[0])], rtol=1e-6)
+    np.testing.assert_allclose(
+      loss, [-w * np.asarray(logp[0])], rtol=1e-6, atol=1e-6
+    )
     np.testing.assert_array_equal(metrics["clipfrac"], [[1, 0, 0]])
     grad = jax.grad(lambda lp: fn(lp, old_logp, adv, mask)[0].sum())(logp)
-    np.testing.assert_allclose(grad, [-w], rtol=1e-6)
+    np.testing.assert_allclose(grad, [-w], rtol=1e-6, atol=1e-6)
     low = self.variant(
       functools.partial(losses.cispo, clip_eps_low=0.2, clip_eps_high=1.0)
     )
     grad = jax.grad(lambda lp: low(lp, old_logp, adv, mask)[0].sum())(logp)
-    np.testing.assert_allclose(grad, [[-2.0, -0.8, -1.0]], rtol=1e-6)
+    np.testing.assert_allclose(grad, [[-2.0, -0.8, -1.0]], rtol=1e-6, atol=1e-6)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_policy_gradient_hand_computed(self):
@@ -137,7 +140,9 @@ class PolicyLossTest(_TestCase):
     loss, _ = self.variant(losses.policy_gradient)(
       logp, logp, np.array([2.0, -1.0]), mask
     )
-    np.testing.assert_allclose(loss, [[2.0, 4.0], [-0.5, 0.0]])
+    np.testing.assert_allclose(
+      loss, [[2.0, 4.0], [-0.5, 0.0]], rtol=1e-6, atol=1e-6
+    )
 
   def _cov_batch(self):
     # 4 valid tokens, A = (2, 2, -2, -2), logp deviations from their mean -2:
@@ -171,7 +176,7 @@ class PolicyLossTest(_TestCase):
     self.assertTrue(selected[:, 0].any() and selected[:, 2].any())  # random
     # Gradient -A (token-sum) except on the detached token.
     expected = -np.array([2.0, 2.0, -2.0, -2.0, 0.0]) * (1 - selected)
-    np.testing.assert_allclose(grads[:, 0], expected, rtol=1e-6)
+    np.testing.assert_allclose(grads[:, 0], expected, rtol=1e-6, atol=1e-6)
     # clip_ratio = 1: k = 4, both candidates are detached.
     fn = self.variant(functools.partial(losses.clip_cov, clip_ratio=1.0))
     _, metrics = fn(logp, logp, adv, mask, rng=jax.random.key(0))
@@ -188,7 +193,7 @@ class PolicyLossTest(_TestCase):
     d = np.array([0.1, -0.2, 0.3, -0.4])
     a = np.array([2.0, 2.0, -2.0, -2.0])
     expected = -a * np.exp(d) + np.array([0.1, 0, 0, 0])
-    np.testing.assert_allclose(loss[0, :4], expected, rtol=1e-5)
+    np.testing.assert_allclose(loss[0, :4], expected, rtol=1e-5, atol=1e-6)
     self.assertEqual(float(loss[0, 4]), 0.0)
     np.testing.assert_array_equal(metrics["kl_penalized"], [[1, 0, 0, 0, 0]])
 
@@ -216,7 +221,7 @@ class PolicyLossTest(_TestCase):
       )
     # ... and that is -A / normaliser on every valid token.
     np.testing.assert_allclose(
-      reinforce[0], -np.where(mask, adv, 0) / 5, rtol=1e-6
+      reinforce[0], -np.where(mask, adv, 0) / 5, rtol=1e-6, atol=1e-7
     )
 
   @parameterized.parameters("ppo", "gspo", "cispo", "gpg", "kl_cov", "clip_cov")
@@ -260,6 +265,7 @@ class EntropyTest(_TestCase):
       fn(logits),
       [LN(4.0), -(0.75 * LN(0.75) + 0.25 * LN(0.25))],
       rtol=1e-6,
+      atol=1e-6,
     )
     grad = jax.grad(lambda z: fn(z).sum())(logits)
     self.assertTrue(np.isfinite(grad).all())
@@ -273,10 +279,13 @@ class EntropyTest(_TestCase):
     chex.assert_shape(out, (2, 3))
     self.assertEqual(out.dtype, jnp.float32)
     np.testing.assert_allclose(
-      entropy(logits.astype(np.float32)), -(p * np.log(p)).sum(-1), rtol=1e-5
+      entropy(logits.astype(np.float32)),
+      -(p * np.log(p)).sum(-1),
+      rtol=1e-5,
+      atol=1e-6,
     )
     bonus = losses.entropy_bonus(np.ones((1, 2)), np.array([[1, 0]]), coef=0.1)
-    np.testing.assert_allclose(bonus, [[-0.1, 0.0]])
+    np.testing.assert_allclose(bonus, [[-0.1, 0.0]], rtol=1e-6, atol=1e-7)
 
 
 class KLTest(_TestCase):
@@ -295,7 +304,7 @@ class KLTest(_TestCase):
     }
     for name, value in expected.items():
       out = self.variant(kl.get(name))(logp, ref_logp)
-      np.testing.assert_allclose(out[0], value, atol=1e-6)
+      np.testing.assert_allclose(out[0], value, rtol=1e-6, atol=1e-6)
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_clamps(self):
@@ -304,19 +313,25 @@ class KLTest(_TestCase):
     k3 = self.variant(
       functools.partial(kl.kl_k3, log_ratio_clip=20.0, value_clip=10.0)
     )
-    np.testing.assert_allclose(k3(logp, ref_logp), [[10.0, 10.0]])
+    np.testing.assert_allclose(
+      k3(logp, ref_logp), [[10.0, 10.0]], rtol=1e-6, atol=1e-6
+    )
     k3_delta = self.variant(functools.partial(kl.kl_k3, log_ratio_clip=2.0))
     np.testing.assert_allclose(
       k3_delta(logp, ref_logp),
       [[np.exp(-2.0) + 1.0, np.exp(2.0) - 3.0]],
       rtol=1e-6,
+      atol=1e-6,
     )
     k1 = self.variant(functools.partial(kl.kl_k1, value_clip=10.0))
-    np.testing.assert_allclose(k1(logp, ref_logp), [[10.0, -10.0]])
+    np.testing.assert_allclose(
+      k1(logp, ref_logp), [[10.0, -10.0]], rtol=1e-6, atol=1e-6
+    )
 
   @parameterized.parameters("k1", "abs", "k2", "k3", "k3+")
   def test_zero_at_reference(self, name):
     logp = np.array([[-0.3, -2.0, -7.0]])
+    # Exact: logp - logp is 0 and exp(0) is 1 in every float format.
     np.testing.assert_array_equal(kl.get(name)(logp, logp), np.zeros((1, 3)))
 
   def test_k3_plus_has_k2_gradient_and_k3_value(self):
@@ -329,10 +344,10 @@ class KLTest(_TestCase):
     v_plus, g_plus = summed(kl.kl_k3_plus)
     v_k3, g_k3 = summed(kl.kl_k3)
     _, g_k2 = summed(kl.kl_k2)
-    np.testing.assert_allclose(v_plus, v_k3, rtol=1e-6)
-    np.testing.assert_allclose(g_plus, g_k2, rtol=1e-6)
-    np.testing.assert_allclose(g_k2, logp - ref_logp, rtol=1e-6)
-    self.assertFalse(np.allclose(g_k3, g_k2))
+    np.testing.assert_allclose(v_plus, v_k3, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(g_plus, g_k2, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(g_k2, logp - ref_logp, rtol=1e-6, atol=1e-6)
+    self.assertFalse(np.allclose(g_k3, g_k2, rtol=1e-5, atol=1e-6))
 
   def test_registry(self):
     with self.assertRaisesRegex(ValueError, "valid names.*k3"):
@@ -347,6 +362,7 @@ class KLTest(_TestCase):
       fn(np.array([1.0, 0.0]), kl_values, mask),
       [[-0.05, 0.9, 0.0], [-0.1, -0.1, -0.1]],
       rtol=1e-6,
+      atol=1e-7,
     )
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -356,10 +372,12 @@ class KLTest(_TestCase):
       functools.partial(kl.adaptive_kl_coef, target_kl=0.1, horizon=10_000)
     )
     # error = clip(0.2 / 0.1 - 1, -0.2, 0.2) = 0.2; 0.1 (1 + 0.2 * 256 / 1e4).
-    np.testing.assert_allclose(fn(state, 0.2, 256).coef, 0.100512, rtol=1e-6)
+    np.testing.assert_allclose(
+      fn(state, 0.2, 256).coef, 0.100512, rtol=1e-6, atol=1e-7
+    )
     # error = 0.09 / 0.1 - 1 = -0.1.
     np.testing.assert_allclose(
-      fn(state, 0.09, 1000).coef, 0.1 * (1 - 0.01), rtol=1e-6
+      fn(state, 0.09, 1000).coef, 0.1 * (1 - 0.01), rtol=1e-6, atol=1e-7
     )
     fixed = kl.adaptive_kl_coef(state, 5.0, 256, target_kl=None)
     self.assertIs(fixed, state)

@@ -23,7 +23,7 @@ def test_outcome_estimator_adds_the_summed_token_rewards():
     rewards, cfg, mask=np.ones((4, 2)), token_rewards=token_rewards
   )
   # r' = [0.8, -0.2, -0.3, 1.0]
-  np.testing.assert_allclose(got, [1.0, -1.0, -1.3, 1.3], rtol=1e-6)
+  np.testing.assert_allclose(got, [1.0, -1.0, -1.3, 1.3], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_token_estimators_get_mask_and_token_rewards(name):
     args += (2,)
   want = returns_lib.get(name)(*args, token_rewards=jnp.asarray(token_rewards))
   assert got.shape == (4, 3)
-  np.testing.assert_allclose(got, want, rtol=1e-6)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
   with pytest.raises(ValueError, match="needs the mask"):
     objective.outcome_advantages(rewards, cfg)
 
@@ -56,7 +56,10 @@ def test_kl_reward_penalty_is_minus_beta_k1_on_valid_tokens():
   }
   # k1 = old - ref = [0.5, -1.0, 0.0]; the third token is masked.
   np.testing.assert_allclose(
-    objective.kl_reward_penalty(batch, cfg), [[-0.05, 0.1, 0.0]], rtol=1e-6
+    objective.kl_reward_penalty(batch, cfg),
+    [[-0.05, 0.1, 0.0]],
+    rtol=1e-6,
+    atol=1e-7,
   )
 
 
@@ -105,9 +108,9 @@ def test_reward_metrics_split_length_by_outcome():
   rollout, examples, ctx = _fake(cfg, ["1", "2", "2", "2"], [3, 5, 7, 9], "12")
   # correct: [1, 0, 1, 1] (gold 1, 2): right lengths 3, 7, 9; wrong 5.
   m = objective.reward_metrics(np.zeros(4), {}, rollout, examples, ctx)
-  assert m["length/correct"] == pytest.approx(19 / 3)
-  assert m["length/incorrect"] == pytest.approx(5.0)
-  assert m["accuracy"] == pytest.approx(0.75)
+  assert m["length/correct"] == pytest.approx(19 / 3, rel=1e-6, abs=1e-6)
+  assert m["length/incorrect"] == pytest.approx(5.0, rel=1e-6, abs=1e-6)
+  assert m["accuracy"] == pytest.approx(0.75, rel=1e-6, abs=1e-6)
   rollout, examples, ctx = _fake(cfg, ["1", "1"], [2, 4], "1")
   m = objective.reward_metrics(np.zeros(2), {}, rollout, examples, ctx)
   assert "length/incorrect" not in m
@@ -121,6 +124,8 @@ def test_outcome_batch_puts_kl_in_the_reward():
   batch, m = objective.outcome_batch(rollout, examples, ctx)
   # Scores [1, 0, 1, 1]; k1 = 0.5 per valid token, penalty 0.1 per token:
   # r' = [0.9, -0.2, 0.8, 0.8]; RLOO with G = 2: [1.1, -1.1, 0, 0].
-  np.testing.assert_allclose(batch["adv"], [1.1, -1.1, 0.0, 0.0], atol=1e-6)
+  np.testing.assert_allclose(
+    batch["adv"], [1.1, -1.1, 0.0, 0.0], rtol=1e-6, atol=1e-6
+  )
   assert "ref_logp" in batch
-  assert m["kl_reward"] == pytest.approx(0.5)
+  assert m["kl_reward"] == pytest.approx(0.5, rel=1e-6, abs=1e-6)

@@ -36,7 +36,10 @@ class TokenWeightsTest(_TestCase):
     mask = np.array([[1, 1, 1, 0]])
     fn = self.variant(token_weights.truncated_is_weight)
     np.testing.assert_allclose(
-      fn(old_logp, sampler_logp, mask), [[1.5, 2.0, 0.5, 0.0]], rtol=1e-6
+      fn(old_logp, sampler_logp, mask),
+      [[1.5, 2.0, 0.5, 0.0]],
+      rtol=1e-6,
+      atol=1e-6,
     )
     seq = self.variant(
       functools.partial(
@@ -45,7 +48,10 @@ class TokenWeightsTest(_TestCase):
     )
     # prod = 1.5 * 3 * 0.5 = 2.25.
     np.testing.assert_allclose(
-      seq(old_logp, sampler_logp, mask), [[2.25, 2.25, 2.25, 0.0]], rtol=1e-6
+      seq(old_logp, sampler_logp, mask),
+      [[2.25, 2.25, 2.25, 0.0]],
+      rtol=1e-6,
+      atol=1e-6,
     )
 
 

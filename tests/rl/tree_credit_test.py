@@ -19,14 +19,17 @@ def test_tree_advantages_hand_computed():
   a0 = (2 * (1 / 3) - 2 * vroot) / np.sqrt(3)
   a1 = ((0.5 - vroot) + (0.5 - 1 / 3)) / np.sqrt(2)
   a2 = (1 - vroot) + (1 - 0.5)
-  np.testing.assert_allclose(adv[0], [a0, a0, a1, a1, a2, a2], atol=1e-6)
+  np.testing.assert_allclose(
+    adv[0], [a0, a0, a1, a1, a2, a2], rtol=1e-6, atol=1e-6
+  )
   # Row 1 (parent node: row 0's [0,2), V=1/3): V=0.
   b = (0 - vroot) + (0 - 1 / 3)
-  np.testing.assert_allclose(adv[1], [0, 0, b, b, b, b], atol=1e-6)
+  np.testing.assert_allclose(adv[1], [0, 0, b, b, b, b], rtol=1e-6, atol=1e-6)
   # Row 2 (parent node: row 0's [2,4), V=1/2).
   c = (0 - vroot) + (0 - 0.5)
-  np.testing.assert_allclose(adv[2], [0, 0, 0, 0, c, c], atol=1e-6)
-  np.testing.assert_allclose(adv[3], [1.0] * 6, atol=1e-6)  # 2*(1-.5)
+  np.testing.assert_allclose(adv[2], [0, 0, 0, 0, c, c], rtol=1e-6, atol=1e-6)
+  # 2*(1-.5)
+  np.testing.assert_allclose(adv[3], [1.0] * 6, rtol=1e-6, atol=1e-6)
 
 
 def test_tree_advantages_two_levels_hand_computed():
@@ -44,18 +47,22 @@ def test_tree_advantages_two_levels_hand_computed():
   # [5,6) {0,4} V=1/2; [6,8) {0} V=1.
   row0 = [a(0.6, vr, 5)] * 2 + [a(2 / 3, 0.6, 3)] * 3
   row0 += [a(0.5, 2 / 3, 2)] + [a(1.0, 0.5, 1)] * 2
-  np.testing.assert_allclose(adv[0], row0, atol=1e-6)
+  np.testing.assert_allclose(adv[0], row0, rtol=1e-6, atol=1e-6)
   # Row 1 (parent node row 0 [0,2), V=3/5): [2,4) {1,3} V=1/2; [4,8) {1} V=0.
   row1 = [0, 0] + [a(0.5, 0.6, 2)] * 2 + [a(0.0, 0.5, 1)] * 4
-  np.testing.assert_allclose(adv[1], row1, atol=1e-6)
+  np.testing.assert_allclose(adv[1], row1, rtol=1e-6, atol=1e-6)
   # Row 3 hangs off row 1's [2,4) (V=1/2); row 2 off row 0's [2,5) (V=2/3);
   # row 4 off row 0's [5,6) (V=1/2); root 5 off the virtual root.
-  np.testing.assert_allclose(adv[3], [0] * 4 + [a(1.0, 0.5, 1)] * 4, atol=1e-6)
   np.testing.assert_allclose(
-    adv[2], [0] * 5 + [a(1.0, 2 / 3, 1)] * 3, atol=1e-6
+    adv[3], [0] * 4 + [a(1.0, 0.5, 1)] * 4, rtol=1e-6, atol=1e-6
   )
-  np.testing.assert_allclose(adv[4], [0] * 6 + [a(0.0, 0.5, 1)] * 2, atol=1e-6)
-  np.testing.assert_allclose(adv[5], [a(0.0, vr, 1)] * 8, atol=1e-6)
+  np.testing.assert_allclose(
+    adv[2], [0] * 5 + [a(1.0, 2 / 3, 1)] * 3, rtol=1e-6, atol=1e-6
+  )
+  np.testing.assert_allclose(
+    adv[4], [0] * 6 + [a(0.0, 0.5, 1)] * 2, rtol=1e-6, atol=1e-6
+  )
+  np.testing.assert_allclose(adv[5], [a(0.0, vr, 1)] * 8, rtol=1e-6, atol=1e-6)
 
 
 def test_tree_advantages_fork_at_a_branch_start_is_the_parents_fork():
@@ -67,5 +74,5 @@ def test_tree_advantages_fork_at_a_branch_start_is_the_parents_fork():
   ids = np.zeros(3, int)
   nested = tree_credit.tree_advantages(r, np.array([-1, 0, 1]), fork, mask, ids)
   flat = tree_credit.tree_advantages(r, np.array([-1, 0, 0]), fork, mask, ids)
-  np.testing.assert_allclose(nested, flat, atol=1e-6)
-  np.testing.assert_allclose(nested.sum(-1) != 0, [True, True, True])
+  np.testing.assert_allclose(nested, flat, rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(nested.sum(-1) != 0, [True, True, True])

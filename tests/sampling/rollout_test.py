@@ -121,10 +121,13 @@ def test_rollout_logp_match_recomputed(params, ro):
   )
   mask = np.asarray(ro.mask, bool)
   np.testing.assert_allclose(
-    np.asarray(ro.policy_logp)[mask], np.asarray(logp)[mask], atol=1e-5
+    np.asarray(ro.policy_logp)[mask],
+    np.asarray(logp)[mask],
+    rtol=1e-5,
+    atol=1e-5,
   )
   # Temperature 1, no filters: both log-probs are the policy's.
-  np.testing.assert_allclose(ro.logp, ro.policy_logp, atol=1e-6)
+  np.testing.assert_allclose(ro.logp, ro.policy_logp, rtol=1e-6, atol=1e-6)
 
 
 def test_step_fold_in_replays_and_same_bucket_does_not_recompile(params, ro):
@@ -155,8 +158,10 @@ def test_sharded_equals_single_device(params, ro):
   assert len(sharded.tokens.sharding.device_set) == 8
   np.testing.assert_array_equal(sharded.tokens, ro.tokens)
   np.testing.assert_array_equal(sharded.mask, ro.mask)
-  np.testing.assert_allclose(sharded.logp, ro.logp, atol=1e-5)
-  np.testing.assert_allclose(sharded.policy_logp, ro.policy_logp, atol=1e-5)
+  np.testing.assert_allclose(sharded.logp, ro.logp, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    sharded.policy_logp, ro.policy_logp, rtol=1e-5, atol=1e-5
+  )
   assert sharded.texts == ro.texts
 
 

@@ -26,15 +26,26 @@ def test_pass_at_k_closed_form_and_enumeration(n, c, k):
   # Enumerate every k-subset of n samples with the first c correct.
   subsets = list(combinations(range(n), k))
   enum = np.mean([any(i < c for i in s) for s in subsets])
-  assert evaluation.pass_at_k(n, c, k) == pytest.approx(closed, abs=1e-12)
-  assert evaluation.pass_at_k(n, c, k) == pytest.approx(enum, abs=1e-12)
+  assert evaluation.pass_at_k(n, c, k) == pytest.approx(
+    closed, rel=1e-12, abs=1e-12
+  )
+  assert evaluation.pass_at_k(n, c, k) == pytest.approx(
+    enum, rel=1e-12, abs=1e-12
+  )
 
 
 def test_pass_at_k_hand_values_and_errors():
-  assert evaluation.pass_at_k(4, 1, 1) == pytest.approx(0.25)
-  assert evaluation.pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - 3/6
+  assert evaluation.pass_at_k(4, 1, 1) == pytest.approx(
+    0.25, rel=1e-9, abs=1e-12
+  )
+  # 1 - 3/6
+  assert evaluation.pass_at_k(4, 1, 2) == pytest.approx(
+    0.5, rel=1e-9, abs=1e-12
+  )
   assert evaluation.pass_at_k(4, 2, 3) == 1.0  # n - c < k
-  assert evaluation.pass_at_k(200, 1, 100) == pytest.approx(0.5)
+  assert evaluation.pass_at_k(200, 1, 100) == pytest.approx(
+    0.5, rel=1e-9, abs=1e-12
+  )
   with pytest.raises(ValueError, match="1 <= k <= n"):
     evaluation.pass_at_k(3, 1, 4)
 
@@ -60,11 +71,13 @@ def test_maj_at_k():
 def test_summarize_and_ci():
   correct = np.array([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
   s = evaluation.summarize(correct, ks=(1, 2))
-  assert s["mean@1"][0] == pytest.approx(2 / 3)
-  assert s["pass@1"][0] == pytest.approx((0.25 + 1 + 0) / 3)
-  assert s["pass@2"][0] == pytest.approx((0.5 + 1 + 0) / 3)
+  assert s["mean@1"][0] == pytest.approx(2 / 3, rel=1e-9, abs=1e-12)
+  assert s["pass@1"][0] == pytest.approx(
+    (0.25 + 1 + 0) / 3, rel=1e-9, abs=1e-12
+  )
+  assert s["pass@2"][0] == pytest.approx((0.5 + 1 + 0) / 3, rel=1e-9, abs=1e-12)
   m, lo, hi = evaluation.mean_ci([1.0] * 10)
-  assert m == 1.0 and lo < 1.0 and hi == pytest.approx(1.0)
+  assert m == 1.0 and lo < 1.0 and hi == pytest.approx(1.0, rel=1e-9, abs=1e-12)
   table = evaluation.markdown_table({"after": s})
   assert "| after | " in table and "pass@2" in table
 

@@ -58,7 +58,7 @@ def test_branch_logp_equals_full_forward(setup):
   )
   m = tr.mask_full > 0
   np.testing.assert_allclose(
-    np.asarray(full)[m], np.asarray(tr.policy_logp)[m], atol=1e-4
+    np.asarray(full)[m], np.asarray(tr.policy_logp)[m], rtol=1e-5, atol=1e-4
   )
 
 
@@ -100,6 +100,7 @@ def test_branch_equals_independent_sample_from_its_prefix(depth):
   np.testing.assert_allclose(
     np.asarray(out.logp)[0, :n],
     np.asarray(tr.logp)[1, depth : depth + n],
+    rtol=1e-5,
     atol=1e-5,
   )
 
@@ -172,7 +173,7 @@ def test_two_levels_extend_one_level(setup2):
   np.testing.assert_array_equal(np.asarray(tr.tokens)[:n], one.tokens)
   np.testing.assert_array_equal(tr.parent[:n], one.parent)
   np.testing.assert_allclose(
-    np.asarray(tr.logp)[:n], np.asarray(one.logp), atol=1e-5
+    np.asarray(tr.logp)[:n], np.asarray(one.logp), rtol=1e-5, atol=1e-5
   )
 
 
@@ -184,7 +185,7 @@ def test_two_levels_logp_equals_full_forward(setup2):
   m = tr.mask_full > 0
   assert (m[tr.level == 2]).sum() > 0
   np.testing.assert_allclose(
-    np.asarray(full)[m], np.asarray(tr.policy_logp)[m], atol=1e-4
+    np.asarray(full)[m], np.asarray(tr.policy_logp)[m], rtol=1e-5, atol=1e-4
   )
 
 
@@ -247,7 +248,10 @@ def test_level_two_branch_equals_independent_sample():
   n = int(out.lengths[0])
   np.testing.assert_array_equal(np.asarray(out.tokens)[0, :n], toks[6 : 6 + n])
   np.testing.assert_allclose(
-    np.asarray(out.logp)[0, :n], np.asarray(tr.logp)[2, 6 : 6 + n], atol=1e-5
+    np.asarray(out.logp)[0, :n],
+    np.asarray(tr.logp)[2, 6 : 6 + n],
+    rtol=1e-5,
+    atol=1e-5,
   )
 
 
@@ -346,7 +350,10 @@ def test_sharded_tree_matches_single_device(setup2):
     np.testing.assert_array_equal(getattr(tr, name), getattr(ref, name))
   for name in ("logp", "policy_logp"):
     np.testing.assert_allclose(
-      np.asarray(getattr(tr, name)), np.asarray(getattr(ref, name)), atol=1e-5
+      np.asarray(getattr(tr, name)),
+      np.asarray(getattr(ref, name)),
+      rtol=1e-5,
+      atol=1e-5,
     )
   for out in (tr, tree_loop.prompt_major(tr)):
     for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
