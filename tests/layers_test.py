@@ -23,6 +23,7 @@ LAYERS = (
   "envs",
   "train",
   "eval",
+  "plan",
 )
 TOP_LEVEL_ABOVE_ALL = ("rlreason.testing",)
 

@@ -12,6 +12,16 @@ heads, Dh head dim.
 
 Masking: a query sees its own slot and every earlier slot that holds a real
 token (slot position >= 0); causality is by slot order, so left padding works.
+
+Two implementations of the same function (`impl`):
+  dense      [N, K, H/K, Q, S] scores and probabilities at once: fastest for
+             decoding and short sequences;
+  blockwise  online softmax (flash-attention's recurrence) over blocks of
+             `block` queries x `block` keys in plain JAX, each query block
+             rematerialised: activations O(S), never [.., Q, S]; the
+             reference for the TPU / GPU kernels, and what CPUs run;
+  auto       blockwise when Q > block, dense otherwise.
+They agree to ~1e-6 in fp32 (tests/model/attention_test.py).
 """
 
 import math
@@ -73,6 +83,9 @@ def attend(
   slot_pos: jax.Array,
   index: jax.Array,
   dt,
+  *,
+  impl: str = "auto",
+  block: int = 512,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Writes this block's keys and values into the cache, then attends.
 
@@ -94,6 +107,11 @@ def attend(
   )
   s = k_cache.shape[2]
   q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
+  if impl not in ("auto", "dense", "blockwise"):
+    raise ValueError(f"attention={impl!r}; expected auto, dense or blockwise")
+  if impl == "blockwise" or (impl == "auto" and nq > block):
+    out = _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block)
+    return out.reshape(n, nq, h, dh), k_cache, v_cache
   scores = jnp.einsum(
     "nqkgd,nksd->nkgqs",
     q,
@@ -112,3 +130,68 @@ def attend(
   out = jnp.einsum("nkgqs,nksd->nkgqd", probs, v_cache.astype(dt))
   out = out.transpose(0, 3, 1, 2, 4).reshape(n, nq, h, dh)
   return out, k_cache, v_cache
+
+
+def _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block):
+  """Online-softmax attention. q [N, Q, K, G, Dh]; caches [N, K, S, Dh];
+  slot_pos [N, S]. Returns [N, Q, K, G, Dh] in dt."""
+  n, nq, k, g, dh = q.shape
+  s = k_cache.shape[2]
+  bq, bk = min(block, nq), min(block, s)
+  pad_q, pad_s = -nq % bq, -s % bk
+  q = jnp.pad(q, ((0, 0), (0, pad_q), (0, 0), (0, 0), (0, 0)))
+  kc = jnp.pad(k_cache, ((0, 0), (0, 0), (0, pad_s), (0, 0))).astype(dt)
+  vc = jnp.pad(v_cache, ((0, 0), (0, 0), (0, pad_s), (0, 0))).astype(dt)
+  pos = jnp.pad(slot_pos, ((0, 0), (0, pad_s)), constant_values=-1)
+  cq, ck = (nq + pad_q) // bq, (s + pad_s) // bk
+  qs = q.reshape(n, cq, bq, k, g, dh).swapaxes(0, 1)  # [Cq, N, bq, K, G, Dh]
+  ks = kc.reshape(n, k, ck, bk, dh).transpose(2, 0, 1, 3, 4)  # [Ck, N, K..]
+  vs = vc.reshape(n, k, ck, bk, dh).transpose(2, 0, 1, 3, 4)
+  ps = pos.reshape(n, ck, bk).swapaxes(0, 1)  # [Ck, N, bk]
+  scale = 1.0 / math.sqrt(dh)
+
+  @jax.checkpoint  # the backward pass recomputes a query block's keys loop
+  def query_block(_, xs):
+    qi, qb = xs
+    query_slot = index + qi * bq + jnp.arange(bq)  # [bq]
+
+    def key_block(carry, ys):
+      m, l, acc = carry  # [N, K, G, bq], [N, K, G, bq], [.., bq, Dh]
+      ki, kb, vb, pb = ys
+      sc = jnp.einsum(
+        "nqkgd,nksd->nkgqs", qb, kb, preferred_element_type=jnp.float32
+      )
+      sc = sc * scale
+      slots = ki * bk + jnp.arange(bk)
+      visible = (slots[None, :] <= query_slot[:, None])[None] & (
+        pb[:, None, :] >= 0
+      )  # [N, bq, bk]
+      sc = jnp.where(visible[:, None, None], sc, _MASK_VALUE)
+      # Slots past S (block padding) do not exist: not even a fully masked
+      # row's uniform softmax covers them. Block 0 always holds slot 0, so
+      # m is finite before any all -inf block.
+      sc = jnp.where((slots < s)[None, None, None, None], sc, -jnp.inf)
+      m_new = jnp.maximum(m, sc.max(-1))
+      p = jnp.exp(sc - m_new[..., None])
+      corr = jnp.exp(m - m_new)
+      l = l * corr + p.sum(-1)
+      acc = acc * corr[..., None] + jnp.einsum(
+        "nkgqs,nksd->nkgqd",
+        p.astype(dt),
+        vb,
+        preferred_element_type=jnp.float32,
+      )
+      return (m_new, l, acc), None
+
+    init = (
+      jnp.full((n, k, g, bq), -jnp.inf, jnp.float32),
+      jnp.zeros((n, k, g, bq), jnp.float32),
+      jnp.zeros((n, k, g, bq, dh), jnp.float32),
+    )
+    (_, l, acc), _ = jax.lax.scan(key_block, init, (jnp.arange(ck), ks, vs, ps))
+    return None, (acc / l[..., None]).astype(dt)  # [N, K, G, bq, Dh]
+
+  _, out = jax.lax.scan(query_block, None, (jnp.arange(cq), qs))
+  # [Cq, N, K, G, bq, Dh] -> [N, Q, K, G, Dh]
+  out = out.transpose(1, 0, 4, 2, 3, 5).reshape(n, cq * bq, k, g, dh)
+  return out[:, :nq]

@@ -3,6 +3,13 @@
 Shapes: N sequences, S tokens, P prompt length, T = S - P completion length,
 V vocab. Prompts are left padded; padding has position -1 (see
 model/transformer.py).
+
+`completion_logprobs` never materialises the [N, T, V] logits unless asked
+for them: above LOGITS_CHUNK_BYTES it scores the completion in chunks of
+tokens under remat (the peak is one [N, chunk, V] block, in the forward and
+the backward pass), with the same numbers as one block. The jitted
+functions are keyed on the active activation mesh (mesh.activation_mesh),
+so a trace with sharding constraints is never reused without them.
 """
 
 import functools
@@ -10,6 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from rlreason import mesh as mesh_lib
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 
@@ -32,7 +40,10 @@ def positions_from_mask(mask: jax.Array) -> jax.Array:
   return jnp.where(mask > 0, jnp.cumsum(mask, axis=-1) - 1, -1)
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg",))
+# Above this many bytes of float32 [N, T, V] logits, score in token chunks.
+LOGITS_CHUNK_BYTES = 1 << 30
+
+
 def logits(
   params,
   tokens: jax.Array,
@@ -40,10 +51,16 @@ def logits(
   positions: jax.Array | None = None,
 ) -> jax.Array:
   """Full forward. tokens [N, S] (positions 0..S-1 by default) -> [N, S, V]."""
-  if positions is None:
-    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-  out, _ = transformer.apply(params, tokens, positions, model_cfg)
-  return out
+  return _logits(params, tokens, model_cfg, positions, mesh_lib.active_mesh())
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "act_mesh"))
+def _logits(params, tokens, model_cfg, positions, act_mesh):
+  with mesh_lib.activation_mesh(act_mesh):
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    out, _ = transformer.apply(params, tokens, positions, model_cfg)
+    return out
 
 
 def log_softmax_at(
@@ -60,10 +77,6 @@ def entropy(logits_: jax.Array, temperature: float = 1.0) -> jax.Array:
   return entropy_from_logits(logits_.astype(jnp.float32) / temperature)
 
 
-@functools.partial(
-  jax.jit,
-  static_argnames=("model_cfg", "prompt_len", "with_entropy", "with_logits"),
-)
 def completion_logprobs(
   params,
   tokens: jax.Array,
@@ -96,15 +109,99 @@ def completion_logprobs(
     then entropy [N, T] if asked, then logits [N, T, V] if asked: a tuple
     when more than logp is asked for.
   """
-  hidden, _ = transformer.hidden_states(params, tokens, positions, model_cfg)
-  # Only positions P-1 .. S-2 predict completion tokens: skip the vocab
-  # projection everywhere else.
-  hidden = hidden[:, prompt_len - 1 : -1]
-  step_logits = transformer.unembed(params, hidden, model_cfg)  # [N, T, V]
-  logp = log_softmax_at(step_logits, tokens[:, prompt_len:], temperature)
-  out = (logp,)
-  if with_entropy:
-    out += (entropy(step_logits, temperature),)
-  if with_logits:
-    out += (step_logits.astype(jnp.float32) / temperature,)
-  return out if len(out) > 1 else logp
+  n, t = tokens.shape[0], tokens.shape[1] - prompt_len
+  chunk = None
+  if not with_logits:
+    chunk = logits_chunk(n, t, model_cfg.vocab_size)
+  return _completion_logprobs(
+    params,
+    tokens,
+    positions,
+    model_cfg,
+    prompt_len,
+    temperature=temperature,
+    with_entropy=with_entropy,
+    with_logits=with_logits,
+    chunk=chunk,
+    act_mesh=mesh_lib.active_mesh(),
+  )
+
+
+def logits_chunk(n: int, t: int, vocab: int) -> int | None:
+  """Tokens per chunk so that a float32 [n, chunk, V] block stays under
+  LOGITS_CHUNK_BYTES; None when the whole [n, t, V] does."""
+  if n * t * vocab * 4 <= LOGITS_CHUNK_BYTES:
+    return None
+  return max(1, min(t, LOGITS_CHUNK_BYTES // (n * vocab * 4)))
+
+
+@functools.partial(
+  jax.jit,
+  static_argnames=(
+    "model_cfg",
+    "prompt_len",
+    "with_entropy",
+    "with_logits",
+    "chunk",
+    "act_mesh",
+  ),
+)
+def _completion_logprobs(
+  params,
+  tokens,
+  positions,
+  model_cfg,
+  prompt_len,
+  *,
+  temperature,
+  with_entropy,
+  with_logits,
+  chunk,
+  act_mesh,
+):
+  with mesh_lib.activation_mesh(act_mesh):
+    hidden, _ = transformer.hidden_states(params, tokens, positions, model_cfg)
+    # Only positions P-1 .. S-2 predict completion tokens: skip the vocab
+    # projection everywhere else.
+    hidden = hidden[:, prompt_len - 1 : -1]
+    targets = tokens[:, prompt_len:]
+    if chunk is not None:
+      return _chunked_scores(
+        params, hidden, targets, model_cfg, temperature, with_entropy, chunk
+      )
+    step_logits = transformer.unembed(params, hidden, model_cfg)  # [N, T, V]
+    logp = log_softmax_at(step_logits, targets, temperature)
+    out = (logp,)
+    if with_entropy:
+      out += (entropy(step_logits, temperature),)
+    if with_logits:
+      out += (step_logits.astype(jnp.float32) / temperature,)
+    return out if len(out) > 1 else logp
+
+
+def _chunked_scores(
+  params, hidden, targets, model_cfg, temperature, with_entropy, chunk
+):
+  """logp (and entropy) [N, T] from hidden [N, T, D], `chunk` tokens at a
+  time: a scan whose rematerialised body holds one [N, chunk, V] block."""
+  n, t, d = hidden.shape
+  pad = -t % chunk
+  hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+  targets = jnp.pad(targets, ((0, 0), (0, pad)))
+  c = (t + pad) // chunk
+  hs = hidden.reshape(n, c, chunk, d).swapaxes(0, 1)  # [C, N, chunk, D]
+  ys = targets.reshape(n, c, chunk).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def body(carry, xs):
+    h, y = xs
+    block = transformer.unembed(params, h, model_cfg)  # [N, chunk, V]
+    logp = log_softmax_at(block, y, temperature)
+    ent = entropy(block, temperature) if with_entropy else jnp.zeros_like(logp)
+    return carry, (logp, ent)
+
+  _, (logp, ent) = jax.lax.scan(body, None, (hs, ys))
+  logp = logp.swapaxes(0, 1).reshape(n, c * chunk)[:, :t]
+  if not with_entropy:
+    return logp
+  return logp, ent.swapaxes(0, 1).reshape(n, c * chunk)[:, :t]

@@ -203,6 +203,75 @@ PRESETS: dict[str, ModelConfig] = {
   ),
 }
 
+# Architectures of further checkpoints the papers train, for shapes only
+# (planning, random init): each is an existing preset with its config.json's
+# differences.
+PRESETS.update(
+  {
+    # Qwen/Qwen2.5-7B: Qwen2.5-Math-7B's shapes, 128k positions.
+    "qwen2.5-7b": dataclasses.replace(
+      PRESETS["qwen2.5-math-7b"], rope_theta=1e6, max_position=131_072
+    ),
+    # Qwen/Qwen2.5-1.5B
+    "qwen2.5-1.5b": dataclasses.replace(
+      PRESETS["qwen2.5-math-1.5b"], rope_theta=1e6, max_position=131_072
+    ),
+    # Qwen/Qwen2.5-3B
+    "qwen2.5-3b": dataclasses.replace(
+      PRESETS["qwen2.5-math-1.5b"],
+      d_model=2048,
+      n_layers=36,
+      n_heads=16,
+      mlp_dim=11_008,
+      rope_theta=1e6,
+      max_position=32_768,
+    ),
+    # Qwen/Qwen2.5-32B
+    "qwen2.5-32b": dataclasses.replace(
+      PRESETS["qwen2.5-math-7b"],
+      d_model=5120,
+      n_layers=64,
+      n_heads=40,
+      n_kv_heads=8,
+      mlp_dim=27_648,
+      rope_theta=1e6,
+      max_position=131_072,
+    ),
+    # Qwen/Qwen3-14B(-Base)
+    "qwen3-14b": dataclasses.replace(
+      PRESETS["qwen3-8b"], d_model=5120, n_layers=40, n_heads=40, mlp_dim=17_408
+    ),
+    # meta-llama/Llama-2-7b-hf
+    "llama-2-7b": dataclasses.replace(
+      PRESETS["llama-3.1-8b"],
+      vocab_size=32_000,
+      n_kv_heads=32,
+      mlp_dim=11_008,
+      rope_theta=10_000.0,
+      rope_scaling=None,
+      max_position=4096,
+    ),
+  }
+)
+
+# Checkpoint names (a directory's basename, lower case) whose architecture
+# is a preset's: fine-tunes keep their base's shapes.
+ARCHITECTURE_OF = {
+  "qwen2.5-7b-instruct": "qwen2.5-7b",
+  "qwen2.5-7b-instruct-1m": "qwen2.5-7b",
+  "qwen2.5-1.5b-instruct": "qwen2.5-1.5b",
+  "openmath-nemotron-1.5b": "qwen2.5-1.5b",
+  "qwen3-14b-base": "qwen3-14b",
+}
+
+
+def architecture(model: str) -> str | None:
+  """The preset whose shapes `model` (a preset name or a checkpoint path
+  such as /ckpt/Qwen2.5-32B) has, or None."""
+  name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+  name = ARCHITECTURE_OF.get(name, name)
+  return name if name in PRESETS else None
+
 
 def get(name: str, **overrides) -> ModelConfig:
   """The preset called `name`, with dataclass fields overridden."""

@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rlreason import mesh as mesh_lib
 from rlreason.model import attention
 
 Params = Any
@@ -67,6 +68,10 @@ class ModelConfig:
   remat: bool = False  # rematerialise each layer in the backward pass
   max_position: int = 4096  # informational (HF max_position_embeddings)
   family: str = "qwen2"  # HF family written by hf.save: llama, qwen2, qwen3
+  # dense | blockwise | auto (blockwise above attention_block queries):
+  # attention.py; blockwise never holds [.., Q, S] scores.
+  attention: str = "auto"
+  attention_block: int = 512
 
   def __post_init__(self):
     if self.n_heads % self.n_kv_heads:
@@ -199,7 +204,16 @@ class Attention(nn.Module):
     q = attention.apply_rope(q, rope_pos, inv_freq)
     kk = attention.apply_rope(kk, rope_pos, inv_freq)
     out, k_cache, v_cache = attention.attend(
-      q, kk, vv, k_cache, v_cache, slot_pos, index, dt
+      q,
+      kk,
+      vv,
+      k_cache,
+      v_cache,
+      slot_pos,
+      index,
+      dt,
+      impl=cfg.attention,
+      block=cfg.attention_block,
     )
     wo = _param(
       self,
@@ -238,7 +252,11 @@ class Mlp(nn.Module):
       self, "down_kernel", ("mlp", "embed"), (f, d), _KERNEL_INIT, pdt
     )
     hidden = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
+    hidden = mesh_lib.constrain(hidden, ("batch", "seq", "mlp"))
     return hidden @ down.astype(dt)
+
+
+_RESIDUAL = ("batch", "seq", "embed")  # the residual stream's layout
 
 
 class Block(nn.Module):
@@ -252,9 +270,9 @@ class Block(nn.Module):
     h, k_cache, v_cache = Attention(cfg, name="attn")(
       h, positions, k_cache, v_cache, slot_pos, index
     )
-    x = x + h
+    x = mesh_lib.constrain(x + h, _RESIDUAL)
     h = RMSNorm(cfg.rms_eps, pdt, name="post_attn_norm")(x)
-    x = x + Mlp(cfg, name="mlp")(h)
+    x = mesh_lib.constrain(x + Mlp(cfg, name="mlp")(h), _RESIDUAL)
     return x, k_cache, v_cache
 
 
@@ -289,6 +307,7 @@ class Transformer(nn.Module):
 
   def __call__(self, tokens, positions, cache: Cache):
     x = jnp.take(self.embedding, tokens, axis=0).astype(self.cfg.compute_dtype)
+    x = mesh_lib.constrain(x, _RESIDUAL)
     slot_pos = jax.lax.dynamic_update_slice_in_dim(
       cache.pos, positions.astype(jnp.int32), cache.index, axis=1
     )

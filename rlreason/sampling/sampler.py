@@ -296,9 +296,10 @@ def _sample(
   positions = batch(positions.astype(jnp.int32))
 
   def forward(tok, pos, cache):  # [N, Q] -> last logits [N, V], cache
-    hidden, cache = transformer.hidden_states(
-      params, tok, pos, model_cfg, cache
-    )
+    with mesh_lib.activation_mesh(mesh):  # activations split by batch
+      hidden, cache = transformer.hidden_states(
+        params, tok, pos, model_cfg, cache
+      )
     logits = transformer.unembed(params, hidden[:, -1], model_cfg)
     return batch(logits), constrain_cache(cache, mesh)
 

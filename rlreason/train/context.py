@@ -163,8 +163,8 @@ class Context:
         "This experiment needs a reference model, but the "
         "loop was started without one (needs_ref=True)"
       )
-    return mesh_lib.to_host(
-      policy.completion_logprobs(
+    with mesh_lib.activation_mesh(self.mesh):
+      ref_logp = policy.completion_logprobs(
         self.ref_params,
         rollout.tokens,
         rollout.positions,
@@ -172,7 +172,7 @@ class Context:
         rollout.prompt_len,
         temperature=self.cfg.temperature,
       )
-    )
+    return mesh_lib.to_host(ref_logp)
 
 
 def prompt_ids(tokenizer, examples, template: str, *, max_len: int | None):

@@ -253,7 +253,14 @@ def make_train_step(
       in_shardings=(state_sharding, batch_sharding),
       out_shardings=(state_sharding, None),
     )
-  return jax.jit(step, donate_argnums=0 if donate else (), **kwargs)
+  mesh = getattr(batch_sharding, "mesh", None)
+
+  def step_on_mesh(state, batch):
+    # The model keeps activations split by batch on the step's mesh.
+    with mesh_lib.activation_mesh(mesh):
+      return step(state, batch)
+
+  return jax.jit(step_on_mesh, donate_argnums=0 if donate else (), **kwargs)
 
 
 def setup(

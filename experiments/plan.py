@@ -1,0 +1,228 @@
+r"""Plan a run for a TPU slice (or this machine) by AOT compilation.
+
+  python -m experiments.plan --experiment=grpo --scale=paper --topology=v5p-32
+  python -m experiments.plan --experiment=dapo --scale=paper \
+      --topology=v5p-128 --programs=train_step
+  python -m experiments.plan --experiment=grpo --topology=local   # CPU / GPU
+  python -m experiments.plan --all --families=v5p,v4 --out=workdirs/plan
+
+Needs libtpu for TPU slices (`pip install "jax[tpu]"`; no TPU is used: the
+compiler runs on this host). Prints per-chip memory by kind, whether the
+run fits with >= 15% of HBM free, the ten largest buffers, FLOPs and bytes
+per step, a roofline step time and MFU, and what to change when it does not
+fit. `--all` searches, for every experiment's PAPER preset and each chip
+family, the smallest slice that fits, and writes results.json (resumable:
+finished cells are reused) and table.md.
+"""
+
+import dataclasses
+import importlib
+import json
+import os
+import pkgutil
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from rlreason.plan import aot
+
+aot.tpu_env()  # before jax starts a backend
+
+from rlreason import mesh as mesh_lib  # noqa: E402
+from rlreason.plan import chips  # noqa: E402
+from rlreason.plan import summary  # noqa: E402
+from rlreason.rl import objective  # noqa: E402
+
+import experiments  # noqa: E402
+
+_SKIP = ("reproduce", "evaluate", "claims", "plan")
+
+
+def experiment_names() -> list[str]:
+  return sorted(
+    m.name
+    for m in pkgutil.iter_modules(experiments.__path__)
+    if not m.ispkg and m.name not in _SKIP
+  )
+
+
+def experiment_config(name: str, scale: str, overrides: dict):
+  """(cfg, loss_fn) of an experiment at a scale, with overrides."""
+  module = importlib.import_module(f"experiments.{name}")
+  cfg = module.Config()
+  if scale == "paper":
+    cfg = dataclasses.replace(cfg, **module.PAPER)
+  cfg = dataclasses.replace(cfg, **overrides)
+  resolve = getattr(module, "resolve", None)
+  cfg = resolve(cfg) if resolve else cfg
+  return cfg, getattr(module, "loss_fn", objective.loss_fn)
+
+
+def mesh_for(topology: str, cfg):
+  """(mesh, hbm bytes, devices, peak FLOP/s, bandwidth) of a slice, or of
+  the local devices for topology "local" (memory from the device)."""
+  if topology == "local":
+    import jax
+
+    devs = jax.devices()
+    stats = devs[0].memory_stats() or {}
+    hbm = stats.get("bytes_limit", 0) or (1 << 40)
+    peak, bw = 1e12, 1e11  # unknown: set per machine for a real roofline
+  else:
+    s = chips.parse(topology)
+    devs = chips.devices(s)
+    hbm, peak, bw = s.hbm_bytes, s.chip.peak_flops, s.chip.hbm_bandwidth
+  mesh = mesh_lib.make_mesh(
+    cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor, devices=devs
+  )
+  return mesh, hbm, len(devs), peak, bw
+
+
+def plan(name, scale, topology, overrides, programs, rollout_rows, score_rows):
+  cfg, loss_fn = experiment_config(name, scale, overrides)
+  mesh, hbm, n_dev, peak, bw = mesh_for(topology, cfg)
+  t0 = time.time()
+  progs = aot.compile_run(
+    cfg,
+    loss_fn,
+    mesh,
+    programs=programs,
+    rollout_rows=rollout_rows,
+    score_rows=score_rows,
+  )
+  s = summary.summarize(
+    progs,
+    cfg,
+    aot.model_config(cfg),
+    hbm_bytes=hbm,
+    devices=n_dev,
+    peak_flops=peak,
+    hbm_bandwidth=bw,
+  )
+  return s, time.time() - t0
+
+
+def _row(s: summary.Summary, topology: str) -> dict:
+  return {
+    "slice": topology,
+    "fits": s.fits,
+    "peak_gib": round(s.peak_bytes / summary.GIB, 2),
+    "margin": round(s.margin, 3),
+    "step_s": round(s.step_seconds, 2),
+    "train_s": round(s.train_seconds, 2),
+    "mfu": round(s.mfu, 3),
+    "errors": s.errors,
+  }
+
+
+def plan_all(out_dir, families, programs, overrides):
+  """The smallest slice of each family that fits, per PAPER preset."""
+  os.makedirs(out_dir, exist_ok=True)
+  path = os.path.join(out_dir, "results.json")
+  results = json.load(open(path)) if os.path.exists(path) else {}
+  for name in experiment_names():
+    if not hasattr(importlib.import_module(f"experiments.{name}"), "PAPER"):
+      continue
+    for family in families:
+      key = f"{name}/{family}"
+      if key in results:
+        continue
+      found = None
+      for s in chips.sizes(family):
+        try:
+          res, secs = plan(name, "paper", s.name, overrides, programs, 0, 0)
+        except Exception as e:  # noqa: BLE001 - unknown arch, bad preset
+          found = {"slice": s.name, "fits": False, "errors": {"plan": str(e)}}
+          break
+        print(
+          f"{key} {s.name}: peak {res.peak_bytes / summary.GIB:.1f} "
+          f"GiB fits={res.fits} ({secs:.0f} s)",
+          flush=True,
+        )
+        found = _row(res, s.name)
+        if res.fits:
+          break
+      results[key] = found
+      with open(path, "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+  table = markdown(results, families)
+  with open(os.path.join(out_dir, "table.md"), "w") as f:
+    f.write(table)
+  return table
+
+
+def markdown(results: dict, families) -> str:
+  lines = [
+    "| experiment | " + " | ".join(families) + " |",
+    "|---|" + "---|" * len(families),
+  ]
+  names = sorted({k.split("/")[0] for k in results})
+  for name in names:
+    cells = []
+    for family in families:
+      r = results.get(f"{name}/{family}")
+      if not r:
+        cells.append("-")
+      elif not r.get("fits"):
+        cells.append(f"no fit up to {r['slice']}")
+      else:
+        cells.append(
+          f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
+          f"MFU {100 * r['mfu']:.0f}%"
+        )
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def parse_set(text: str) -> dict:
+  out = {}
+  for item in filter(None, text.split(",")):
+    key, _, value = item.partition("=")
+    for kind in (int, float):
+      try:
+        value = kind(value)
+        break
+      except ValueError:
+        pass
+    out[key] = {"True": True, "False": False}.get(value, value)
+  return out
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  programs = tuple(p for p in f.programs.split(",") if p)
+  overrides = parse_set(f.set)
+  if f.all:
+    print(plan_all(f.out, f.families.split(","), programs, overrides))
+    return
+  s, secs = plan(
+    f.experiment,
+    f.scale,
+    f.topology,
+    overrides,
+    programs,
+    f.rollout_rows,
+    f.score_rows,
+  )
+  title = (
+    f"{f.experiment} ({f.scale}) on {f.topology}: compiled in {secs:.0f} s"
+  )
+  print(summary.text(s, title))
+  sys.exit(0 if s.fits else 1)
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("experiment", "grpo", "experiments/<name>.py")
+  flags.DEFINE_string("scale", "paper", "laptop | paper")
+  flags.DEFINE_string("topology", "v5p-32", "a TPU slice name, or local")
+  flags.DEFINE_string("programs", "train_step,rollout,ref_logp", "to compile")
+  flags.DEFINE_string("set", "", "k=v,... Config overrides")
+  flags.DEFINE_integer("rollout_rows", 0, "sequences per sampler call; 0 = N")
+  flags.DEFINE_integer("score_rows", 0, "rows per reference forward; 0 = N")
+  flags.DEFINE_bool("all", False, "plan every PAPER preset")
+  flags.DEFINE_string("families", "v4,v5p,v5e,v6e", "chip families (--all)")
+  flags.DEFINE_string("out", "workdirs/plan", "--all writes here")
+  app.run(main)

@@ -1,0 +1,246 @@
+"""Ahead-of-time compilation of a run's programs, on abstract arrays.
+
+  programs = aot.compile_run(cfg, loss_fn, mesh)   # {"train_step": ..., ...}
+  programs["train_step"].temp_bytes, .largest, .flops
+
+Params and optimizer state are ShapeDtypeStructs (jax.eval_shape): nothing
+is materialised, so a 32B model plans on a laptop. The mesh is usually an
+abstract TPU slice (chips.devices), compiled by libtpu on this CPU host;
+with jax.devices() it plans for the local backend.
+
+Three programs are compiled at the sizes the loop runs them:
+  train_step  one minibatch (N / minibatches rows) through loss, gradient
+              (micro_batches scanned) and optimizer update, state donated;
+  rollout     the sampler (prefill + decode loop) at --rollout_rows
+              sequences per call (default N), parameters in ROLLOUT_RULES;
+  ref_logp    the reference / old-logp forward over --score_rows rows.
+cost_analysis() counts a while-loop body once; `flops` multiplies the
+train step's by micro_batches and the rollout's by the decode steps.
+"""
+
+import dataclasses
+import functools
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+
+from rlreason import mesh as mesh_lib
+from rlreason.model import policy
+from rlreason.model import presets
+from rlreason.model import transformer
+from rlreason.rl import objective
+from rlreason.sampling import draw
+from rlreason.sampling import sampler
+from rlreason.train import train_step as ts
+
+
+def tpu_env() -> None:
+  """Env for libtpu's compiler on a host without TPUs (before jax loads)."""
+  os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-16")
+  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+@dataclasses.dataclass
+class Program:
+  """A compiled program's per-device memory and cost."""
+
+  name: str
+  argument_bytes: int
+  output_bytes: int
+  alias_bytes: int
+  temp_bytes: int
+  code_bytes: int
+  flops: float  # per device, loops multiplied out
+  bytes_accessed: float  # per device, loops multiplied out
+  largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
+
+  @property
+  def peak_bytes(self) -> int:
+    """Arguments + outputs not aliased to them + temporaries + code."""
+    return (
+      self.argument_bytes
+      + self.output_bytes
+      - self.alias_bytes
+      + self.temp_bytes
+      + self.code_bytes
+    )
+
+
+def model_config(cfg) -> transformer.ModelConfig:
+  """The architecture of cfg.model (a preset, or a checkpoint path whose
+  name is a known architecture), in the run's dtypes and remat."""
+  arch = presets.architecture(cfg.model)
+  if arch is None:
+    raise ValueError(
+      f"--model={cfg.model}: no known architecture for this name; add it to "
+      "model/presets.py (PRESETS or ARCHITECTURE_OF)"
+    )
+  return presets.get(
+    arch, dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat
+  )
+
+
+def _abstract(tree, shardings):
+  return jax.tree.map(
+    lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+    tree,
+    shardings,
+  )
+
+
+_SHAPE = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* (\S+?)\(")
+_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
+_BYTES.update({"u8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8})
+
+
+def largest_buffers(hlo_text: str, k: int = 10):
+  """The k largest arrays the optimized per-device HLO produces:
+  (bytes, "dtype[dims]", the ops producing it), one per distinct shape."""
+  seen: dict[str, tuple[int, set]] = {}
+  for dtype, dims, op in _SHAPE.findall(hlo_text):
+    if dtype not in _BYTES:
+      continue
+    size = _BYTES[dtype]
+    for d in dims.split(","):
+      size *= int(d) if d else 1
+    shape = f"{dtype}[{dims}]"
+    seen.setdefault(shape, (size, set()))[1].add(op)
+  top = sorted(
+    ((b, s, ",".join(sorted(ops)[:3])) for s, (b, ops) in seen.items()),
+    reverse=True,
+  )
+  return top[:k]
+
+
+def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
+  mem = compiled.memory_analysis()
+  cost = compiled.cost_analysis() or {}
+  if isinstance(cost, list):  # older JAX: one dict per device
+    cost = cost[0] if cost else {}
+  return Program(
+    name=name,
+    argument_bytes=int(mem.argument_size_in_bytes),
+    output_bytes=int(mem.output_size_in_bytes),
+    alias_bytes=int(mem.alias_size_in_bytes),
+    temp_bytes=int(mem.temp_size_in_bytes),
+    code_bytes=int(mem.generated_code_size_in_bytes),
+    flops=float(cost.get("flops", 0.0)) * loop_trips,
+    bytes_accessed=float(cost.get("bytes accessed", 0.0)) * loop_trips,
+    largest=largest_buffers(compiled.as_text()),
+  )
+
+
+def train_batch(cfg, rows: int) -> dict:
+  """Abstract [rows, ...] batch with the fields objective.loss_fn reads."""
+  p, t = cfg.max_prompt_len, cfg.max_new_tokens
+  f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)  # noqa: E731
+  batch = {
+    "tokens": jax.ShapeDtypeStruct((rows, p + t), jnp.int32),
+    "positions": jax.ShapeDtypeStruct((rows, p + t), jnp.int32),
+    "mask": f32(rows, t),
+    "old_logp": f32(rows, t),
+    "sampler_logp": f32(rows, t),
+  }
+  token_adv = getattr(cfg, "advantage", "") in objective.TOKEN_ESTIMATORS
+  batch["adv"] = f32(rows, t) if token_adv else f32(rows)
+  if getattr(cfg, "needs_ref", False):
+    batch["ref_logp"] = f32(rows, t)
+  return batch
+
+
+def compile_train_step(cfg, model_cfg, mesh, loss_fn) -> Program:
+  optimizer = ts.optimizer_from_config(cfg, max(cfg.steps, 1))
+  axes = transformer.param_axes(model_cfg)
+  shapes = transformer.param_shapes(model_cfg)
+  state_sh = ts.state_shardings(mesh, axes, shapes, optimizer)
+  state = jax.eval_shape(
+    functools.partial(ts.init_state, optimizer=optimizer), shapes
+  )
+  state = _abstract(state, state_sh)
+  batch_sh = mesh_lib.batch_sharding(mesh, 1)
+  rows = cfg.num_sequences // cfg.minibatches
+  batch = jax.tree.map(
+    lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=batch_sh),
+    train_batch(cfg, rows),
+  )
+  step = ts.make_train_step(
+    functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg),
+    optimizer,
+    state_sharding=state_sh,
+    batch_sharding=batch_sh,
+    micro_batches=cfg.micro_batches,
+  )
+  compiled = step.lower(state, batch).compile()
+  return analyse("train_step", compiled, loop_trips=cfg.micro_batches)
+
+
+def _params(model_cfg, mesh, rules):
+  axes = transformer.param_axes(model_cfg)
+  shapes = transformer.param_shapes(model_cfg)
+  return _abstract(shapes, mesh_lib.shardings(mesh, axes, rules, shapes))
+
+
+def compile_rollout(cfg, model_cfg, mesh, rows: int) -> Program:
+  params = _params(model_cfg, mesh, mesh_lib.ROLLOUT_RULES)
+  sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
+  ids = jax.ShapeDtypeStruct((rows, cfg.max_prompt_len), jnp.int32, sharding=sh)
+  compiled = sampler._sample.lower(  # noqa: SLF001 - the jitted body
+    params,
+    ids,
+    ids,
+    jax.random.key(0),
+    model_cfg=model_cfg,
+    max_new_tokens=cfg.max_new_tokens,
+    sampling=draw.Sampling(temperature=cfg.temperature),
+    stop_ids=(0,),
+    pad_id=0,
+    return_logits=False,
+    mesh=mesh,
+  ).compile()
+  return analyse("rollout", compiled, loop_trips=cfg.max_new_tokens)
+
+
+def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
+  params = _params(model_cfg, mesh, mesh_lib.TRAIN_RULES)
+  sh = mesh_lib.batch_sharding(mesh, 2)
+  length = cfg.max_prompt_len + cfg.max_new_tokens
+  ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sh)
+
+  def forward(params, tokens, positions):
+    with mesh_lib.activation_mesh(mesh):
+      return policy.completion_logprobs(
+        params, tokens, positions, model_cfg, cfg.max_prompt_len
+      )
+
+  compiled = jax.jit(forward).lower(params, ids, ids).compile()
+  return analyse("ref_logp", compiled)
+
+
+def compile_run(
+  cfg,
+  loss_fn,
+  mesh,
+  *,
+  programs=("train_step", "rollout", "ref_logp"),
+  rollout_rows: int = 0,
+  score_rows: int = 0,
+) -> dict[str, Program]:
+  """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
+  are returned as the exception instead of a Program."""
+  model_cfg = model_config(cfg)
+  n = cfg.num_sequences
+  makers = {
+    "train_step": lambda: compile_train_step(cfg, model_cfg, mesh, loss_fn),
+    "rollout": lambda: compile_rollout(cfg, model_cfg, mesh, rollout_rows or n),
+    "ref_logp": lambda: compile_ref_logp(cfg, model_cfg, mesh, score_rows or n),
+  }
+  out = {}
+  for name in programs:
+    try:
+      out[name] = makers[name]()
+    except Exception as e:  # noqa: BLE001 - XLA reports OOM as a RuntimeError
+      out[name] = e
+  return out

@@ -1,0 +1,85 @@
+"""Chunked completion scores == one block, values and gradients; the
+activation constraints change no number."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlreason import mesh as mesh_lib
+from rlreason import testing
+from rlreason.model import policy
+from rlreason.model import transformer
+
+
+def _inputs(n=3, p=4, t=7, seed=0):
+  cfg = testing.tiny_model_config()
+  params = transformer.init(cfg, jax.random.key(seed))
+  tokens = jax.random.randint(
+    jax.random.key(seed + 1), (n, p + t), 0, cfg.vocab_size
+  )
+  positions = jnp.broadcast_to(jnp.arange(p + t), tokens.shape)
+  positions = positions.at[0, :2].set(-1)  # a left-padded row
+  return cfg, params, tokens, positions, p
+
+
+def test_logits_chunk_size():
+  assert policy.logits_chunk(2, 10, 100) is None  # small: one block
+  budget = policy.LOGITS_CHUNK_BYTES
+  chunk = policy.logits_chunk(64, 1024, 152064)
+  assert chunk is not None and 64 * chunk * 152064 * 4 <= budget
+  assert policy.logits_chunk(1, 10**6, 10**9) == 1  # at least one token
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 3, 5])
+def test_chunked_scores_equal_one_block(monkeypatch, chunk_tokens):
+  cfg, params, tokens, positions, p = _inputs()
+  n, t, v = tokens.shape[0], tokens.shape[1] - p, cfg.vocab_size
+
+  def scores(params):
+    logp, ent = policy.completion_logprobs(
+      params, tokens, positions, cfg, p, temperature=0.7, with_entropy=True
+    )
+    weights = jnp.linspace(0.5, 1.5, t)[None]
+    return (logp * weights).sum() + ent.sum(), (logp, ent)
+
+  (loss, (logp, ent)), grads = jax.value_and_grad(scores, has_aux=True)(params)
+  # A budget of chunk_tokens tokens per block (T = 7: 3 and 5 pad the end).
+  monkeypatch.setattr(policy, "LOGITS_CHUNK_BYTES", n * chunk_tokens * v * 4)
+  assert policy.logits_chunk(n, t, v) == chunk_tokens
+  (loss_c, (logp_c, ent_c)), grads_c = jax.value_and_grad(scores, has_aux=True)(
+    params
+  )
+  np.testing.assert_allclose(logp_c, logp, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(ent_c, ent, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(loss_c, loss, rtol=1e-6, atol=1e-5)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+    grads_c,
+    grads,
+  )
+
+
+def test_activation_constraints_change_no_number():
+  cfg, params, tokens, positions, p = _inputs(n=8)
+  plain = policy.completion_logprobs(params, tokens, positions, cfg, p)
+  mesh = mesh_lib.make_mesh(2, 2, 2)
+  with mesh_lib.activation_mesh(mesh):
+    sharded = policy.completion_logprobs(params, tokens, positions, cfg, p)
+    assert mesh_lib.active_mesh() is mesh
+  assert mesh_lib.active_mesh() is None
+  np.testing.assert_allclose(sharded, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_constrain_lays_out_by_batch():
+  mesh = mesh_lib.make_mesh(2, 4, 1)
+  x = jnp.ones((8, 3, 16))
+
+  @jax.jit
+  def f(x):
+    with mesh_lib.activation_mesh(mesh):
+      return mesh_lib.constrain(x * 2, ("batch", "seq", "embed"))
+
+  out = f(x)
+  assert out.sharding.spec == jax.sharding.PartitionSpec(("data", "fsdp"))
+  assert mesh_lib.constrain(x, ("batch", "seq", "embed")) is x  # no mesh

@@ -1,0 +1,141 @@
+"""The planner, AOT-compiling for small TPU slices with libtpu on this CPU.
+
+All cases compile in one subprocess (libtpu's compiler needs its env before
+JAX starts; the test process runs 8 CPU devices): a tiny model on v5e-4
+fits, and without chunked scores and blockwise attention its train step
+holds [N, T, V] logits and [.., S, S] scores, with them neither; a batch
+far too large for 16 GiB does not fit; temporaries fall as the micro-batch
+shrinks and as the slice grows.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("libtpu", reason="the planner needs jax[tpu] (test extra)")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+
+SCRIPT = r"""
+import dataclasses, json, sys
+from rlreason.plan import aot
+aot.tpu_env()
+from rlreason import mesh as mesh_lib
+from rlreason.model import policy
+from rlreason.plan import chips, summary
+from rlreason.rl import objective
+from experiments import grpo
+
+T, P, V = 112, 16, 4096  # S = 128
+base = dataclasses.replace(
+  grpo.Config(), model="tiny", batch_size=4, group_size=4, micro_batches=1,
+  max_prompt_len=P, max_new_tokens=T, steps=1, dtype="float32",
+)
+
+def run(cfg, slice_name, programs=("train_step",), model_overrides=None):
+  s = chips.parse(slice_name)
+  mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
+  model_cfg = dataclasses.replace(
+    aot.model_config(cfg), vocab_size=V, **(model_overrides or {})
+  )
+  orig = aot.model_config
+  aot.model_config = lambda _: model_cfg
+  try:
+    progs = aot.compile_run(cfg, objective.loss_fn, mesh, programs=programs)
+  finally:
+    aot.model_config = orig
+  out = summary.summarize(
+    progs, cfg, model_cfg, hbm_bytes=s.hbm_bytes, devices=s.chips,
+    peak_flops=s.chip.peak_flops, hbm_bandwidth=s.chip.hbm_bandwidth,
+  )
+  p = out.programs.get("train_step")
+  return {
+    "fits": out.fits, "errors": out.errors, "advice": out.advice,
+    "temp": p.temp_bytes if p else None,
+    "shapes": [sh for _, sh, _ in p.largest] if p else [],
+    "mfu": out.mfu,
+  }
+
+res = {}
+# No chunking, dense attention: the buffers the planner must not see.
+policy.LOGITS_CHUNK_BYTES = 1 << 40
+res["naive"] = run(base, "v5e-4", model_overrides={"attention": "dense"})
+policy.LOGITS_CHUNK_BYTES = 1 << 16
+res["fits"] = run(base, "v5e-4", ("train_step", "rollout", "ref_logp"),
+                  model_overrides={"attention_block": 16})
+mid = dataclasses.replace(base, batch_size=16, group_size=16)
+blocks = {"attention_block": 16}
+res["mid"] = run(mid, "v5e-4", model_overrides=blocks)
+res["micro4"] = run(
+  dataclasses.replace(mid, micro_batches=4), "v5e-4", model_overrides=blocks
+)
+res["bigger_slice"] = run(mid, "v5e-8", model_overrides=blocks)
+huge = dataclasses.replace(base, batch_size=512, group_size=16,
+                           max_prompt_len=1024, max_new_tokens=3072)
+res["huge"] = run(huge, "v5e-4", model_overrides={"attention_block": 512})
+print("RESULT" + json.dumps(res))
+"""
+
+
+@pytest.fixture(scope="module")
+def results():
+  env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_")}
+  env["JAX_PLATFORMS"] = "cpu"
+  proc = subprocess.run(
+    [sys.executable, "-c", SCRIPT],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  (line,) = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
+  return json.loads(line[len("RESULT") :])
+
+
+def _dims(shape: str) -> list[int]:
+  inside = shape[shape.index("[") + 1 : shape.index("]")]
+  return [int(d) for d in inside.split(",") if d]
+
+
+def _has_logits(shapes, t=112, v=4096):
+  return any(t in _dims(s) and _dims(s)[-1] == v for s in shapes)
+
+
+def _has_scores(shapes, s=128):
+  return any(_dims(x)[-2:] == [s, s] for x in shapes)
+
+
+def test_the_check_finds_full_logits_and_scores_when_they_exist(results):
+  shapes = results["naive"]["shapes"]
+  assert _has_logits(shapes), shapes
+  assert _has_scores(shapes), shapes
+
+
+def test_a_plan_that_fits_has_no_full_logits_nor_scores(results):
+  r = results["fits"]
+  assert r["fits"] and not r["errors"], r
+  assert not _has_logits(r["shapes"]), r["shapes"]
+  assert not _has_scores(r["shapes"]), r["shapes"]
+  assert 0 < r["mfu"] <= 1
+
+
+def test_a_batch_too_large_does_not_fit_and_says_what_to_turn(results):
+  r = results["huge"]
+  assert not r["fits"], r
+  assert any(
+    "micro_batches" in a or "did not compile" in a for a in r["advice"]
+  )
+
+
+def test_temporaries_fall_with_smaller_micro_batches_and_larger_slices(
+  results,
+):
+  full = results["mid"]["temp"]
+  assert full > 0
+  assert results["micro4"]["temp"] < full
+  assert results["bigger_slice"]["temp"] < full
