@@ -91,6 +91,7 @@ def plan(name, scale, topology, overrides, programs, rollout_rows, score_rows):
     programs=programs,
     rollout_rows=rollout_rows,
     score_rows=score_rows,
+    hbm_bytes=hbm,
   )
   s = summary.summarize(
     progs,

@@ -113,6 +113,7 @@ class BaseConfig:
   dtype: str = "float32"  # compute dtype (bfloat16 on accelerators)
   param_dtype: str = "float32"
   remat: bool = False
+  remat_policy: str = "full"  # full | dots (model/transformer.py)
   mesh_data: int = 1
   mesh_fsdp: int = -1  # -1 = all remaining devices
   mesh_tensor: int = 1
@@ -198,6 +199,10 @@ class BaseConfig:
     for name in ("dtype", "param_dtype"):
       value = getattr(self, name)
       check(value in DTYPES, f"--{name}={value!r}; expected one of {DTYPES}")
+    check(
+      self.remat_policy in ("full", "dots"),
+      f"--remat_policy={self.remat_policy!r}; expected full or dots",
+    )
     for name in ("mesh_data", "mesh_fsdp", "mesh_tensor"):
       value = getattr(self, name)
       check(value == -1 or value >= 1, f"--{name}={value}: -1 or >= 1")

@@ -52,6 +52,32 @@ ROLLOUT_RULES: dict[str, Any] = {
 }
 
 
+# The rollout's fallback when replicated parameters would not fit: FSDP as in
+# training (decode steps all-gather each layer's weights, as training does).
+ROLLOUT_FSDP_RULES: dict[str, Any] = dict(TRAIN_RULES)
+# Replicated rollout parameters may take this much of a device's memory; the
+# rest is left to the KV cache and activations.
+ROLLOUT_PARAM_FRACTION = 0.4
+
+
+def rollout_rules(mesh: "Mesh", param_bytes: int, device_bytes=None) -> dict:
+  """ROLLOUT_RULES when the parameters, split over `tensor` only, take at
+  most ROLLOUT_PARAM_FRACTION of a device's memory; else ROLLOUT_FSDP_RULES.
+
+  `device_bytes` defaults to the device's reported limit (TPUs and GPUs;
+  CPUs report none: replicated).
+  """
+  if device_bytes is None:
+    stats = mesh.devices.flat[0].memory_stats() or {}
+    device_bytes = stats.get("bytes_limit")
+  if not device_bytes:
+    return ROLLOUT_RULES
+  per_device = param_bytes / mesh.shape["tensor"]
+  if per_device <= ROLLOUT_PARAM_FRACTION * device_bytes:
+    return ROLLOUT_RULES
+  return ROLLOUT_FSDP_RULES
+
+
 # Activations: split by batch; hidden / mlp / heads follow tensor parallelism.
 ACTIVATION_RULES: dict[str, Any] = {
   "batch": ("data", "fsdp"),

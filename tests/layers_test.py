@@ -138,5 +138,6 @@ def test_find_cycle(g, expected):
 def test_layer_of_a_module():
   assert layer("rlreason.mesh") == 0
   assert layer("rlreason.model.transformer") == 1
-  assert layer("rlreason.eval.trained") == len(LAYERS)
+  assert layer("rlreason.eval.trained") == LAYERS.index("eval") + 1
+  assert layer("rlreason.plan.aot") == len(LAYERS)
   assert layer("rlreason.data.tasks.base") == LAYERS.index("data") + 1

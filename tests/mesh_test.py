@@ -76,3 +76,18 @@ def test_sharded_forward_equals_single_device(rules):
   assert kernel.sharding.spec == want
   out = policy.logits(sharded_params, sharded_tokens, CFG)
   np.testing.assert_allclose(out, single, rtol=1e-5, atol=1e-5)
+
+
+def test_rollout_rules_replicate_only_what_fits():
+  mesh = mesh_lib.make_mesh(1, 4, 2)
+  gib = 1 << 30
+  # 10 GiB of weights over tensor=2: 5 GiB per device.
+  assert mesh_lib.rollout_rules(mesh, 10 * gib, 16 * gib) is (
+    mesh_lib.ROLLOUT_RULES
+  )  # 5 <= 0.4 * 16
+  assert mesh_lib.rollout_rules(mesh, 20 * gib, 16 * gib) is (
+    mesh_lib.ROLLOUT_FSDP_RULES
+  )  # 10 > 6.4: split over fsdp as in training
+  assert mesh_lib.ROLLOUT_FSDP_RULES["embed"] == "fsdp"
+  # CPUs report no memory limit: replicated.
+  assert mesh_lib.rollout_rules(mesh, 10**15) is mesh_lib.ROLLOUT_RULES

@@ -20,7 +20,9 @@ Two implementations of the same function (`impl`):
              `block` queries x `block` keys in plain JAX, each query block
              rematerialised: activations O(S), never [.., Q, S]; the
              reference for the TPU / GPU kernels, and what CPUs run;
-  auto       blockwise when Q > block, dense otherwise.
+  auto       blockwise when a block of several queries would score more
+             than block x block slots (Q > 1 and Q * S > block^2: training
+             forwards and prefills), dense for decoding and short inputs.
 They agree to ~1e-6 in fp32 (tests/model/attention_test.py).
 """
 
@@ -109,7 +111,7 @@ def attend(
   q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
   if impl not in ("auto", "dense", "blockwise"):
     raise ValueError(f"attention={impl!r}; expected auto, dense or blockwise")
-  if impl == "blockwise" or (impl == "auto" and nq > block):
+  if impl == "blockwise" or (impl == "auto" and 1 < nq and nq * s > block**2):
     out = _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block)
     return out.reshape(n, nq, h, dh), k_cache, v_cache
   scores = jnp.einsum(

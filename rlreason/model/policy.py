@@ -127,6 +127,34 @@ def completion_logprobs(
   )
 
 
+def completion_logprobs_by_rows(
+  params, tokens, positions, model_cfg, prompt_len, *, rows: int, **kwargs
+):
+  """completion_logprobs over `rows` rows per call (0 = all at once), for
+  whole-rollout forwards (reference / old log-probs) whose peak must be
+  one micro-batch's, not the rollout's. Same numbers; not for use under
+  jit (it loops on the host)."""
+  n = tokens.shape[0]
+  if not rows or rows >= n:
+    return completion_logprobs(
+      params, tokens, positions, model_cfg, prompt_len, **kwargs
+    )
+  parts = [
+    completion_logprobs(
+      params,
+      tokens[i : i + rows],
+      positions[i : i + rows],
+      model_cfg,
+      prompt_len,
+      **kwargs,
+    )
+    for i in range(0, n, rows)
+  ]
+  if isinstance(parts[0], tuple):
+    return tuple(jnp.concatenate(p) for p in zip(*parts))
+  return jnp.concatenate(parts)
+
+
 def logits_chunk(n: int, t: int, vocab: int) -> int | None:
   """Tokens per chunk so that a float32 [n, chunk, V] block stays under
   LOGITS_CHUNK_BYTES; None when the whole [n, t, V] does."""

@@ -66,9 +66,12 @@ class ModelConfig:
   dtype: str = "float32"  # compute dtype
   param_dtype: str = "float32"
   remat: bool = False  # rematerialise each layer in the backward pass
+  # What a rematerialised layer keeps: "full" nothing (least memory),
+  # "dots" its matmul outputs (less recompute, more memory).
+  remat_policy: str = "full"
   max_position: int = 4096  # informational (HF max_position_embeddings)
   family: str = "qwen2"  # HF family written by hf.save: llama, qwen2, qwen3
-  # dense | blockwise | auto (blockwise above attention_block queries):
+  # dense | blockwise | auto (blockwise for long multi-token inputs):
   # attention.py; blockwise never holds [.., Q, S] scores.
   attention: str = "auto"
   attention_block: int = 512
@@ -257,6 +260,10 @@ class Mlp(nn.Module):
 
 
 _RESIDUAL = ("batch", "seq", "embed")  # the residual stream's layout
+_REMAT_POLICIES = {
+  "full": None,
+  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 class Block(nn.Module):
@@ -301,7 +308,9 @@ class Transformer(nn.Module):
         _KERNEL_INIT,
         pdt,
       )
-    block = nn.remat(Block) if cfg.remat else Block
+    block = Block
+    if cfg.remat:
+      block = nn.remat(Block, policy=_REMAT_POLICIES[cfg.remat_policy])
     self.layers = [block(cfg, name=f"layer_{i}") for i in range(cfg.n_layers)]
     self.final_norm = RMSNorm(cfg.rms_eps, pdt)
 

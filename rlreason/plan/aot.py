@@ -12,10 +12,13 @@ Three programs are compiled at the sizes the loop runs them:
   train_step  one minibatch (N / minibatches rows) through loss, gradient
               (micro_batches scanned) and optimizer update, state donated;
   rollout     the sampler (prefill + decode loop) at --rollout_rows
-              sequences per call (default N), parameters in ROLLOUT_RULES;
-  ref_logp    the reference / old-logp forward over --score_rows rows.
-cost_analysis() counts a while-loop body once; `flops` multiplies the
-train step's by micro_batches and the rollout's by the decode steps.
+              sequences per call (default N), parameters laid out as
+              mesh.rollout_rules chooses for the slice's HBM;
+  ref_logp    the reference / old-logp forward over --score_rows rows
+              (default: one train micro-batch, as Context.score_rows).
+cost_analysis() counts a while-loop body once: `flops` is XLA's count as
+is (see plan/summary.py for the step time), `bytes_accessed` multiplies the
+train step's by micro_batches (each micro-batch re-reads the weights).
 """
 
 import dataclasses
@@ -53,8 +56,8 @@ class Program:
   alias_bytes: int
   temp_bytes: int
   code_bytes: int
-  flops: float  # per device, loops multiplied out
-  bytes_accessed: float  # per device, loops multiplied out
+  flops: float  # per device, as XLA counts them (a loop body once)
+  bytes_accessed: float  # per device, the micro-batch loop multiplied out
   largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
 
   @property
@@ -79,7 +82,11 @@ def model_config(cfg) -> transformer.ModelConfig:
       "model/presets.py (PRESETS or ARCHITECTURE_OF)"
     )
   return presets.get(
-    arch, dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat
+    arch,
+    dtype=cfg.dtype,
+    param_dtype=cfg.param_dtype,
+    remat=cfg.remat,
+    remat_policy=cfg.remat_policy,
   )
 
 
@@ -127,7 +134,7 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     alias_bytes=int(mem.alias_size_in_bytes),
     temp_bytes=int(mem.temp_size_in_bytes),
     code_bytes=int(mem.generated_code_size_in_bytes),
-    flops=float(cost.get("flops", 0.0)) * loop_trips,
+    flops=float(cost.get("flops", 0.0)),
     bytes_accessed=float(cost.get("bytes accessed", 0.0)) * loop_trips,
     largest=largest_buffers(compiled.as_text()),
   )
@@ -183,8 +190,12 @@ def _params(model_cfg, mesh, rules):
   return _abstract(shapes, mesh_lib.shardings(mesh, axes, rules, shapes))
 
 
-def compile_rollout(cfg, model_cfg, mesh, rows: int) -> Program:
-  params = _params(model_cfg, mesh, mesh_lib.ROLLOUT_RULES)
+def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
+  compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
+  rules = mesh_lib.rollout_rules(
+    mesh, compute_bytes * model_cfg.num_params(), hbm_bytes
+  )
+  params = _params(model_cfg, mesh, rules)
   sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
   ids = jax.ShapeDtypeStruct((rows, cfg.max_prompt_len), jnp.int32, sharding=sh)
   compiled = sampler._sample.lower(  # noqa: SLF001 - the jitted body
@@ -200,7 +211,7 @@ def compile_rollout(cfg, model_cfg, mesh, rows: int) -> Program:
     return_logits=False,
     mesh=mesh,
   ).compile()
-  return analyse("rollout", compiled, loop_trips=cfg.max_new_tokens)
+  return analyse("rollout", compiled)
 
 
 def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
@@ -227,6 +238,7 @@ def compile_run(
   programs=("train_step", "rollout", "ref_logp"),
   rollout_rows: int = 0,
   score_rows: int = 0,
+  hbm_bytes: int | None = None,
 ) -> dict[str, Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program."""
@@ -234,8 +246,17 @@ def compile_run(
   n = cfg.num_sequences
   makers = {
     "train_step": lambda: compile_train_step(cfg, model_cfg, mesh, loss_fn),
-    "rollout": lambda: compile_rollout(cfg, model_cfg, mesh, rollout_rows or n),
-    "ref_logp": lambda: compile_ref_logp(cfg, model_cfg, mesh, score_rows or n),
+    "rollout": lambda: compile_rollout(
+      cfg, model_cfg, mesh, rollout_rows or n, hbm_bytes
+    ),
+    # The loop scores the rollout one train micro-batch at a time
+    # (Context.score_rows).
+    "ref_logp": lambda: compile_ref_logp(
+      cfg,
+      model_cfg,
+      mesh,
+      score_rows or n // (cfg.minibatches * cfg.micro_batches),
+    ),
   }
   out = {}
   for name in programs:

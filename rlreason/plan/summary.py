@@ -1,15 +1,22 @@
 """A plan's verdict: fit with margin, roofline step time, MFU, what to turn.
 
-  s = summary.summarize(programs, cfg, model_cfg, hbm_bytes=..., chips=...,
+  s = summary.summarize(programs, cfg, model_cfg, hbm_bytes=..., devices=...,
                         peak_flops=..., hbm_bandwidth=...)
   print(summary.text(s))
 
-Roofline: a program takes max(flops / peak, bytes / bandwidth) per device.
-A train step's model FLOPs are 6 * params * tokens (forward + backward),
-plus attention's 12 * layers * heads * head_dim * tokens * context / 2
-(causal); MFU is model FLOPs per device over (step time * peak), with the
-training time alone (the minibatches' train steps); the RL step time adds
-one rollout call and one reference forward.
+Memory comes from the compiled programs. Time is an analytic roofline per
+device, because XLA's cost_analysis counts a loop body once (and nested
+loops, such as blockwise attention inside the micro-batch scan, not at
+all):
+  train step  max(FLOPs / peak, compiled bytes / bandwidth), FLOPs = 6 *
+              params * tokens + causal attention (PaLM, appendix B), times
+              4/3 with remat (the forward runs twice);
+  rollout     prefill FLOPs / peak + T decode steps, each reading the
+              per-device parameters and the mean KV cache once (memory
+              bound);
+  ref_logp    2 * params * tokens / peak (forward only).
+MFU = the train step's model FLOPs (without remat) / (its time * peak): an
+upper bound, as a roofline is.
 """
 
 import dataclasses
@@ -40,8 +47,29 @@ def model_flops_per_token(model_cfg, context: int) -> float:
   return 6 * model_cfg.num_params() + attn * context / 2
 
 
-def roofline_seconds(p: aot.Program, peak_flops, bandwidth) -> float:
-  return max(p.flops / peak_flops, p.bytes_accessed / bandwidth)
+def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
+  """Roofline seconds per device of each program's share of one RL step."""
+  n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
+  context = p + t
+  params = model_cfg.num_params()
+  out = {}
+  if "train_step" in programs:
+    prog = programs["train_step"]
+    recompute = 4 / 3 if model_cfg.remat else 1.0
+    flops = model_flops_per_token(model_cfg, context) * n * context
+    flops *= cfg.ppo_epochs * recompute / devices
+    memory = prog.bytes_accessed * cfg.ppo_epochs * cfg.minibatches
+    out["train_step"] = max(flops / peak, memory / bandwidth)
+  if "rollout" in programs:
+    dtype_bytes = 2 if model_cfg.dtype == "bfloat16" else 4
+    prefill = 2 * params * n * p / devices / peak
+    kv = 2 * model_cfg.n_layers * model_cfg.n_kv_heads * model_cfg.head_dim
+    cache = kv * dtype_bytes * n * (p + t / 2) / devices
+    weights = programs["rollout"].argument_bytes  # per device, as laid out
+    out["rollout"] = prefill + t * (weights + cache) / bandwidth
+  if "ref_logp" in programs:
+    out["ref_logp"] = 2 * params * n * context / devices / peak
+  return out
 
 
 def summarize(
@@ -55,15 +83,12 @@ def summarize(
   }
   peak = max((p.peak_bytes for p in ok.values()), default=0)
   fits = not errors and peak <= (1 - FIT_MARGIN) * hbm_bytes
-  times = {}
-  for name, p in ok.items():
-    calls = cfg.ppo_epochs * cfg.minibatches if name == "train_step" else 1
-    times[name] = calls * roofline_seconds(p, peak_flops, hbm_bandwidth)
-  step = sum(times.values())
+  per = times(cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth)
+  step = sum(per.values())
+  train = per.get("train_step", 0.0)
   context = cfg.max_prompt_len + cfg.max_new_tokens
-  tokens = cfg.num_sequences * context * cfg.ppo_epochs
-  useful = model_flops_per_token(model_cfg, context) * tokens / devices
-  train = times.get("train_step", 0.0)
+  useful = model_flops_per_token(model_cfg, context) * cfg.num_sequences
+  useful *= context * cfg.ppo_epochs / devices
   mfu = useful / (train * peak_flops) if train else 0.0
   return Summary(
     peak_bytes=peak,
@@ -122,7 +147,7 @@ def text(s: Summary, title: str = "") -> str:
       f"  {name:10s} peak {p.peak_bytes / GIB:7.2f} GiB = args "
       f"{p.argument_bytes / GIB:.2f} + out {p.output_bytes / GIB:.2f} - "
       f"alias {p.alias_bytes / GIB:.2f} + temp {p.temp_bytes / GIB:.2f}; "
-      f"{p.flops / 1e12:.1f} TFLOP, {p.bytes_accessed / 1e9:.1f} GB"
+      f"XLA-counted {p.flops / 1e12:.1f} TFLOP, {p.bytes_accessed / 1e9:.1f} GB"
     )
     for size, shape, op in p.largest[:10]:
       lines.append(f"      {size / GIB:8.3f} GiB  {shape}  {op}")

@@ -99,12 +99,16 @@ def pad_prompts(
 
 @functools.lru_cache(maxsize=8)
 def rollout_shardings(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
-  """NamedShardings of the parameters in the rollout layout (cached)."""
+  """NamedShardings of the parameters in the rollout layout (cached):
+  replicated over data / fsdp when they fit (mesh.rollout_rules)."""
+  shapes = transformer.param_shapes(model_cfg)
+  compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
+  param_bytes = sum(compute_bytes * x.size for x in jax.tree.leaves(shapes))
   return mesh_lib.shardings(
     mesh,
     transformer.param_axes(model_cfg),
-    mesh_lib.ROLLOUT_RULES,
-    transformer.param_shapes(model_cfg),
+    mesh_lib.rollout_rules(mesh, param_bytes),
+    shapes,
   )
 
 

@@ -111,6 +111,13 @@ class Context:
       row_offset=row_offset,
     )
 
+  @property
+  def score_rows(self) -> int:
+    """Rows per whole-rollout forward: the train step's micro-batch, which
+    the run already sized to fit memory."""
+    cfg = self.cfg
+    return max(1, cfg.num_sequences // (cfg.minibatches * cfg.micro_batches))
+
   def take_nonfinite_rewards(self) -> int:
     """Non-finite rewards seen since the last call (FiniteRewards)."""
     n = getattr(self.reward_fn, "nonfinite", 0)
@@ -144,16 +151,18 @@ class Context:
     }
     batch["old_logp"] = batch["sampler_logp"]
     if self.cfg.top_p < 1 or self.cfg.top_k > 0:
-      batch["old_logp"] = mesh_lib.to_host(
-        policy.completion_logprobs(
-          self.params,
-          rollout.tokens,
-          rollout.positions,
-          self.model_cfg,
-          rollout.prompt_len,
-          temperature=self.cfg.temperature,
+      with mesh_lib.activation_mesh(self.mesh):
+        batch["old_logp"] = mesh_lib.to_host(
+          policy.completion_logprobs_by_rows(
+            self.params,
+            rollout.tokens,
+            rollout.positions,
+            self.model_cfg,
+            rollout.prompt_len,
+            rows=self.score_rows,
+            temperature=self.cfg.temperature,
+          )
         )
-      )
     return batch
 
   def ref_logp(self, rollout: Rollout) -> np.ndarray:
@@ -164,12 +173,13 @@ class Context:
         "loop was started without one (needs_ref=True)"
       )
     with mesh_lib.activation_mesh(self.mesh):
-      ref_logp = policy.completion_logprobs(
+      ref_logp = policy.completion_logprobs_by_rows(
         self.ref_params,
         rollout.tokens,
         rollout.positions,
         self.model_cfg,
         rollout.prompt_len,
+        rows=self.score_rows,
         temperature=self.cfg.temperature,
       )
     return mesh_lib.to_host(ref_logp)
@@ -194,10 +204,16 @@ def load_model(cfg, mesh):
     model_cfg, params = hf.load(
       source, mesh=mesh, dtype=cfg.param_dtype, compute_dtype=cfg.dtype
     )
-    model_cfg = dataclasses.replace(model_cfg, remat=cfg.remat)
+    model_cfg = dataclasses.replace(
+      model_cfg, remat=cfg.remat, remat_policy=cfg.remat_policy
+    )
     return model_cfg, params
   model_cfg = presets.get(
-    cfg.model, dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat
+    cfg.model,
+    dtype=cfg.dtype,
+    param_dtype=cfg.param_dtype,
+    remat=cfg.remat,
+    remat_policy=cfg.remat_policy,
   )
   shardings = mesh_lib.shardings(
     mesh,

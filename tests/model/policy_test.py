@@ -83,3 +83,16 @@ def test_constrain_lays_out_by_batch():
   out = f(x)
   assert out.sharding.spec == jax.sharding.PartitionSpec(("data", "fsdp"))
   assert mesh_lib.constrain(x, ("batch", "seq", "embed")) is x  # no mesh
+
+
+@pytest.mark.parametrize("rows", [0, 2, 5])
+def test_scoring_by_rows_equals_one_call(rows):
+  cfg, params, tokens, positions, p = _inputs(n=5)
+  whole = policy.completion_logprobs(
+    params, tokens, positions, cfg, p, with_entropy=True
+  )
+  parts = policy.completion_logprobs_by_rows(
+    params, tokens, positions, cfg, p, rows=rows, with_entropy=True
+  )
+  for a, b in zip(parts, whole):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
