@@ -196,6 +196,12 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
     mesh, compute_bytes * model_cfg.num_params(), hbm_bytes
   )
   params = _params(model_cfg, mesh, rules)
+  params = jax.tree.map(  # rollout.on_mesh casts them while resharding
+    lambda s: jax.ShapeDtypeStruct(
+      s.shape, model_cfg.compute_dtype, sharding=s.sharding
+    ),
+    params,
+  )
   sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
   ids = jax.ShapeDtypeStruct((rows, cfg.max_prompt_len), jnp.int32, sharding=sh)
   compiled = sampler._sample.lower(  # noqa: SLF001 - the jitted body

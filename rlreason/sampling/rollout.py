@@ -117,8 +117,27 @@ def on_mesh(params, rng: jax.Array, mesh, model_cfg: ModelConfig):
   unchanged when mesh is None (multi-turn and tree rollouts)."""
   if mesh is None:
     return params, rng
-  params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
+  # Cast to the compute dtype while resharding: a bf16 rollout of fp32
+  # master weights holds half the bytes per replica (the sampler would cast
+  # them anyway).
+  params = _rollout_caster(mesh, model_cfg)(params)
   return params, mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
+
+
+def _cast(params, dtype):
+  return jax.tree.map(
+    lambda w: w.astype(dtype) if jnp.issubdtype(w.dtype, jnp.floating) else w,
+    params,
+  )
+
+
+@functools.lru_cache(maxsize=8)
+def _rollout_caster(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
+  """params -> params in the compute dtype and the rollout layout."""
+  return jax.jit(
+    functools.partial(_cast, dtype=model_cfg.compute_dtype),
+    out_shardings=rollout_shardings(mesh, model_cfg),
+  )
 
 
 def generate(
