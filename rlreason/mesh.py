@@ -60,6 +60,20 @@ ROLLOUT_FSDP_RULES: dict[str, Any] = dict(TRAIN_RULES)
 ROLLOUT_PARAM_FRACTION = 0.4
 
 
+def device_memory(mesh: "Mesh") -> int | None:
+  """Bytes of memory of one of this process's devices in `mesh`, or None
+  where the backend does not say (CPUs; abstract AOT devices)."""
+  local = set(jax.local_devices())
+  device = next((d for d in mesh.devices.flat if d in local), None)
+  if device is None:
+    return None
+  try:
+    stats = device.memory_stats() or {}
+  except Exception:  # noqa: BLE001 - backends without memory stats raise
+    return None
+  return stats.get("bytes_limit")
+
+
 def rollout_rules(mesh: "Mesh", param_bytes: int, device_bytes=None) -> dict:
   """ROLLOUT_RULES when the parameters, split over `tensor` only, take at
   most ROLLOUT_PARAM_FRACTION of a device's memory; else ROLLOUT_FSDP_RULES.
@@ -68,8 +82,7 @@ def rollout_rules(mesh: "Mesh", param_bytes: int, device_bytes=None) -> dict:
   CPUs report none: replicated).
   """
   if device_bytes is None:
-    stats = mesh.devices.flat[0].memory_stats() or {}
-    device_bytes = stats.get("bytes_limit")
+    device_bytes = device_memory(mesh)
   if not device_bytes:
     return ROLLOUT_RULES
   per_device = param_bytes / mesh.shape["tensor"]

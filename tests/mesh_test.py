@@ -91,3 +91,7 @@ def test_rollout_rules_replicate_only_what_fits():
   assert mesh_lib.ROLLOUT_FSDP_RULES["embed"] == "fsdp"
   # CPUs report no memory limit: replicated.
   assert mesh_lib.rollout_rules(mesh, 10**15) is mesh_lib.ROLLOUT_RULES
+
+
+def test_device_memory_is_none_where_the_backend_does_not_say():
+  assert mesh_lib.device_memory(mesh_lib.make_mesh(1, -1, 1)) is None  # CPU

@@ -44,7 +44,9 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None):
   orig = aot.model_config
   aot.model_config = lambda _: model_cfg
   try:
-    progs = aot.compile_run(cfg, objective.loss_fn, mesh, programs=programs)
+    progs = aot.compile_run(
+      cfg, objective.loss_fn, mesh, programs=programs, hbm_bytes=s.hbm_bytes
+    )
   finally:
     aot.model_config = orig
   out = summary.summarize(
