@@ -247,9 +247,19 @@ def differences(saved: dict, cfg, ignore=()) -> list[str]:
   diff = [
     k for k in want if k not in ignore and saved.get(k, defaults[k]) != want[k]
   ]
-  if saved.get("class", class_name(cfg)) != class_name(cfg):
+  if not same_class(saved.get("class", class_name(cfg)), class_name(cfg)):
     diff.append("class")
   return sorted(diff)
+
+
+def same_class(a: str, b: str) -> bool:
+  """Whether two recorded class names are one class: an experiment run as
+  `python -m experiments.grpo` records `__main__.Config`, imported it
+  records `experiments.grpo.Config`."""
+  if a == b:
+    return True
+  (ma, _, ca), (mb, _, cb) = a.rpartition("."), b.rpartition(".")
+  return ca == cb and "__main__" in (ma, mb)
 
 
 def class_name(cfg) -> str:

@@ -20,6 +20,7 @@ next older one is restored instead, with a warning saying so.
 the loop polls between steps, so it can save and exit cleanly.
 """
 
+import logging as std_logging
 import os
 import shutil
 import signal
@@ -80,6 +81,7 @@ class Checkpointer:
         f"Refusing to checkpoint step {step}: the state holds non-finite values"
       )
     try:
+      _quiet_orbax_failures()
       self._manager.save(
         step,
         args=ocp.args.Composite(
@@ -161,6 +163,46 @@ class Checkpointer:
 
   def close(self):
     self._manager.close()
+
+
+_QUIET = []
+
+
+def _quiet_orbax_failures() -> None:
+  """Once per process: orbax's writer threads re-raise a failed write (disk
+  full) in every thread and log it with a traceback, dozens of times; the
+  save's CheckpointError (or a restore's warning) says it once. Exceptions
+  of orbax's threads go to the absl log at DEBUG, and orbax's own ERROR log
+  lines are dropped; every other thread and logger is untouched."""
+  if _QUIET:
+    return
+  _QUIET.append(True)
+  previous = threading.excepthook
+
+  def hook(args):
+    tb = args.exc_traceback
+    while tb is not None and tb.tb_next is not None:
+      tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    frames = []
+    t = args.exc_traceback
+    while t is not None:
+      frames.append(t.tb_frame.f_code.co_filename)
+      t = t.tb_next
+    if any("orbax" in f for f in frames) or "asyncio" in where:
+      logging.debug("orbax thread: %s: %s", args.exc_type, args.exc_value)
+      return
+    previous(args)
+
+  threading.excepthook = hook
+
+  class _DropOrbaxErrors(std_logging.Filter):
+    def filter(self, record):
+      return not (
+        "orbax" in record.pathname and record.levelno >= std_logging.ERROR
+      )
+
+  std_logging.getLogger("absl").addFilter(_DropOrbaxErrors())
 
 
 def _root_cause(e: BaseException) -> BaseException:

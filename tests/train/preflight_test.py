@@ -202,3 +202,11 @@ def test_the_cli_exits_2_with_one_message(tmp_path):
   assert "error: Invalid config: --log_every=0 must be >= 1" in proc.stderr
   assert "Traceback" not in proc.stderr
   assert not os.path.exists(tmp_path / "cache")
+
+
+def test_a_cli_run_and_an_imported_run_are_the_same_class():
+  assert config.same_class("__main__.Config", "experiments.grpo.Config")
+  assert not config.same_class(
+    "experiments.dapo.Config", "experiments.grpo.Config"
+  )
+  assert not config.same_class("__main__.Config", "experiments.grpo.Other")
