@@ -221,7 +221,11 @@ if __name__ == "__main__":
   flags.DEFINE_string("topology", "v5p-32", "a TPU slice name, or local")
   flags.DEFINE_string("programs", "train_step,rollout,ref_logp", "to compile")
   flags.DEFINE_string("set", "", "k=v,... Config overrides")
-  flags.DEFINE_integer("rollout_rows", 0, "sequences per sampler call; 0 = N")
+  flags.DEFINE_integer(
+    "rollout_rows",
+    0,
+    "sequences per sampler call; 0 = --set rollout_rows, else sized from HBM",
+  )
   flags.DEFINE_integer("score_rows", 0, "rows per reference forward; 0 = N")
   flags.DEFINE_bool("all", False, "plan every PAPER preset")
   flags.DEFINE_string("families", "v4,v5p,v5e,v6e", "chip families (--all)")

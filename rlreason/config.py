@@ -26,6 +26,7 @@ RESUMABLE_CHANGES = (
   "cache_dir",
   "multihost",
   "validate_rows",
+  "rollout_rows",  # samples do not depend on it (per-row keys)
   "allow_config_change",
 )
 
@@ -96,6 +97,9 @@ class BaseConfig:
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0  # 0 = off
+  # Sequences per sampler call (rollout.generate): 0 sizes calls from the
+  # devices' free memory (all N where the backend reports none).
+  rollout_rows: int = 0
 
   # Optimisation.
   lr: float = 1e-3
@@ -179,6 +183,7 @@ class BaseConfig:
       "eval_max_new_tokens",
       "validate_rows",
       "top_k",
+      "rollout_rows",
     ):
       at_least(name, 0)
     check(self.temperature >= 0, f"--temperature={self.temperature} < 0")

@@ -74,6 +74,24 @@ def device_memory(mesh: "Mesh") -> int | None:
   return stats.get("bytes_limit")
 
 
+def device_free_memory(mesh: "Mesh") -> int | None:
+  """Bytes not in use on one of this process's devices in `mesh` (the
+  fullest one), or None where the backend does not say."""
+  local = set(jax.local_devices())
+  free = []
+  for device in mesh.devices.flat:
+    if device not in local:
+      continue
+    try:
+      stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - backends without memory stats raise
+      return None
+    if "bytes_limit" not in stats:
+      return None
+    free.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+  return min(free) if free else None
+
+
 def rollout_rules(mesh: "Mesh", param_bytes: int, device_bytes=None) -> dict:
   """ROLLOUT_RULES when the parameters, split over `tensor` only, take at
   most ROLLOUT_PARAM_FRACTION of a device's memory; else ROLLOUT_FSDP_RULES.

@@ -20,16 +20,34 @@ Two implementations of the same function (`impl`):
              `block` queries x `block` keys in plain JAX, each query block
              rematerialised: activations O(S), never [.., Q, S]; the
              reference for the TPU / GPU kernels, and what CPUs run;
-  auto       blockwise when a block of several queries would score more
-             than block x block slots (Q > 1 and Q * S > block^2: training
-             forwards and prefills), dense for decoding and short inputs.
-They agree to ~1e-6 in fp32 (tests/model/attention_test.py).
+  splash     Pallas splash attention, the TPU kernel (interpret mode on
+             other backends: tests), for a full forward (Q == S, a multiple
+             of 128): causal mask + segment ids (real tokens vs padding);
+  cudnn      jax.nn.dot_product_attention's cuDNN flash kernel (GPUs), for
+             a full forward: each row is rolled so its real tokens come
+             first (left padding -> right padding; attention depends only
+             on their order), attended with causal + sequence-length masks,
+             and rolled back;
+  auto       for a block of several queries that would score more than
+             block x block slots (Q > 1 and Q * S > block^2: training
+             forwards and prefills): splash on TPU and cudnn on GPU where
+             they apply, else blockwise; dense for decoding and short
+             inputs. The platform is the active mesh's (so an AOT compile
+             for a TPU slice on a CPU host picks splash), else JAX's
+             default backend.
+They agree to ~1e-6 in fp32 on the real tokens (tests/model/attention_test.py;
+padding queries, whose outputs nothing reads, may differ).
 """
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+
+from rlreason import mesh as mesh_lib
+
+IMPLEMENTATIONS = ("auto", "dense", "blockwise", "splash", "cudnn")
 
 # Large finite negative, not -inf: a fully masked row (a padding query) then
 # gives a uniform softmax instead of NaN.
@@ -109,10 +127,10 @@ def attend(
   )
   s = k_cache.shape[2]
   q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
-  if impl not in ("auto", "dense", "blockwise"):
-    raise ValueError(f"attention={impl!r}; expected auto, dense or blockwise")
-  if impl == "blockwise" or (impl == "auto" and 1 < nq and nq * s > block**2):
-    out = _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block)
+  impl = resolve(impl, nq, s, block)
+  if impl != "dense":
+    kernel = {"blockwise": _blockwise, "splash": _splash, "cudnn": _cudnn}
+    out = kernel[impl](q, k_cache, v_cache, slot_pos, index, dt, block)
     return out.reshape(n, nq, h, dh), k_cache, v_cache
   scores = jnp.einsum(
     "nqkgd,nksd->nkgqs",
@@ -132,6 +150,169 @@ def attend(
   out = jnp.einsum("nkgqs,nksd->nkgqd", probs, v_cache.astype(dt))
   out = out.transpose(0, 3, 1, 2, 4).reshape(n, nq, h, dh)
   return out, k_cache, v_cache
+
+
+def platform() -> str:
+  """The platform attention compiles for: the active mesh's devices (an
+  abstract TPU slice when planning), else JAX's default backend."""
+  mesh = mesh_lib.active_mesh()
+  if mesh is not None:
+    return mesh.devices.flat[0].platform
+  return jax.default_backend()
+
+
+def _splash_block(s: int, block: int) -> int:
+  """The largest of block, 512, 256, 128 dividing s (0: none does)."""
+  for b in (block, 512, 256, 128):
+    if b % 128 == 0 and s % b == 0:
+      return b
+  return 0
+
+
+def resolve(impl: str, nq: int, s: int, block: int) -> str:
+  """The implementation `impl` means for Q queries over S slots."""
+  if impl not in IMPLEMENTATIONS:
+    raise ValueError(
+      f"attention={impl!r}; expected one of {', '.join(IMPLEMENTATIONS)}"
+    )
+  full = nq == s  # a whole sequence at once: training, scoring
+  if impl in ("splash", "cudnn") and not full:
+    raise ValueError(
+      f"attention={impl!r} needs a full forward (Q == S); got Q={nq}, S={s}"
+    )
+  if impl == "splash" and not _splash_block(s, block):
+    raise ValueError(f"attention='splash' needs S % 128 == 0; got S={s}")
+  if impl != "auto":
+    return impl
+  if not (1 < nq and nq * s > block**2):
+    return "dense"
+  where = platform()
+  if full and where == "tpu" and _splash_block(s, block):
+    return "splash"
+  if full and where == "gpu":
+    return "cudnn"
+  return "blockwise"
+
+
+def _visible_rows(slot_pos):
+  """[N, S] int32: 1 on real tokens (slot position >= 0), 0 on padding."""
+  return (slot_pos >= 0).astype(jnp.int32)
+
+
+def _batch_shard_map(fn, mesh, *arrays):
+  """fn over the arrays split by rows (dim 0) over the mesh's batch axes
+  and dim 1 over tensor where it divides (kv heads), as the activations
+  are laid out: a Pallas kernel is not partitioned by XLA itself."""
+  if mesh is None or mesh.size == 1:
+    return fn(*arrays)
+  rules = mesh_lib.ACTIVATION_RULES
+  specs = tuple(
+    mesh_lib.spec(
+      ("batch",)
+      + (("kv_heads",) if x.ndim > 2 else ())
+      + (None,) * (x.ndim - (2 if x.ndim > 2 else 1)),
+      rules,
+      x.shape,
+      mesh,
+    )
+    for x in arrays
+  )
+  return jax.shard_map(
+    fn, mesh=mesh, in_specs=specs, out_specs=specs[0], check_vma=False
+  )(*arrays)
+
+
+@functools.lru_cache(maxsize=16)
+def _splash_kernel(s: int, g: int, b: int, interpret: bool):
+  from jax.experimental.pallas.ops.tpu.splash_attention import (  # noqa: PLC0415 - TPU-only module, loaded on use
+    splash_attention_kernel as sk,
+    splash_attention_mask as sm,
+  )
+
+  mask = sm.MultiHeadMask([sm.CausalMask((s, s)) for _ in range(g)])
+  sizes = sk.BlockSizes(
+    block_q=b,
+    block_kv=b,
+    block_kv_compute=b,
+    block_q_dkv=b,
+    block_kv_dkv=b,
+    block_kv_dkv_compute=b,
+    block_q_dq=b,
+    block_kv_dq=b,
+  )
+  kernel = sk.make_splash_mqa(
+    mask,
+    head_shards=1,
+    q_seq_shards=1,
+    block_sizes=sizes,
+    interpret=interpret,
+  )
+  return kernel, sk.SegmentIds
+
+
+def _splash(q, k_cache, v_cache, slot_pos, index, dt, block):
+  """Splash attention: q [N, S, K, G, Dh] (Q == S, index 0); caches
+  [N, K, S, Dh]. One MQA kernel per (row, kv head) over its G query heads;
+  real tokens and padding are separate segments, so no query row is
+  empty. Returns [N, S, K, G, Dh] in dt."""
+  del index  # a full forward starts at slot 0
+  n, s, k, g, dh = q.shape
+  interpret = platform() != "tpu"
+  kernel, segment_ids = _splash_kernel(s, g, _splash_block(s, block), interpret)
+  # The kernel does not scale the scores.
+  qh = (q.astype(jnp.float32) / math.sqrt(dh)).astype(dt)
+  qh = qh.transpose(0, 2, 3, 1, 4)  # [N, K, G, S, Dh]
+
+  def rows(qh, kc, vc, seg):  # one shard's rows
+    def row(qr, kr, vr, sr):  # [K, G, S, Dh], [K, S, Dh], [S]
+      ids = segment_ids(q=sr, kv=sr)
+      return jax.vmap(lambda a, b, c: kernel(a, b, c, segment_ids=ids))(
+        qr, kr, vr
+      )
+
+    return jax.vmap(row)(qh, kc, vc, seg)
+
+  out = _batch_shard_map(
+    rows,
+    mesh_lib.active_mesh(),
+    qh,
+    k_cache.astype(dt),
+    v_cache.astype(dt),
+    _visible_rows(slot_pos),
+  )
+  return out.transpose(0, 3, 1, 2, 4)  # [N, S, K, G, Dh]
+
+
+def _cudnn(q, k_cache, v_cache, slot_pos, index, dt, block, backend="cudnn"):
+  """jax.nn.dot_product_attention (cuDNN flash on GPUs; `backend`="xla"
+  runs the same masking with XLA, for tests). q [N, S, K, G, Dh] (Q == S);
+  caches [N, K, S, Dh]. Rows are rolled so that their real tokens come
+  first, then masked causally up to each row's count of real tokens.
+  Returns [N, S, K, G, Dh] in dt."""
+  del index, block
+  n, s, k, g, dh = q.shape
+  real = slot_pos >= 0  # [N, S]
+  count = real.sum(-1).astype(jnp.int32)  # [N]
+  # Slot order with the real tokens first (a stable sort keeps their order).
+  order = jnp.argsort(~real, axis=-1, stable=True)  # [N, S]
+  take = lambda x, axis: jnp.take_along_axis(  # noqa: E731
+    x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=axis
+  )
+  qs = take(q.reshape(n, s, k * g, dh), 1).astype(dt)  # [N, S, H, Dh]
+  ks = take(k_cache.swapaxes(1, 2), 1).astype(dt)  # [N, S, K, Dh]
+  vs = take(v_cache.swapaxes(1, 2), 1).astype(dt)
+  out = jax.nn.dot_product_attention(
+    qs,
+    ks,
+    vs,
+    is_causal=True,
+    query_seq_lengths=count,
+    key_value_seq_lengths=count,
+    implementation=backend,
+  )  # [N, S, H, Dh], rows in sorted order
+  inverse = jnp.argsort(order, axis=-1)
+  out = jnp.take_along_axis(out, inverse[..., None, None], axis=1)
+  return out.reshape(n, s, k, g, dh).astype(dt)
 
 
 def _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block):

@@ -71,8 +71,9 @@ class ModelConfig:
   remat_policy: str = "full"
   max_position: int = 4096  # informational (HF max_position_embeddings)
   family: str = "qwen2"  # HF family written by hf.save: llama, qwen2, qwen3
-  # dense | blockwise | auto (blockwise for long multi-token inputs):
-  # attention.py; blockwise never holds [.., Q, S] scores.
+  # attention.IMPLEMENTATIONS (auto: splash on TPU, cuDNN on GPU, else
+  # blockwise for long multi-token inputs; dense for decoding): none but
+  # dense holds [.., Q, S] scores.
   attention: str = "auto"
   attention_block: int = 512
 
@@ -81,6 +82,11 @@ class ModelConfig:
       raise ValueError(
         f"n_heads={self.n_heads} is not a multiple of "
         f"n_kv_heads={self.n_kv_heads}"
+      )
+    if self.attention not in attention.IMPLEMENTATIONS:
+      raise ValueError(
+        f"attention={self.attention!r}; expected one of "
+        f"{', '.join(attention.IMPLEMENTATIONS)}"
       )
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:

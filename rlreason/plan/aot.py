@@ -12,10 +12,16 @@ Three programs are compiled at the sizes the loop runs them:
   train_step  one minibatch (N / minibatches rows) through loss, gradient
               (micro_batches scanned) and optimizer update, state donated;
   rollout     the sampler (prefill + decode loop) at --rollout_rows
-              sequences per call (default N), parameters laid out as
-              mesh.rollout_rules chooses for the slice's HBM;
+              sequences per call (default: what the HBM left beside the
+              train state holds, rollout.rows_per_call, as the loop sizes
+              its calls), parameters laid out as mesh.rollout_rules
+              chooses for the slice's HBM;
   ref_logp    the reference / old-logp forward over --score_rows rows
               (default: one train micro-batch, as Context.score_rows).
+Each program's peak adds the bytes that stay resident beside it
+(resident_bytes): the train state (parameters and optimizer moments)
+during the rollout and the reference forward, and the reference parameters
+of KL runs during the rollout and the train step.
 cost_analysis() counts a while-loop body once: `flops` is XLA's count as
 is (see plan/summary.py for the step time), `bytes_accessed` multiplies the
 train step's by micro_batches (each micro-batch re-reads the weights).
@@ -28,6 +34,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
@@ -35,6 +42,7 @@ from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.rl import objective
 from rlreason.sampling import draw
+from rlreason.sampling import rollout as rollout_lib
 from rlreason.sampling import sampler
 from rlreason.train import train_step as ts
 
@@ -59,12 +67,17 @@ class Program:
   flops: float  # per device, as XLA counts them (a loop body once)
   bytes_accessed: float  # per device, the micro-batch loop multiplied out
   largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
+  kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
+  resident_bytes: int = 0  # other live arrays beside it, per device
+  rows: int = 0  # sequences per call (rollout, ref_logp)
 
   @property
   def peak_bytes(self) -> int:
-    """Arguments + outputs not aliased to them + temporaries + code."""
+    """Resident arrays + arguments + outputs not aliased to them +
+    temporaries + code."""
     return (
-      self.argument_bytes
+      self.resident_bytes
+      + self.argument_bytes
       + self.output_bytes
       - self.alias_bytes
       + self.temp_bytes
@@ -99,6 +112,7 @@ def _abstract(tree, shardings):
 
 
 _SHAPE = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* (\S+?)\(")
+_CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 _BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
 _BYTES.update({"u8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8})
 
@@ -127,6 +141,7 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
   cost = compiled.cost_analysis() or {}
   if isinstance(cost, list):  # older JAX: one dict per device
     cost = cost[0] if cost else {}
+  text = compiled.as_text()
   return Program(
     name=name,
     argument_bytes=int(mem.argument_size_in_bytes),
@@ -136,7 +151,8 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     code_bytes=int(mem.generated_code_size_in_bytes),
     flops=float(cost.get("flops", 0.0)),
     bytes_accessed=float(cost.get("bytes accessed", 0.0)) * loop_trips,
-    largest=largest_buffers(compiled.as_text()),
+    largest=largest_buffers(text),
+    kernels=tuple(sorted(set(_CUSTOM_CALL.findall(text)))),
   )
 
 
@@ -158,7 +174,17 @@ def train_batch(cfg, rows: int) -> dict:
   return batch
 
 
-def compile_train_step(cfg, model_cfg, mesh, loss_fn) -> Program:
+def per_device_bytes(tree) -> int:
+  """Bytes one device holds of abstract arrays with shardings (the
+  fullest shard's shape)."""
+  return sum(
+    int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
+    for x in jax.tree.leaves(tree)
+  )
+
+
+def train_state(cfg, model_cfg, mesh):
+  """(abstract TrainState with its shardings, shardings, optimizer)."""
   optimizer = ts.optimizer_from_config(cfg, max(cfg.steps, 1))
   axes = transformer.param_axes(model_cfg)
   shapes = transformer.param_shapes(model_cfg)
@@ -166,7 +192,11 @@ def compile_train_step(cfg, model_cfg, mesh, loss_fn) -> Program:
   state = jax.eval_shape(
     functools.partial(ts.init_state, optimizer=optimizer), shapes
   )
-  state = _abstract(state, state_sh)
+  return _abstract(state, state_sh), state_sh, optimizer
+
+
+def compile_train_step(cfg, model_cfg, mesh, loss_fn) -> Program:
+  state, state_sh, optimizer = train_state(cfg, model_cfg, mesh)
   batch_sh = mesh_lib.batch_sharding(mesh, 1)
   rows = cfg.num_sequences // cfg.minibatches
   batch = jax.tree.map(
@@ -190,18 +220,39 @@ def _params(model_cfg, mesh, rules):
   return _abstract(shapes, mesh_lib.shardings(mesh, axes, rules, shapes))
 
 
-def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
+def rollout_params(model_cfg, mesh, hbm_bytes=None):
+  """Abstract parameters as rollout.on_mesh lays them out: compute dtype,
+  mesh.rollout_rules for the slice's HBM."""
   compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
   rules = mesh_lib.rollout_rules(
     mesh, compute_bytes * model_cfg.num_params(), hbm_bytes
   )
-  params = _params(model_cfg, mesh, rules)
-  params = jax.tree.map(  # rollout.on_mesh casts them while resharding
+  return jax.tree.map(
     lambda s: jax.ShapeDtypeStruct(
       s.shape, model_cfg.compute_dtype, sharding=s.sharding
     ),
-    params,
+    _params(model_cfg, mesh, rules),
   )
+
+
+def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
+  """Sequences per sampler call the loop would use on this slice: what
+  the HBM left beside the resident arrays and the rollout parameters
+  holds (rollout.rows_per_call), at most N."""
+  n = cfg.num_sequences
+  if not hbm_bytes:
+    return n
+  params = per_device_bytes(rollout_params(model_cfg, mesh, hbm_bytes))
+  free = max(hbm_bytes - resident - params, 0)
+  shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+  rows = rollout_lib.rows_per_call(
+    model_cfg, cfg.max_prompt_len, cfg.max_new_tokens, free, shards
+  )
+  return min(n, rows)
+
+
+def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
+  params = rollout_params(model_cfg, mesh, hbm_bytes)
   sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
   ids = jax.ShapeDtypeStruct((rows, cfg.max_prompt_len), jnp.int32, sharding=sh)
   compiled = sampler._sample.lower(  # noqa: SLF001 - the jitted body
@@ -217,7 +268,7 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
     return_logits=False,
     mesh=mesh,
   ).compile()
-  return analyse("rollout", compiled)
+  return dataclasses.replace(analyse("rollout", compiled), rows=rows)
 
 
 def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
@@ -233,7 +284,19 @@ def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
       )
 
   compiled = jax.jit(forward).lower(params, ids, ids).compile()
-  return analyse("ref_logp", compiled)
+  return dataclasses.replace(analyse("ref_logp", compiled), rows=rows)
+
+
+def resident_bytes(cfg, model_cfg, mesh) -> dict[str, int]:
+  """Per-device bytes live beside each program that are not its own
+  arguments: the train state during the rollout and the reference
+  forward; the reference parameters (KL runs) during the rollout and the
+  train step."""
+  state = per_device_bytes(train_state(cfg, model_cfg, mesh)[0])
+  ref = 0
+  if getattr(cfg, "needs_ref", False):
+    ref = per_device_bytes(_params(model_cfg, mesh, mesh_lib.TRAIN_RULES))
+  return {"train_step": ref, "rollout": state + ref, "ref_logp": state}
 
 
 def compile_run(
@@ -250,10 +313,17 @@ def compile_run(
   are returned as the exception instead of a Program."""
   model_cfg = model_config(cfg)
   n = cfg.num_sequences
+  resident = resident_bytes(cfg, model_cfg, mesh)
   makers = {
     "train_step": lambda: compile_train_step(cfg, model_cfg, mesh, loss_fn),
     "rollout": lambda: compile_rollout(
-      cfg, model_cfg, mesh, rollout_rows or n, hbm_bytes
+      cfg,
+      model_cfg,
+      mesh,
+      rollout_rows
+      or cfg.rollout_rows
+      or rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident["rollout"]),
+      hbm_bytes,
     ),
     # The loop scores the rollout one train micro-batch at a time
     # (Context.score_rows).
@@ -267,7 +337,8 @@ def compile_run(
   out = {}
   for name in programs:
     try:
-      out[name] = makers[name]()
+      prog = makers[name]()
+      out[name] = dataclasses.replace(prog, resident_bytes=resident[name])
     except Exception as e:  # noqa: BLE001 - XLA reports OOM as a RuntimeError
       out[name] = e
   return out

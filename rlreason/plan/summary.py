@@ -65,8 +65,11 @@ def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
     prefill = 2 * params * n * p / devices / peak
     kv = 2 * model_cfg.n_layers * model_cfg.n_kv_heads * model_cfg.head_dim
     cache = kv * dtype_bytes * n * (p + t / 2) / devices
-    weights = programs["rollout"].argument_bytes  # per device, as laid out
-    out["rollout"] = prefill + t * (weights + cache) / bandwidth
+    prog = programs["rollout"]
+    calls = -(-n // prog.rows) if prog.rows else 1
+    weights = prog.argument_bytes  # per device, as laid out
+    # Each call's decode steps re-read the weights; the caches add up to N.
+    out["rollout"] = prefill + t * (calls * weights + cache) / bandwidth
   if "ref_logp" in programs:
     out["ref_logp"] = 2 * params * n * context / devices / peak
   return out
@@ -143,12 +146,17 @@ def text(s: Summary, title: str = "") -> str:
     f">= {100 * FIT_MARGIN:.0f}%)"
   )
   for name, p in s.programs.items():
+    rows = f" ({p.rows} rows per call)" if p.rows else ""
     lines.append(
-      f"  {name:10s} peak {p.peak_bytes / GIB:7.2f} GiB = args "
+      f"  {name:10s} peak {p.peak_bytes / GIB:7.2f} GiB = resident "
+      f"{p.resident_bytes / GIB:.2f} + args "
       f"{p.argument_bytes / GIB:.2f} + out {p.output_bytes / GIB:.2f} - "
       f"alias {p.alias_bytes / GIB:.2f} + temp {p.temp_bytes / GIB:.2f}; "
       f"XLA-counted {p.flops / 1e12:.1f} TFLOP, {p.bytes_accessed / 1e9:.1f} GB"
+      f"{rows}"
     )
+    if p.kernels:
+      lines.append(f"      kernels: {', '.join(p.kernels)}")
     for size, shape, op in p.largest[:10]:
       lines.append(f"      {size / GIB:8.3f} GiB  {shape}  {op}")
   lines.append(

@@ -97,6 +97,53 @@ def pad_prompts(
   return tokens, positions
 
 
+# A sampler call may fill this much of the memory left free on a device
+# (the rest covers XLA's temporaries the per-sequence estimate leaves out).
+ROLLOUT_FREE_FRACTION = 0.8
+
+
+def sequence_bytes(model_cfg: ModelConfig, prompt_len: int, new_tokens: int):
+  """Device bytes one sequence holds while it is sampled: its KV cache (all
+  layers, P + T slots in the compute dtype) plus the prefill's working set
+  (fp32 residual stream and MLP products of P tokens, one block of attention
+  scores per head) and the decode step's [V] logits and [T] buffers."""
+  c = model_cfg
+  s = prompt_len + new_tokens
+  itemsize = jnp.dtype(c.compute_dtype).itemsize
+  cache = 2 * c.n_layers * c.n_kv_heads * c.head_dim * s * itemsize
+  block = min(prompt_len, c.attention_block)
+  prefill = 4 * prompt_len * (6 * c.d_model + 3 * c.mlp_dim)
+  prefill += 4 * 2 * c.n_heads * prompt_len * block
+  decode = 4 * 4 * c.vocab_size + 4 * 4 * new_tokens
+  return cache + prefill + decode
+
+
+def rows_per_call(
+  model_cfg: ModelConfig,
+  prompt_len: int,
+  new_tokens: int,
+  free_bytes: int,
+  batch_shards: int = 1,
+) -> int:
+  """Sequences one sampler call holds in `free_bytes` per device (a
+  multiple of the batch shards; at least one per shard)."""
+  per_row = sequence_bytes(model_cfg, prompt_len, new_tokens)
+  per_device = int(ROLLOUT_FREE_FRACTION * free_bytes) // per_row
+  return max(1, per_device) * batch_shards
+
+
+def _call_rows(requested, n, model_cfg, p, t, mesh) -> int:
+  """Rows per sampler call: `requested` (> 0), else what the devices' free
+  memory holds (mesh given and its memory known), else all n."""
+  if requested > 0:
+    return min(requested, n)
+  free = mesh_lib.device_free_memory(mesh) if mesh is not None else None
+  if not free:
+    return n
+  shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+  return min(n, rows_per_call(model_cfg, p, t, free, shards))
+
+
 @functools.lru_cache(maxsize=8)
 def rollout_shardings(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
   """NamedShardings of the parameters in the rollout layout (cached):
@@ -157,6 +204,7 @@ def generate(
   extra_stop_ids: Sequence[int] = (),
   extra_stop_sequences: Sequence[Sequence[int]] = (),
   row_offset: int = 0,
+  rows_per_call: int = 0,
 ) -> Rollout:
   """Samples `group_size` completions for each prompt.
 
@@ -182,6 +230,10 @@ def generate(
     row_offset: the global index of this call's first row: row i samples
       with its own key (sampling.row_keys), so prompts sampled in chunks
       with offsets = the rows before them get the samples of one call.
+    rows_per_call: sequences per sampler call; the N rows are sampled in
+      calls of this many (the last one padded to the same shape), with the
+      samples of one call. 0: as many as the devices' free memory holds
+      (rows_per_call()), or all N where the backend reports no memory.
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -211,31 +263,19 @@ def generate(
   positions = np.repeat(positions, group_size, axis=0)
   prompt_ids = np.repeat(np.arange(b), group_size)  # [N]
 
-  # Host -> device, in the rollout layout.
-  step = np.asarray(step, np.uint32)
-  row_offset = np.asarray(row_offset, np.uint32)
+  per_call = _call_rows(
+    rows_per_call, len(tokens), model_cfg, p, int(max_new_tokens), mesh
+  )
+  scalars = (rng, np.asarray(step, np.uint32))
   if mesh is None:
-    tokens, positions, step, row_offset = jax.device_put(
-      (tokens, positions, step, row_offset)
-    )
+    rng, step = jax.device_put(scalars)
   else:
     params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
-    batch = jax.sharding.NamedSharding(
-      mesh,
-      mesh_lib.spec(
-        ("batch", None), mesh_lib.ROLLOUT_RULES, tokens.shape, mesh
-      ),
-    )
-    # Every process holds the same global batch and places its own shards.
-    tokens, positions = mesh_lib.put_global((tokens, positions), batch)
-    rng, step, row_offset = mesh_lib.put_global(
-      (rng, step, row_offset), mesh_lib.replicated(mesh)
-    )
-  out = sampling_lib.sample(
+    rng, step = mesh_lib.put_global(scalars, mesh_lib.replicated(mesh))
+  call = functools.partial(
+    _sample_rows,
     params,
-    tokens,
-    positions,
-    jax.random.fold_in(rng, step),
+    rng=jax.random.fold_in(rng, step),
     model_cfg=model_cfg,
     max_new_tokens=int(max_new_tokens),
     sampling=sampling or draw.Sampling(),
@@ -243,8 +283,22 @@ def generate(
     pad_id=tokenizer.pad_id,
     mesh=mesh,
     stop_sequences=stop_sequences,
-    row_offset=row_offset,
   )
+  outs = [
+    call(
+      tokens[lo : lo + per_call],
+      positions[lo : lo + per_call],
+      rows=per_call,
+      row_offset=row_offset + lo,
+    )
+    for lo in range(0, len(tokens), per_call)
+  ]
+  out = (
+    outs[0]
+    if len(outs) == 1
+    else jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+  )
+  tokens, positions = _put_rows(mesh, (tokens, positions))
   full_tokens, full_positions = _concat_completion(
     tokens, positions, out.tokens, out.mask
   )
@@ -270,6 +324,44 @@ def generate(
     texts=texts,
     prompt_ids=prompt_ids,
   )
+
+
+def _put_rows(mesh, tree):
+  """Host [N, ...] arrays -> device, split by rows in the rollout layout."""
+  if mesh is None:
+    return jax.device_put(tree)
+  first = jax.tree.leaves(tree)[0]
+  batch = jax.sharding.NamedSharding(
+    mesh,
+    mesh_lib.spec(("batch", None), mesh_lib.ROLLOUT_RULES, first.shape, mesh),
+  )
+  # Every process holds the same global batch and places its own shards.
+  return mesh_lib.put_global(tree, batch)
+
+
+def _sample_rows(
+  params, tokens, positions, *, rows, row_offset, rng, mesh, **kwargs
+) -> sampling_lib.SampleOutput:
+  """One sampler call on host rows [n <= rows, P], padded to `rows` rows
+  (copies of the last) so that every call of a chunked rollout shares one
+  compiled program; outputs cut back to n."""
+  n = len(tokens)
+  if n < rows:
+    fill = np.repeat(np.arange(n - 1, n), rows - n)
+    tokens = np.concatenate([tokens, tokens[fill]])
+    positions = np.concatenate([positions, positions[fill]])
+  tokens, positions = _put_rows(mesh, (tokens, positions))
+  offset = np.asarray(row_offset, np.uint32)
+  if mesh is None:
+    offset = jax.device_put(offset)
+  else:
+    offset = mesh_lib.put_global(offset, mesh_lib.replicated(mesh))
+  out = sampling_lib.sample(
+    params, tokens, positions, rng, mesh=mesh, row_offset=offset, **kwargs
+  )
+  if n < rows:
+    out = jax.tree.map(lambda x: x[:n], out)
+  return out
 
 
 @jax.jit

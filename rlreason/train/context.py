@@ -109,6 +109,7 @@ class Context:
       mesh=self.mesh,
       max_prompt_len=self.cfg.max_prompt_len,
       row_offset=row_offset,
+      rows_per_call=getattr(self.cfg, "rollout_rows", 0),
     )
 
   @property

@@ -2,6 +2,7 @@
 and gradients; left padding, GQA, blocks that do not divide Q or S, a
 prefill into a longer cache and a later block at a nonzero index."""
 
+import dataclasses
 import functools
 
 import jax
@@ -81,5 +82,116 @@ def test_the_model_scores_the_same_with_either_attention():
 
 
 def test_unknown_attention_is_an_error():
-  with pytest.raises(ValueError, match="attention='flash'"):
+  with pytest.raises(ValueError, match="attention=.flash."):
     attention.attend(*_case(), jnp.float32, impl="flash")
+
+
+def _full_case(n=2, s=256, h=4, k=2, dh=16, seed=0):
+  """A full forward (Q == S) with a left-padded row and a row whose last
+  slots are padding (after a stop token)."""
+  q, kk, vv, kc, vc, _, _ = _case(n=n, nq=s, s=s, h=h, k=k, dh=dh, seed=seed)
+  pos = jnp.broadcast_to(jnp.arange(s), (n, s))
+  pos = pos.at[0, :37].set(-1).at[1, s - 20 :].set(-1)
+  return q, kk, vv, kc, vc, pos, jnp.asarray(0)
+
+
+def _real(x, pos):
+  """Outputs of the real queries only (padding queries' go unread)."""
+  return np.asarray(x)[np.asarray(pos) >= 0]
+
+
+@pytest.mark.parametrize("impl", ["splash", "cudnn"])
+def test_kernels_equal_dense_on_real_tokens(impl, monkeypatch):
+  """Splash (Pallas, interpret mode on CPU) and the cuDNN path's masking
+  (run with XLA here: no GPU) == dense attention, values and gradients."""
+  if impl == "cudnn":
+    monkeypatch.setattr(
+      attention, "_cudnn", functools.partial(attention._cudnn, backend="xla")
+    )
+  q, kk, vv, kc, vc, pos, index = _full_case()
+  weights = (
+    jax.random.normal(jax.random.key(9), q.shape) * (pos >= 0)[:, :, None, None]
+  )
+
+  def run(q, kk, vv, impl):
+    out, _, _ = attention.attend(
+      q, kk, vv, kc, vc, pos, index, jnp.float32, impl=impl, block=128
+    )
+    return out
+
+  dense, kernel = run(q, kk, vv, "dense"), run(q, kk, vv, impl)
+  assert np.isfinite(np.asarray(kernel)).all()
+  np.testing.assert_allclose(
+    _real(kernel, pos), _real(dense, pos), rtol=1e-5, atol=1e-5
+  )
+  loss = lambda q, kk, vv, impl: (run(q, kk, vv, impl) * weights).sum()  # noqa: E731
+  g_dense = jax.grad(loss, argnums=(0, 1, 2))(q, kk, vv, "dense")
+  g_kernel = jax.grad(loss, argnums=(0, 1, 2))(q, kk, vv, impl)
+  for a, b in zip(g_dense, g_kernel):
+    assert np.isfinite(np.asarray(b)).all()
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_splash_on_a_mesh_equals_one_device():
+  """Under an activation mesh the kernel runs per shard (rows over data x
+  fsdp, kv heads over tensor) with the single-device values."""
+  from rlreason import mesh as mesh_lib
+
+  q, kk, vv, kc, vc, pos, index = _full_case(n=4)
+  args = (q, kk, vv, kc, vc, pos, index, jnp.float32)
+  one = attention.attend(*args, impl="splash", block=128)[0]
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+
+  @jax.jit
+  def sharded(*a):
+    with mesh_lib.activation_mesh(mesh):
+      return attention.attend(*a, jnp.float32, impl="splash", block=128)[0]
+
+  out = sharded(*args[:-1])
+  np.testing.assert_allclose(
+    _real(out, pos), _real(one, pos), rtol=1e-5, atol=1e-6
+  )
+
+
+@pytest.mark.parametrize(
+  "where, nq, s, expected",
+  [
+    ("tpu", 1024, 1024, "splash"),
+    ("tpu", 1000, 1000, "blockwise"),  # not a multiple of 128
+    ("tpu", 512, 1535, "blockwise"),  # a prefill into a longer cache
+    ("gpu", 1024, 1024, "cudnn"),
+    ("cpu", 1024, 1024, "blockwise"),
+    ("tpu", 1, 1024, "dense"),  # a decode step
+    ("tpu", 64, 64, "dense"),  # short
+  ],
+)
+def test_auto_picks_by_platform_and_shape(where, nq, s, expected, monkeypatch):
+  monkeypatch.setattr(attention, "platform", lambda: where)
+  assert attention.resolve("auto", nq, s, 128) == expected
+
+
+@pytest.mark.parametrize(
+  "impl, nq, s, match",
+  [
+    ("splash", 4, 16, "full forward"),
+    ("cudnn", 4, 16, "full forward"),
+    ("splash", 100, 100, "S % 128"),
+  ],
+)
+def test_kernels_outside_their_shapes_are_errors(impl, nq, s, match):
+  with pytest.raises(ValueError, match=match):
+    attention.resolve(impl, nq, s, 128)
+
+
+def test_the_model_scores_the_same_with_splash():
+  cfg = testing.tiny_model_config()
+  params = transformer.init(cfg, jax.random.key(0))
+  tokens = jax.random.randint(jax.random.key(1), (2, 128), 0, cfg.vocab_size)
+  positions = jnp.broadcast_to(jnp.arange(128), tokens.shape)
+  positions = positions.at[1, :9].set(-1)
+  score = functools.partial(
+    policy.completion_logprobs, params, tokens, positions, prompt_len=16
+  )
+  dense = score(model_cfg=dataclasses.replace(cfg, attention="dense"))
+  splash = score(model_cfg=dataclasses.replace(cfg, attention="splash"))
+  np.testing.assert_allclose(splash, dense, rtol=1e-5, atol=1e-5)

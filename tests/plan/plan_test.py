@@ -59,6 +59,7 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None):
     "temp": p.temp_bytes if p else None,
     "shapes": [sh for _, sh, _ in p.largest] if p else [],
     "mfu": out.mfu,
+    "kernels": list(p.kernels) if p else [],
   }
 
 res = {}
@@ -66,7 +67,9 @@ res = {}
 policy.LOGITS_CHUNK_BYTES = 1 << 40
 res["naive"] = run(base, "v5e-4", model_overrides={"attention": "dense"})
 policy.LOGITS_CHUNK_BYTES = 1 << 16
-res["fits"] = run(base, "v5e-4", ("train_step", "rollout", "ref_logp"),
+# S = 256: splash attention's 128-slot blocks are smaller than S.
+res["fits"] = run(dataclasses.replace(base, max_new_tokens=T + 128), "v5e-4",
+                  ("train_step", "rollout", "ref_logp"),
                   model_overrides={"attention_block": 16})
 mid = dataclasses.replace(base, batch_size=16, group_size=16)
 blocks = {"attention_block": 16}
@@ -78,6 +81,25 @@ res["bigger_slice"] = run(mid, "v5e-8", model_overrides=blocks)
 huge = dataclasses.replace(base, batch_size=512, group_size=16,
                            max_prompt_len=1024, max_new_tokens=3072)
 res["huge"] = run(huge, "v5e-4", model_overrides={"attention_block": 512})
+
+# A rollout sized for an HBM with room for ~3 sequences per chip beside the
+# resident train state and the rollout parameters: the planner picks calls
+# of 3 rows per chip, and the compiled call fits that HBM.
+from rlreason.sampling import rollout as rollout_lib
+long = dataclasses.replace(base, max_prompt_len=256, max_new_tokens=1792)
+s = chips.parse("v5e-4")
+mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
+model_cfg = dataclasses.replace(aot.model_config(long), vocab_size=V)
+resident = aot.resident_bytes(long, model_cfg, mesh)["rollout"]
+params = aot.per_device_bytes(aot.rollout_params(model_cfg, mesh, s.hbm_bytes))
+seq = rollout_lib.sequence_bytes(model_cfg, 256, 1792)
+hbm = resident + params + int(3.5 * seq / rollout_lib.ROLLOUT_FREE_FRACTION)
+rows = aot.rollout_rows_for(long, model_cfg, mesh, hbm, resident)
+prog = aot.compile_rollout(long, model_cfg, mesh, rows, s.hbm_bytes)
+res["small_hbm"] = {
+  "rows": rows, "hbm": hbm, "peak": resident + prog.peak_bytes,
+  "resident": aot.resident_bytes(long, model_cfg, mesh),
+}
 print("RESULT" + json.dumps(res))
 """
 
@@ -121,9 +143,12 @@ def test_the_check_finds_full_logits_and_scores_when_they_exist(results):
 def test_a_plan_that_fits_has_no_full_logits_nor_scores(results):
   r = results["fits"]
   assert r["fits"] and not r["errors"], r
-  assert not _has_logits(r["shapes"]), r["shapes"]
-  assert not _has_scores(r["shapes"]), r["shapes"]
+  assert not _has_logits(r["shapes"], t=240), r["shapes"]
+  assert not _has_scores(r["shapes"], s=256), r["shapes"]
   assert 0 < r["mfu"] <= 1
+  # attention="auto" compiled for a TPU slice is the Pallas splash kernel.
+  assert "tpu_custom_call" in r["kernels"], r["kernels"]
+  assert "tpu_custom_call" not in results["naive"]["kernels"]
 
 
 def test_a_batch_too_large_does_not_fit_and_says_what_to_turn(results):
@@ -132,6 +157,20 @@ def test_a_batch_too_large_does_not_fit_and_says_what_to_turn(results):
   assert any(
     "micro_batches" in a or "did not compile" in a for a in r["advice"]
   )
+
+
+def test_rollout_calls_are_sized_from_the_hbm_left(results):
+  """Room for 3.5 sequences per chip beside the train state: calls of 3
+  rows per chip (4 chips), and the compiled call with the resident state
+  fits that HBM. GRPO (KL to a reference) holds the reference parameters
+  beside the train step, and those and the train state beside the
+  rollout."""
+  r = results["small_hbm"]
+  assert r["rows"] == 3 * 4, r
+  assert r["peak"] <= r["hbm"], r
+  res = r["resident"]
+  assert 0 < res["train_step"] < res["ref_logp"], r
+  assert res["rollout"] == res["train_step"] + res["ref_logp"], r
 
 
 def test_temporaries_fall_with_smaller_micro_batches_and_larger_slices(

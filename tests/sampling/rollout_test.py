@@ -165,6 +165,67 @@ def test_sharded_equals_single_device(params, ro):
   assert sharded.texts == ro.texts
 
 
+def _assert_same_rollout(a, b):
+  np.testing.assert_array_equal(a.tokens, b.tokens)
+  np.testing.assert_array_equal(a.positions, b.positions)
+  np.testing.assert_array_equal(a.mask, b.mask)
+  np.testing.assert_allclose(a.logp, b.logp, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(a.policy_logp, b.policy_logp, rtol=1e-5, atol=1e-6)
+  assert a.texts == b.texts
+  np.testing.assert_array_equal(a.lengths, b.lengths)
+
+
+def test_chunked_calls_equal_one_call(params, ro):
+  """N = 8 rows in sampler calls of 3 (3 + 3 + 2 padded to 3) == one call:
+  each row draws with its global row key. All calls share one program."""
+  before = sampling.cache_size()
+  chunked = _generate(params, step=3, rows_per_call=3)
+  assert sampling.cache_size() == before + 1
+  _assert_same_rollout(chunked, ro)
+
+
+def test_chunked_sharded_calls_from_free_memory(params, ro, monkeypatch):
+  """rows_per_call=0 on a mesh sizes calls from the devices' free memory:
+  room for one sequence per device gives calls of 4 rows (the batch splits
+  over data x fsdp = 4), with the samples of one call."""
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  seq = rollout.sequence_bytes(CFG, 8, T)
+  free = int(1.5 * seq / rollout.ROLLOUT_FREE_FRACTION)
+  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
+  calls = []
+  real = rollout._sample_rows
+  monkeypatch.setattr(
+    rollout,
+    "_sample_rows",
+    lambda *a, **k: calls.append((len(a[1]), k["rows"])) or real(*a, **k),
+  )
+  chunked = _generate(params, step=3, mesh=mesh)
+  assert calls == [(4, 4), (4, 4)]
+  _assert_same_rollout(chunked, ro)
+
+
+def test_rows_per_call_by_hand():
+  """The per-sequence estimate (hand-computed for a toy config) and the
+  rows a call holds."""
+  cfg = transformer.ModelConfig(
+    vocab_size=10,
+    d_model=4,
+    n_layers=2,
+    n_heads=2,
+    n_kv_heads=1,
+    head_dim=2,
+    mlp_dim=8,
+    attention_block=2,
+  )
+  # cache 2*2*1*2*(3+5)*4 = 256; prefill 4*3*(24+24) = 576 plus
+  # 4*2*2*3*2 = 96; decode 16*10 + 16*5 = 240.
+  assert rollout.sequence_bytes(cfg, 3, 5) == 256 + 576 + 96 + 240
+  per = 1168
+  frac = rollout.ROLLOUT_FREE_FRACTION
+  assert rollout.rows_per_call(cfg, 3, 5, int(2 * per / frac) + 1, 4) == 8
+  assert rollout.rows_per_call(cfg, 3, 5, 10, 4) == 4  # at least 1 per shard
+
+
 def test_stop_strings_as_token_sequences(params, ro):
   """A 2-character stop string (2 tokens) ends a completion right after it;
   the samples before it are those of the run without it (same rng).
