@@ -88,7 +88,9 @@ PAPER = dict(
   batch_size=512,  # prompt batch 512 (Sec. 4.1)
   group_size=16,  # 16 responses per prompt (Sec. 4.1)
   minibatches=16,  # (6) mini-batch of 512 responses (Sec. 4.1)
-  micro_batches=16,
+  # 64 rows per micro-batch: one 22.5k-token row per chip of a v5p-128
+  # (experiments.plan; 16 would leave 32 rows for 64 chips).
+  micro_batches=8,
   ppo_epochs=1,
   max_prompt_len=2048,  # recipe max_prompt_length
   max_new_tokens=20480,  # 16384 expected + 4096 soft buffer (Sec. 4.1)

@@ -11,8 +11,9 @@ compiler runs on this host). Prints per-chip memory by kind, whether the
 run fits with >= 15% of HBM free, the ten largest buffers, FLOPs and bytes
 per step, a roofline step time and MFU, and what to change when it does not
 fit. `--all` searches, for every experiment's PAPER preset and each chip
-family, the smallest slice that fits, and writes results.json (resumable:
-finished cells are reused) and table.md.
+family, the smallest slice that fits (starting from the smallest whose HBM
+holds the parameters and Adam moments), and writes results.json
+(resumable: finished cells are reused) and table.md.
 """
 
 import dataclasses
@@ -80,7 +81,16 @@ def mesh_for(topology: str, cfg):
   return mesh, hbm, len(devs), peak, bw
 
 
-def plan(name, scale, topology, overrides, programs, rollout_rows, score_rows):
+def plan(
+  name,
+  scale,
+  topology,
+  overrides,
+  programs,
+  rollout_rows=0,
+  score_rows=0,
+):
+  """(Summary, seconds) of a run on a slice."""
   cfg, loss_fn = experiment_config(name, scale, overrides)
   mesh, hbm, n_dev, peak, bw = mesh_for(topology, cfg)
   t0 = time.time()
@@ -118,6 +128,18 @@ def _row(s: summary.Summary, topology: str) -> dict:
   }
 
 
+def candidate_slices(name: str, family: str, overrides: dict):
+  """The family's slices, from the smallest whose HBM (less the fit margin)
+  holds fp32 parameters and two Adam moments split over all chips."""
+  cfg, _ = experiment_config(name, "paper", overrides)
+  state = 12 * aot.model_config(cfg).num_params()
+  return [
+    s
+    for s in chips.sizes(family)
+    if state / s.chips <= (1 - summary.FIT_MARGIN) * s.hbm_bytes
+  ]
+
+
 def plan_all(out_dir, families, programs, overrides):
   """The smallest slice of each family that fits, per PAPER preset."""
   os.makedirs(out_dir, exist_ok=True)
@@ -131,9 +153,9 @@ def plan_all(out_dir, families, programs, overrides):
       if key in results:
         continue
       found = None
-      for s in chips.sizes(family):
+      for s in candidate_slices(name, family, overrides):
         try:
-          res, secs = plan(name, "paper", s.name, overrides, programs, 0, 0)
+          res, secs = plan(name, "paper", s.name, overrides, programs)
         except Exception as e:  # noqa: BLE001 - unknown arch, bad preset
           found = {"slice": s.name, "fits": False, "errors": {"plan": str(e)}}
           break

@@ -152,6 +152,25 @@ def constrain(x: jax.Array, axes: tuple) -> jax.Array:
   return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, s))
 
 
+def vocab_axes(vocab: int) -> tuple[str, ...]:
+  """The active mesh's axes (all of them, in order) when their product
+  divides `vocab` and the mesh has more than one device, else (): a
+  vocab-parallel projection splits V over every device."""
+  mesh = _ACTIVE_MESH.get()
+  if mesh is None or mesh.size == 1 or vocab % mesh.size:
+    return ()
+  return tuple(mesh.axis_names)
+
+
+def constrain_spec(x: jax.Array, spec_: P) -> jax.Array:
+  """x laid out as `spec_` (a PartitionSpec) on the active mesh (identity
+  without one)."""
+  mesh = _ACTIVE_MESH.get()
+  if mesh is None or mesh.size == 1:
+    return x
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec_))
+
+
 def make_mesh(
   data: int = 1, fsdp: int = -1, tensor: int = 1, devices=None
 ) -> Mesh:

@@ -16,6 +16,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import transformer
@@ -64,11 +65,24 @@ def _logits(params, tokens, model_cfg, positions, act_mesh):
 
 
 def log_softmax_at(
-  logits_: jax.Array, targets: jax.Array, temperature: float = 1.0
+  logits_: jax.Array,
+  targets: jax.Array,
+  temperature: float = 1.0,
+  *,
+  onehot: bool = False,
 ) -> jax.Array:
-  """log softmax(logits / temperature)[target]. [..., V], [...] -> [...]."""
+  """log softmax(logits / temperature)[target]. [..., V], [...] -> [...].
+
+  onehot: pick the target's logit by a masked sum over V (the same value)
+  instead of a gather, which stays elementwise when V is split over
+  devices."""
   z = logits_.astype(jnp.float32) / temperature
-  picked = jnp.take_along_axis(z, targets[..., None], axis=-1)[..., 0]
+  if onehot:
+    vocab = jnp.arange(z.shape[-1]).reshape((1,) * targets.ndim + (-1,))
+    hit = vocab == targets[..., None]
+    picked = jnp.sum(jnp.where(hit, z, 0.0), axis=-1)
+  else:
+    picked = jnp.take_along_axis(z, targets[..., None], axis=-1)[..., 0]
   return picked - jax.nn.logsumexp(z, axis=-1)
 
 
@@ -219,12 +233,28 @@ def _chunked_scores(
   c = (t + pad) // chunk
   hs = hidden.reshape(n, c, chunk, d).swapaxes(0, 1)  # [C, N, chunk, D]
   ys = targets.reshape(n, c, chunk).swapaxes(0, 1)
+  # On a mesh, the vocab projection is vocab-parallel: each device scores
+  # V / devices of the vocab for every row of the chunk (the chunk's hidden
+  # states gathered: [N, chunk, D] is small), so neither the projection's
+  # weight nor the fp32 gradient the scan accumulates for it is ever whole
+  # [D, V] on a device; softmax sums run across devices.
+  split = mesh_lib.vocab_axes(model_cfg.vocab_size)
+  name, w_spec = "lm_head", P(None, split)
+  if model_cfg.tie_embeddings:
+    name, w_spec = "embedding", P(split, None)
 
   @jax.checkpoint
   def body(carry, xs):
     h, y = xs
-    block = transformer.unembed(params, h, model_cfg)  # [N, chunk, V]
-    logp = log_softmax_at(block, y, temperature)
+    head = params
+    if split:
+      w = mesh_lib.constrain_spec(params[name], w_spec)
+      head = {**params, name: w}
+      h = mesh_lib.constrain_spec(h, P())
+    block = transformer.unembed(head, h, model_cfg)  # [N, chunk, V]
+    if split:
+      block = mesh_lib.constrain_spec(block, P(None, None, split))
+    logp = log_softmax_at(block, y, temperature, onehot=bool(split))
     ent = entropy(block, temperature) if with_entropy else jnp.zeros_like(logp)
     return carry, (logp, ent)
 

@@ -271,8 +271,19 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
   return dataclasses.replace(analyse("rollout", compiled), rows=rows)
 
 
+def ref_params(model_cfg, mesh):
+  """The reference parameters as the loop keeps them: the train layout, in
+  the compute dtype."""
+  return jax.tree.map(
+    lambda s: jax.ShapeDtypeStruct(
+      s.shape, model_cfg.compute_dtype, sharding=s.sharding
+    ),
+    _params(model_cfg, mesh, mesh_lib.TRAIN_RULES),
+  )
+
+
 def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
-  params = _params(model_cfg, mesh, mesh_lib.TRAIN_RULES)
+  params = ref_params(model_cfg, mesh)
   sh = mesh_lib.batch_sharding(mesh, 2)
   length = cfg.max_prompt_len + cfg.max_new_tokens
   ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sh)
@@ -295,7 +306,7 @@ def resident_bytes(cfg, model_cfg, mesh) -> dict[str, int]:
   state = per_device_bytes(train_state(cfg, model_cfg, mesh)[0])
   ref = 0
   if getattr(cfg, "needs_ref", False):
-    ref = per_device_bytes(_params(model_cfg, mesh, mesh_lib.TRAIN_RULES))
+    ref = per_device_bytes(ref_params(model_cfg, mesh))
   return {"train_step": ref, "rollout": state + ref, "ref_logp": state}
 
 

@@ -103,11 +103,11 @@ def summarize(
     mfu=mfu,
     errors=errors,
     programs=ok,
-    advice=advice(ok, errors, cfg, hbm_bytes),
+    advice=advice(ok, errors, cfg, hbm_bytes, devices // cfg.mesh_tensor),
   )
 
 
-def advice(programs, errors, cfg, hbm_bytes) -> list[str]:
+def advice(programs, errors, cfg, hbm_bytes, devices=0) -> list[str]:
   """Which knob to turn, for the program that needs the most memory."""
   out = []
   budget = (1 - FIT_MARGIN) * hbm_bytes
@@ -123,6 +123,13 @@ def advice(programs, errors, cfg, hbm_bytes) -> list[str]:
         "more --mesh_fsdp"
       )
     if name == "train_step":
+      rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+      if devices and rows % devices:
+        out.append(
+          f"train_step: {rows} rows per micro-batch do not split over "
+          f"{devices} chips (activations replicated): --micro_batches so "
+          "that they do, or --mesh_tensor > 1"
+        )
       out.append(
         f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries: raise "
         f"--micro_batches (now {cfg.micro_batches}), keep --remat on"

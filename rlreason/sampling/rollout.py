@@ -14,6 +14,12 @@ rng = fold_in(base_rng, step) so that a resumed run replays its samples
 (each row with its own key, sampling.row_keys: a row's samples do not
 depend on the batch around it), and detokenizes on the host.
 
+The N rows go through the sampler in calls of `rows_per_call` sequences
+(config `--rollout_rows`; 0 sizes them from the devices' free memory after
+the rollout parameters are placed: rows_per_call(), from each sequence's KV
+cache and working set), every call padded to one shape so they share one
+compiled program. Per-row keys make the samples those of one call.
+
 Shapes: B prompts, G completions per prompt, N = B * G sequences, P bucketed
 prompt length, T = max_new_tokens, V vocab (legend in types.py).
 """

@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from etils import epath
@@ -113,7 +114,18 @@ def train(
       f"Tokenizer has {tok.vocab_size} ids but the model only "
       f"{model_cfg.vocab_size}"
     )
-  ref_params = jax.tree.map(lambda x: x.copy(), params) if needs_ref else None
+  # The frozen reference in the compute dtype, as the rollout holds its
+  # weights (the model casts every weight to it before use; in bf16 runs
+  # the norm scales round as the sampler's do): half the bytes in bf16.
+  ref_params = None
+  if needs_ref:
+    dt = model_cfg.compute_dtype
+    ref_params = jax.tree.map(
+      lambda x: (
+        x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x.copy()
+      ),
+      params,
+    )
   axes, lr_scales, extra_keys = None, None, ()
   if extra_params is not None:
     extra = extra_params(cfg, model_cfg, params)

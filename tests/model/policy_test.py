@@ -96,3 +96,56 @@ def test_scoring_by_rows_equals_one_call(rows):
   )
   for a, b in zip(parts, whole):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_vocab_parallel_chunks_on_a_mesh_equal_one_device(monkeypatch, tie):
+  """Chunked scores on a 2x2x2 mesh split the vocab projection over all 8
+  devices (V = 128): values and gradients as on one device, and the
+  projection's gradient leaves the step split as the parameter is."""
+  cfg, _, tokens, positions, p = _inputs(n=8)
+  cfg = cfg.__class__(**{**cfg.__dict__, "tie_embeddings": tie})
+  params = transformer.init(cfg, jax.random.key(3))
+  n, t, v = tokens.shape[0], tokens.shape[1] - p, cfg.vocab_size
+  monkeypatch.setattr(policy, "LOGITS_CHUNK_BYTES", n * 3 * v * 4)
+  mesh = mesh_lib.make_mesh(2, 2, 2)
+  weights = jnp.linspace(0.5, 1.5, t)[None]
+
+  def loss(params):
+    logp, ent = policy.completion_logprobs(
+      params, tokens, positions, cfg, p, temperature=0.7, with_entropy=True
+    )
+    return (logp * weights).sum() + ent.sum()
+
+  plain, g_plain = jax.value_and_grad(loss)(params)
+  shardings = mesh_lib.shardings(
+    mesh,
+    transformer.param_axes(cfg),
+    mesh_lib.TRAIN_RULES,
+    transformer.param_shapes(cfg),
+  )
+
+  @jax.jit
+  def sharded(params):
+    with mesh_lib.activation_mesh(mesh):
+      assert mesh_lib.vocab_axes(v) == ("data", "fsdp", "tensor")
+      return jax.value_and_grad(loss)(params)
+
+  value, grads = sharded(jax.device_put(params, shardings))
+  np.testing.assert_allclose(value, plain, rtol=1e-5, atol=1e-5)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+    grads,
+    g_plain,
+  )
+  head = "embedding" if tie else "lm_head"
+  assert len(grads[head].sharding.device_set) == 8
+
+
+def test_log_softmax_at_onehot_is_the_gather():
+  z = jax.random.normal(jax.random.key(0), (3, 5, 11))
+  y = jax.random.randint(jax.random.key(1), (3, 5), 0, 11)
+  np.testing.assert_array_equal(
+    policy.log_softmax_at(z, y, 0.7, onehot=True),
+    policy.log_softmax_at(z, y, 0.7),
+  )
