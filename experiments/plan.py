@@ -4,7 +4,7 @@ r"""Plan a run for a TPU slice (or this machine) by AOT compilation.
   python -m experiments.plan --experiment=dapo --scale=paper \
       --topology=v5p-128 --programs=train_step
   python -m experiments.plan --experiment=grpo --topology=local   # CPU / GPU
-  python -m experiments.plan --all --families=v5p,v4 --out=workdirs/plan
+  python -m experiments.plan --all --families=v5p,v4
 
 Needs libtpu for TPU slices (`pip install "jax[tpu]"`; no TPU is used: the
 compiler runs on this host). Prints per-chip memory by kind, whether the
@@ -35,6 +35,7 @@ from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
 from rlreason.rl import objective  # noqa: E402
+from rlreason.train import run_info  # noqa: E402
 
 import experiments  # noqa: E402
 
@@ -145,6 +146,7 @@ def plan_all(out_dir, families, programs, overrides):
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "results.json")
   results = json.load(open(path)) if os.path.exists(path) else {}
+  commit = run_info.current_commit()
   for name in experiment_names():
     if not hasattr(importlib.import_module(f"experiments.{name}"), "PAPER"):
       continue
@@ -164,7 +166,7 @@ def plan_all(out_dir, families, programs, overrides):
           f"GiB fits={res.fits} ({secs:.0f} s)",
           flush=True,
         )
-        found = _row(res, s.name)
+        found = {**_row(res, s.name), "commit": commit}
         if res.fits:
           break
       results[key] = found
@@ -251,5 +253,9 @@ if __name__ == "__main__":
   flags.DEFINE_integer("score_rows", 0, "rows per reference forward; 0 = N")
   flags.DEFINE_bool("all", False, "plan every PAPER preset")
   flags.DEFINE_string("families", "v4,v5p,v5e,v6e", "chip families (--all)")
-  flags.DEFINE_string("out", "workdirs/plan", "--all writes here")
+  flags.DEFINE_string(
+    "out",
+    os.path.join(os.path.dirname(__file__), "plan_results"),
+    "--all writes here (results.json is versioned: the table grows over runs)",
+  )
   app.run(main)

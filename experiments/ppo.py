@@ -51,6 +51,7 @@ from rlreason.rl import kl
 from rlreason.train import loop
 from rlreason.rl import losses
 from rlreason import mesh as mesh_lib
+from rlreason.model import policy
 from rlreason.rl import objective
 from rlreason.rl import returns as returns_lib
 from rlreason.rl import value
@@ -142,12 +143,17 @@ def make_batch(rollout, examples, ctx):
     batch["ref_logp"] = ctx.ref_logp(rollout)
     token_rewards = token_rewards + objective.kl_reward_penalty(batch, cfg)
   values = mesh_lib.to_host(
-    value.completion_values(
-      ctx.extra[value.KEY],
+    policy.by_rows(  # one train micro-batch of rows per critic forward
+      lambda tokens, positions: value.completion_values(
+        ctx.extra[value.KEY],
+        tokens,
+        positions,
+        ctx.model_cfg,
+        rollout.prompt_len,
+      ),
+      ctx.score_rows,
       rollout.tokens,
       rollout.positions,
-      ctx.model_cfg,
-      rollout.prompt_len,
     )
   )
   values = np.where(mask > 0, values, 0.0).astype(np.float32)

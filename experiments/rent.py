@@ -114,7 +114,11 @@ def select_tokens(rollout, ctx):
 def make_batch(rollout, examples, ctx):
   """Negative answer-token entropy as the reward (1, 2); GRPO advantages."""
   entropy = self_scoring.token_entropy(
-    ctx.params, rollout, ctx.model_cfg, temperature=ctx.cfg.temperature
+    ctx.params,
+    rollout,
+    ctx.model_cfg,
+    temperature=ctx.cfg.temperature,
+    rows=ctx.score_rows,
   )
   selected = select_tokens(rollout, ctx)
   r = label_free.neg_entropy(

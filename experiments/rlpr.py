@@ -117,6 +117,7 @@ def make_batch(rollout, examples, ctx, *, std_filter=None):
       references,
       temperature=cfg.temperature,
       max_prompt_len=cfg.max_prompt_len,
+      rows=ctx.score_rows,
     )
     return likelihood.mean_token_prob(logp, mask)
 

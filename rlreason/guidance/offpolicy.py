@@ -99,12 +99,13 @@ def trace_batch(
   )
   if behavior == "policy":
     logp = mesh_lib.to_host(
-      policy.completion_logprobs(
+      policy.completion_logprobs_by_rows(
         ctx.params,
         jnp.asarray(batch["tokens"]),
         jnp.asarray(batch["positions"]),
         ctx.model_cfg,
         batch["tokens"].shape[1] - cfg.max_new_tokens,
+        rows=ctx.score_rows,
         temperature=cfg.temperature,
       )
     )

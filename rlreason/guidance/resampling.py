@@ -53,12 +53,13 @@ HintFn = Callable[..., object]
 def _logp(batch: dict, ctx, params) -> np.ndarray:
   mask = batch["mask"]
   return mesh_lib.to_host(
-    policy.completion_logprobs(
+    policy.completion_logprobs_by_rows(
       params,
       batch["tokens"],
       batch["positions"],
       ctx.model_cfg,
       batch["tokens"].shape[1] - mask.shape[1],
+      rows=ctx.score_rows,
       temperature=ctx.cfg.temperature,
     )
   )

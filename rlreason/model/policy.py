@@ -141,32 +141,35 @@ def completion_logprobs(
   )
 
 
-def completion_logprobs_by_rows(
-  params, tokens, positions, model_cfg, prompt_len, *, rows: int, **kwargs
-):
-  """completion_logprobs over `rows` rows per call (0 = all at once), for
-  whole-rollout forwards (reference / old log-probs) whose peak must be
-  one micro-batch's, not the rollout's. Same numbers; not for use under
-  jit (it loops on the host)."""
-  n = tokens.shape[0]
+def by_rows(fn, rows: int, *arrays):
+  """fn(*arrays) computed `rows` rows at a time (0 = all at once) and
+  concatenated along rows: whole-rollout forwards (reference / old
+  log-probs, critic values, self-scoring rewards) hold one micro-batch's
+  activations, not the rollout's. fn maps [n, ...] arrays to an [n, ...]
+  array or a tuple of them. Not for use under jit (it loops on the host).
+  """
+  n = arrays[0].shape[0]
   if not rows or rows >= n:
-    return completion_logprobs(
-      params, tokens, positions, model_cfg, prompt_len, **kwargs
-    )
-  parts = [
-    completion_logprobs(
-      params,
-      tokens[i : i + rows],
-      positions[i : i + rows],
-      model_cfg,
-      prompt_len,
-      **kwargs,
-    )
-    for i in range(0, n, rows)
-  ]
+    return fn(*arrays)
+  parts = [fn(*(a[i : i + rows] for a in arrays)) for i in range(0, n, rows)]
   if isinstance(parts[0], tuple):
     return tuple(jnp.concatenate(p) for p in zip(*parts))
   return jnp.concatenate(parts)
+
+
+def completion_logprobs_by_rows(
+  params, tokens, positions, model_cfg, prompt_len, *, rows: int, **kwargs
+):
+  """completion_logprobs over `rows` rows per call (by_rows): the same
+  numbers with one micro-batch's peak."""
+  return by_rows(
+    lambda t, p: completion_logprobs(
+      params, t, p, model_cfg, prompt_len, **kwargs
+    ),
+    rows,
+    tokens,
+    positions,
+  )
 
 
 def logits_chunk(n: int, t: int, vocab: int) -> int | None:

@@ -22,19 +22,21 @@ from rlreason.data import extract
 
 
 def token_entropy(
-  params, rollout, model_cfg, *, temperature: float = 1.0
+  params, rollout, model_cfg, *, temperature: float = 1.0, rows: int = 0
 ) -> np.ndarray:
   """[N, T] entropy (nats) of the policy at every completion position.
 
   The distribution is softmax(logits / temperature), the one the rollout
   was sampled from (before top-k / top-p filters). 0 where mask is 0.
+  `rows` per forward (0 = all; Context.score_rows: a train micro-batch).
   """
-  _, ent = policy.completion_logprobs(
+  _, ent = policy.completion_logprobs_by_rows(
     params,
     rollout.tokens,
     rollout.positions,
     model_cfg,
     rollout.prompt_len,
+    rows=rows,
     temperature=temperature,
     with_entropy=True,
   )
@@ -156,6 +158,7 @@ def reference_logprobs(
   temperature: float = 1.0,
   max_prompt_len: int | None = None,
   bucket: int = 16,
+  rows: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Log-probs of reference answers after given prefixes, under the policy.
 
@@ -175,6 +178,7 @@ def reference_logprobs(
     max_prompt_len: prompt budget (rollout.pad_prompts).
     bucket: the completion width is rounded up to a multiple of this, so
       that batches of similar lengths share one compiled forward.
+    rows: sequences per forward (0 = all at once).
 
   Returns:
     (logp [N, A], mask [N, A]): per-token log-probs of the reference tokens,
@@ -199,12 +203,13 @@ def reference_logprobs(
     width,
   )
   prompt_len = batch["tokens"].shape[1] - width
-  logp = policy.completion_logprobs(
+  logp = policy.completion_logprobs_by_rows(
     params,
     batch["tokens"],
     batch["positions"],
     model_cfg,
     prompt_len,
+    rows=rows,
     temperature=temperature,
   )
   logp = mesh_lib.to_host(logp)

@@ -68,20 +68,9 @@ def workdir_for(cfg, name: str) -> str:
   return cfg.workdir or os.path.join("workdirs", name)
 
 
-def write_run_info(workdir: str, cfg) -> None:
-  """config.json (resolved) and COMMIT, so any result traces back.
-
-  `workdir` may be a local path or a gs:// URL (etils.epath).
-  """
-  workdir = epath.Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  storage.write_json(
-    workdir / "config.json",
-    {
-      "class": config.class_name(cfg),
-      **dataclasses.asdict(cfg),
-    },
-  )
+def current_commit() -> str:
+  """HEAD's hash (+ "-dirty" with uncommitted changes); in a tree shipped
+  without .git (launch/tpu.sh sync), its COMMIT file; else "unknown"."""
   try:
     commit = subprocess.run(
       ["git", "rev-parse", "HEAD"],
@@ -98,13 +87,29 @@ def write_run_info(workdir: str, cfg) -> None:
       cwd=_HERE,
       timeout=10,
     ).stdout
-    commit += "-dirty" if dirty.strip() else ""
+    return commit + ("-dirty" if dirty.strip() else "")
   except (OSError, subprocess.SubprocessError):
-    # A tree shipped without .git (launch/tpu.sh sync) records its commit.
     root = os.path.dirname(os.path.dirname(_HERE))  # rlreason/train -> repo
     shipped = os.path.join(root, "COMMIT")
-    commit = "unknown"
     if os.path.exists(shipped):
       with open(shipped) as f:
-        commit = f.read().strip() or commit
+        return f.read().strip() or "unknown"
+    return "unknown"
+
+
+def write_run_info(workdir: str, cfg) -> None:
+  """config.json (resolved) and COMMIT, so any result traces back.
+
+  `workdir` may be a local path or a gs:// URL (etils.epath).
+  """
+  workdir = epath.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  storage.write_json(
+    workdir / "config.json",
+    {
+      "class": config.class_name(cfg),
+      **dataclasses.asdict(cfg),
+    },
+  )
+  commit = current_commit()
   (workdir / "COMMIT").write_text(commit + "\n")
