@@ -141,13 +141,14 @@ def candidate_slices(name: str, family: str, overrides: dict):
   ]
 
 
-def plan_all(out_dir, families, programs, overrides):
-  """The smallest slice of each family that fits, per PAPER preset."""
+def plan_all(out_dir, families, programs, overrides, names=()):
+  """The smallest slice of each family that fits, per PAPER preset (of
+  `names`, in that order; default every experiment)."""
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "results.json")
   results = json.load(open(path)) if os.path.exists(path) else {}
   commit = run_info.current_commit()
-  for name in experiment_names():
+  for name in names or experiment_names():
     if not hasattr(importlib.import_module(f"experiments.{name}"), "PAPER"):
       continue
     for family in families:
@@ -221,7 +222,8 @@ def main(argv):
   programs = tuple(p for p in f.programs.split(",") if p)
   overrides = parse_set(f.set)
   if f.all:
-    print(plan_all(f.out, f.families.split(","), programs, overrides))
+    names = tuple(n for n in f.experiments.split(",") if n)
+    print(plan_all(f.out, f.families.split(","), programs, overrides, names))
     return
   s, secs = plan(
     f.experiment,
@@ -253,6 +255,9 @@ if __name__ == "__main__":
   flags.DEFINE_integer("score_rows", 0, "rows per reference forward; 0 = N")
   flags.DEFINE_bool("all", False, "plan every PAPER preset")
   flags.DEFINE_string("families", "v4,v5p,v5e,v6e", "chip families (--all)")
+  flags.DEFINE_string(
+    "experiments", "", "--all: these experiments, in order (default all)"
+  )
   flags.DEFINE_string(
     "out",
     os.path.join(os.path.dirname(__file__), "plan_results"),

@@ -51,7 +51,6 @@ from rlreason.rl import kl
 from rlreason.train import loop
 from rlreason.rl import losses
 from rlreason import mesh as mesh_lib
-from rlreason.model import policy
 from rlreason.rl import objective
 from rlreason.rl import returns as returns_lib
 from rlreason.rl import value
@@ -143,17 +142,13 @@ def make_batch(rollout, examples, ctx):
     batch["ref_logp"] = ctx.ref_logp(rollout)
     token_rewards = token_rewards + objective.kl_reward_penalty(batch, cfg)
   values = mesh_lib.to_host(
-    policy.by_rows(  # one train micro-batch of rows per critic forward
-      lambda tokens, positions: value.completion_values(
-        ctx.extra[value.KEY],
-        tokens,
-        positions,
-        ctx.model_cfg,
-        rollout.prompt_len,
-      ),
-      ctx.score_rows,
+    value.completion_values_by_rows(
+      ctx.extra[value.KEY],
       rollout.tokens,
       rollout.positions,
+      ctx.model_cfg,
+      rollout.prompt_len,
+      rows=ctx.score_rows,
     )
   )
   values = np.where(mask > 0, values, 0.0).astype(np.float32)

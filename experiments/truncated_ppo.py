@@ -49,7 +49,6 @@ from experiments import ppo
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason import mesh as mesh_lib
-from rlreason.model import policy
 from rlreason.rl import objective
 from rlreason.rl import returns as returns_lib
 from rlreason.sampling import rollout as rollout_lib
@@ -203,18 +202,14 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
 
   # (2) EGAE on this window, from the critic at rollout time.
   values = mesh_lib.to_host(
-    policy.by_rows(  # one train micro-batch of rows per critic forward
-      lambda tokens, positions: value.completion_values(
-        ctx.extra[value.KEY],
-        tokens,
-        positions,
-        ctx.model_cfg,
-        1,
-        with_next=True,
-      ),
-      ctx.score_rows,
+    value.completion_values_by_rows(
+      ctx.extra[value.KEY],
       jnp.asarray(batch["tokens"]),
       jnp.asarray(batch["positions"]),
+      ctx.model_cfg,
+      1,
+      rows=ctx.score_rows,
+      with_next=True,
     )
   )  # [N, S]: column c = V of the state after token c
   win_values = values[:, p - 1 :]  # [N, T + 1]

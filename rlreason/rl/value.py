@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from rlreason.rl import aggregation
 from rlreason.rl import returns as returns_lib
 from rlreason import types
+from rlreason.model import policy
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 
@@ -127,6 +128,21 @@ def completion_values(
     head["kernel"].astype(jnp.float32),
   )
   return values + head["bias"].astype(jnp.float32)
+
+
+def completion_values_by_rows(
+  params, tokens, positions, model_cfg, prompt_len, *, rows: int, **kwargs
+):
+  """completion_values over `rows` rows per forward (policy.by_rows; 0 =
+  all at once): a whole rollout's values with one micro-batch's peak."""
+  return policy.by_rows(
+    lambda t, p: completion_values(
+      params, t, p, model_cfg, prompt_len, **kwargs
+    ),
+    rows,
+    tokens,
+    positions,
+  )
 
 
 def value_loss(

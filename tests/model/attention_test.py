@@ -61,24 +61,23 @@ def test_blockwise_gradients_equal_dense():
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
 
 
-def test_the_model_scores_the_same_with_either_attention():
+@pytest.mark.parametrize(
+  "impl, length, block", [("blockwise", 20, 7), ("splash", 128, 128)]
+)
+def test_the_model_scores_the_same_with_either_attention(impl, length, block):
   cfg = testing.tiny_model_config()
   params = transformer.init(cfg, jax.random.key(0))
-  tokens = jax.random.randint(jax.random.key(1), (3, 20), 0, cfg.vocab_size)
-  positions = jnp.broadcast_to(jnp.arange(20), tokens.shape)
+  tokens = jax.random.randint(jax.random.key(1), (3, length), 0, cfg.vocab_size)
+  positions = jnp.broadcast_to(jnp.arange(length), tokens.shape)
   positions = positions.at[1, :4].set(-1)
   score = functools.partial(
     policy.completion_logprobs, params, tokens, positions, prompt_len=6
   )
-  dense = score(
-    model_cfg=cfg.__class__(**{**cfg.__dict__, "attention": "dense"})
+  dense = score(model_cfg=dataclasses.replace(cfg, attention="dense"))
+  other = score(
+    model_cfg=dataclasses.replace(cfg, attention=impl, attention_block=block)
   )
-  block = score(
-    model_cfg=cfg.__class__(
-      **{**cfg.__dict__, "attention": "blockwise", "attention_block": 7}
-    )
-  )
-  np.testing.assert_allclose(block, dense, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(other, dense, rtol=1e-5, atol=1e-5)
 
 
 def test_unknown_attention_is_an_error():
@@ -181,17 +180,3 @@ def test_auto_picks_by_platform_and_shape(where, nq, s, expected, monkeypatch):
 def test_kernels_outside_their_shapes_are_errors(impl, nq, s, match):
   with pytest.raises(ValueError, match=match):
     attention.resolve(impl, nq, s, 128)
-
-
-def test_the_model_scores_the_same_with_splash():
-  cfg = testing.tiny_model_config()
-  params = transformer.init(cfg, jax.random.key(0))
-  tokens = jax.random.randint(jax.random.key(1), (2, 128), 0, cfg.vocab_size)
-  positions = jnp.broadcast_to(jnp.arange(128), tokens.shape)
-  positions = positions.at[1, :9].set(-1)
-  score = functools.partial(
-    policy.completion_logprobs, params, tokens, positions, prompt_len=16
-  )
-  dense = score(model_cfg=dataclasses.replace(cfg, attention="dense"))
-  splash = score(model_cfg=dataclasses.replace(cfg, attention="splash"))
-  np.testing.assert_allclose(splash, dense, rtol=1e-5, atol=1e-5)
