@@ -116,6 +116,10 @@ class BaseConfig:
   # Numerics and parallelism.
   dtype: str = "float32"  # compute dtype (bfloat16 on accelerators)
   param_dtype: str = "float32"
+  # The single-turn sampler's compute dtype (rollout.generate); "" = dtype.
+  # bfloat16 with an fp32 trainer is the rollout / trainer precision split
+  # of the peers' engines (objective.PGConfig.rollout_correction).
+  rollout_dtype: str = ""
   remat: bool = False
   remat_policy: str = "full"  # full | dots (model/transformer.py)
   mesh_data: int = 1
@@ -204,6 +208,11 @@ class BaseConfig:
     for name in ("dtype", "param_dtype"):
       value = getattr(self, name)
       check(value in DTYPES, f"--{name}={value!r}; expected one of {DTYPES}")
+    check(
+      self.rollout_dtype in ("",) + DTYPES,
+      f"--rollout_dtype={self.rollout_dtype!r}; expected '' (= --dtype) or "
+      f"one of {DTYPES}",
+    )
     check(
       self.remat_policy in ("full", "dots"),
       f"--remat_policy={self.remat_policy!r}; expected full or dots",

@@ -37,6 +37,7 @@ from rlreason.rl import kl
 from rlreason.rl import losses
 from rlreason.model import policy
 from rlreason.rl import returns as returns_lib
+from rlreason.rl import token_weights
 
 # Outcome estimators with the signature (rewards [N], group_size, **kw).
 OUTCOME_ESTIMATORS = (
@@ -75,6 +76,14 @@ class PGConfig(config.BaseConfig):
   kl_reward_estimator: str = "k1"  # kl.get name, for kl_reward_coef
   entropy_coef: float = 0.0  # entropy bonus coefficient; 0 = off
   aggregation: str = "seq-mean-token-mean"  # aggregation.AGGREGATION_MODES
+  # Rollout / trainer mismatch correction (Yao et al. 2025, "Your Efficient
+  # RL Framework Secretly Brings You Off-Policy RL Training"): old_logp is
+  # recomputed by the trainer and the loss weighted by r = pi_old /
+  # pi_sampler, "tis" truncated at C or "mis" masked outside [1/C, C], per
+  # token or per sequence; "" = off (old_logp = the sampler's).
+  rollout_correction: str = ""
+  rollout_correction_level: str = "token"  # token | sequence
+  rollout_correction_cap: float = 2.0  # C
 
   def validate(self) -> None:
     super().validate()
@@ -91,6 +100,21 @@ class PGConfig(config.BaseConfig):
       raise ValueError(
         f"Invalid config: --aggregation={self.aggregation!r}; valid: "
         f"{aggregation.AGGREGATION_MODES}"
+      )
+    if self.rollout_correction not in ("", "tis", "mis"):
+      raise ValueError(
+        f"Invalid config: --rollout_correction={self.rollout_correction!r};"
+        " valid: '' (off), tis, mis"
+      )
+    if self.rollout_correction_level not in ("token", "sequence"):
+      raise ValueError(
+        "Invalid config: --rollout_correction_level="
+        f"{self.rollout_correction_level!r}; valid: token, sequence"
+      )
+    if not self.rollout_correction_cap > 1:
+      raise ValueError(
+        "Invalid config: --rollout_correction_cap="
+        f"{self.rollout_correction_cap} must be > 1"
       )
     if self.group_size < 2 and self.advantage not in _GROUP_FREE:
       raise ValueError(
@@ -206,6 +230,11 @@ def outcome_batch(
   )
   total = np.asarray(total, np.float32)
   batch = ctx.batch_from_rollout(rollout)
+  mismatch = (
+    correct_rollout(batch, rollout, ctx)
+    if getattr(cfg, "rollout_correction", "")
+    else {}
+  )
   if cfg.needs_ref:
     batch["ref_logp"] = ctx.ref_logp(rollout)
   token_rewards = kl_reward_penalty(batch, cfg) if cfg.kl_reward_coef else None
@@ -222,7 +251,36 @@ def outcome_batch(
       cfg.kl_reward_coef * batch["mask"].sum(), 1e-9
     )
   metrics["adv_abs"] = np.abs(batch["adv"]).mean()
+  metrics.update({f"mismatch/{k}": v for k, v in mismatch.items()})
   return batch, metrics
+
+
+def correct_rollout(batch: dict, rollout, ctx) -> dict:
+  """cfg.rollout_correction on a batch, in place: old_logp becomes the
+  trainer's (unless batch_from_rollout already recomputed it), and the
+  importance weights multiply batch["weight"]. Returns the mismatch
+  metrics (token_weights.mismatch_metrics)."""
+  cfg = ctx.cfg
+  if batch["old_logp"] is batch["sampler_logp"]:
+    batch["old_logp"] = ctx.trainer_logp(rollout)
+  fn = {
+    "tis": token_weights.truncated_is_weight,
+    "mis": token_weights.masked_is_weight,
+  }[cfg.rollout_correction]
+  w = np.asarray(
+    fn(
+      jnp.asarray(batch["old_logp"]),
+      jnp.asarray(batch["sampler_logp"]),
+      jnp.asarray(batch["mask"]),
+      cap=cfg.rollout_correction_cap,
+      level=cfg.rollout_correction_level,
+    ),
+    np.float32,
+  )
+  batch["weight"] = w * batch["weight"] if "weight" in batch else w
+  return token_weights.mismatch_metrics(
+    batch["old_logp"], batch["sampler_logp"], batch["mask"], w
+  )
 
 
 def make_batch(rollout, examples, ctx):

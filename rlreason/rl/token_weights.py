@@ -7,6 +7,8 @@ hook of objective.pg_loss), l'_t = w_t * l_t, and is stop-gradient:
   top_entropy_mask     w_t = [H_t among the top ceil(rho * n) of the batch]
                        (forking tokens, arXiv:2506.01939)
   truncated_is_weight  w_t = min(pi_old(y_t) / pi_sampler(y_t), C)  (TIS)
+  masked_is_weight     w_t = r_t if 1/C <= r_t <= C else 0            (MIS)
+and mismatch_metrics reports how far the sampler and the trainer disagree.
 Keep `mask` (and its normaliser) in aggregation.aggregate: the weights do
 not change the denominator.
 """
@@ -14,6 +16,7 @@ not change the denominator.
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 sg = jax.lax.stop_gradient
 
@@ -75,11 +78,68 @@ def truncated_is_weight(
   Returns:
     [N, T] stop-gradient weights, 0 where mask = 0.
   """
-  chex.assert_equal_shape([old_logp, sampler_logp, mask])
-  log_w = jnp.where(mask > 0, jnp.subtract(old_logp, sampler_logp), 0.0)
-  if level == "sequence":
-    log_w = jnp.broadcast_to(log_w.sum(-1, keepdims=True), mask.shape)
-  elif level != "token":
-    raise ValueError(f"Unknown level {level!r}; valid: ('token', 'sequence').")
+  log_w = _log_ratio(old_logp, sampler_logp, mask, level)
   w = jnp.exp(jnp.minimum(log_w, jnp.log(cap)))
   return sg(jnp.where(mask > 0, w, 0.0))
+
+
+def _log_ratio(old_logp, sampler_logp, mask, level):
+  """log pi_old / pi_sampler per token, or summed per sequence and
+  broadcast over its tokens; 0 where mask = 0."""
+  chex.assert_equal_shape([old_logp, sampler_logp, mask])
+  log_r = jnp.where(mask > 0, jnp.subtract(old_logp, sampler_logp), 0.0)
+  if level == "sequence":
+    return jnp.broadcast_to(log_r.sum(-1, keepdims=True), mask.shape)
+  if level != "token":
+    raise ValueError(f"Unknown level {level!r}; valid: ('token', 'sequence').")
+  return log_r
+
+
+def masked_is_weight(
+  old_logp: jax.Array,
+  sampler_logp: jax.Array,
+  mask: jax.Array,
+  *,
+  cap: float = 2.0,
+  level: str = "token",
+) -> jax.Array:
+  """Masked importance weight between the trainer and the sampler (MIS).
+
+  Tokens (level="token") or whole sequences (level="sequence", the ratio
+  being the product over the sequence) whose ratio r = pi_old / pi_sampler
+  falls outside [1/C, C] are dropped (weight 0); the others keep r:
+    w_t = r_t if 1/C <= r_t <= C else 0
+  (ms-swift's token_mask / sequence_mask, verl's rollout rejection with
+  IS weights). Multiply the per-token loss by w.
+
+  Returns:
+    [N, T] stop-gradient weights, 0 where mask = 0.
+  """
+  log_r = _log_ratio(old_logp, sampler_logp, mask, level)
+  bound = jnp.log(cap)
+  keep = (log_r >= -bound) & (log_r <= bound) & (mask > 0)
+  return sg(jnp.where(keep, jnp.exp(log_r), 0.0))
+
+
+def mismatch_metrics(old_logp, sampler_logp, mask, weight=None) -> dict:
+  """How far the sampler's log-probs are from the trainer's, over the
+  completion tokens (host numpy):
+    abs_log_ratio  mean |log pi_old - log pi_sampler|
+    k3_kl          mean (r - 1 - log r), r = pi_old / pi_sampler: a
+                   non-negative estimate of KL(pi_sampler || pi_old)
+    max_abs_log_ratio
+  and, given the correction's weights, the fraction of tokens they zero
+  (dropped) and the mean weight."""
+  m = np.asarray(mask) > 0
+  n = max(int(m.sum()), 1)
+  log_r = np.where(m, np.asarray(old_logp) - np.asarray(sampler_logp), 0.0)
+  out = {
+    "abs_log_ratio": float(np.abs(log_r).sum() / n),
+    "k3_kl": float(np.where(m, np.expm1(log_r) - log_r, 0.0).sum() / n),
+    "max_abs_log_ratio": float(np.abs(log_r).max(initial=0.0)),
+  }
+  if weight is not None:
+    w = np.asarray(weight)
+    out["dropped"] = float(((w == 0) & m).sum() / n)
+    out["mean_weight"] = float(np.where(m, w, 0.0).sum() / n)
+  return out

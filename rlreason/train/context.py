@@ -101,7 +101,7 @@ class Context:
       self.encode_prompts(examples),
       rng,
       step,
-      model_cfg=self.model_cfg,
+      model_cfg=self.rollout_model_cfg,
       tokenizer=self.tokenizer,
       max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
       group_size=group_size,
@@ -111,6 +111,14 @@ class Context:
       row_offset=row_offset,
       rows_per_call=getattr(self.cfg, "rollout_rows", 0),
     )
+
+  @property
+  def rollout_model_cfg(self):
+    """The sampler's architecture: the model in cfg.rollout_dtype."""
+    dtype = getattr(self.cfg, "rollout_dtype", "")
+    if not dtype or dtype == self.model_cfg.dtype:
+      return self.model_cfg
+    return dataclasses.replace(self.model_cfg, dtype=dtype)
 
   @property
   def score_rows(self) -> int:
@@ -152,19 +160,25 @@ class Context:
     }
     batch["old_logp"] = batch["sampler_logp"]
     if self.cfg.top_p < 1 or self.cfg.top_k > 0:
-      with mesh_lib.activation_mesh(self.mesh):
-        batch["old_logp"] = mesh_lib.to_host(
-          policy.completion_logprobs_by_rows(
-            self.params,
-            rollout.tokens,
-            rollout.positions,
-            self.model_cfg,
-            rollout.prompt_len,
-            rows=self.score_rows,
-            temperature=self.cfg.temperature,
-          )
-        )
+      batch["old_logp"] = self.trainer_logp(rollout)
     return batch
+
+  def trainer_logp(self, rollout: Rollout) -> np.ndarray:
+    """[N, T] log-probs of the completions under the current params as the
+    trainer computes them (its dtype and layout, softmax(logits /
+    temperature)), one train micro-batch of rows at a time."""
+    with mesh_lib.activation_mesh(self.mesh):
+      return mesh_lib.to_host(
+        policy.completion_logprobs_by_rows(
+          self.params,
+          rollout.tokens,
+          rollout.positions,
+          self.model_cfg,
+          rollout.prompt_len,
+          rows=self.score_rows,
+          temperature=self.cfg.temperature,
+        )
+      )
 
   def ref_logp(self, rollout: Rollout) -> np.ndarray:
     """log-probs [N, T] of the completions under the frozen reference."""
