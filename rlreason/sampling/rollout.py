@@ -138,12 +138,16 @@ def rows_per_call(
   return max(1, per_device) * batch_shards
 
 
-def _call_rows(requested, n, model_cfg, p, t, mesh) -> int:
+def _call_rows(requested, n, model_cfg, p, t, mesh, params) -> int:
   """Rows per sampler call: `requested` (> 0), else what the devices' free
-  memory holds (mesh given and its memory known), else all n."""
+  memory holds once `params` (the rollout copy) are in place (mesh given
+  and its memory known), else all n."""
   if requested > 0:
     return min(requested, n)
-  free = mesh_lib.device_free_memory(mesh) if mesh is not None else None
+  if mesh is None or mesh_lib.device_free_memory(mesh) is None:
+    return n
+  jax.block_until_ready(params)  # their bytes count as in use
+  free = mesh_lib.device_free_memory(mesh)
   if not free:
     return n
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
@@ -269,15 +273,15 @@ def generate(
   positions = np.repeat(positions, group_size, axis=0)
   prompt_ids = np.repeat(np.arange(b), group_size)  # [N]
 
-  per_call = _call_rows(
-    rows_per_call, len(tokens), model_cfg, p, int(max_new_tokens), mesh
-  )
   scalars = (rng, np.asarray(step, np.uint32))
   if mesh is None:
     rng, step = jax.device_put(scalars)
   else:
     params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
     rng, step = mesh_lib.put_global(scalars, mesh_lib.replicated(mesh))
+  per_call = _call_rows(
+    rows_per_call, len(tokens), model_cfg, p, int(max_new_tokens), mesh, params
+  )
   call = functools.partial(
     _sample_rows,
     params,
