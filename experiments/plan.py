@@ -168,8 +168,8 @@ def plan_all(out_dir, families, programs, overrides, names=()):
           flush=True,
         )
         found = {**_row(res, s.name), "commit": commit}
-        if res.fits:
-          break
+        if res.fits or not all(map(summary.out_of_memory, res.errors.values())):
+          break  # fits, or fails for a reason a larger slice will not fix
       results[key] = found
       with open(path, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
@@ -191,6 +191,11 @@ def markdown(results: dict, families) -> str:
       r = results.get(f"{name}/{family}")
       if not r:
         cells.append("-")
+      elif r.get("errors") and not all(
+        map(summary.out_of_memory, r["errors"].values())
+      ):
+        error = next(iter(r["errors"].values()))
+        cells.append(f"not planned: {error[:60]}")
       elif not r.get("fits"):
         cells.append(f"no fit up to {r['slice']}")
       else:

@@ -107,6 +107,14 @@ def summarize(
   )
 
 
+def out_of_memory(error: str) -> bool:
+  """Whether a compile error says the program does not fit the HBM."""
+  return any(
+    m in error
+    for m in ("RESOURCE_EXHAUSTED", "Ran out of memory", "exceeds available")
+  )
+
+
 def advice(programs, errors, cfg, hbm_bytes, devices=0) -> list[str]:
   """Which knob to turn, for the program that needs the most memory."""
   out = []
