@@ -49,7 +49,8 @@ def test_bf16_rollouts_show_a_mismatch_and_get_weights(bf16):
   assert metrics["mismatch/abs_log_ratio"] > 1e-4, metrics
   assert metrics["mismatch/k3_kl"] >= 0
   # old_logp is the trainer's now, sampler_logp the bf16 sampler's.
-  assert not np.allclose(batch["old_logp"][m], batch["sampler_logp"][m])
+  gap = np.abs(batch["old_logp"][m] - batch["sampler_logp"][m])
+  assert gap.max() > 1e-3, gap.max()
   w = batch["weight"]
   want = np.minimum(np.exp(batch["old_logp"] - batch["sampler_logp"]), 2.0)
   np.testing.assert_allclose(w[m], want[m], rtol=1e-5, atol=1e-6)
