@@ -167,18 +167,7 @@ class Context:
     """[N, T] log-probs of the completions under the current params as the
     trainer computes them (its dtype and layout, softmax(logits /
     temperature)), one train micro-batch of rows at a time."""
-    with mesh_lib.activation_mesh(self.mesh):
-      return mesh_lib.to_host(
-        policy.completion_logprobs_by_rows(
-          self.params,
-          rollout.tokens,
-          rollout.positions,
-          self.model_cfg,
-          rollout.prompt_len,
-          rows=self.score_rows,
-          temperature=self.cfg.temperature,
-        )
-      )
+    return self._logp(self.params, rollout)
 
   def ref_logp(self, rollout: Rollout) -> np.ndarray:
     """log-probs [N, T] of the completions under the frozen reference."""
@@ -187,17 +176,21 @@ class Context:
         "This experiment needs a reference model, but the "
         "loop was started without one (needs_ref=True)"
       )
+    return self._logp(self.ref_params, rollout)
+
+  def _logp(self, params, rollout: Rollout) -> np.ndarray:
     with mesh_lib.activation_mesh(self.mesh):
-      ref_logp = policy.completion_logprobs_by_rows(
-        self.ref_params,
-        rollout.tokens,
-        rollout.positions,
-        self.model_cfg,
-        rollout.prompt_len,
-        rows=self.score_rows,
-        temperature=self.cfg.temperature,
+      return mesh_lib.to_host(
+        policy.completion_logprobs_by_rows(
+          params,
+          rollout.tokens,
+          rollout.positions,
+          self.model_cfg,
+          rollout.prompt_len,
+          rows=self.score_rows,
+          temperature=self.cfg.temperature,
+        )
       )
-    return mesh_lib.to_host(ref_logp)
 
 
 def prompt_ids(tokenizer, examples, template: str, *, max_len: int | None):
