@@ -111,23 +111,22 @@ def attend(
 
   q [N, Q, H, Dh] and kk, vv [N, Q, K, Dh] (after rotary); k_cache, v_cache
   [N, K, S, Dh]; slot_pos [N, S] the position of each slot including this
-  block (< 0 = empty or padding); index [] the block's first slot. Scores
-  and softmax are fp32, the rest in the compute dtype `dt`.
+  block (< 0 = empty or padding); index [] the block's first slot, or [N]
+  one per row (continuous batching: each decode slot writes at its own
+  column). Scores and softmax are fp32, the rest in the compute dtype `dt`.
 
   Returns the attention output [N, Q, H, Dh] and the updated caches.
   """
   n, nq, h, dh = q.shape
   k = kk.shape[2]
   # Write this block into the cache, then attend over every slot.
-  k_cache = jax.lax.dynamic_update_slice_in_dim(
-    k_cache, kk.swapaxes(1, 2).astype(k_cache.dtype), index, axis=2
-  )
-  v_cache = jax.lax.dynamic_update_slice_in_dim(
-    v_cache, vv.swapaxes(1, 2).astype(v_cache.dtype), index, axis=2
-  )
+  k_cache = write_slots(k_cache, kk.swapaxes(1, 2), index, axis=2)
+  v_cache = write_slots(v_cache, vv.swapaxes(1, 2), index, axis=2)
   s = k_cache.shape[2]
   q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
   impl = resolve(impl, nq, s, block)
+  if jnp.ndim(index) and impl in ("splash", "cudnn"):
+    raise ValueError(f"attention={impl!r} needs one write index for all rows")
   if impl != "dense":
     kernel = {"blockwise": _blockwise, "splash": _splash, "cudnn": _cudnn}
     out = kernel[impl](q, k_cache, v_cache, slot_pos, index, dt, block)
@@ -139,8 +138,8 @@ def attend(
     preferred_element_type=jnp.float32,
   )
   scores = scores / math.sqrt(dh)
-  query_slot = index + jnp.arange(nq)  # [Q]
-  visible = (jnp.arange(s)[None, :] <= query_slot[:, None])[None] & (
+  query_slot = _query_slots(index, nq)  # [Q] or [N, Q]
+  visible = _causal(jnp.arange(s), query_slot) & (
     slot_pos[:, None, :] >= 0
   )  # [N, Q, S]
   scores = jnp.where(visible[:, None, None], scores, _MASK_VALUE)
@@ -150,6 +149,32 @@ def attend(
   out = jnp.einsum("nkgqs,nksd->nkgqd", probs, v_cache.astype(dt))
   out = out.transpose(0, 3, 1, 2, 4).reshape(n, nq, h, dh)
   return out, k_cache, v_cache
+
+
+def write_slots(buf, x, index, axis: int):
+  """buf [N, ...] with x [N, ...] written from `index` along `axis`: one
+  dynamic slice for a shared index [], one per row for an index [N]."""
+  x = x.astype(buf.dtype)
+  if not jnp.ndim(index):
+    return jax.lax.dynamic_update_slice_in_dim(buf, x, index, axis=axis)
+  return jax.vmap(
+    lambda b, u, i: jax.lax.dynamic_update_slice_in_dim(b, u, i, axis - 1)
+  )(buf, x, index)
+
+
+def _query_slots(index, nq: int):
+  """The slots of a block's Q queries: [Q], or [N, Q] for an index [N]."""
+  if not jnp.ndim(index):
+    return index + jnp.arange(nq)
+  return index[:, None] + jnp.arange(nq)[None, :]
+
+
+def _causal(slots, query_slot):
+  """[N or 1, Q, S'] bool: slot s is at or before the query's slot.
+  slots [S']; query_slot [Q] (one write index) or [N, Q] (one per row)."""
+  if query_slot.ndim == 1:
+    return (slots[None, :] <= query_slot[:, None])[None]
+  return slots[None, None, :] <= query_slot[:, :, None]
 
 
 def platform() -> str:
@@ -336,7 +361,7 @@ def _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block):
   @jax.checkpoint  # the backward pass recomputes a query block's keys loop
   def query_block(_, xs):
     qi, qb = xs
-    query_slot = index + qi * bq + jnp.arange(bq)  # [bq]
+    query_slot = _query_slots(index + qi * bq, bq)
 
     def key_block(carry, ys):
       m, l, acc = carry  # [N, K, G, bq], [N, K, G, bq], [.., bq, Dh]
@@ -346,9 +371,7 @@ def _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block):
       )
       sc = sc * scale
       slots = ki * bk + jnp.arange(bk)
-      visible = (slots[None, :] <= query_slot[:, None])[None] & (
-        pb[:, None, :] >= 0
-      )  # [N, bq, bk]
+      visible = _causal(slots, query_slot) & (pb[:, None, :] >= 0)
       sc = jnp.where(visible[:, None, None], sc, _MASK_VALUE)
       # Slots past S (block padding) do not exist: not even a fully masked
       # row's uniform softmax covers them. Block 0 always holds slot 0, so

@@ -18,7 +18,8 @@ left-padded prompts work with positions from 0 at the first real token.
 KV cache: `init_cache(model_cfg, N, S)` gives fixed-size [N, K, S, Dh] buffers
 (no transpose of the cache when decoding). Each call writes its Q tokens at
 slots [index, index + Q) and advances index; all rows share the write index
-(prompts are left padded so that they end together).
+(prompts are left padded so that they end together), or, with an index [N],
+each row writes at its own (continuous batching, sampling/continuous.py).
 """
 
 import dataclasses
@@ -114,7 +115,8 @@ CACHE_AXES = ("batch", "kv_heads", "seq", "head_dim")
 
 class Cache(NamedTuple):
   """KV cache. k, v: per layer [N, K, S, Dh]; pos: [N, S] position of each
-  slot (-1 = empty or padding); index: [] next slot to write."""
+  slot (-1 = empty or padding); index: [] next slot to write, or [N] one
+  per row."""
 
   k: tuple[jax.Array, ...]
   v: tuple[jax.Array, ...]
@@ -323,7 +325,7 @@ class Transformer(nn.Module):
   def __call__(self, tokens, positions, cache: Cache):
     x = jnp.take(self.embedding, tokens, axis=0).astype(self.cfg.compute_dtype)
     x = mesh_lib.constrain(x, _RESIDUAL)
-    slot_pos = jax.lax.dynamic_update_slice_in_dim(
+    slot_pos = attention.write_slots(
       cache.pos, positions.astype(jnp.int32), cache.index, axis=1
     )
     ks, vs = [], []

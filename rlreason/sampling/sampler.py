@@ -120,6 +120,7 @@ def sample(
   mesh: jax.sharding.Mesh | None = None,
   stop_sequences: tuple[tuple[int, ...], ...] = (),
   row_offset: int = 0,
+  row_limits: jax.Array | None = None,
 ) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after each (left-padded) prompt.
 
@@ -147,12 +148,14 @@ def sample(
       stops.token_sequences for strings), static. Length-1 sequences join
       stop_ids.
     row_offset: the global index of row 0 (see rng).
+    row_limits: [N] int32 in [1, T], each row's own token budget (it ends
+      with finish "length" there), or None: T for every row.
 
   Returns:
     A SampleOutput.
   """
   stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
-  _check_inputs(
+  check_inputs(
     tokens,
     positions,
     model_cfg,
@@ -161,6 +164,7 @@ def sample(
     stop_ids,
     stop_sequences,
     pad_id,
+    row_limits,
   )
   return _sample(
     params,
@@ -176,6 +180,7 @@ def sample(
     mesh=mesh,
     stop_sequences=stop_sequences,
     row_offset=row_offset,
+    row_limits=row_limits,
   )
 
 
@@ -187,7 +192,7 @@ def cache_size() -> int:
   return _sample._cache_size()  # pylint: disable=protected-access
 
 
-def _check_inputs(
+def check_inputs(
   tokens,
   positions,
   model_cfg,
@@ -196,6 +201,7 @@ def _check_inputs(
   stop_ids,
   stop_sequences,
   pad_id,
+  row_limits=None,
 ):
   """Raises ValueError on bad arguments, before anything is compiled."""
   if not isinstance(sampling, Sampling):
@@ -217,6 +223,18 @@ def _check_inputs(
   stops.check_vocab(stop_ids, stop_sequences, v)
   if not 0 <= pad_id < v:
     raise ValueError(f"pad_id={pad_id} is outside the vocabulary [0, {v})")
+  if row_limits is not None:
+    if np.shape(row_limits) != tokens.shape[:1]:
+      raise ValueError(
+        f"row_limits {np.shape(row_limits)} must be [N] = {tokens.shape[:1]}"
+      )
+    if isinstance(row_limits, np.ndarray) and (
+      (row_limits < 1).any() or (row_limits > max_new_tokens).any()
+    ):
+      raise ValueError(
+        f"row_limits must be in [1, max_new_tokens={max_new_tokens}]; got "
+        f"{row_limits.min()}..{row_limits.max()}"
+      )
   if isinstance(positions, np.ndarray) and (positions[:, -1] < 0).any():
     rows = np.flatnonzero(positions[:, -1] < 0)[:5].tolist()
     raise ValueError(
@@ -251,6 +269,31 @@ def constrain_cache(cache: transformer.Cache, mesh) -> transformer.Cache:
   )
 
 
+def compute_params(params, model_cfg: ModelConfig):
+  """Floating weights cast to the compute dtype once, before a decode loop,
+  not on every step: a bf16 rollout of fp32 master weights reads half the
+  bytes per token (decode is memory-bound), with the same numerics (the
+  model casts each weight to the compute dtype before its matmul anyway)."""
+  dt = model_cfg.compute_dtype
+  return jax.tree.map(
+    lambda w: w.astype(dt) if jnp.issubdtype(w.dtype, jnp.floating) else w,
+    params,
+  )
+
+
+def last_logits(params, tokens, positions, cache, model_cfg, mesh):
+  """tokens, positions [N, Q] through the model with `cache` -> the last
+  token's logits [N, V] fp32 and the cache, both in the rollout batch
+  sharding on `mesh` (activations split by batch)."""
+  with mesh_lib.activation_mesh(mesh):
+    hidden, cache = transformer.hidden_states(
+      params, tokens, positions, model_cfg, cache
+    )
+  logits = transformer.unembed(params, hidden[:, -1], model_cfg)
+  logits = constrain(logits, ("batch", None), mesh)
+  return logits, constrain_cache(cache, mesh)
+
+
 @functools.partial(
   jax.jit,
   static_argnames=(
@@ -279,36 +322,27 @@ def _sample(
   mesh,
   stop_sequences=(),
   row_offset=0,
+  row_limits=None,
 ) -> SampleOutput:
   n, p = tokens.shape
   t_max = max_new_tokens
-  # Weights cast to the compute dtype once, before the loop, not on every
-  # decode step: a bf16 rollout of fp32 master weights reads half the bytes
-  # per token (decode is memory-bound), with the same numerics (the model
-  # casts each weight to the compute dtype before its matmul anyway).
-  dt = model_cfg.compute_dtype
-  params = jax.tree.map(
-    lambda w: w.astype(dt) if jnp.issubdtype(w.dtype, jnp.floating) else w,
-    params,
-  )
+  params = compute_params(params, model_cfg)
   batch = lambda x: constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
   tokens = batch(tokens.astype(jnp.int32))
   positions = batch(positions.astype(jnp.int32))
+  # A row is live until it stops or reaches its own budget.
+  limit = t_max if row_limits is None else batch(row_limits.astype(jnp.int32))
+  live = lambda state: ~state.done & (state.lengths < limit)
 
   def forward(tok, pos, cache):  # [N, Q] -> last logits [N, V], cache
-    with mesh_lib.activation_mesh(mesh):  # activations split by batch
-      hidden, cache = transformer.hidden_states(
-        params, tok, pos, model_cfg, cache
-      )
-    logits = transformer.unembed(params, hidden[:, -1], model_cfg)
-    return batch(logits), constrain_cache(cache, mesh)
+    return last_logits(params, tok, pos, cache, model_cfg, mesh)
 
   def record(state: SampleState, logits) -> SampleState:
     """Draws token `step` from `logits` [N, V] and writes the buffers."""
     tok, logp, policy_logp = sampling.draw(
       logits, step_keys(state.rng, state.step)
     )
-    alive = ~state.done
+    alive = live(state)
     tok = jnp.where(alive, tok, pad_id)
     hit, window = stops.check(tok, state.window, stop_ids, stop_sequences)
     zero = jnp.zeros_like(logp)
@@ -361,7 +395,7 @@ def _sample(
   state = record(state, logits)
 
   def cond(state: SampleState):
-    return (state.step < t_max) & ~jnp.all(state.done)
+    return (state.step < t_max) & jnp.any(live(state))
 
   def body(state: SampleState):
     logits, cache = forward(

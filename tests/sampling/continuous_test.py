@@ -1,0 +1,195 @@
+"""Continuous batching == the static sampler, row by row.
+
+The static sampler (sampler.sample) is the reference: for the same row keys
+the continuous sampler must return the same tokens, masks, lengths and
+finish reasons, and the same log-probs (fp32, to rounding), whatever slot a
+row ran in and whenever it was admitted.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlreason import mesh as mesh_lib
+from rlreason import testing
+from rlreason.model import transformer
+from rlreason.sampling import continuous
+from rlreason.sampling import sampler
+from rlreason.sampling.draw import Sampling
+
+CFG = testing.tiny_model_config(qkv_bias=True)
+PAD = 0
+T = 9
+# Ragged prompts (left padded to P = 7), more rows than slots.
+LENGTHS = (7, 2, 5, 1, 6, 3, 7, 4, 2, 5, 1)
+KEY = jax.random.key(3)
+
+
+@pytest.fixture(scope="module")
+def params():
+  params = transformer.init(CFG, jax.random.key(0))
+  params["final_norm"]["scale"] = params["final_norm"]["scale"] * 8
+  return params
+
+
+def _prompts(lengths=LENGTHS, seed=0):
+  rng = np.random.default_rng(seed)
+  p = max(lengths)
+  tokens = np.full((len(lengths), p), PAD, np.int32)
+  positions = np.full((len(lengths), p), -1, np.int32)
+  for i, n in enumerate(lengths):
+    tokens[i, p - n :] = rng.integers(10, CFG.vocab_size, n)
+    positions[i, p - n :] = np.arange(n)
+  return tokens, positions
+
+
+def _both(params, sampling, stop_ids, slots=3, **kwargs):
+  tokens, positions = _prompts()
+  common = dict(
+    model_cfg=CFG,
+    max_new_tokens=T,
+    sampling=sampling,
+    stop_ids=stop_ids,
+    pad_id=PAD,
+    row_limits=kwargs.pop("row_limits", None),
+    stop_sequences=kwargs.pop("stop_sequences", ()),
+  )
+  ref = sampler.sample(params, tokens, positions, KEY, **common)
+  out, stats = continuous.sample(
+    params,
+    tokens,
+    positions,
+    KEY,
+    slots=slots,
+    return_stats=True,
+    **common,
+    **kwargs,
+  )
+  return ref, out, stats
+
+
+def _assert_same(ref, out):
+  for name in ("tokens", "mask", "lengths", "finish"):
+    np.testing.assert_array_equal(
+      np.asarray(getattr(out, name)), np.asarray(getattr(ref, name)), name
+    )
+  for name in ("logp", "policy_logp"):
+    np.testing.assert_allclose(
+      np.asarray(getattr(out, name)),
+      np.asarray(getattr(ref, name)),
+      rtol=1e-5,
+      atol=1e-5,
+      err_msg=name,
+    )
+
+
+def _first_token_stop(params, sampling):
+  """Stop ids: row 3's first token (so it stops at once), and tokens of
+  rows 0 and 5 (so they stop early)."""
+  tokens, positions = _prompts()
+  ref = sampler.sample(
+    params, tokens, positions, KEY, model_cfg=CFG, max_new_tokens=T,
+    sampling=sampling, pad_id=PAD,
+  )  # fmt: skip
+  picks = (ref.tokens[3, 0], ref.tokens[0, 2], ref.tokens[5, 4])
+  return tuple(dict.fromkeys(int(i) for i in picks))
+
+
+@pytest.mark.parametrize(
+  "sampling",
+  [Sampling(temperature=0.0), Sampling(temperature=0.8)],
+  ids=["greedy", "sampled"],
+)
+@pytest.mark.parametrize(
+  "mode", [dict(), dict(refill="host", refill_every=3, refill_rows=2)]
+)
+def test_equals_static_sampler(params, sampling, mode):
+  stop_ids = _first_token_stop(params, sampling)
+  ref, out, stats = _both(params, sampling, stop_ids, **mode)
+  _assert_same(ref, out)
+  lengths = np.asarray(ref.lengths)
+  finish = np.asarray(ref.finish)
+  # The cases the issue names are in the batch.
+  assert lengths[3] == 1 and finish[3] == sampler.FINISH_EOS
+  assert (lengths == T).any() and (finish == sampler.FINISH_LENGTH).any()
+  assert (lengths < T).sum() >= 2
+  # Token 0 of every row comes from its prefill, the rest from decode steps.
+  assert stats.busy == lengths.sum() - len(lengths)
+  assert stats.prefills >= -(-len(LENGTHS) // (mode.get("refill_rows") or 1))
+
+
+def test_filters_stop_sequences_and_row_limits(params):
+  limits = np.asarray([1, 9, 4, 2, 9, 7, 3, 9, 5, 6, 8], np.int32)
+  ref, out, _ = _both(
+    params,
+    Sampling(temperature=1.3, top_k=20, top_p=0.9),
+    (5, 6),
+    slots=4,
+    stop_sequences=((11, 12), (13, 14, 15)),
+    row_limits=limits,
+  )
+  _assert_same(ref, out)
+  lengths = np.asarray(ref.lengths)
+  assert (lengths <= limits).all()
+  hit_limit = (lengths == limits) & (np.asarray(ref.finish) == 0)
+  assert hit_limit.sum() >= 3  # the budgets end rows, with finish "length"
+
+
+def test_row_limits_cut_the_unlimited_samples(params):
+  """A budget only truncates a row: its first tokens are the same."""
+  tokens, positions = _prompts()
+  kw = dict(model_cfg=CFG, max_new_tokens=T, sampling=Sampling(), pad_id=PAD)
+  full = sampler.sample(params, tokens, positions, KEY, **kw)
+  limits = np.asarray([2, 9, 4, 2, 9, 7, 3, 9, 5, 6, 1], np.int32)
+  cut = sampler.sample(params, tokens, positions, KEY, row_limits=limits, **kw)
+  np.testing.assert_array_equal(np.asarray(cut.lengths), limits)
+  for i, n in enumerate(limits):
+    np.testing.assert_array_equal(cut.tokens[i, :n], full.tokens[i, :n])
+    assert (np.asarray(cut.tokens[i, n:]) == PAD).all()
+
+
+def test_same_shapes_do_not_recompile(params):
+  _both(params, Sampling(), (5,))
+  before = continuous.cache_size()
+  _, _, stats = _both(params, Sampling(), (5,))
+  assert continuous.cache_size() == before
+  assert 0 < stats.utilisation <= 1
+
+
+def test_sharded_slots_equal_single_device(params):
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  tokens, positions = _prompts()
+  kw = dict(
+    model_cfg=CFG, max_new_tokens=T, sampling=Sampling(), stop_ids=(5, 6),
+    pad_id=PAD, slots=4,
+  )  # fmt: skip
+  one = continuous.sample(params, tokens, positions, KEY, **kw)
+  sharded = continuous.sample(
+    jax.device_put(params, mesh_lib.replicated(mesh)),
+    jnp.asarray(tokens),
+    jnp.asarray(positions),
+    KEY,
+    mesh=mesh,
+    **kw,
+  )
+  _assert_same(one, sharded)
+
+
+@pytest.mark.parametrize(
+  "kwargs, match",
+  [
+    (dict(slots=0), "slots=0 must be an int >= 1"),
+    (dict(slots=2, refill_every=0), "refill_every=0"),
+    (dict(slots=2, refill="disk"), "refill='disk'"),
+    (dict(slots=2, refill_rows=3), r"refill_rows=3 must be in \[0, 2\]"),
+    (dict(slots=2, row_limits=np.full(11, 10)), "row_limits must be in"),
+  ],
+)
+def test_bad_input_fails_before_compiling(params, kwargs, match):
+  tokens, positions = _prompts()
+  with pytest.raises(ValueError, match=match):
+    continuous.sample(
+      params, tokens, positions, KEY, model_cfg=CFG, max_new_tokens=T,
+      **kwargs,
+    )  # fmt: skip
