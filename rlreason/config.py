@@ -27,6 +27,7 @@ RESUMABLE_CHANGES = (
   "multihost",
   "validate_rows",
   "rollout_rows",  # samples do not depend on it (per-row keys)
+  "rollout_batching",  # nor on this
   "allow_config_change",
 )
 
@@ -100,6 +101,11 @@ class BaseConfig:
   # Sequences per sampler call (rollout.generate): 0 sizes calls from the
   # devices' free memory (all N where the backend reports none).
   rollout_rows: int = 0
+  # continuous: when the N rows are more than --rollout_rows (or what memory
+  # holds), those are decode slots refilled as rows finish
+  # (sampling/continuous.py); static: calls of that many rows, each decoded
+  # until its longest row stops. The samples are the same.
+  rollout_batching: str = "continuous"
 
   # Optimisation.
   lr: float = 1e-3
@@ -212,6 +218,11 @@ class BaseConfig:
       self.rollout_dtype in ("",) + DTYPES,
       f"--rollout_dtype={self.rollout_dtype!r}; expected '' (= --dtype) or "
       f"one of {DTYPES}",
+    )
+    check(
+      self.rollout_batching in ("static", "continuous"),
+      f"--rollout_batching={self.rollout_batching!r}; expected static or "
+      "continuous",
     )
     check(
       self.remat_policy in ("full", "dots"),

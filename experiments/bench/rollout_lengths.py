@@ -13,10 +13,10 @@ keeps --slots decode slots busy by refilling finished ones.
 Each row's length is drawn from a lognormal with the given median and a
 90th percentile of --p90_ratio x the median, capped at T, and forced by a
 per-row budget (row_limits) with EOS disabled, so both samplers generate
-exactly as many tokens (checked: same masks). A second case gives every row the same
-length (the median... or T with --equal_length=T). Prints generated tokens/s
-of both, their ratio, and the continuous sampler's slot utilisation
-(generated tokens / (decode steps x slots)). Compile time is excluded (one
+exactly as many tokens (checked: same masks). A second case gives every row
+the same length (T, or --equal_length). Prints generated tokens/s of both,
+their ratio, and the continuous sampler's slot utilisation (generated
+tokens / (decode steps x slots)). Compile time is excluded (one
 warm-up call each); best of --repeats interleaved calls.
 """
 

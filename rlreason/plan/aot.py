@@ -13,8 +13,8 @@ Three programs are compiled at the sizes the loop runs them:
               (micro_batches scanned) and optimizer update, state donated;
   rollout     the sampler (prefill + decode loop) at --rollout_rows
               sequences per call (default: what the HBM left beside the
-              train state holds, rollout.rows_per_call, as the loop sizes
-              its calls), parameters laid out as mesh.rollout_rules
+              train state holds, rollout_memory.rows_per_call, as the loop
+              sizes its calls), parameters laid out as mesh.rollout_rules
               chooses for the slice's HBM;
   ref_logp    the reference / old-logp forward over --score_rows rows
               (default: one train micro-batch, as Context.score_rows).
@@ -41,8 +41,9 @@ from rlreason.model import policy
 from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.rl import objective
+from rlreason.sampling import continuous
 from rlreason.sampling import draw
-from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler
 from rlreason.train import train_step as ts
 
@@ -238,14 +239,14 @@ def rollout_params(model_cfg, mesh, hbm_bytes=None):
 def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   """Sequences per sampler call the loop would use on this slice: what
   the HBM left beside the resident arrays and the rollout parameters
-  holds (rollout.rows_per_call), at most N."""
+  holds (rollout_memory.rows_per_call), at most N."""
   n = cfg.num_sequences
   if not hbm_bytes:
     return n
   params = per_device_bytes(rollout_params(model_cfg, mesh, hbm_bytes))
   free = max(hbm_bytes - resident - params, 0)
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-  rows = rollout_lib.rows_per_call(
+  rows = rollout_memory.rows_per_call(
     model_cfg, cfg.max_prompt_len, cfg.max_new_tokens, free, shards
   )
   return min(n, rows)
@@ -254,21 +255,30 @@ def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
 def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
   params = rollout_params(model_cfg, mesh, hbm_bytes)
   sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
-  ids = jax.ShapeDtypeStruct((rows, cfg.max_prompt_len), jnp.int32, sharding=sh)
-  compiled = sampler._sample.lower(  # noqa: SLF001 - the jitted body
-    params,
-    ids,
-    ids,
-    jax.random.key(0),
+  n, p = cfg.num_sequences, cfg.max_prompt_len
+  common = dict(
     model_cfg=model_cfg,
     max_new_tokens=cfg.max_new_tokens,
     sampling=draw.Sampling(temperature=cfg.temperature),
     stop_ids=(0,),
     pad_id=0,
-    return_logits=False,
     mesh=mesh,
-  ).compile()
-  return dataclasses.replace(analyse("rollout", compiled), rows=rows)
+  )
+  if getattr(cfg, "rollout_batching", "static") == "continuous" and rows < n:
+    # All N rows through `rows` decode slots (rollout.generate).
+    ids = jax.ShapeDtypeStruct((n, p), jnp.int32, sharding=sh)
+    limits = jax.ShapeDtypeStruct((n,), jnp.int32, sharding=sh)
+    lowered = continuous._run.lower(  # noqa: SLF001 - the jitted body
+      params, ids, ids, jax.random.key(0), 0, limits, slots=rows,
+      refill_rows=continuous.default_refill_rows(rows), refill_every=1, stop_sequences=(),
+      **common,
+    )  # fmt: skip
+  else:
+    ids = jax.ShapeDtypeStruct((rows, p), jnp.int32, sharding=sh)
+    lowered = sampler._sample.lower(  # noqa: SLF001 - the jitted body
+      params, ids, ids, jax.random.key(0), return_logits=False, **common
+    )
+  return dataclasses.replace(analyse("rollout", lowered.compile()), rows=rows)
 
 
 def ref_params(model_cfg, mesh):

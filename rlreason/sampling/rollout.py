@@ -14,11 +14,15 @@ rng = fold_in(base_rng, step) so that a resumed run replays its samples
 (each row with its own key, sampling.row_keys: a row's samples do not
 depend on the batch around it), and detokenizes on the host.
 
-The N rows go through the sampler in calls of `rows_per_call` sequences
-(config `--rollout_rows`; 0 sizes them from the devices' free memory after
-the rollout parameters are placed: rows_per_call(), from each sequence's KV
-cache and working set), every call padded to one shape so they share one
-compiled program. Per-row keys make the samples those of one call.
+At most `rows_per_call` sequences are sampled at once (config
+`--rollout_rows`; 0 sizes them from the devices' free memory after the
+rollout parameters are placed: rollout_memory.rows_per_call(), from each
+sequence's KV cache and working set). With batching="continuous" (the
+loop's default, config `--rollout_batching`) and more rows than that, they
+are the decode slots of one continuous.sample call, refilled as rows
+finish; otherwise the N rows go through the static sampler in calls of that
+many, every call padded to one shape so they share one compiled program.
+Per-row keys make the samples those of one static call either way.
 
 Shapes: B prompts, G completions per prompt, N = B * G sequences, P bucketed
 prompt length, T = max_new_tokens, V vocab (legend in types.py).
@@ -32,13 +36,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason import mesh as mesh_lib
+from rlreason.sampling import continuous
 from rlreason.sampling import sampler as sampling_lib
 from rlreason.sampling import draw
+from rlreason.sampling import rollout_memory
 from rlreason.sampling import stops
 from rlreason.model import transformer
 from rlreason.model.tokenizer import Tokenizer
 from rlreason.model.transformer import ModelConfig
 from rlreason.types import Rollout
+
+
+BATCHING = ("static", "continuous")
 
 
 def bucket_length(n: int, bucket: int) -> int:
@@ -103,57 +112,6 @@ def pad_prompts(
   return tokens, positions
 
 
-# A sampler call may fill this much of the memory left free on a device
-# (the rest covers XLA's temporaries the per-sequence estimate leaves out).
-ROLLOUT_FREE_FRACTION = 0.8
-
-
-def sequence_bytes(model_cfg: ModelConfig, prompt_len: int, new_tokens: int):
-  """Device bytes one sequence holds while it is sampled: its KV cache (all
-  layers, P + T slots in the compute dtype) plus the prefill's working set
-  (fp32 residual stream and MLP products of P tokens, one block of attention
-  scores per head) and the decode step's [V] logits and [T] buffers."""
-  c = model_cfg
-  s = prompt_len + new_tokens
-  itemsize = jnp.dtype(c.compute_dtype).itemsize
-  cache = 2 * c.n_layers * c.n_kv_heads * c.head_dim * s * itemsize
-  block = min(prompt_len, c.attention_block)
-  prefill = 4 * prompt_len * (6 * c.d_model + 3 * c.mlp_dim)
-  prefill += 4 * 2 * c.n_heads * prompt_len * block
-  decode = 4 * 4 * c.vocab_size + 4 * 4 * new_tokens
-  return cache + prefill + decode
-
-
-def rows_per_call(
-  model_cfg: ModelConfig,
-  prompt_len: int,
-  new_tokens: int,
-  free_bytes: int,
-  batch_shards: int = 1,
-) -> int:
-  """Sequences one sampler call holds in `free_bytes` per device (a
-  multiple of the batch shards; at least one per shard)."""
-  per_row = sequence_bytes(model_cfg, prompt_len, new_tokens)
-  per_device = int(ROLLOUT_FREE_FRACTION * free_bytes) // per_row
-  return max(1, per_device) * batch_shards
-
-
-def _call_rows(requested, n, model_cfg, p, t, mesh, params) -> int:
-  """Rows per sampler call: `requested` (> 0), else what the devices' free
-  memory holds once `params` (the rollout copy) are in place (mesh given
-  and its memory known), else all n."""
-  if requested > 0:
-    return min(requested, n)
-  if mesh is None or mesh_lib.device_free_memory(mesh) is None:
-    return n
-  jax.block_until_ready(params)  # their bytes count as in use
-  free = mesh_lib.device_free_memory(mesh)
-  if not free:
-    return n
-  shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-  return min(n, rows_per_call(model_cfg, p, t, free, shards))
-
-
 @functools.lru_cache(maxsize=8)
 def rollout_shardings(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
   """NamedShardings of the parameters in the rollout layout (cached):
@@ -215,6 +173,7 @@ def generate(
   extra_stop_sequences: Sequence[Sequence[int]] = (),
   row_offset: int = 0,
   rows_per_call: int = 0,
+  batching: str = "static",
 ) -> Rollout:
   """Samples `group_size` completions for each prompt.
 
@@ -243,7 +202,12 @@ def generate(
     rows_per_call: sequences per sampler call; the N rows are sampled in
       calls of this many (the last one padded to the same shape), with the
       samples of one call. 0: as many as the devices' free memory holds
-      (rows_per_call()), or all N where the backend reports no memory.
+      (rollout_memory.rows_per_call()), or all N where the backend reports
+      no memory; an error when more than the free memory holds.
+    batching: "static" (calls of rows_per_call rows, each decoded until its
+      longest row stops) or "continuous" (rows_per_call decode slots
+      refilled as rows finish: sampling/continuous.py; the static path
+      where all N rows fit in one call).
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -253,6 +217,8 @@ def generate(
   """
   if group_size < 1:
     raise ValueError(f"group_size={group_size} must be >= 1")
+  if batching not in BATCHING:
+    raise ValueError(f"batching={batching!r}; expected one of {BATCHING}")
   if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
     raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
   v = model_cfg.vocab_size
@@ -279,7 +245,7 @@ def generate(
   else:
     params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
     rng, step = mesh_lib.put_global(scalars, mesh_lib.replicated(mesh))
-  per_call = _call_rows(
+  per_call = rollout_memory.call_rows(
     rows_per_call, len(tokens), model_cfg, p, int(max_new_tokens), mesh, params
   )
   call = functools.partial(
@@ -294,20 +260,24 @@ def generate(
     mesh=mesh,
     stop_sequences=stop_sequences,
   )
-  outs = [
-    call(
-      tokens[lo : lo + per_call],
-      positions[lo : lo + per_call],
-      rows=per_call,
-      row_offset=row_offset + lo,
+  if batching == "continuous" and per_call < len(tokens):
+    out = call(tokens, positions, rows=len(tokens), row_offset=row_offset,
+               slots=per_call)  # fmt: skip
+  else:
+    outs = [
+      call(
+        tokens[lo : lo + per_call],
+        positions[lo : lo + per_call],
+        rows=per_call,
+        row_offset=row_offset + lo,
+      )
+      for lo in range(0, len(tokens), per_call)
+    ]
+    out = (
+      outs[0]
+      if len(outs) == 1
+      else jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
     )
-    for lo in range(0, len(tokens), per_call)
-  ]
-  out = (
-    outs[0]
-    if len(outs) == 1
-    else jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
-  )
   tokens, positions = _put_rows(mesh, (tokens, positions))
   full_tokens, full_positions = _concat_completion(
     tokens, positions, out.tokens, out.mask
@@ -350,11 +320,12 @@ def _put_rows(mesh, tree):
 
 
 def _sample_rows(
-  params, tokens, positions, *, rows, row_offset, rng, mesh, **kwargs
+  params, tokens, positions, *, rows, row_offset, rng, mesh, slots=0, **kwargs
 ) -> sampling_lib.SampleOutput:
   """One sampler call on host rows [n <= rows, P], padded to `rows` rows
   (copies of the last) so that every call of a chunked rollout shares one
-  compiled program; outputs cut back to n."""
+  compiled program; outputs cut back to n. slots > 0: continuous batching
+  over that many decode slots."""
   n = len(tokens)
   if n < rows:
     fill = np.repeat(np.arange(n - 1, n), rows - n)
@@ -366,7 +337,10 @@ def _sample_rows(
     offset = jax.device_put(offset)
   else:
     offset = mesh_lib.put_global(offset, mesh_lib.replicated(mesh))
-  out = sampling_lib.sample(
+  fn = sampling_lib.sample
+  if slots:
+    fn = functools.partial(continuous.sample, slots=slots)
+  out = fn(
     params, tokens, positions, rng, mesh=mesh, row_offset=offset, **kwargs
   )
   if n < rows:

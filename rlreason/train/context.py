@@ -110,6 +110,7 @@ class Context:
       max_prompt_len=self.cfg.max_prompt_len,
       row_offset=row_offset,
       rows_per_call=getattr(self.cfg, "rollout_rows", 0),
+      batching=getattr(self.cfg, "rollout_batching", "static"),
     )
 
   @property

@@ -85,15 +85,15 @@ res["huge"] = run(huge, "v5e-4", model_overrides={"attention_block": 512})
 # A rollout sized for an HBM with room for ~3 sequences per chip beside the
 # resident train state and the rollout parameters: the planner picks calls
 # of 3 rows per chip, and the compiled call fits that HBM.
-from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import rollout_memory
 long = dataclasses.replace(base, max_prompt_len=256, max_new_tokens=1792)
 s = chips.parse("v5e-4")
 mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
 model_cfg = dataclasses.replace(aot.model_config(long), vocab_size=V)
 resident = aot.resident_bytes(long, model_cfg, mesh)["rollout"]
 params = aot.per_device_bytes(aot.rollout_params(model_cfg, mesh, s.hbm_bytes))
-seq = rollout_lib.sequence_bytes(model_cfg, 256, 1792)
-hbm = resident + params + int(3.5 * seq / rollout_lib.ROLLOUT_FREE_FRACTION)
+seq = rollout_memory.sequence_bytes(model_cfg, 256, 1792)
+hbm = resident + params + int(3.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
 rows = aot.rollout_rows_for(long, model_cfg, mesh, hbm, resident)
 prog = aot.compile_rollout(long, model_cfg, mesh, rows, s.hbm_bytes)
 res["small_hbm"] = {

@@ -8,6 +8,7 @@ import pytest
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout
+from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler as sampling
 from rlreason.sampling import draw
 from rlreason.sampling import stops
@@ -189,8 +190,8 @@ def test_chunked_sharded_calls_from_free_memory(params, ro, monkeypatch):
   room for one sequence per device gives calls of 4 rows (the batch splits
   over data x fsdp = 4), with the samples of one call."""
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
-  seq = rollout.sequence_bytes(CFG, 8, T)
-  free = int(1.5 * seq / rollout.ROLLOUT_FREE_FRACTION)
+  seq = rollout_memory.sequence_bytes(CFG, 8, T)
+  free = int(1.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
   monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
   calls = []
   real = rollout._sample_rows
@@ -202,6 +203,32 @@ def test_chunked_sharded_calls_from_free_memory(params, ro, monkeypatch):
   chunked = _generate(params, step=3, mesh=mesh)
   assert calls == [(4, 4), (4, 4)]
   _assert_same_rollout(chunked, ro)
+
+
+def test_continuous_batching_equals_one_static_call(params, ro, monkeypatch):
+  """batching="continuous": the 8 rows run through 3 decode slots in one
+  continuous call, on one device and on a mesh sized from free memory
+  (one sequence per device: 4 slots), with the samples of one static call."""
+  calls = []
+  real = rollout._sample_rows
+  monkeypatch.setattr(
+    rollout,
+    "_sample_rows",
+    lambda *a, **k: calls.append(k.get("slots")) or real(*a, **k),
+  )
+  _assert_same_rollout(
+    _generate(params, step=3, rows_per_call=3, batching="continuous"), ro
+  )
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  seq = rollout_memory.sequence_bytes(CFG, 8, T)
+  free = int(1.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
+  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
+  sharded = _generate(params, step=3, mesh=mesh, batching="continuous")
+  _assert_same_rollout(sharded, ro)
+  assert calls == [3, 4]
+  # More rows at once than that memory holds: an error before sampling.
+  with pytest.raises(ValueError, match="--rollout_rows=5: .* at most 4"):
+    _generate(params, step=3, mesh=mesh, rows_per_call=5)
 
 
 def test_rows_per_call_by_hand():
@@ -219,11 +246,15 @@ def test_rows_per_call_by_hand():
   )
   # cache 2*2*1*2*(3+5)*4 = 256; prefill 4*3*(24+24) = 576 plus
   # 4*2*2*3*2 = 96; decode 16*10 + 16*5 = 240.
-  assert rollout.sequence_bytes(cfg, 3, 5) == 256 + 576 + 96 + 240
+  assert rollout_memory.sequence_bytes(cfg, 3, 5) == 256 + 576 + 96 + 240
   per = 1168
-  frac = rollout.ROLLOUT_FREE_FRACTION
-  assert rollout.rows_per_call(cfg, 3, 5, int(2 * per / frac) + 1, 4) == 8
-  assert rollout.rows_per_call(cfg, 3, 5, 10, 4) == 4  # at least 1 per shard
+  frac = rollout_memory.ROLLOUT_FREE_FRACTION
+  assert (
+    rollout_memory.rows_per_call(cfg, 3, 5, int(2 * per / frac) + 1, 4) == 8
+  )
+  assert (
+    rollout_memory.rows_per_call(cfg, 3, 5, 10, 4) == 4
+  )  # at least 1 per shard
 
 
 def test_stop_strings_as_token_sequences(params, ro):
@@ -268,6 +299,7 @@ def test_stop_strings_as_token_sequences(params, ro):
       "outside the model",
     ),
     (TEXTS, dict(group_size=0), "group_size"),
+    (TEXTS, dict(batching="dynamic"), "batching='dynamic'"),
   ],
 )
 def test_bad_input_fails_before_compiling(params, texts, kwargs, match):

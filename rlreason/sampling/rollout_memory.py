@@ -1,0 +1,78 @@
+"""How many sequences one sampler call holds in a device's memory.
+
+  rows = rollout_memory.rows_per_call(model_cfg, P, T, free_bytes, shards)
+
+A sequence being sampled holds its KV cache, the prefill's working set and
+the decode step's buffers (sequence_bytes); a call may fill
+ROLLOUT_FREE_FRACTION of the memory left free once the rollout parameters
+are in place (the rest covers XLA temporaries the estimate leaves out).
+rollout.generate sizes its calls (static batching) or its decode slots
+(continuous batching) with `call_rows`; the planner (plan/aot.py) with
+`rows_per_call`.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from rlreason import mesh as mesh_lib
+from rlreason.model.transformer import ModelConfig
+
+# A sampler call may fill this much of the memory left free on a device
+# (the rest covers XLA's temporaries the per-sequence estimate leaves out).
+ROLLOUT_FREE_FRACTION = 0.8
+
+
+def sequence_bytes(model_cfg: ModelConfig, prompt_len: int, new_tokens: int):
+  """Device bytes one sequence holds while it is sampled: its KV cache (all
+  layers, P + T slots in the compute dtype) plus the prefill's working set
+  (fp32 residual stream and MLP products of P tokens, one block of attention
+  scores per head) and the decode step's [V] logits and [T] buffers."""
+  c = model_cfg
+  s = prompt_len + new_tokens
+  itemsize = jnp.dtype(c.compute_dtype).itemsize
+  cache = 2 * c.n_layers * c.n_kv_heads * c.head_dim * s * itemsize
+  block = min(prompt_len, c.attention_block)
+  prefill = 4 * prompt_len * (6 * c.d_model + 3 * c.mlp_dim)
+  prefill += 4 * 2 * c.n_heads * prompt_len * block
+  decode = 4 * 4 * c.vocab_size + 4 * 4 * new_tokens
+  return cache + prefill + decode
+
+
+def rows_per_call(
+  model_cfg: ModelConfig,
+  prompt_len: int,
+  new_tokens: int,
+  free_bytes: int,
+  batch_shards: int = 1,
+) -> int:
+  """Sequences one sampler call holds in `free_bytes` per device (a
+  multiple of the batch shards; at least one per shard)."""
+  per_row = sequence_bytes(model_cfg, prompt_len, new_tokens)
+  per_device = int(ROLLOUT_FREE_FRACTION * free_bytes) // per_row
+  return max(1, per_device) * batch_shards
+
+
+def call_rows(requested, n, model_cfg, p, t, mesh, params) -> int:
+  """Rows per sampler call (or decode slots): `requested` (> 0), else what
+  the devices' free memory holds once `params` (the rollout copy) are in
+  place (mesh given and its memory known), else all n.
+
+  Raises:
+    ValueError: `requested` is more than the free memory holds.
+  """
+  free = None
+  if mesh is not None and mesh_lib.device_free_memory(mesh) is not None:
+    jax.block_until_ready(params)  # their bytes count as in use
+    free = mesh_lib.device_free_memory(mesh)
+  if not free:
+    return min(requested, n) if requested > 0 else n
+  shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+  most = rows_per_call(model_cfg, p, t, free, shards)
+  if requested > most:
+    raise ValueError(
+      f"--rollout_rows={requested}: the devices' free memory "
+      f"({free / 2**30:.2f} GiB per device) holds at most {most} sequences "
+      f"of {p} + {t} tokens at once (rollout_memory.sequence_bytes). Lower "
+      "it, or pass 0 to size the sampler calls from memory."
+    )
+  return min(requested if requested > 0 else most, n)

@@ -1,0 +1,68 @@
+"""The loop's rollouts under --rollout_batching: continuous (the default)
+and static give the same samples; with all rows in one call (the laptop
+default, --rollout_rows=0 on a backend without memory stats) both run the
+static sampler."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import grpo
+from rlreason import testing
+from rlreason.data import sources as data_lib
+from rlreason.sampling import draw
+from rlreason.sampling import rollout as rollout_lib
+
+
+def _rollout(monkeypatch, **overrides):
+  cfg = dataclasses.replace(
+    grpo.Config(),
+    max_new_tokens=12,
+    warm_start_steps=0,
+    mesh_fsdp=1,
+    group_size=4,
+    **overrides,
+  )
+  cfg.validate()
+  ctx = testing.tiny_context(cfg)
+  slots = []
+  real = rollout_lib._sample_rows
+  monkeypatch.setattr(
+    rollout_lib,
+    "_sample_rows",
+    lambda *a, **k: slots.append(k.get("slots", 0)) or real(*a, **k),
+  )
+  examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "train")
+  ro = ctx.generate(
+    ctx.params,
+    examples,
+    jax.random.key(0),
+    0,
+    group_size=cfg.group_size,
+    sampling=draw.Sampling(temperature=cfg.temperature),
+  )
+  return ro, slots
+
+
+def test_continuous_is_the_default_and_samples_as_static(monkeypatch):
+  assert grpo.Config().rollout_batching == "continuous"
+  static, calls = _rollout(
+    monkeypatch, rollout_rows=5, rollout_batching="static"
+  )
+  assert calls == [0, 0, 0, 0]  # 16 rows in calls of 5
+  cont, calls = _rollout(monkeypatch, rollout_rows=5)
+  assert calls == [5]  # one call, 5 decode slots
+  one, calls = _rollout(monkeypatch)
+  assert calls == [0]
+  for ro in (cont, one):
+    np.testing.assert_array_equal(ro.tokens, static.tokens)
+    np.testing.assert_array_equal(ro.mask, static.mask)
+    np.testing.assert_allclose(ro.logp, static.logp, rtol=1e-5, atol=1e-6)
+    assert list(ro.finish_reasons) == list(static.finish_reasons)
+
+
+def test_bad_batching_is_a_config_error():
+  with pytest.raises(ValueError, match="--rollout_batching='paged'"):
+    dataclasses.replace(grpo.Config(), rollout_batching="paged").validate()
