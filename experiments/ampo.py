@@ -32,6 +32,7 @@ TPU:  launch/tpu.sh run experiments.ampo --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 import functools
 
 import jax
@@ -49,6 +50,9 @@ from rlreason.eval import teacher as teacher_lib
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.Config):
   """grpo.Config's laptop scale with AMPO's guidance; paper: PAPER."""
+
+  # Its own make_batch does not apply --rollout_correction.
+  corrects_rollouts: ClassVar[bool] = False
 
   data: str = "task:arithmetic:difficulty=1-3,n=4000"
   max_new_tokens: int = 48

@@ -60,6 +60,7 @@ TPU:  launch/tpu.sh run experiments.dars --scale=paper --variant=dars_b \
 """
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -76,6 +77,9 @@ from rlreason.rl import objective
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.Config):
   """grpo.Config's laptop scale with DARS's allocation; paper: PAPER."""
+
+  # Its own make_batch does not apply --rollout_correction.
+  corrects_rollouts: ClassVar[bool] = False
 
   data: str = "task:arithmetic:difficulty=1-2,n=4000"
   extra_groups: int = 8  # (1) K extra groups per step (laptop: B / 2)

@@ -29,6 +29,7 @@ TPU:  launch/tpu.sh run experiments.ghpo --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 
 from experiments import grpo
 from rlreason.data import difficulty
@@ -42,6 +43,9 @@ from rlreason.rl import objective
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.Config):
   """grpo.Config's laptop scale with GHPO's guidance; paper: PAPER."""
+
+  # Its own make_batch does not apply --rollout_correction.
+  corrects_rollouts: ClassVar[bool] = False
 
   data: str = "task:arithmetic:difficulty=1-3,n=4000"
   max_prompt_len: int = 64

@@ -35,6 +35,7 @@ TPU:  launch/tpu.sh run experiments.pope --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 
 from experiments import grpo
 from rlreason.data import difficulty
@@ -48,6 +49,9 @@ from rlreason.rl import objective
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.Config):
   """grpo.Config's laptop scale on hard problems; paper: PAPER."""
+
+  # Its own make_batch does not apply --rollout_correction.
+  corrects_rollouts: ClassVar[bool] = False
 
   data: str = "task:arithmetic:difficulty=2-3,n=4000"  # (1)
   max_prompt_len: int = 64  # room for the prefix

@@ -77,6 +77,7 @@ class Config(grpo.Config):
   def validate(self) -> None:
     # PGConfig's checks, except that GAE needs no group (G = 1 is fine).
     super(objective.PGConfig, self).validate()
+    self.validate_rollout_correction()
     losses.get_policy_loss(self.policy_loss)
     kl.get(self.kl_reward_estimator)
     if self.advantage != "gae":
@@ -134,6 +135,11 @@ def make_batch(rollout, examples, ctx):
   total, parts = ctx.score(rollout, examples)
   total = np.asarray(total, np.float32)
   batch = ctx.batch_from_rollout(rollout)
+  mismatch = (
+    objective.correct_rollout(batch, rollout, ctx)
+    if cfg.rollout_correction
+    else {}
+  )
   mask = batch["mask"]
   token_rewards = np.asarray(
     returns_lib.outcome_token_rewards(jnp.asarray(total), jnp.asarray(mask))
@@ -168,6 +174,7 @@ def make_batch(rollout, examples, ctx):
     batch["returns"], values, mask
   )
   metrics["value/rollout_mean"] = float(values[mask > 0].mean())
+  metrics.update({f"mismatch/{k}": v for k, v in mismatch.items()})
   return batch, metrics
 
 

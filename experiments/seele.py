@@ -33,6 +33,7 @@ TPU:  launch/tpu.sh run experiments.seele --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -48,6 +49,9 @@ from rlreason.rl import objective
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.Config):
   """grpo.Config's laptop scale with SEELE's hints; paper: PAPER."""
+
+  # Its own make_batch does not apply --rollout_correction.
+  corrects_rollouts: ClassVar[bool] = False
 
   data: str = "task:arithmetic:difficulty=1-3,n=4000"
   max_prompt_len: int = 64  # room for the hint

@@ -39,6 +39,7 @@ TPU:  launch/tpu.sh run experiments.truncated_ppo --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 import functools
 
 import jax
@@ -60,6 +61,9 @@ from rlreason.rl import value
 @dataclasses.dataclass(frozen=True)
 class Config(ppo.Config):
   """ppo.py's laptop setup with windowed generation."""
+
+  # Its own make_batch does not apply --rollout_correction.
+  corrects_rollouts: ClassVar[bool] = False
 
   max_new_tokens: int = 10  # (1) the generation window
   # (1) a response's budget (grpo.py's 40: 4 windows), rounded up to whole

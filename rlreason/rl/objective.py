@@ -62,6 +62,10 @@ class PGConfig(config.BaseConfig):
 
   # The estimators `make_batch` accepts; a subclass may narrow or widen it.
   estimators: ClassVar[tuple[str, ...]] = OUTCOME_ESTIMATORS + TOKEN_ESTIMATORS
+  # Whether the experiment's make_batch applies --rollout_correction
+  # (outcome_batch does); one that builds its own batch without it sets
+  # False, and the flag is then an error instead of a silent no-op.
+  corrects_rollouts: ClassVar[bool] = True
 
   advantage: str = "grpo"  # one of `estimators`
   std_eps: float = 1e-6  # added to the group std (verl's value)
@@ -101,21 +105,7 @@ class PGConfig(config.BaseConfig):
         f"Invalid config: --aggregation={self.aggregation!r}; valid: "
         f"{aggregation.AGGREGATION_MODES}"
       )
-    if self.rollout_correction not in ("", "tis", "mis"):
-      raise ValueError(
-        f"Invalid config: --rollout_correction={self.rollout_correction!r};"
-        " valid: '' (off), tis, mis"
-      )
-    if self.rollout_correction_level not in ("token", "sequence"):
-      raise ValueError(
-        "Invalid config: --rollout_correction_level="
-        f"{self.rollout_correction_level!r}; valid: token, sequence"
-      )
-    if not self.rollout_correction_cap > 1:
-      raise ValueError(
-        "Invalid config: --rollout_correction_cap="
-        f"{self.rollout_correction_cap} must be > 1"
-      )
+    self.validate_rollout_correction()
     if self.group_size < 2 and self.advantage not in _GROUP_FREE:
       raise ValueError(
         f"Invalid config: --advantage={self.advantage} compares the "
@@ -127,6 +117,30 @@ class PGConfig(config.BaseConfig):
   def needs_ref(self) -> bool:
     """Whether the loop must keep a frozen reference model."""
     return bool(self.kl_coef or self.kl_reward_coef)
+
+  def validate_rollout_correction(self) -> None:
+    """--rollout_correction*'s checks (ppo validates without the rest)."""
+    if self.rollout_correction not in ("", "tis", "mis"):
+      raise ValueError(
+        f"Invalid config: --rollout_correction={self.rollout_correction!r};"
+        " valid: '' (off), tis, mis"
+      )
+    if self.rollout_correction and not self.corrects_rollouts:
+      raise ValueError(
+        f"Invalid config: --rollout_correction={self.rollout_correction}: "
+        f"{type(self).__module__}'s make_batch builds its own batch and does "
+        "not apply it (experiments on objective.outcome_batch and ppo do)"
+      )
+    if self.rollout_correction_level not in ("token", "sequence"):
+      raise ValueError(
+        "Invalid config: --rollout_correction_level="
+        f"{self.rollout_correction_level!r}; valid: token, sequence"
+      )
+    if not self.rollout_correction_cap > 1:
+      raise ValueError(
+        "Invalid config: --rollout_correction_cap="
+        f"{self.rollout_correction_cap} must be > 1"
+      )
 
 
 def outcome_advantages(

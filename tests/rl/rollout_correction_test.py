@@ -86,6 +86,38 @@ def test_bad_correction_settings_are_errors(field, value, match):
     dataclasses.replace(grpo.Config(), **{field: value}).validate()
 
 
+@pytest.mark.parametrize("name", ["ampo", "dars", "guide", "truncated_ppo"])
+def test_experiments_with_their_own_batches_reject_it(name):
+  """A make_batch that does not apply the correction: an error up front,
+  not a silent no-op."""
+  import importlib
+
+  cfg = importlib.import_module(f"experiments.{name}").Config()
+  cfg.validate()
+  with pytest.raises(ValueError, match=f"experiments.{name}'s make_batch"):
+    dataclasses.replace(cfg, rollout_correction="tis").validate()
+
+
+def test_ppo_weights_its_batch(tmp_path):
+  """ppo builds its own batch (critic values, GAE) and applies it too."""
+  from experiments import ppo
+  from rlreason import metrics as metrics_lib
+
+  cfg = dataclasses.replace(
+    ppo.Config(),
+    **{**testing.SMOKE, "warm_start_steps": 0, "eval_size": 1, "steps": 1},
+    rollout_dtype="bfloat16",
+    rollout_correction="tis",
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+  ppo.run(cfg)
+  rows = metrics_lib.read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))
+  trained = [r for r in rows if "loss" in r]
+  assert len(trained) == 1
+  assert trained[0]["mismatch/abs_log_ratio"] > 1e-4, trained[0]
+
+
 def test_the_loop_trains_with_the_correction_and_logs_it(tmp_path):
   """A 2-step grpo run with bf16 rollouts and masked IS: the weights go
   through the train step and the mismatch lands in metrics.jsonl."""
