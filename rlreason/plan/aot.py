@@ -270,8 +270,8 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
     limits = jax.ShapeDtypeStruct((n,), jnp.int32, sharding=sh)
     lowered = continuous._run.lower(  # noqa: SLF001 - the jitted body
       params, ids, ids, jax.random.key(0), 0, limits, slots=rows,
-      refill_rows=continuous.default_refill_rows(rows), refill_every=1, stop_sequences=(),
-      **common,
+      refill_rows=continuous.default_refill_rows(rows), refill_every=1,
+      stop_sequences=(), **common,
     )  # fmt: skip
   else:
     ids = jax.ShapeDtypeStruct((rows, p), jnp.int32, sharding=sh)
