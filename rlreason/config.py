@@ -128,6 +128,15 @@ class BaseConfig:
   rollout_dtype: str = ""
   remat: bool = False
   remat_policy: str = "full"  # full | dots (model/transformer.py)
+  # LoRA (model/lora.py): rank 0 = full fine-tuning. Otherwise only rank-r
+  # adapters on --lora_targets (attention | mlp | all) are trained, scaled
+  # by alpha / r, over a frozen base held in the compute dtype or
+  # quantised (--lora_quantize int8 | nf4: QLoRA); the KL reference is
+  # that base.
+  lora_rank: int = 0
+  lora_alpha: float = 32.0
+  lora_targets: str = "all"
+  lora_quantize: str = ""
   mesh_data: int = 1
   mesh_fsdp: int = -1  # -1 = all remaining devices
   mesh_tensor: int = 1
@@ -194,8 +203,23 @@ class BaseConfig:
       "validate_rows",
       "top_k",
       "rollout_rows",
+      "lora_rank",
     ):
       at_least(name, 0)
+    check(
+      self.lora_targets in ("attention", "mlp", "all"),
+      f"--lora_targets={self.lora_targets!r}; expected attention, mlp or all",
+    )
+    check(
+      self.lora_quantize in ("", "int8", "nf4"),
+      f"--lora_quantize={self.lora_quantize!r}; expected '', int8 or nf4",
+    )
+    check(
+      self.lora_rank > 0 or not self.lora_quantize,
+      f"--lora_quantize={self.lora_quantize} quantises LoRA's frozen base: "
+      "it needs --lora_rank > 0",
+    )
+    check(self.lora_alpha > 0, f"--lora_alpha={self.lora_alpha} must be > 0")
     check(self.temperature >= 0, f"--temperature={self.temperature} < 0")
     for name in ("warm_start_noise", "warm_start_hints"):
       value = getattr(self, name)

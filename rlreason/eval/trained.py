@@ -22,11 +22,14 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+import safetensors.numpy
 
 from rlreason import config
+from rlreason.train import adapters as adapters_lib
 from rlreason.train import context
 from rlreason import mesh as mesh_lib
 from rlreason.model import hf
+from rlreason.model import lora
 from rlreason.model import presets
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
@@ -71,6 +74,7 @@ class Policy:
   tokenizer: str
   step: int | None = None
   workdir: str | None = None
+  adapters: Any = None  # a LoRA run's adapters (params holds them merged)
 
 
 def _base_config(raw: dict) -> config.BaseConfig:
@@ -159,8 +163,12 @@ def _model_config(run_cfg: config.BaseConfig, workdir: str):
   )
 
 
-def restore_params(workdir: str, model_cfg, mesh, step: int | None = None):
-  """(params, step) from the run's orbax checkpoint (latest by default)."""
+def restore_params(
+  workdir: str, model_cfg, mesh, step: int | None = None, like=None, axes=None
+):
+  """(params, step) from the run's orbax checkpoint (latest by default);
+  `like` / `axes`: the params' shapes and logical axes when they are not
+  the model's (a LoRA run's adapters)."""
   directory = os.path.join(os.path.abspath(workdir), "checkpoints")
   if not os.path.isdir(directory):
     raise CheckpointError(f"RL workdir {workdir}: {directory} is missing")
@@ -180,10 +188,9 @@ def restore_params(workdir: str, model_cfg, mesh, step: int | None = None):
       raise CheckpointError(
         f"{directory}/{step}: no such checkpoint; saved steps: {steps}"
       )
-    shapes = transformer.param_shapes(model_cfg)
-    shardings = mesh_lib.shardings(
-      mesh, transformer.param_axes(model_cfg), mesh_lib.TRAIN_RULES, shapes
-    )
+    shapes = transformer.param_shapes(model_cfg) if like is None else like
+    axes = transformer.param_axes(model_cfg) if axes is None else axes
+    shardings = mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, shapes)
     item = {
       "params": jax.tree.map(
         lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
@@ -237,7 +244,19 @@ def load(
     run_cfg = _read_json(os.path.join(path, "config.json"))
     run_cfg = dataclasses.replace(_base_config(run_cfg), **overrides)
     model_cfg = _model_config(run_cfg, path)
-    params, step = restore_params(path, model_cfg, mesh, step)
+    adapters = None
+    if lcfg := adapters_lib.lora_config(run_cfg):
+      # The base the run started from, and its adapters, merged.
+      model_cfg, base = context.load_model(run_cfg, mesh)
+      adapted, fresh = adapters_lib.prepare(
+        run_cfg, model_cfg, base, mesh, lcfg
+      )
+      adapters, step = restore_params(
+        path, model_cfg, mesh, step, like=fresh, axes=adapted.axes
+      )
+      params = adapted.policy(adapters)
+    else:
+      params, step = restore_params(path, model_cfg, mesh, step)
     return Policy(
       source,
       kind,
@@ -249,6 +268,7 @@ def load(
       tokenizer=_tokenizer_source(run_cfg),
       step=step,
       workdir=path,
+      adapters=adapters,
     )
   info_file = os.path.join(path, EXPORT_INFO)
   raw, step = {}, None
@@ -330,4 +350,31 @@ def export_hf(policy: Policy | str, out_dir: str) -> str:
       json.dump(info, f, indent=2)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
+  return out_dir
+
+
+def export_peft(policy: Policy | str, out_dir: str) -> str:
+  """Writes a LoRA run's adapters alone in PEFT's format
+  (adapter_config.json + adapter_model.safetensors), for
+  peft.PeftModel.from_pretrained on the run's base model (its HF directory:
+  --model / --init_from; export_hf of the base for a preset)."""
+  if isinstance(policy, str):
+    policy = load(policy)
+  lcfg = adapters_lib.lora_config(policy.run_cfg)
+  if policy.adapters is None or lcfg is None:
+    raise CheckpointError(
+      f"{policy.source} is not a LoRA run (--lora_rank=0): no adapters to "
+      "export; export_hf writes its weights"
+    )
+  base = policy.run_cfg.init_from or policy.run_cfg.model
+  config_json, tensors = lora.peft_files(
+    mesh_lib.to_host(policy.adapters), policy.model_cfg, lcfg, base
+  )
+  if jax.process_index() == 0:
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "adapter_config.json"), "w") as f:
+      json.dump(config_json, f, indent=2)
+    safetensors.numpy.save_file(
+      tensors, os.path.join(out_dir, "adapter_model.safetensors")
+    )
   return out_dir

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import attention
+from rlreason.model import lora
 
 Params = Any
 
@@ -140,6 +141,10 @@ def init_cache(
 
 
 def _param(module, name, axes, shape, init, dtype):
+  # A LoRA-adapted or quantised kernel is a dict leaf (lora.combine /
+  # lora.quantize): the weight it stands for is formed here, at use.
+  if module.has_variable("params", name):
+    return lora.effective(module.get_variable("params", name))
   return module.param(
     name, nn.with_logical_partitioning(init, axes), shape, dtype
   )

@@ -267,7 +267,11 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
   if getattr(cfg, "rollout_batching", "static") == "continuous" and rows < n:
     # All N rows through `rows` decode slots (rollout.generate).
     ids = jax.ShapeDtypeStruct((n, p), jnp.int32, sharding=sh)
-    limits = jax.ShapeDtypeStruct((n,), jnp.int32, sharding=sh)
+    limits = jax.ShapeDtypeStruct(
+      (n,),
+      jnp.int32,
+      sharding=mesh_lib.batch_sharding(mesh, 1, mesh_lib.ROLLOUT_RULES),
+    )
     lowered = continuous._run.lower(  # noqa: SLF001 - the jitted body
       params, ids, ids, jax.random.key(0), 0, limits, slots=rows,
       refill_rows=continuous.default_refill_rows(rows), refill_every=1,

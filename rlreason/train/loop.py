@@ -31,6 +31,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
+from rlreason.train import adapters as adapters_lib
 from rlreason.train import checkpoint
 from rlreason.train import preflight
 from rlreason.train import run_info
@@ -117,8 +118,17 @@ def train(
   # The frozen reference in the compute dtype, as the rollout holds its
   # weights (the model casts every weight to it before use; in bf16 runs
   # the norm scales round as the sampler's do): half the bytes in bf16.
+  # LoRA: the base is frozen (and is the reference); only adapters train.
+  lcfg = adapters_lib.lora_config(cfg)
+  adapted, model_params = None, params
+  if lcfg:
+    adapted, params = adapters_lib.prepare(
+      cfg, model_cfg, model_params, mesh, lcfg
+    )
   ref_params = None
-  if needs_ref:
+  if needs_ref and adapted:
+    ref_params = adapted.base
+  elif needs_ref:
     dt = model_cfg.compute_dtype
     ref_params = jax.tree.map(
       lambda x: (
@@ -126,28 +136,34 @@ def train(
       ),
       params,
     )
-  axes, lr_scales, extra_keys = None, None, ()
+  axes = adapted.axes if adapted else None
+  lr_scales, extra_keys = None, ()
   if extra_params is not None:
-    extra = extra_params(cfg, model_cfg, params)
+    extra = extra_params(cfg, model_cfg, model_params)
     params = {**params, **extra.params}
-    axes = {**transformer.param_axes(model_cfg), **extra.axes}
+    axes = {**(axes or transformer.param_axes(model_cfg)), **extra.axes}
     lr_scales, extra_keys = extra.lr_scales, tuple(extra.params)
+  del model_params
 
   def policy_of(p):
-    return {k: v for k, v in p.items() if k not in extra_keys}
+    own = {k: v for k, v in p.items() if k not in extra_keys}
+    return adapted.policy(own) if adapted else own
 
   updates_per_step = cfg.ppo_epochs * cfg.minibatches
   optimizer = ts.optimizer_from_config(
     cfg, cfg.steps * updates_per_step, lr_scales
   )
+  train_loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
   state, step_fn, batch_sh = ts.setup(
     mesh,
     model_cfg,
     params,
     optimizer,
-    functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg),
+    adapted.loss(train_loss, extra_keys) if adapted else train_loss,
     micro_batches=cfg.micro_batches,
     axes=axes,
+    frozen=adapted.base if adapted else None,
+    frozen_axes=adapted.base_axes if adapted else None,
   )
   del params
 
@@ -231,8 +247,9 @@ def train(
   for step in range(start, cfg.steps):
     t0 = time.time()
     examples = next(prompts)
+    ctx.params = policy_of(state.params)  # merged once per step with LoRA
     rollout = ctx.generate(
-      policy_of(state.params),
+      ctx.params,
       examples,
       rng,
       step,
@@ -241,7 +258,6 @@ def train(
     )
     jax.block_until_ready(rollout.mask)
     t1 = time.time()
-    ctx.params = policy_of(state.params)
     ctx.extra = {k: state.params[k] for k in extra_keys}
     ctx.sample_more = functools.partial(sample_more, step)
     ctx.step = step

@@ -189,8 +189,11 @@ def make_train_step(
   batch_sharding=None,
   micro_batches: int = 1,
   donate: bool = True,
+  frozen_sharding=None,
 ):
-  """Returns jitted `step(state, batch) -> (state, metrics)`.
+  """Returns jitted `step(state, batch) -> (state, metrics)`, or
+  `step(state, batch, frozen)` with frozen_sharding (parameters that are
+  not trained, e.g. LoRA's base: `loss_fn(params, batch, norm, frozen)`).
 
   Non-finite loss or gradients, or a batch with a nonzero "skip" row (the
   loop's mark of non-finite rewards), skip the update (params and optimizer
@@ -199,15 +202,15 @@ def make_train_step(
   """
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-  def step(state: TrainState, batch: dict):
+  def step(state: TrainState, batch: dict, *frozen):
     norm = aggregation.normalizers(batch["mask"])
     if micro_batches == 1:
-      (loss, metrics), grads = grad_fn(state.params, batch, norm)
+      (loss, metrics), grads = grad_fn(state.params, batch, norm, *frozen)
     else:
 
       def body(carry, i):
         (loss, metrics), grads = grad_fn(
-          state.params, _micro(batch, micro_batches, i), norm
+          state.params, _micro(batch, micro_batches, i), norm, *frozen
         )
         acc_loss, acc_grads = carry
         return (
@@ -249,16 +252,17 @@ def make_train_step(
 
   kwargs = {}
   if state_sharding is not None:
+    frozen = () if frozen_sharding is None else (frozen_sharding,)
     kwargs = dict(
-      in_shardings=(state_sharding, batch_sharding),
+      in_shardings=(state_sharding, batch_sharding, *frozen),
       out_shardings=(state_sharding, None),
     )
   mesh = getattr(batch_sharding, "mesh", None)
 
-  def step_on_mesh(state, batch):
+  def step_on_mesh(state, batch, *frozen):
     # The model keeps activations split by batch on the step's mesh.
     with mesh_lib.activation_mesh(mesh):
-      return step(state, batch)
+      return step(state, batch, *frozen)
 
   return jax.jit(step_on_mesh, donate_argnums=0 if donate else (), **kwargs)
 
@@ -272,12 +276,16 @@ def setup(
   *,
   micro_batches: int = 1,
   axes=None,
+  frozen=None,
+  frozen_axes=None,
 ):
   """(sharded TrainState, jitted step, batch sharding) for `params`.
 
   The state is laid out by mesh.TRAIN_RULES; the step donates it. `axes`
   (logical axes with the structure of `params`) is needed when `params`
   holds more than the model's parameters (e.g. a critic, value.py).
+  `frozen` (with its logical `frozen_axes`) is passed to every step as
+  loss_fn's fourth argument, laid out by TRAIN_RULES, never updated.
   """
   if axes is None:
     axes, shapes = (
@@ -291,11 +299,23 @@ def setup(
     functools.partial(init_state, optimizer=optimizer), out_shardings=state_sh
   )(params)
   batch_sh = mesh_lib.batch_sharding(mesh, 1)
+  frozen_sh = None
+  if frozen is not None:
+    frozen_sh = mesh_lib.shardings(
+      mesh,
+      frozen_axes,
+      mesh_lib.TRAIN_RULES,
+      jax.eval_shape(lambda f: f, frozen),
+    )
   step = make_train_step(
     loss_fn,
     optimizer,
     state_sharding=state_sh,
     batch_sharding=batch_sh,
     micro_batches=micro_batches,
+    frozen_sharding=frozen_sh,
   )
+  if frozen is not None:
+    jitted = step
+    step = lambda state, batch: jitted(state, batch, frozen)  # noqa: E731
   return state, step, batch_sh

@@ -1,0 +1,100 @@
+"""LoRA runs of the shared loop: the frozen base, the adapters, the loss.
+
+  adapted, adapters = adapters.prepare(cfg, model_cfg, params, mesh)
+  loss = adapted.loss(loss_fn, extra_keys)  # (p, batch, norm, base)
+  policy = adapted.policy(adapters)         # merged params, for rollouts
+
+With --lora_rank > 0 (model/lora.py) the optimizer state covers the
+adapters only; the base stays on the mesh in the compute dtype (or
+quantised: --lora_quantize) and enters every train step as a frozen
+argument, never donated or updated. Rollouts and evaluations merge base
+and adapters once per step (one plain params tree, so the sampler runs
+unchanged); the train step forms each adapted weight at use, one layer at a
+time (bench: experiments/bench/lora.py compares the two for sampling).
+"""
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from rlreason import mesh as mesh_lib
+from rlreason.model import lora
+from rlreason.model import transformer
+
+
+def lora_config(cfg) -> lora.LoraConfig | None:
+  """The run's LoraConfig, or None for full fine-tuning (rank 0)."""
+  rank = getattr(cfg, "lora_rank", 0)
+  if not rank:
+    return None
+  return lora.LoraConfig(
+    rank=rank,
+    alpha=cfg.lora_alpha,
+    targets=cfg.lora_targets,
+    quantize=cfg.lora_quantize,
+  )
+
+
+@dataclasses.dataclass
+class Adapted:
+  """A LoRA run's frozen half.
+
+  Attributes:
+    lcfg: the LoraConfig.
+    base: the frozen params on the mesh (TRAIN_RULES), compute dtype or
+      quantised; also the KL reference.
+    base_axes: their logical axes.
+    axes: the adapters' logical axes.
+  """
+
+  lcfg: lora.LoraConfig
+  base: Any
+  base_axes: Any
+  axes: Any
+
+  def loss(self, loss_fn, extra_keys=()):
+    """loss_fn(params, batch, norm) -> the train step's
+    fn(trained, batch, norm, base): adapters joined to the base."""
+    lcfg = self.lcfg
+
+    def adapted_loss(trained, batch, norm, base):
+      own = {k: v for k, v in trained.items() if k not in extra_keys}
+      extra = {k: trained[k] for k in extra_keys}
+      return loss_fn({**lora.combine(base, own, lcfg), **extra}, batch, norm)
+
+    return adapted_loss
+
+  def policy(self, adapters):
+    """Base + adapters merged into plain params (one copy, for rollouts)."""
+    return _merge(self.base, adapters, self.lcfg)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _merge(base, adapters, lcfg):
+  return lora.merge(base, adapters, lcfg)
+
+
+def prepare(cfg, model_cfg, params, mesh, lcfg: lora.LoraConfig):
+  """(Adapted, adapters): the frozen base from `params` and fresh adapters
+  (B = 0, so the adapted policy starts as the base)."""
+  dt = model_cfg.compute_dtype
+  base = jax.tree.map(
+    lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+    params,
+  )
+  base = lora.quantize(base, lcfg)
+  param_axes = transformer.param_axes(model_cfg)
+  base_axes = lora.quantized_axes(param_axes, base)
+  base = jax.device_put(
+    base,
+    mesh_lib.shardings(mesh, base_axes, mesh_lib.TRAIN_RULES, base),
+  )
+  adapters = lora.init(params, lcfg, jax.random.key(cfg.seed))
+  axes = lora.axes(param_axes, adapters)
+  adapters = jax.device_put(
+    adapters, mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, adapters)
+  )
+  return Adapted(lcfg, base, base_axes, axes), adapters
