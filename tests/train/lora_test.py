@@ -1,0 +1,153 @@
+"""LoRA runs of the shared loop end to end (tiny model, 2 GRPO steps): only
+adapters train, KL to the base starts at 0, the merged export loads in
+transformers and the adapters alone load with peft, and a killed run
+resumes bit-exactly."""
+
+import dataclasses
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import grpo
+from rlreason import testing
+from rlreason.eval import trained
+from rlreason.model import lora
+from rlreason.model import transformer
+from rlreason.train import adapters as adapters_lib
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("lora")
+  cfg = dataclasses.replace(
+    grpo.Config(),
+    **{**testing.SMOKE, "eval_size": 2},
+    lora_rank=4,
+    lora_alpha=8.0,
+    kl_coef=0.05,
+    lr=1e-2,
+    workdir=str(tmp / "run"),
+    cache_dir=str(tmp / "cache"),
+  )
+  return cfg, grpo.run(cfg)
+
+
+def _paths(tree):
+  return [
+    tuple(getattr(k, "key", k) for k in path)
+    for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]
+  ]
+
+
+def test_only_adapters_train_and_kl_starts_at_zero(run):
+  cfg, out = run
+  params = out["state"].params
+  paths = _paths(params)
+  assert paths and all(p[-1] in ("a", "b") for p in paths)
+  kernels = {p[-2] for p in paths}
+  assert kernels == set(lora.TARGETS["all"])
+  # B started at 0 and was trained.
+  assert any(
+    float(jnp.abs(leaf["b"]).max()) > 0
+    for sub in params.values()
+    for g in sub.values()
+    for leaf in g.values()
+  )
+  rows = testing.train_rows(cfg.workdir)
+  assert abs(rows[1]["kl"]) < 1e-6  # the adapted policy starts as the base
+  assert rows[2]["kl"] > 0
+
+
+def _ours(params, model_cfg, tokens):
+  positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  return np.asarray(transformer.apply(params, tokens, positions, model_cfg)[0])
+
+
+def _tokens():
+  return jnp.asarray(np.random.default_rng(0).integers(3, 100, (2, 9)))
+
+
+def test_merged_export_loads_in_transformers(run, tmp_path):
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  _, out = run
+  policy = trained.load(out["workdir"])
+  assert policy.adapters is not None
+  # The merged params are base + adapters as the train step forms them.
+  adapted, _ = adapters_lib.prepare(
+    policy.run_cfg,
+    policy.model_cfg,
+    trained.context.load_model(policy.run_cfg, policy.mesh)[1],
+    policy.mesh,
+    adapters_lib.lora_config(policy.run_cfg),
+  )
+  combined = lora.combine(adapted.base, policy.adapters, adapted.lcfg)
+  tokens = _tokens()
+  ours = _ours(policy.params, policy.model_cfg, tokens)
+  np.testing.assert_allclose(
+    _ours(combined, policy.model_cfg, tokens), ours, rtol=1e-5, atol=1e-5
+  )
+  out_dir = trained.export_hf(policy, str(tmp_path / "hf"))
+  model = transformers.AutoModelForCausalLM.from_pretrained(out_dir)
+  with torch.no_grad():
+    theirs = model(torch.tensor(np.asarray(tokens))).logits.numpy()
+  np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4)
+
+
+def test_adapter_alone_loads_with_peft(run, tmp_path):
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  peft = pytest.importorskip("peft")
+  _, out = run
+  policy = trained.load(out["workdir"])
+  out_dir = trained.export_peft(policy, str(tmp_path / "adapter"))
+  with open(os.path.join(out_dir, "adapter_config.json")) as f:
+    assert json.load(f)["r"] == 4
+  # The run's base: its warm start, an HF directory.
+  base_dir = policy.run_cfg.init_from
+  base = transformers.AutoModelForCausalLM.from_pretrained(base_dir)
+  model = peft.PeftModel.from_pretrained(base, out_dir).eval()
+  tokens = _tokens()
+  with torch.no_grad():
+    theirs = model(torch.tensor(np.asarray(tokens))).logits.numpy()
+  ours = _ours(policy.params, policy.model_cfg, tokens)
+  np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4)
+  with pytest.raises(trained.CheckpointError, match="not a LoRA run"):
+    trained.export_peft(
+      dataclasses.replace(policy, adapters=None), str(tmp_path / "x")
+    )
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_resumes_lora_exactly(tmp_path):
+  steps = 3
+  cmd = lambda run: testing.experiment_cmd(  # noqa: E731
+    "grpo",
+    tmp_path / run,
+    tmp_path / "cache",
+    steps=steps,
+    lora_rank=4,
+    lora_quantize="nf4",
+    keep_checkpoints=steps + 1,
+  )
+  testing.run_killed_and_resumed(cmd("a"), cmd("b"), tmp_path / "b")
+  a, b = testing.train_rows(tmp_path / "a"), testing.train_rows(tmp_path / "b")
+  assert sorted(a) == list(range(1, steps + 1)) and a == b
+  ca = testing.checkpoints(tmp_path / "a")
+  cb = testing.checkpoints(tmp_path / "b")
+  jax.tree.map(np.testing.assert_array_equal, ca[steps][1], cb[steps][1])
+  assert all(p[-1] in ("a", "b") for p in _paths(ca[steps][1]))
+
+
+def test_bad_lora_flags_are_config_errors():
+  for fields, match in (
+    (dict(lora_quantize="nf4"), "needs --lora_rank > 0"),
+    (dict(lora_rank=-1), "--lora_rank=-1"),
+    (dict(lora_rank=2, lora_targets="ffn"), "--lora_targets='ffn'"),
+  ):
+    with pytest.raises(ValueError, match=match):
+      dataclasses.replace(grpo.Config(), **fields).validate()
