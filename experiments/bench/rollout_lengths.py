@@ -59,6 +59,22 @@ def lengths(rows: int, median: int, p90_ratio: float, cap: int, seed=0):
   return np.clip(np.round(x), 1, cap).astype(np.int32)
 
 
+def small_model():
+  """(model_cfg, random fp32 params) of bench.sampling's small shape."""
+  shape = SHAPES["small"]
+  model_cfg = transformer.ModelConfig(
+    vocab_size=shape.vocab_size,
+    d_model=shape.d_model,
+    n_layers=shape.n_layers,
+    n_heads=shape.n_heads,
+    n_kv_heads=shape.n_kv_heads,
+    head_dim=shape.d_model // shape.n_heads,
+    mlp_dim=shape.mlp_dim,
+    tie_embeddings=shape.tie,
+  )
+  return model_cfg, transformer.init(model_cfg, jax.random.key(0))
+
+
 def _samplers(model_cfg, params, prompts, limits, shape, slots, **cont):
   """Functions that sample every row with each sampler."""
   m, p = prompts.shape
@@ -118,17 +134,7 @@ def _best(fn, repeats):
 def bench(name: str, limits: np.ndarray, slots: int, repeats: int, **cont):
   """Times both samplers on rows with the given lengths; returns a dict."""
   shape = SHAPES["small"]
-  model_cfg = transformer.ModelConfig(
-    vocab_size=shape.vocab_size,
-    d_model=shape.d_model,
-    n_layers=shape.n_layers,
-    n_heads=shape.n_heads,
-    n_kv_heads=shape.n_kv_heads,
-    head_dim=shape.d_model // shape.n_heads,
-    mlp_dim=shape.mlp_dim,
-    tie_embeddings=shape.tie,
-  )
-  params = transformer.init(model_cfg, jax.random.key(0))
+  model_cfg, params = small_model()
   prompts = np.random.default_rng(1).integers(
     3, shape.vocab_size, (len(limits), shape.prompt_len), dtype=np.int32
   )

@@ -165,7 +165,7 @@ def combine(base: dict, adapters: dict | None, lcfg: LoraConfig) -> dict:
         out[layer][group][name] = {
           "base": base[layer][group][name],
           "a": ab["a"],
-          "b": ab["b"] * lcfg.scale,
+          "b": ab["b"] * lcfg.scale if lcfg.scale != 1 else ab["b"],
         }
   return out
 

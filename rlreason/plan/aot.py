@@ -41,10 +41,12 @@ from rlreason.model import policy
 from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.rl import objective
+from rlreason.model import lora
 from rlreason.sampling import continuous
 from rlreason.sampling import draw
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler
+from rlreason.train import adapters as adapters_lib
 from rlreason.train import train_step as ts
 
 
@@ -53,6 +55,8 @@ def tpu_env() -> None:
   os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-16")
   os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  # No TPU is touched: several planners (parallel test workers) may run.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 @dataclasses.dataclass
@@ -184,11 +188,37 @@ def per_device_bytes(tree) -> int:
   )
 
 
+def lora_base(cfg, model_cfg, mesh):
+  """A LoRA run's frozen base as the loop holds it (compute dtype or
+  quantised, TRAIN_RULES): (abstract params, logical axes); None without
+  LoRA."""
+  lcfg = adapters_lib.lora_config(cfg)
+  if lcfg is None:
+    return None
+  shapes = jax.eval_shape(
+    lambda p: lora.quantize(p, lcfg), ref_params(model_cfg, mesh)
+  )
+  axes = lora.quantized_axes(transformer.param_axes(model_cfg), shapes)
+  sh = mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, shapes)
+  return _abstract(shapes, sh), axes
+
+
+def _trained_shapes(cfg, model_cfg):
+  """(shapes, logical axes) of what the optimizer trains: the params, or
+  a LoRA run's adapters."""
+  axes = transformer.param_axes(model_cfg)
+  shapes = transformer.param_shapes(model_cfg)
+  lcfg = adapters_lib.lora_config(cfg)
+  if lcfg is None:
+    return shapes, axes
+  adapters = jax.eval_shape(lambda: lora.init(shapes, lcfg, jax.random.key(0)))
+  return adapters, lora.axes(axes, adapters)
+
+
 def train_state(cfg, model_cfg, mesh):
   """(abstract TrainState with its shardings, shardings, optimizer)."""
   optimizer = ts.optimizer_from_config(cfg, max(cfg.steps, 1))
-  axes = transformer.param_axes(model_cfg)
-  shapes = transformer.param_shapes(model_cfg)
+  shapes, axes = _trained_shapes(cfg, model_cfg)
   state_sh = ts.state_shardings(mesh, axes, shapes, optimizer)
   state = jax.eval_shape(
     functools.partial(ts.init_state, optimizer=optimizer), shapes
@@ -204,14 +234,25 @@ def compile_train_step(cfg, model_cfg, mesh, loss_fn) -> Program:
     lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=batch_sh),
     train_batch(cfg, rows),
   )
+  loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
+  frozen = lora_base(cfg, model_cfg, mesh)
+  if frozen is not None:  # LoRA: the base is the step's frozen argument
+    adapted = adapters_lib.Adapted(
+      adapters_lib.lora_config(cfg), None, frozen[1], None
+    )
+    loss = adapted.loss(loss)
   step = ts.make_train_step(
-    functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg),
+    loss,
     optimizer,
     state_sharding=state_sh,
     batch_sharding=batch_sh,
     micro_batches=cfg.micro_batches,
+    frozen_sharding=None
+    if frozen is None
+    else jax.tree.map(lambda x: x.sharding, frozen[0]),
   )
-  compiled = step.lower(state, batch).compile()
+  args = (state, batch) if frozen is None else (state, batch, frozen[0])
+  compiled = step.lower(*args).compile()
   return analyse("train_step", compiled, loop_trips=cfg.micro_batches)
 
 
@@ -254,6 +295,18 @@ def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
 
 def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
   params = rollout_params(model_cfg, mesh, hbm_bytes)
+  frozen = lora_base(cfg, model_cfg, mesh)
+  if frozen is not None and cfg.lora_quantize:
+    # QLoRA samples base + adapters unmerged (train/adapters.py).
+    adapters, axes = _trained_shapes(cfg, model_cfg)
+    adapters = _abstract(
+      adapters,
+      mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, adapters),
+    )
+    shapes_only = dataclasses.replace(  # scale 1: abstract arrays pass
+      adapters_lib.lora_config(cfg), alpha=float(cfg.lora_rank)
+    )
+    params = lora.combine(frozen[0], adapters, shapes_only)
   sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
   n, p = cfg.num_sequences, cfg.max_prompt_len
   common = dict(
@@ -297,7 +350,8 @@ def ref_params(model_cfg, mesh):
 
 
 def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
-  params = ref_params(model_cfg, mesh)
+  frozen = lora_base(cfg, model_cfg, mesh)  # LoRA: the base is the reference
+  params = ref_params(model_cfg, mesh) if frozen is None else frozen[0]
   sh = mesh_lib.batch_sharding(mesh, 2)
   length = cfg.max_prompt_len + cfg.max_new_tokens
   ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sh)
@@ -318,6 +372,14 @@ def resident_bytes(cfg, model_cfg, mesh) -> dict[str, int]:
   forward; the reference parameters (KL runs) during the rollout and the
   train step."""
   state = per_device_bytes(train_state(cfg, model_cfg, mesh)[0])
+  frozen = lora_base(cfg, model_cfg, mesh)
+  if frozen is not None:
+    # LoRA: the base (also the reference) is an argument of the train step
+    # and the reference forward, and stays resident beside the rollout's
+    # merged copy.
+    # (A quantised base is the rollout's argument too: sampled unmerged.)
+    base = 0 if cfg.lora_quantize else per_device_bytes(frozen[0])
+    return {"train_step": 0, "rollout": state + base, "ref_logp": state}
   ref = 0
   if getattr(cfg, "needs_ref", False):
     ref = per_device_bytes(ref_params(model_cfg, mesh))

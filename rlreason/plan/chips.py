@@ -110,6 +110,10 @@ def devices(slice_: Slice):
   kwargs = {}
   if slice_.chip.cores_per_chip == 2:
     kwargs["chip_config_name"] = "megacore"  # one device per chip
+  if slice_.chips < 4:
+    # Below a host's default 2x2 chips (v5e-1: the Colab TPU runtime).
+    grid = [int(d) for d in slice_.topology.split(":")[1].split("x")]
+    kwargs["chips_per_host_bounds"] = (grid + [1, 1])[:3]
   topo = topologies.get_topology_desc(
     topology_name=slice_.topology, platform="tpu", **kwargs
   )

@@ -243,7 +243,11 @@ def generate(
   if mesh is None:
     rng, step = jax.device_put(scalars)
   else:
-    params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
+    layout = rollout_shardings(mesh, model_cfg)
+    # A LoRA-combined or quantised tree (model/lora.py) samples where it
+    # is: relaid out, its dequantised weights would not fit beside it.
+    if jax.tree.structure(params) == jax.tree.structure(layout):
+      params = jax.device_put(params, layout)
     rng, step = mesh_lib.put_global(scalars, mesh_lib.replicated(mesh))
   per_call = rollout_memory.call_rows(
     rows_per_call, len(tokens), model_cfg, p, int(max_new_tokens), mesh, params

@@ -9,8 +9,9 @@ adapters only; the base stays on the mesh in the compute dtype (or
 quantised: --lora_quantize) and enters every train step as a frozen
 argument, never donated or updated. Rollouts and evaluations merge base
 and adapters once per step (one plain params tree, so the sampler runs
-unchanged); the train step forms each adapted weight at use, one layer at a
-time (bench: experiments/bench/lora.py compares the two for sampling).
+unchanged), except over a quantised base, where they sample the combined
+tree as the train step uses it: each weight dequantised and adapted at use,
+one layer at a time (experiments/bench/lora.py times the two).
 """
 
 import dataclasses
@@ -68,7 +69,12 @@ class Adapted:
     return adapted_loss
 
   def policy(self, adapters):
-    """Base + adapters merged into plain params (one copy, for rollouts)."""
+    """The params rollouts and evaluations use: base + adapters merged into
+    one plain copy, or, over a quantised base (whose point is memory: a
+    merged 7B copy alone fills a 16 GiB chip), the combined tree, whose
+    weights the model dequantises and adapts at use."""
+    if self.lcfg.quantize:
+      return lora.combine(self.base, adapters, self.lcfg)
     return _merge(self.base, adapters, self.lcfg)
 
 

@@ -5,7 +5,8 @@ JAX starts; the test process runs 8 CPU devices): a tiny model on v5e-4
 fits, and without chunked scores and blockwise attention its train step
 holds [N, T, V] logits and [.., S, S] scores, with them neither; a batch
 far too large for 16 GiB does not fit; temporaries fall as the micro-batch
-shrinks and as the slice grows.
+shrinks and as the slice grows; LoRA over an nf4 base compiles for one
+chip with a train state of the adapters alone.
 """
 
 import json
@@ -100,6 +101,17 @@ res["small_hbm"] = {
   "rows": rows, "hbm": hbm, "peak": resident + prog.peak_bytes,
   "resident": aot.resident_bytes(long, model_cfg, mesh),
 }
+# LoRA over an nf4 base on one chip (v5e-1, below a host's 2x2): the
+# train state is the adapters' alone.
+lora = dataclasses.replace(base, lora_rank=4, lora_quantize="nf4")
+res["lora"] = run(lora, "v5e-1", ("train_step", "ref_logp"))
+s1 = chips.parse("v5e-1")
+mesh1 = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s1))
+model_cfg = dataclasses.replace(aot.model_config(base), vocab_size=V)
+res["state_bytes"] = {
+  name: aot.resident_bytes(cfg, model_cfg, mesh1)["ref_logp"]
+  for name, cfg in (("full", base), ("lora", lora))
+}
 print("RESULT" + json.dumps(res))
 """
 
@@ -180,3 +192,10 @@ def test_temporaries_fall_with_smaller_micro_batches_and_larger_slices(
   assert full > 0
   assert results["micro4"]["temp"] < full
   assert results["bigger_slice"]["temp"] < full
+
+
+def test_lora_plans_hold_only_the_adapters_state(results):
+  r = results["lora"]
+  assert r["fits"] and not r["errors"], r
+  state = results["state_bytes"]
+  assert 0 < state["lora"] < state["full"] / 4, state
