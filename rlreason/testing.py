@@ -8,6 +8,7 @@ import sys
 import time
 
 import jax
+import numpy as np
 from absl.testing import parameterized
 
 from rlreason.model import transformer
@@ -43,6 +44,20 @@ def tiny_model_config(**overrides) -> transformer.ModelConfig:
       **overrides,
     }
   )
+
+
+def left_padded_prompts(lengths, vocab_size: int, pad_id: int = 0, seed=0):
+  """Random prompts of the given lengths, left padded to the longest:
+  tokens [N, P] (ids in [10, vocab_size)) and positions (-1 on padding),
+  numpy int32."""
+  rng = np.random.default_rng(seed)
+  p = max(lengths)
+  tokens = np.full((len(lengths), p), pad_id, np.int32)
+  positions = np.full((len(lengths), p), -1, np.int32)
+  for i, n in enumerate(lengths):
+    tokens[i, p - n :] = rng.integers(10, vocab_size, n)
+    positions[i, p - n :] = np.arange(n)
+  return tokens, positions
 
 
 def tiny_context(cfg, **fields):

@@ -150,8 +150,7 @@ def sample(
     A sampler.SampleOutput for the M rows (logits are not recorded), and
     the Stats when asked.
   """
-  stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
-  sampler_lib.check_inputs(
+  stop_ids, stop_sequences = sampler_lib.check_inputs(
     tokens,
     positions,
     model_cfg,

@@ -154,8 +154,7 @@ def sample(
   Returns:
     A SampleOutput.
   """
-  stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
-  check_inputs(
+  stop_ids, stop_sequences = check_inputs(
     tokens,
     positions,
     model_cfg,
@@ -203,7 +202,9 @@ def check_inputs(
   pad_id,
   row_limits=None,
 ):
-  """Raises ValueError on bad arguments, before anything is compiled."""
+  """Raises ValueError on bad arguments, before anything is compiled;
+  returns the stops as stops.split gives them."""
+  stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
   if not isinstance(sampling, Sampling):
     raise TypeError(
       f"sampling must be a sampling.Sampling, got {type(sampling).__name__}"
@@ -240,6 +241,7 @@ def check_inputs(
     raise ValueError(
       f"Rows {rows} end with padding: prompts must be left padded and non-empty"
     )
+  return stop_ids, stop_sequences
 
 
 # Logical axes of a cache k / v buffer (the model's layout).

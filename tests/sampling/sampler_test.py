@@ -38,14 +38,7 @@ def params():
 
 def _prompts(lengths=LENGTHS, seed=0):
   """Left-padded prompts [N, P] and positions, as numpy arrays."""
-  rng = np.random.default_rng(seed)
-  p = max(lengths)
-  tokens = np.full((len(lengths), p), PAD, np.int32)
-  positions = np.full((len(lengths), p), -1, np.int32)
-  for i, n in enumerate(lengths):
-    tokens[i, p - n :] = rng.integers(10, CFG.vocab_size, n)
-    positions[i, p - n :] = np.arange(n)
-  return tokens, positions
+  return testing.left_padded_prompts(lengths, CFG.vocab_size, PAD, seed)
 
 
 def _sample(
