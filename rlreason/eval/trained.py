@@ -29,7 +29,7 @@ from rlreason.train import adapters as adapters_lib
 from rlreason.train import context
 from rlreason import mesh as mesh_lib
 from rlreason.model import hf
-from rlreason.model import lora
+from rlreason.model import hf_layout
 from rlreason.model import presets
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
@@ -367,7 +367,7 @@ def export_peft(policy: Policy | str, out_dir: str) -> str:
       "export; export_hf writes its weights"
     )
   base = policy.run_cfg.init_from or policy.run_cfg.model
-  config_json, tensors = lora.peft_files(
+  config_json, tensors = hf_layout.peft_files(
     mesh_lib.to_host(policy.adapters), policy.model_cfg, lcfg, base
   )
   if jax.process_index() == 0:

@@ -10,6 +10,7 @@ split out, so attention kernels are [D, H, Dh] (q/k/v) and [H, Dh, D] (o).
 
 import numpy as np
 
+from rlreason.model import lora
 from rlreason.model.transformer import ModelConfig
 
 # kind: how our layout derives from the HF tensor.
@@ -120,3 +121,42 @@ def to_hf(x: np.ndarray, kind: str) -> np.ndarray:
   if kind == "heads_bias":
     return x.reshape(-1)
   raise ValueError(kind)
+
+
+def peft_files(adapters: dict, model_cfg, lcfg: lora.LoraConfig, base=""):
+  """(adapter_config.json dict, {tensor name: array}) in PEFT's LoRA format
+  for the HF Qwen2 / Llama module names (peft.PeftModel.from_pretrained
+  loads them onto the base): lora_A [r, in], lora_B [out, r], unscaled
+  (PEFT scales by lora_alpha / r, as here)."""
+  names = hf_names(model_cfg)
+  tensors = {}
+  for layer, sub in adapters.items():
+    for group, leaves in sub.items():
+      for name, ab in leaves.items():
+        module = names[(layer, group, name)][0].removesuffix(".weight")
+        a = np.asarray(ab["a"], np.float32)
+        b = np.asarray(ab["b"], np.float32)
+        r = a.shape[-1]
+        key = f"base_model.model.{module}"
+        tensors[f"{key}.lora_A.weight"] = np.ascontiguousarray(
+          a.reshape(-1, r).T
+        )
+        tensors[f"{key}.lora_B.weight"] = np.ascontiguousarray(
+          b.reshape(r, -1).T
+        )
+  config = {
+    "peft_type": "LORA",
+    "task_type": "CAUSAL_LM",
+    "base_model_name_or_path": base,
+    "r": lcfg.rank,
+    "lora_alpha": lcfg.alpha,
+    "lora_dropout": 0.0,
+    "bias": "none",
+    "fan_in_fan_out": False,
+    "use_rslora": False,
+    "target_modules": sorted(
+      lora.HF_MODULES[n] for n in lora.TARGETS[lcfg.targets]
+    ),
+    "inference_mode": True,
+  }
+  return config, tensors

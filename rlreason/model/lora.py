@@ -2,9 +2,10 @@
 
   lcfg = lora.LoraConfig(rank=16, alpha=32, targets="all", quantize="nf4")
   base = lora.quantize(params, lcfg)                 # frozen, int8 / nf4
-  adapters = lora.init(model_cfg, lcfg, rng)         # what the optimizer sees
+  adapters = lora.init(params, lcfg, rng)            # what the optimizer sees
   logits, _ = transformer.apply(lora.combine(base, adapters, lcfg), ...)
   merged = lora.merge(base, adapters, lcfg)          # plain params (rollouts)
+  hf_layout.peft_files(adapters, model_cfg, lcfg)    # PEFT format
 
 LoRA (Hu et al. 2021): a target weight W [in..., out...] is used as
 W + (alpha / r) A B, A [in..., r] and B [r, out...], with B = 0 at init so
@@ -275,42 +276,3 @@ def quantized_axes(param_axes: dict, base: dict) -> dict:
     )
     out[layer][group][name] = {values: ax, "absmax": scale}
   return out
-
-
-def peft_files(adapters: dict, model_cfg, lcfg: LoraConfig, base: str = ""):
-  """(adapter_config.json dict, {tensor name: array}) in PEFT's LoRA format
-  for the HF Qwen2 / Llama module names (peft.PeftModel.from_pretrained
-  loads them onto the base): lora_A [r, in], lora_B [out, r], unscaled
-  (PEFT scales by lora_alpha / r, as here)."""
-  from rlreason.model import hf_layout  # noqa: PLC0415 - it imports transformer, which imports this
-
-  names = hf_layout.hf_names(model_cfg)
-  tensors = {}
-  for layer, sub in adapters.items():
-    for group, leaves in sub.items():
-      for name, ab in leaves.items():
-        module = names[(layer, group, name)][0].removesuffix(".weight")
-        a = np.asarray(ab["a"], np.float32)
-        b = np.asarray(ab["b"], np.float32)
-        r = a.shape[-1]
-        key = f"base_model.model.{module}"
-        tensors[f"{key}.lora_A.weight"] = np.ascontiguousarray(
-          a.reshape(-1, r).T
-        )
-        tensors[f"{key}.lora_B.weight"] = np.ascontiguousarray(
-          b.reshape(r, -1).T
-        )
-  config = {
-    "peft_type": "LORA",
-    "task_type": "CAUSAL_LM",
-    "base_model_name_or_path": base,
-    "r": lcfg.rank,
-    "lora_alpha": lcfg.alpha,
-    "lora_dropout": 0.0,
-    "bias": "none",
-    "fan_in_fan_out": False,
-    "use_rslora": False,
-    "target_modules": sorted(HF_MODULES[n] for n in TARGETS[lcfg.targets]),
-    "inference_mode": True,
-  }
-  return config, tensors

@@ -135,8 +135,17 @@ def on_mesh(params, rng: jax.Array, mesh, model_cfg: ModelConfig):
   # Cast to the compute dtype while resharding: a bf16 rollout of fp32
   # master weights holds half the bytes per replica (the sampler would cast
   # them anyway).
-  params = _rollout_caster(mesh, model_cfg)(params)
+  if _plain(params, mesh, model_cfg):
+    params = _rollout_caster(mesh, model_cfg)(params)
   return params, mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
+
+
+def _plain(params, mesh, model_cfg) -> bool:
+  """Whether `params` is the model's plain tree. A LoRA-combined or
+  quantised one (model/lora.py) samples where it is: relaid out, its
+  dequantised weights would not fit beside it."""
+  layout = rollout_shardings(mesh, model_cfg)
+  return jax.tree.structure(params) == jax.tree.structure(layout)
 
 
 def _cast(params, dtype):
@@ -243,11 +252,8 @@ def generate(
   if mesh is None:
     rng, step = jax.device_put(scalars)
   else:
-    layout = rollout_shardings(mesh, model_cfg)
-    # A LoRA-combined or quantised tree (model/lora.py) samples where it
-    # is: relaid out, its dequantised weights would not fit beside it.
-    if jax.tree.structure(params) == jax.tree.structure(layout):
-      params = jax.device_put(params, layout)
+    if _plain(params, mesh, model_cfg):
+      params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
     rng, step = mesh_lib.put_global(scalars, mesh_lib.replicated(mesh))
   per_call = rollout_memory.call_rows(
     rows_per_call, len(tokens), model_cfg, p, int(max_new_tokens), mesh, params

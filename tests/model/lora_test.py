@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rlreason import testing
+from rlreason.model import hf_layout
 from rlreason.model import lora
 from rlreason.model import transformer
 
@@ -108,7 +109,7 @@ def test_quantised_base_keeps_the_model_close(params, kind, tol):
 def test_peft_tensors_have_peft_shapes(params):
   lcfg = lora.LoraConfig(rank=3, alpha=6.0, targets="all")
   adapters = lora.init(params, lcfg, jax.random.key(1))
-  config, tensors = lora.peft_files(adapters, CFG, lcfg, "base")
+  config, tensors = hf_layout.peft_files(adapters, CFG, lcfg, "base")
   assert config["r"] == 3 and config["lora_alpha"] == 6.0
   assert "q_proj" in config["target_modules"]
   key = "base_model.model.model.layers.0.self_attn.o_proj"

@@ -151,3 +151,22 @@ def test_bad_lora_flags_are_config_errors():
   ):
     with pytest.raises(ValueError, match=match):
       dataclasses.replace(grpo.Config(), **fields).validate()
+
+
+@pytest.mark.parametrize("name", ["search_r1", "treerl"])
+def test_multiturn_and_tree_rollouts_take_a_quantised_base(name, tmp_path):
+  """Segment-decoded rollouts (multi-turn, tree) sample the combined tree
+  of a QLoRA run where it lies."""
+  import importlib
+
+  module = importlib.import_module(f"experiments.{name}")
+  cfg = dataclasses.replace(
+    module.Config(),
+    **{**testing.SMOKE, "steps": 1, "eval_size": 1},
+    lora_rank=2,
+    lora_quantize="int8",
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+  out = module.run(cfg)
+  assert out["step"] == 1 and np.isfinite(out["loss"])
