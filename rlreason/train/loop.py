@@ -115,9 +115,6 @@ def train(
       f"Tokenizer has {tok.vocab_size} ids but the model only "
       f"{model_cfg.vocab_size}"
     )
-  # The frozen reference in the compute dtype, as the rollout holds its
-  # weights (the model casts every weight to it before use; in bf16 runs
-  # the norm scales round as the sampler's do): half the bytes in bf16.
   # LoRA: the base is frozen (and is the reference); only adapters train.
   lcfg = adapters_lib.lora_config(cfg)
   adapted, model_params = None, params
@@ -125,6 +122,9 @@ def train(
     adapted, params = adapters_lib.prepare(
       cfg, model_cfg, model_params, mesh, lcfg
     )
+  # The frozen reference in the compute dtype, as the rollout holds its
+  # weights (the model casts every weight to it before use; in bf16 runs
+  # the norm scales round as the sampler's do): half the bytes in bf16.
   ref_params = None
   if needs_ref and adapted:
     ref_params = adapted.base
