@@ -21,7 +21,9 @@ its 95% interval) and samples.jsonl (per problem: prompt, gold answer,
 completions, extracted answers, correct). --export_hf=DIR also writes the
 params as an HF directory (config.json + safetensors, the tokenizer files
 when the run used an HF tokenizer; the "tiny" preset's tokenizer is the
-built-in character tokenizer, which has none).
+built-in character tokenizer, which has none); for a LoRA run (--lora_rank)
+those are the merged weights, and --export_peft=DIR writes the adapters
+alone in PEFT's format.
 """
 
 import dataclasses
@@ -60,6 +62,9 @@ class Config:
   out: str = _field("", "output directory; '' = <workdir>/eval/step_<N>")
   write_samples: bool = _field(True, "write samples.jsonl")
   export_hf: str = _field("", "also write the params as an HF directory")
+  export_peft: str = _field(
+    "", "a LoRA run: also write its adapters alone in PEFT's format"
+  )
   evaluate: bool = _field(True, "score the checkpoint (false: export only)")
   template: str = _field("", "prompt template; '' = the run's (plain)")
   tokenizer: str = _field("", "'' = the run's (char for presets)")
@@ -104,6 +109,9 @@ def run(cfg: Config) -> dict:
   if cfg.export_hf:
     out["export_hf"] = trained.export_hf(policy, cfg.export_hf)
     print(f"Exported HF checkpoint to {cfg.export_hf}", flush=True)
+  if cfg.export_peft:
+    out["export_peft"] = trained.export_peft(policy, cfg.export_peft)
+    print(f"Exported the LoRA adapter to {cfg.export_peft}", flush=True)
   if not cfg.evaluate:
     return out
   report = evaluate_lib.evaluate(

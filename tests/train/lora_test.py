@@ -103,8 +103,17 @@ def test_adapter_alone_loads_with_peft(run, tmp_path):
   transformers = pytest.importorskip("transformers")
   peft = pytest.importorskip("peft")
   _, out = run
-  policy = trained.load(out["workdir"])
-  out_dir = trained.export_peft(policy, str(tmp_path / "adapter"))
+  from experiments import evaluate as evaluate_cli
+
+  res = evaluate_cli.run(
+    evaluate_cli.Config(
+      checkpoint=out["workdir"],
+      export_peft=str(tmp_path / "adapter"),
+      evaluate=False,
+      mesh_fsdp=1,
+    )
+  )
+  policy, out_dir = res["policy"], res["export_peft"]
   with open(os.path.join(out_dir, "adapter_config.json")) as f:
     assert json.load(f)["r"] == 4
   # The run's base: its warm start, an HF directory.
