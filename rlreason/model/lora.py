@@ -158,17 +158,33 @@ def combine(base: dict, adapters: dict | None, lcfg: LoraConfig) -> dict:
   {"base", "a", "b"} with B pre-scaled by alpha / r (a tree join)."""
   if not adapters:
     return base
-  out = {k: v for k, v in base.items()}
-  for layer, sub in adapters.items():
-    out[layer] = {g: dict(v) for g, v in base[layer].items()}
-    for group, leaves in sub.items():
-      for name, ab in leaves.items():
-        out[layer][group][name] = {
-          "base": base[layer][group][name],
-          "a": ab["a"],
-          "b": ab["b"] * lcfg.scale if lcfg.scale != 1 else ab["b"],
-        }
+  scale = lambda b: b * lcfg.scale if lcfg.scale != 1 else b  # noqa: E731
+  return _replaced(
+    base,
+    {
+      (layer, group, name): {
+        "base": base[layer][group][name],
+        "a": adapters[layer][group][name]["a"],
+        "b": scale(adapters[layer][group][name]["b"]),
+      }
+      for layer, group, name in _targets(adapters, TARGETS["all"])
+    },
+  )
+
+
+def _replaced(tree: dict, leaves: dict) -> dict:
+  """`tree` with the leaves at {(layer, group, name): value} replaced; the
+  untouched parts are shared, not copied."""
+  out = dict(tree)
+  for (layer, group, name), value in leaves.items():
+    if out[layer] is tree[layer]:
+      out[layer] = {g: dict(v) for g, v in tree[layer].items()}
+    out[layer][group][name] = value
   return out
+
+
+def _quantized(leaf) -> bool:
+  return isinstance(leaf, dict) and ("codes" in leaf or "int8" in leaf)
 
 
 def effective(leaf: Any, dtype=None) -> jax.Array:
@@ -176,7 +192,7 @@ def effective(leaf: Any, dtype=None) -> jax.Array:
   dequantised, or base + A B (transformer._param calls this)."""
   if not isinstance(leaf, dict):
     return leaf
-  if "codes" in leaf or "int8" in leaf:
+  if _quantized(leaf):
     return dequantize(leaf, dtype or jnp.float32)
   w = effective(leaf["base"], dtype)
   dt = dtype or w.dtype
@@ -193,12 +209,10 @@ def effective(leaf: Any, dtype=None) -> jax.Array:
 def merge(base: dict, adapters: dict | None, lcfg: LoraConfig, dtype=None):
   """Plain params: every adapted or quantised kernel formed once."""
   tree = combine(base, adapters, lcfg)
-  is_leaf = lambda x: (
-    isinstance(x, dict)
-    and (  # noqa: E731
-      "base" in x or "codes" in x or "int8" in x
-    )
-  )
+
+  def is_leaf(x):
+    return _quantized(x) or (isinstance(x, dict) and "base" in x)
+
   return jax.tree.map(
     lambda x: effective(x, dtype) if is_leaf(x) else x, tree, is_leaf=is_leaf
   )
@@ -209,14 +223,13 @@ def quantize(params: dict, lcfg: LoraConfig) -> dict:
   if not lcfg.quantize:
     return params
   fn = {"int8": _int8, "nf4": _nf4}[lcfg.quantize]
-  out = {k: v for k, v in params.items()}
-  for layer, group, name in _targets(params, TARGETS["all"]):
-    w = params[layer][group][name]
-    out[layer] = out[layer] if out[layer] is not params[layer] else {
-      g: dict(v) for g, v in params[layer].items()
-    }  # fmt: skip
-    out[layer][group][name] = fn(w, _IN_DIMS[name])
-  return out
+  return _replaced(
+    params,
+    {
+      (layer, group, name): fn(params[layer][group][name], _IN_DIMS[name])
+      for layer, group, name in _targets(params, TARGETS["all"])
+    },
+  )
 
 
 def _int8(w, n_in):
@@ -263,16 +276,15 @@ def quantized_axes(param_axes: dict, base: dict) -> dict:
   """Logical axes of a quantize()d base: codes keep the kernel's axes
   (nf4's packed last axis too: indivisible splits stay replicated);
   absmax keeps the axes of its non-unit dims."""
-  out = {k: v for k, v in param_axes.items()}
+  leaves = {}
   for layer, group, name in _targets(base, TARGETS["all"]):
     q = base[layer][group][name]
-    if not isinstance(q, dict):
+    if not _quantized(q):
       continue
     ax = param_axes[layer][group][name]
-    out[layer] = {g: dict(v) for g, v in out[layer].items()}
     values = "int8" if "int8" in q else "codes"
     scale = tuple(
       None if n == 1 else a for a, n in zip(ax, q["absmax"].shape, strict=True)
     )
-    out[layer][group][name] = {values: ax, "absmax": scale}
-  return out
+    leaves[(layer, group, name)] = {values: ax, "absmax": scale}
+  return _replaced(param_axes, leaves)

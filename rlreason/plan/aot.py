@@ -237,10 +237,7 @@ def compile_train_step(cfg, model_cfg, mesh, loss_fn) -> Program:
   loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
   frozen = lora_base(cfg, model_cfg, mesh)
   if frozen is not None:  # LoRA: the base is the step's frozen argument
-    adapted = adapters_lib.Adapted(
-      adapters_lib.lora_config(cfg), None, frozen[1], None
-    )
-    loss = adapted.loss(loss)
+    loss = adapters_lib.adapted_loss(loss, adapters_lib.lora_config(cfg))
   step = ts.make_train_step(
     loss,
     optimizer,

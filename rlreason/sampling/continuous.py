@@ -197,7 +197,7 @@ def sample(
     more = True
     while more:
       state, more = _round_jit(state, params, rows, **static)
-  out = _output(state, pad_id=int(pad_id))
+  out = _output(state)
   if not return_stats:
     return out
   steps, busy, prefills = jax.device_get(
@@ -430,12 +430,12 @@ def _round_jit(state, params, rows, **static):
   return state, _more(state, rows.tokens.shape[0])
 
 
-@functools.partial(jax.jit, static_argnames=("pad_id",))
-def _output(state: SlotState, pad_id: int) -> sampler_lib.SampleOutput:
+@jax.jit
+def _output(state: SlotState) -> sampler_lib.SampleOutput:
   t_max = state.tokens.shape[1]
   mask = jnp.arange(t_max)[None, :] < state.lengths[:, None]
   return sampler_lib.SampleOutput(
-    tokens=jnp.where(mask, state.tokens, pad_id),
+    tokens=state.tokens,  # pad_id past each row's length: never written
     logp=state.logp,
     policy_logp=state.policy_logp,
     mask=mask.astype(jnp.int32),

@@ -57,16 +57,7 @@ class Adapted:
   axes: Any
 
   def loss(self, loss_fn, extra_keys=()):
-    """loss_fn(params, batch, norm) -> the train step's
-    fn(trained, batch, norm, base): adapters joined to the base."""
-    lcfg = self.lcfg
-
-    def adapted_loss(trained, batch, norm, base):
-      own = {k: v for k, v in trained.items() if k not in extra_keys}
-      extra = {k: trained[k] for k in extra_keys}
-      return loss_fn({**lora.combine(base, own, lcfg), **extra}, batch, norm)
-
-    return adapted_loss
+    return adapted_loss(loss_fn, self.lcfg, extra_keys)
 
   def policy(self, adapters):
     """The params rollouts and evaluations use: base + adapters merged into
@@ -76,6 +67,19 @@ class Adapted:
     if self.lcfg.quantize:
       return lora.combine(self.base, adapters, self.lcfg)
     return _merge(self.base, adapters, self.lcfg)
+
+
+def adapted_loss(loss_fn, lcfg: lora.LoraConfig, extra_keys=()):
+  """loss_fn(params, batch, norm) -> the train step's
+  fn(trained, batch, norm, base): the adapters in `trained` joined to the
+  frozen base (extra params, e.g. a critic, passed through)."""
+
+  def fn(trained, batch, norm, base):
+    own = {k: v for k, v in trained.items() if k not in extra_keys}
+    extra = {k: trained[k] for k in extra_keys}
+    return loss_fn({**lora.combine(base, own, lcfg), **extra}, batch, norm)
+
+  return fn
 
 
 @functools.partial(jax.jit, static_argnums=2)
