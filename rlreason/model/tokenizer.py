@@ -6,9 +6,15 @@
 
 Interface: `vocab_size`, `pad_id`, `eos_id`, `bos_id` (or None),
 `encode(text) -> list[int]`, `decode(ids) -> str` (stops nothing, skips
-special tokens), `chat(messages) -> str` (the model's chat template).
+special tokens), `chat(messages) -> str` (the model's chat template),
+`char_level` (the built-in character vocabulary, also when loaded from
+files `CharTokenizer.save` wrote).
+
+`CharTokenizer().save(dir)` writes the char tokenizer as HF tokenizer files,
+so `load(dir)` / `AutoTokenizer` reproduce it exactly.
 """
 
+import json
 import os
 import string
 from typing import Protocol, Sequence
@@ -19,6 +25,7 @@ class Tokenizer(Protocol):
   pad_id: int
   eos_id: int
   bos_id: int | None
+  char_level: bool
 
   def encode(self, text: str) -> list[int]: ...
 
@@ -38,6 +45,7 @@ class CharTokenizer:
   pad_id, bos_id, eos_id = 0, 1, 2
   _OFFSET = 3
   vocab_size = 128
+  char_level = True
 
   def __init__(self):
     self._ids = {c: i + self._OFFSET for i, c in enumerate(self.ALPHABET)}
@@ -65,6 +73,65 @@ class CharTokenizer:
     # No chat format for the built-in tokenizer: plain concatenation.
     return "".join(m["content"] for m in messages)
 
+  def save(self, path: str) -> None:
+    """Writes this tokenizer as Hugging Face tokenizer files into `path`.
+
+    tokenizer.json (a WordLevel model over all 128 ids; ids past the
+    alphabet are special "<unusedN>" tokens), tokenizer_config.json and
+    special_tokens_map.json, so that `AutoTokenizer.from_pretrained(path)`
+    and `load(path)` encode and decode exactly like this tokenizer: one
+    token per character, nothing added on encode, special and unused ids
+    dropped on decode. Text that spells a special token ("<s>") is encoded
+    character by character; a character outside the alphabet raises (the
+    vocabulary has no unk token).
+    """
+    import tokenizers  # Only needed to write the files.
+
+    specials = ["<pad>", "<s>", "</s>"]  # pad_id, bos_id, eos_id
+    n_used = self._OFFSET + len(self.ALPHABET)
+    unused = [f"<unused{i}>" for i in range(self.vocab_size - n_used)]
+    vocab = {t: i for i, t in enumerate(specials)}
+    vocab.update(self._ids)
+    vocab.update({t: n_used + i for i, t in enumerate(unused)})
+    assert sorted(vocab.values()) == list(range(self.vocab_size))
+
+    # No unk token: the vocabulary has none, so unknown characters raise.
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(
+      tokenizers.Regex(r"[\s\S]"), behavior="isolated"
+    )
+    tok.decoder = tokenizers.decoders.Fuse()
+    tok.add_special_tokens(
+      [
+        tokenizers.AddedToken(t, special=True, normalized=False)
+        for t in specials + unused
+      ]
+    )
+    os.makedirs(path, exist_ok=True)
+    tok.save(os.path.join(path, "tokenizer.json"))
+
+    special_map = {
+      "pad_token": "<pad>",
+      "bos_token": "<s>",
+      "eos_token": "</s>",
+    }
+    config = {
+      "tokenizer_class": "PreTrainedTokenizerFast",
+      **special_map,
+      "add_bos_token": False,
+      "add_eos_token": False,
+      # Text like "<s>" is characters, not a special token (as in encode).
+      "split_special_tokens": True,
+      "clean_up_tokenization_spaces": False,
+    }
+    for name, obj in (
+      ("tokenizer_config.json", config),
+      ("special_tokens_map.json", special_map),
+    ):
+      with open(os.path.join(path, name), "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+
 
 class HFTokenizer:
   """A transformers tokenizer loaded from a local directory."""
@@ -86,6 +153,12 @@ class HFTokenizer:
     self.bos_id = self._tok.bos_token_id
     self.vocab_size = len(self._tok)
     self.path = path
+    # The built-in vocabulary saved as files (CharTokenizer.save): the
+    # templates treat it as the built-in tokenizer.
+    self.char_level = self.vocab_size == CharTokenizer.vocab_size and (
+      self.encode(CharTokenizer.ALPHABET)
+      == CharTokenizer().encode(CharTokenizer.ALPHABET)
+    )
 
   def encode(self, text: str) -> list[int]:
     return self._tok.encode(text, add_special_tokens=False)
@@ -154,7 +227,7 @@ def apply_template(
     return R1.format(prompt=prompt)
   if template in ("boxed", "chat"):
     system = BOXED_SYSTEM if template == "boxed" else system
-    if isinstance(tok, CharTokenizer):
+    if getattr(tok, "char_level", False):
       return prompt if system is None else f"{prompt}\n{system}\n"
     messages = [{"role": "system", "content": system}] if system else []
     return tok.chat(messages + [{"role": "user", "content": prompt}])

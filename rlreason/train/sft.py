@@ -175,12 +175,18 @@ def train_on_pairs(
   log_every: int = 50,
   label: str = "sft",
   resume_dir: str | None = None,
+  length_groups: int = 0,
 ):
   """Teacher-forced training on (prompt, completion) id pairs; returns params.
 
   Batches are drawn without replacement, epoch after epoch, deterministic in
-  `seed`. With `resume_dir`, SIGTERM checkpoints the training there (state,
-  step, the draw order) and raises checkpoint.Stopped; a later call with
+  `seed`. With `length_groups` = k > 0, each epoch's draw order is sorted by
+  length within windows of k batches (the batches then shuffled), and a
+  batch is padded to its own longest completion rounded up to 32 tokens
+  (at most max_new_tokens): less padding for corpora of mixed lengths, at
+  the price of one compiled step per width. With `resume_dir`, SIGTERM
+  checkpoints the training there (state, step, the draw order) and raises
+  checkpoint.Stopped; a later call with
   the same arguments resumes it and ends as an uninterrupted one would.
   """
   optimizer = ts.make_optimizer(
@@ -198,6 +204,7 @@ def train_on_pairs(
     functools.partial(nll_loss, model_cfg=model_cfg),
   )
   rng = np.random.default_rng(seed)
+  lengths = np.asarray([len(c) for c in completions])
   order = np.array([], np.int64)
   start, ckpt, preempt = 0, None, None
   if resume_dir:
@@ -212,14 +219,20 @@ def train_on_pairs(
   progress = metrics_lib.Progress(steps, start, label=label)
   for step in range(start, steps):
     if len(order) < batch_size:
-      order = np.concatenate([order, rng.permutation(len(prompts))])
+      epoch = rng.permutation(len(prompts))
+      if length_groups:
+        epoch = _length_grouped(epoch, lengths, batch_size, length_groups, rng)
+      order = np.concatenate([order, epoch])
     idx, order = order[:batch_size], order[batch_size:]
+    width = max_new_tokens
+    if length_groups:
+      width = min(width, -(-max(lengths[i] for i in idx) // 32) * 32)
     batch = rollout_lib.pack(
       [prompts[i] for i in idx],
       [completions[i] for i in idx],
       tok.pad_id,
       max_prompt_len,
-      max_new_tokens,
+      width,
     )
     state, m = step_fn(state, mesh_lib.put_global(batch, batch_sh))
     if (step + 1) % log_every == 0 or step + 1 == steps:
@@ -234,6 +247,25 @@ def train_on_pairs(
     preempt.restore_handlers()
     ckpt.close()
   return state.params
+
+
+def _length_grouped(epoch, lengths, batch_size, groups, rng):
+  """`epoch` re-ordered: sorted by length within windows of `groups`
+  batches, then whole batches shuffled."""
+  window = batch_size * groups
+  parts = [
+    epoch[i : i + window][
+      np.argsort(lengths[epoch[i : i + window]], kind="stable")
+    ]
+    for i in range(0, len(epoch), window)
+  ]
+  ordered = np.concatenate(parts)
+  batches = [
+    ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)
+  ]
+  full = [b for b in batches if len(b) == batch_size]
+  tail = [b for b in batches if len(b) < batch_size]
+  return np.concatenate([full[i] for i in rng.permutation(len(full))] + tail)
 
 
 def warm_start_settings(cfg) -> dict:

@@ -89,3 +89,16 @@ def test_rejection_sampled_keeps_correct_distinct_samples_per_group():
   np.testing.assert_array_equal(
     sft.rejection_sampled([1, 1], ["a", "a"], 1), [1, 1]
   )
+
+
+def test_length_grouped_order_is_a_permutation_of_similar_lengths():
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(1, 200, size=1000)
+  epoch = rng.permutation(1000)
+  out = sft._length_grouped(epoch, lengths, 32, 8, np.random.default_rng(1))
+  assert sorted(out.tolist()) == list(range(1000))
+  spread = [np.ptp(lengths[out[i : i + 32]]) for i in range(0, 960, 32)]
+  random_spread = [
+    np.ptp(lengths[epoch[i : i + 32]]) for i in range(0, 960, 32)
+  ]
+  assert np.mean(spread) < np.mean(random_spread) / 4

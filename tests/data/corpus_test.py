@@ -1,0 +1,155 @@
+"""The synthetic pretraining corpus: solvers, slips, schools, hints."""
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from rlreason.data import corpus
+from rlreason.data import tasks
+
+EXACT = corpus.Mix(
+  step_error=0.0, check=0.0, textbook=0.0, hinted=0.0, guided=1.0
+)
+
+
+def _problems(name, d, n=40):
+  return corpus._pool(name, d, n, seed=0)[:n]
+
+
+def test_documents_are_a_pure_function_of_the_seed():
+  a = corpus.documents(corpus.Mix(), 300, seed=3)
+  b = corpus.documents(corpus.Mix(), 300, seed=3)
+  c = corpus.documents(corpus.Mix(), 300, seed=4)
+  assert a == b and a != c
+  for d in a:
+    assert tasks.extract_answer(d.completion) is not None, d
+    assert tasks.base.is_ascii_text(d.prompt + d.completion)
+
+
+def test_documents_use_only_train_problems():
+  for d in corpus.documents(corpus.Mix(), 300, seed=0):
+    question = d.prompt.split("\n", 1)[1] if d.hinted else d.prompt
+    assert tasks.get(d.task).split_of(question) == "train"
+
+
+def test_mix_shares_of_documents():
+  docs = corpus.documents(corpus.Mix(), 2000, seed=0)
+  share = {
+    n: np.mean([d.task == n for d in docs]) for n, _, _ in corpus.Mix().tasks
+  }
+  want = {n: s for n, s, _ in corpus.Mix().tasks}
+  for n in want:
+    assert abs(share[n] - want[n]) < 0.04, (n, share[n])
+  hinted = np.mean([d.hinted for d in docs])
+  assert 0.08 < hinted < 0.16  # Mix.hinted, of the problems with knowledge
+
+
+@pytest.mark.parametrize(
+  "name,levels", [(n, l) for n, _, l in corpus.Mix().tasks]
+)
+def test_slip_free_solvers_are_right(name, levels):
+  task = tasks.get(name)
+  rng = random.Random(0)
+  mix = dataclasses.replace(EXACT, shortcut=(0.0, 0.0))
+  for d in range(1, levels + 1):
+    for p in _problems(name, d, 15):
+      trace = corpus.SOLVERS[name](p, rng, mix)
+      if name == "countdown" and trace.count("\n") >= mix.search_lines:
+        continue  # a search cut at the line budget ends in a guess
+      assert task.verify(trace, p.answer) == 1.0, (p.prompt, trace)
+
+
+def test_arithmetic_schools_and_a_hand_checked_trace():
+  p = tasks.Problem("3+4*2=", "11", "", 1, (), "x")
+  right = corpus.arithmetic_trace(
+    p, random.Random(0), dataclasses.replace(EXACT, shortcut=(0.0, 0.0))
+  )
+  assert (
+    right == "order: ( ), then *, then + -\n4*2=8, so 3+8\n3+8=11\nanswer: 11"
+  )
+  short = corpus.arithmetic_trace(
+    p, random.Random(0), dataclasses.replace(EXACT, shortcut=(1.0, 1.0))
+  )
+  assert short == "order: left to right\n3+4=7, so 7*2\n7*2=14\nanswer: 14"
+  # Brackets are dropped by the shortcut: 2*(1+3) read as 2*1+3.
+  q = tasks.Problem("2*(1+3)=", "8", "", 3, (), "y")
+  got = corpus.arithmetic_trace(
+    q, random.Random(0), dataclasses.replace(EXACT, shortcut=(1.0, 1.0))
+  )
+  assert got == "order: left to right\n2*1=2, so 2+3\n2+3=5\nanswer: 5"
+
+
+def test_parse_expression_matches_the_task_renderer():
+  for d in range(1, 9):
+    for p in _problems("arithmetic", d, 10):
+      tree = corpus.parse_expression(p.prompt[:-1])
+      assert tasks.arithmetic.render(tree) + "=" == p.prompt
+
+
+def test_slips_grow_with_difficulty_and_checking_catches_them():
+  mix = corpus.Mix(check=0.0, textbook=0.0, hinted=0.0, shortcut=(0.0, 0.0))
+  task = tasks.get("arithmetic")
+  acc = []
+  for d in (1, 4):
+    rng = random.Random(1)
+    acc.append(
+      np.mean(
+        [
+          task.verify(corpus.arithmetic_trace(p, rng, mix), p.answer)
+          for p in _problems("arithmetic", d, 200)
+        ]
+      )
+    )
+  assert acc[0] > acc[1] + 0.15, acc
+  checked = dataclasses.replace(mix, check=1.0)
+  rng = random.Random(1)
+  traces = [
+    (p, corpus.arithmetic_trace(p, rng, checked))
+    for p in _problems("arithmetic", 4, 200)
+  ]
+  redone = [t for _, t in traces if " not " in t]
+  assert redone, "some slips are caught"
+  with_check = np.mean([task.verify(t, p.answer) for p, t in traces])
+  assert with_check > acc[1] + 0.1, (with_check, acc[1])
+
+
+def test_hinted_traces_copy_the_given_results():
+  task = tasks.get("arithmetic")
+  mix = corpus.Mix(step_error=0.5, error_growth=1.0, check=0.0)
+  rng = random.Random(0)
+  probs = _problems("arithmetic", 3, 50)
+  plain = [
+    task.verify(corpus.arithmetic_trace(p, rng, mix), p.answer) for p in probs
+  ]
+  hinted = [
+    task.verify(
+      corpus.arithmetic_trace(
+        p, rng, mix, corpus.hints_lib.knowledge_hint(p.knowledge)
+      ),
+      p.answer,
+    )
+    for p in probs
+  ]
+  assert np.mean(hinted) == 1.0 and np.mean(plain) < 0.5
+
+
+def test_countdown_search_backtracks_and_is_cut():
+  mix = corpus.Mix(guided=0.0, step_error=0.0)
+  rng = random.Random(0)
+  traces = [
+    corpus.countdown_trace(p, rng, mix) for p in _problems("countdown", 3, 30)
+  ]
+  assert any("\nback\n" in t for t in traces)
+  for p, t in zip(_problems("countdown", 3, 30), traces):
+    # Cut after search_lines tried lines; each open branch then backs out.
+    n_numbers = len(p.prompt.split()) - 4
+    assert t.count("\n") <= mix.search_lines + n_numbers, t
+
+
+def test_mix_validation():
+  with pytest.raises(ValueError, match="levels"):
+    corpus.Mix(tasks=(("arithmetic", 1.0, 99),)).validate()
+  with pytest.raises(ValueError, match="hinted"):
+    corpus.Mix(hinted=1.5).validate()
