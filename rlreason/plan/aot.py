@@ -396,7 +396,6 @@ def compile_run(
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program."""
   model_cfg = model_config(cfg)
-  n = cfg.num_sequences
   resident = resident_bytes(cfg, model_cfg, mesh)
   makers = {
     "train_step": lambda: compile_train_step(cfg, model_cfg, mesh, loss_fn),
@@ -415,7 +414,7 @@ def compile_run(
       cfg,
       model_cfg,
       mesh,
-      score_rows or n // (cfg.minibatches * cfg.micro_batches),
+      score_rows or ts.score_rows(cfg, mesh),
     ),
   }
   out = {}

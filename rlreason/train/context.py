@@ -31,6 +31,7 @@ from rlreason.model import hf
 from rlreason.model import presets
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
+from rlreason.train import train_step as ts
 from rlreason.types import Rollout
 
 
@@ -123,10 +124,7 @@ class Context:
 
   @property
   def score_rows(self) -> int:
-    """Rows per whole-rollout forward: the train step's micro-batch, which
-    the run already sized to fit memory."""
-    cfg = self.cfg
-    return max(1, cfg.num_sequences // (cfg.minibatches * cfg.micro_batches))
+    return ts.score_rows(self.cfg, self.mesh)
 
   def take_nonfinite_rewards(self) -> int:
     """Non-finite rewards seen since the last call (FiniteRewards)."""
@@ -208,7 +206,7 @@ def prompt_ids(tokenizer, examples, template: str, *, max_len: int | None):
 
 def load_model(cfg, mesh):
   """(model_cfg, params) from --init_from, an HF directory or a preset."""
-  source = cfg.init_from or cfg.model
+  source = presets.resolve(cfg.init_from or cfg.model)
   if os.path.isdir(source):
     model_cfg, params = hf.load(
       source, mesh=mesh, dtype=cfg.param_dtype, compute_dtype=cfg.dtype
@@ -244,7 +242,7 @@ def load_tokenizer(cfg):
   """
   if cfg.tokenizer:
     return tokenizer_lib.load(cfg.tokenizer)
-  for source in (cfg.init_from, cfg.model):
+  for source in (cfg.init_from, presets.resolve(cfg.model)):
     if os.path.isdir(source) and os.path.exists(
       os.path.join(source, "tokenizer_config.json")
     ):

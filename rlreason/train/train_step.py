@@ -319,3 +319,12 @@ def setup(
     jitted = step
     step = lambda state, batch: jitted(state, batch, frozen)  # noqa: E731
   return state, step, batch_sh
+
+
+def score_rows(cfg, mesh) -> int:
+  """Rows per whole-rollout forward: the train step's micro-batch, which
+  the run already sized to fit memory, rounded up to a multiple of the
+  batch shards (a micro-batch of fewer rows than chips is still split)."""
+  rows = max(1, cfg.num_sequences // (cfg.minibatches * cfg.micro_batches))
+  shards = mesh_lib.batch_divisor(mesh)
+  return -(-rows // shards) * shards

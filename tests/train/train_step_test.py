@@ -1,5 +1,6 @@
 """Train step: sharded == single device, micro-batching, NaN guard."""
 
+import dataclasses
 import functools
 
 import jax
@@ -143,3 +144,16 @@ def test_schedule_warmup_then_cosine():
   )
   with pytest.raises(ValueError, match="Unknown schedule 'linear'"):
     ts.make_schedule(0.1, total_steps=5, schedule="linear")
+
+
+def test_score_rows_is_a_micro_batch_rounded_up_to_the_batch_shards():
+  from rlreason import config as config_lib
+
+  cfg = dataclasses.replace(
+    config_lib.BaseConfig(), batch_size=4, group_size=4, micro_batches=8
+  )
+  one = mesh_lib.make_mesh(1, 1, 1)
+  eight = mesh_lib.make_mesh(1, 8, 1)
+  assert ts.score_rows(cfg, one) == 2  # 16 rows / 8 micro-batches
+  assert ts.score_rows(cfg, eight) == 8  # split over 8 shards, not 2
+  assert ts.score_rows(dataclasses.replace(cfg, micro_batches=1), eight) == 16
