@@ -22,7 +22,8 @@ SMOKE = testing.SMOKE
 EXPERIMENTS = sorted(
   m.name
   for m in pkgutil.iter_modules(experiments.__path__)
-  if not m.ispkg and m.name not in ("reproduce", "evaluate", "claims", "plan")
+  if not m.ispkg
+  and m.name not in ("reproduce", "evaluate", "claims", "plan", "pretrain")
 )
 # Smoke-run by their own tests below, which also make test_smoke's checks
 # (dars as its dars_b variant: the same code with the variant's preset).

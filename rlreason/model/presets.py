@@ -30,6 +30,26 @@ PRESETS: dict[str, ModelConfig] = {
     max_position=512,
     family="llama",
   ),
+  # ~2.8M parameters, Qwen2 architecture: the laptop base model's shape
+  # (experiments/pretrain.py). Sized by measurement: ~6k training tokens/s
+  # on a 2-core CPU (a 256-wide, 4-layer model; 192 wide: ~8k), so a
+  # 30-minute pretraining sees ~4.5M solution tokens, and an RL step of 16
+  # prompts x 8 samples x ~60 tokens takes ~5 s.
+  "small": ModelConfig(
+    vocab_size=128,
+    d_model=256,
+    n_layers=4,
+    n_heads=8,
+    n_kv_heads=4,
+    head_dim=32,
+    mlp_dim=640,
+    rope_theta=10_000.0,
+    rms_eps=1e-6,
+    qkv_bias=True,
+    tie_embeddings=True,
+    max_position=512,
+    family="qwen2",
+  ),
   # Qwen/Qwen2.5-Math-1.5B (config.json)
   "qwen2.5-math-1.5b": ModelConfig(
     vocab_size=151_936,

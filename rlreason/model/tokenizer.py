@@ -133,15 +133,27 @@ class CharTokenizer:
         f.write("\n")
 
 
+def _tokenizer_class(path: str) -> str | None:
+  try:
+    with open(os.path.join(path, "tokenizer_config.json")) as f:
+      return json.load(f).get("tokenizer_class")
+  except (OSError, ValueError):
+    return None
+
+
 class HFTokenizer:
   """A transformers tokenizer loaded from a local directory."""
 
   def __init__(self, path: str):
     import transformers  # Heavy import, only when a real model is used.
 
-    self._tok = transformers.AutoTokenizer.from_pretrained(
-      path, local_files_only=True
-    )
+    # A directory CharTokenizer.save wrote names the generic fast class;
+    # AutoTokenizer would pick the class of config.json's model_type
+    # instead (Qwen2Tokenizer, whose own pre-tokenizer is not ours).
+    cls = transformers.AutoTokenizer
+    if _tokenizer_class(path) == "PreTrainedTokenizerFast":
+      cls = transformers.PreTrainedTokenizerFast
+    self._tok = cls.from_pretrained(path, local_files_only=True)
     self.eos_id = self._tok.eos_token_id
     if self.eos_id is None:
       raise ValueError(f"Tokenizer in {path} has no eos token")

@@ -1,6 +1,7 @@
 """Layer 8, train: the shared RL loop and its run context, the jitted train
-step and optimizer, supervised warm starts, checkpoints, reports and the
-flags generated from a Config.
+step and optimizer, supervised warm starts, the synthetic pretraining corpus
+of the laptop base model, checkpoints, reports and the flags generated from
+a Config.
 
 Imports every layer below it (envs/ ... model/) and the bottom modules.
 """

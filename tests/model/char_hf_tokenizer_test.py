@@ -1,5 +1,6 @@
 """The char tokenizer saved as HF tokenizer files reproduces CharTokenizer."""
 
+import json
 import os
 
 import pytest
@@ -107,3 +108,17 @@ def test_out_of_alphabet_character_raises(saved_dir, bad):
     hf.encode(bad, add_special_tokens=False)
   with pytest.raises(Exception, match=r"Missing \[UNK\] token"):
     tok.encode(bad)
+
+
+def test_a_model_directory_keeps_the_char_tokenizer(tmp_path):
+  # Beside a Qwen2 config.json, AutoTokenizer would pick Qwen2Tokenizer
+  # (its own pre-tokenizer, a 129th id); load() keeps the saved fast one.
+  from rlreason.model import hf
+  from rlreason.model import presets
+
+  CHAR.save(str(tmp_path))
+  with open(tmp_path / "config.json", "w") as f:
+    json.dump(hf.config_to_hf(presets.get("small")), f)
+  tok = tokenizer.load(str(tmp_path))
+  assert tok.vocab_size == 128 and tok.char_level
+  assert tok.encode(TEXT) == CHAR.encode(TEXT)
