@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from rlreason.data import corpus
+from rlreason.train import corpus
 from rlreason.data import tasks
 
 EXACT = corpus.Mix(
