@@ -11,7 +11,9 @@ special tokens), `chat(messages) -> str` (the model's chat template),
 files `CharTokenizer.save` wrote).
 
 `CharTokenizer().save(dir)` writes the char tokenizer as HF tokenizer files,
-so `load(dir)` / `AutoTokenizer` reproduce it exactly.
+so `load(dir)` reproduces it exactly (so does `AutoTokenizer`, except
+beside a model's config.json, where it picks the model type's own class:
+use `PreTrainedTokenizerFast` there, as `load` does).
 """
 
 import json
