@@ -37,6 +37,8 @@ import json
 import os
 import time
 
+import jax
+
 from rlreason import config
 from rlreason.train import corpus
 from rlreason.eval import base_card
@@ -217,8 +219,6 @@ def run(cfg: Config) -> dict:
     f"{cfg.steps} steps of {cfg.batch_size}",
     flush=True,
   )
-  import jax
-
   params = transformer.init(model_cfg, jax.random.key(cfg.seed))
   params = sft.train_on_pairs(
     params,

@@ -13,7 +13,6 @@ knowledge point of the problem shown as a hint (`hints.knowledge_hint`, the
 format Guide and KnowRL use).
 """
 
-import collections
 import dataclasses
 
 import jax
@@ -24,6 +23,7 @@ from rlreason.data import tasks
 from rlreason.guidance import hints as hints_lib
 from rlreason.sampling import draw
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import scoring
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,22 +71,12 @@ def _prompts(tok, problems, hinted: bool):
   return out
 
 
-def _eval_problems(task, n: int, difficulty: int, seed: int):
-  """n held-out problems, or all the eval split has at a small level (the
-  count is in the row)."""
-  while True:
-    try:
-      return task.problems("eval", n, difficulty, seed=seed)
-    except ValueError:
-      if n == 1:
-        raise
-      n //= 2
-
-
-def majority(values) -> str | None:
-  """The most common non-None value (the first seen among ties)."""
-  counts = collections.Counter(v for v in values if v is not None)
-  return max(counts, key=counts.get) if counts else None
+def _right(task, texts, problems) -> np.ndarray:
+  """[problems, samples] 0/1: whether each sample verifies."""
+  per = len(texts) // len(problems)
+  return np.asarray(
+    [task.verify(t, problems[k // per].answer) for k, t in enumerate(texts)]
+  ).reshape(len(problems), per)
 
 
 def measure(
@@ -106,7 +96,8 @@ def measure(
   for name, top in levels.items():
     task = tasks.get(name)
     for d in range(1, top + 1):
-      probs = _eval_problems(task, problems, d, seed)
+      # A small level's eval split may hold fewer (the row counts them).
+      probs = task.problems("eval", problems, d, seed, allow_fewer=True)
       kw = dict(max_new_tokens=max_new_tokens, seed=seed)
       plain = _prompts(tok, probs, hinted=False)
       out = _sample(
@@ -124,22 +115,12 @@ def measure(
       greedy = _sample(
         params, model_cfg, tok, plain, samples=1, temperature=0.0, **kw
       )
-      right = np.asarray(
-        [
-          task.verify(t, probs[i // samples].answer)
-          for i, t in enumerate(out.texts)
-        ]
-      )
-      right = right.reshape(len(probs), samples)
-      maj = []
-      for i, p in enumerate(probs):
-        vote = majority(
-          tasks.extract_answer(t)
-          for t in out.texts[i * samples : (i + 1) * samples]
-        )
-        maj.append(
-          vote is not None and task.verify(tasks.ANSWER_PREFIX + vote, p.answer)
-        )
+      right = _right(task, out.texts, probs)
+      answers = [tasks.extract_answer(t) for t in out.texts]
+      maj = [
+        scoring.maj_at_k(answers[k * samples : (k + 1) * samples], r, samples)
+        for k, r in enumerate(right)
+      ]
       mask = np.asarray(out.mask, np.float64)
       logp = np.asarray(out.policy_logp, np.float64)
       lengths = np.asarray(out.lengths)
@@ -151,22 +132,11 @@ def measure(
           pass1=float(right.mean()),
           pass_n=float(right.max(1).mean()),
           maj_n=float(np.mean(maj)),
-          greedy=float(
-            np.mean(
-              [task.verify(t, p.answer) for t, p in zip(greedy.texts, probs)]
-            )
-          ),
+          greedy=float(_right(task, greedy.texts, probs).mean()),
           median_len=float(np.median(lengths)),
           p90_len=float(np.percentile(lengths, 90)),
           entropy=float(-(logp * mask).sum() / mask.sum()),
-          hinted_pass1=float(
-            np.mean(
-              [
-                task.verify(t, probs[i // samples].answer)
-                for i, t in enumerate(hinted.texts)
-              ]
-            )
-          ),
+          hinted_pass1=float(_right(task, hinted.texts, probs).mean()),
           lengths=tuple(int(x) for x in lengths),
         )
       )

@@ -99,6 +99,13 @@ def test_split_key_ignores_presentation():
 def test_exhausted_split_raises():
   with pytest.raises(ValueError, match="distinct eval problems"):
     tasks.get("countdown").problems("eval", 60, 1)
+  # allow_fewer: every distinct problem the split holds, the same as asking
+  # for exactly that many.
+  task = tasks.get("countdown")
+  some = task.problems("eval", 60, 1, allow_fewer=True)
+  assert 0 < len(some) < 60
+  assert len({task.split_key(p.prompt) for p in some}) == len(some)
+  assert some == task.problems("eval", len(some), 1)
 
 
 # ---------------------------------------------------------------- verifiers

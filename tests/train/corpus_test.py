@@ -1,4 +1,4 @@
-"""The synthetic pretraining corpus: solvers, slips, schools, hints."""
+"""The synthetic pretraining corpus and its solvers: slips, schools, hints."""
 
 import dataclasses
 import random
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rlreason.train import corpus
+from rlreason.train import traces
 from rlreason.data import tasks
 
 EXACT = corpus.Mix(
@@ -55,7 +56,7 @@ def test_slip_free_solvers_are_right(name, levels):
   mix = dataclasses.replace(EXACT, shortcut=(0.0, 0.0))
   for d in range(1, levels + 1):
     for p in _problems(name, d, 15):
-      trace = corpus.SOLVERS[name](p, rng, mix)
+      trace = traces.SOLVERS[name](p, rng, mix)
       if name == "countdown" and trace.count("\n") >= mix.search_lines:
         continue  # a search cut at the line budget ends in a guess
       assert task.verify(trace, p.answer) == 1.0, (p.prompt, trace)
@@ -63,19 +64,19 @@ def test_slip_free_solvers_are_right(name, levels):
 
 def test_arithmetic_schools_and_a_hand_checked_trace():
   p = tasks.Problem("3+4*2=", "11", "", 1, (), "x")
-  right = corpus.arithmetic_trace(
+  right = traces.arithmetic_trace(
     p, random.Random(0), dataclasses.replace(EXACT, shortcut=(0.0, 0.0))
   )
   assert (
     right == "order: ( ), then *, then + -\n4*2=8, so 3+8\n3+8=11\nanswer: 11"
   )
-  short = corpus.arithmetic_trace(
+  short = traces.arithmetic_trace(
     p, random.Random(0), dataclasses.replace(EXACT, shortcut=(1.0, 1.0))
   )
   assert short == "order: left to right\n3+4=7, so 7*2\n7*2=14\nanswer: 14"
   # Brackets are dropped by the shortcut: 2*(1+3) read as 2*1+3.
   q = tasks.Problem("2*(1+3)=", "8", "", 3, (), "y")
-  got = corpus.arithmetic_trace(
+  got = traces.arithmetic_trace(
     q, random.Random(0), dataclasses.replace(EXACT, shortcut=(1.0, 1.0))
   )
   assert got == "order: left to right\n2*1=2, so 2+3\n2+3=5\nanswer: 5"
@@ -84,7 +85,7 @@ def test_arithmetic_schools_and_a_hand_checked_trace():
 def test_parse_expression_matches_the_task_renderer():
   for d in range(1, 9):
     for p in _problems("arithmetic", d, 10):
-      tree = corpus.parse_expression(p.prompt[:-1])
+      tree = traces.parse_expression(p.prompt[:-1])
       assert tasks.arithmetic.render(tree) + "=" == p.prompt
 
 
@@ -97,7 +98,7 @@ def test_slips_grow_with_difficulty_and_checking_catches_them():
     acc.append(
       np.mean(
         [
-          task.verify(corpus.arithmetic_trace(p, rng, mix), p.answer)
+          task.verify(traces.arithmetic_trace(p, rng, mix), p.answer)
           for p in _problems("arithmetic", d, 200)
         ]
       )
@@ -105,13 +106,13 @@ def test_slips_grow_with_difficulty_and_checking_catches_them():
   assert acc[0] > acc[1] + 0.15, acc
   checked = dataclasses.replace(mix, check=1.0)
   rng = random.Random(1)
-  traces = [
-    (p, corpus.arithmetic_trace(p, rng, checked))
+  written = [
+    (p, traces.arithmetic_trace(p, rng, checked))
     for p in _problems("arithmetic", 4, 200)
   ]
-  redone = [t for _, t in traces if " not " in t]
+  redone = [t for _, t in written if " not " in t]
   assert redone, "some slips are caught"
-  with_check = np.mean([task.verify(t, p.answer) for p, t in traces])
+  with_check = np.mean([task.verify(t, p.answer) for p, t in written])
   assert with_check > acc[1] + 0.1, (with_check, acc[1])
 
 
@@ -121,12 +122,12 @@ def test_hinted_traces_copy_the_given_results():
   rng = random.Random(0)
   probs = _problems("arithmetic", 3, 50)
   plain = [
-    task.verify(corpus.arithmetic_trace(p, rng, mix), p.answer) for p in probs
+    task.verify(traces.arithmetic_trace(p, rng, mix), p.answer) for p in probs
   ]
   hinted = [
     task.verify(
-      corpus.arithmetic_trace(
-        p, rng, mix, corpus.hints_lib.knowledge_hint(p.knowledge)
+      traces.arithmetic_trace(
+        p, rng, mix, traces.hints_lib.knowledge_hint(p.knowledge)
       ),
       p.answer,
     )
@@ -138,11 +139,11 @@ def test_hinted_traces_copy_the_given_results():
 def test_countdown_search_backtracks_and_is_cut():
   mix = corpus.Mix(guided=0.0, step_error=0.0)
   rng = random.Random(0)
-  traces = [
-    corpus.countdown_trace(p, rng, mix) for p in _problems("countdown", 3, 30)
+  written = [
+    traces.countdown_trace(p, rng, mix) for p in _problems("countdown", 3, 30)
   ]
-  assert any("\nback\n" in t for t in traces)
-  for p, t in zip(_problems("countdown", 3, 30), traces):
+  assert any("\nback\n" in t for t in written)
+  for p, t in zip(_problems("countdown", 3, 30), written):
     # Cut after search_lines tried lines; each open branch then backs out.
     n_numbers = len(p.prompt.split()) - 4
     assert t.count("\n") <= mix.search_lines + n_numbers, t

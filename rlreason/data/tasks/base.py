@@ -133,7 +133,12 @@ class Task(abc.ABC):
       return 0.0
 
   def problems(
-    self, split: str, n: int, difficulty: int, seed: int = 0
+    self,
+    split: str,
+    n: int,
+    difficulty: int,
+    seed: int = 0,
+    allow_fewer: bool = False,
   ) -> list[Problem]:
     """`n` distinct problems of one split, deterministic in all arguments.
 
@@ -142,13 +147,17 @@ class Task(abc.ABC):
       n: number of problems.
       difficulty: in [1, max_difficulty].
       seed: selects the stream of generator seeds.
+      allow_fewer: return the distinct problems found when the split holds
+        fewer than `n`, instead of raising.
 
     Returns:
-      A list of `n` problems with distinct split keys.
+      A list of `n` problems with distinct split keys (with allow_fewer, at
+      most `n`).
 
     Raises:
       ValueError: if the split holds fewer than `n` distinct problems that the
-        generator reaches (small spaces at low difficulty).
+        generator reaches (small spaces at low difficulty), unless
+        allow_fewer.
     """
     if split not in SPLITS:
       raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -165,7 +174,7 @@ class Task(abc.ABC):
       seen.add(key)
       out.append(problem)
       misses = 0
-    if len(out) < n:
+    if len(out) < n and not allow_fewer:
       raise ValueError(
         f"{self.name}: only {len(out)} distinct {split} problems at"
         f" difficulty {difficulty} after {draws} draws; asked for {n}"
