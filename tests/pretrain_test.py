@@ -44,12 +44,13 @@ def test_pretrain_writes_a_loadable_reproducible_base_with_its_card(
     for o in outs
   )
   assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+  a, b = (open(os.path.join(o, "tokenizer.json")).read() for o in outs)
+  assert a == b  # the BPE vocabulary is learned deterministically too
   model_cfg, params = hf.load(outs[0])
   assert model_cfg.d_model == presets.get("tiny").d_model
   tok = tokenizer_lib.load(outs[0])
-  assert tok.char_level and tok.encode(
-    "3+4="
-  ) == tokenizer_lib.CharTokenizer().encode("3+4=")
+  assert not tok.char_level and tok.vocab_size == model_cfg.vocab_size
+  assert tok.decode(tok.encode("3+4*12=")) == "3+4*12="
   card = open(os.path.join(outs[0], "README.md")).read()
   assert "| arithmetic | 1 | 2 |" in card and "pass@2" in card
   # The card alone, re-measured from the directory.
@@ -63,8 +64,20 @@ def test_pretrain_writes_a_loadable_reproducible_base_with_its_card(
 def test_pretrain_rejects_bad_flags(tmp_path):
   for bad in (
     dict(steps=0),
-    dict(model="qwen2.5-math-1.5b"),
+    dict(model="no-such-preset"),
+    dict(bpe_vocab=100),
     dict(card_only=True, out=str(tmp_path)),
   ):
     with pytest.raises(config.ConfigError):
       dataclasses.replace(pretrain.Config(), **bad).validate()
+
+
+def test_pretrain_with_the_character_tokenizer(tmp_path, one_level):
+  cfg = dataclasses.replace(
+    pretrain.Config(), **TINY, bpe_vocab=0, workdir=str(tmp_path)
+  )
+  out = pretrain.run(cfg)["out"]
+  tok = tokenizer_lib.load(out)
+  assert tok.char_level and tok.encode(
+    "3+4="
+  ) == tokenizer_lib.CharTokenizer().encode("3+4=")

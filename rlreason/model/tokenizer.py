@@ -10,6 +10,9 @@ special tokens), `chat(messages) -> str` (the model's chat template),
 `char_level` (the built-in character vocabulary, also when loaded from
 files `CharTokenizer.save` wrote).
 
+`train_bpe(texts, dir, vocab_size)` learns a byte-level BPE vocabulary from
+a corpus and writes it as HF tokenizer files (the laptop base model's).
+
 `CharTokenizer().save(dir)` writes the char tokenizer as HF tokenizer files,
 so `load(dir)` reproduces it exactly (so does `AutoTokenizer`, except
 beside a model's config.json, where it picks the model type's own class:
@@ -89,7 +92,7 @@ class CharTokenizer:
     """
     import tokenizers  # Only needed to write the files.
 
-    specials = ["<pad>", "<s>", "</s>"]  # pad_id, bos_id, eos_id
+    specials = list(SPECIALS)  # pad_id, bos_id, eos_id
     n_used = self._OFFSET + len(self.ALPHABET)
     unused = [f"<unused{i}>" for i in range(self.vocab_size - n_used)]
     vocab = {t: i for i, t in enumerate(specials)}
@@ -112,27 +115,68 @@ class CharTokenizer:
     os.makedirs(path, exist_ok=True)
     tok.save(os.path.join(path, "tokenizer.json"))
 
-    special_map = {
-      "pad_token": "<pad>",
-      "bos_token": "<s>",
-      "eos_token": "</s>",
-    }
-    config = {
-      "tokenizer_class": "PreTrainedTokenizerFast",
-      **special_map,
-      "add_bos_token": False,
-      "add_eos_token": False,
-      # Text like "<s>" is characters, not a special token (as in encode).
-      "split_special_tokens": True,
-      "clean_up_tokenization_spaces": False,
-    }
-    for name, obj in (
-      ("tokenizer_config.json", config),
-      ("special_tokens_map.json", special_map),
-    ):
-      with open(os.path.join(path, name), "w") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
+    # Text like "<s>" is characters, not a special token (as in encode).
+    _write_configs(path, {"split_special_tokens": True})
+
+
+SPECIALS = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2: pad, bos, eos
+
+
+def _write_configs(path: str, extra: dict) -> None:
+  """tokenizer_config.json and special_tokens_map.json for the fast class."""
+  special_map = {
+    "pad_token": SPECIALS[0],
+    "bos_token": SPECIALS[1],
+    "eos_token": SPECIALS[2],
+  }
+  config = {
+    "tokenizer_class": "PreTrainedTokenizerFast",
+    **special_map,
+    "add_bos_token": False,
+    "add_eos_token": False,
+    **extra,
+    "clean_up_tokenization_spaces": False,
+  }
+  for name, obj in (
+    ("tokenizer_config.json", config),
+    ("special_tokens_map.json", special_map),
+  ):
+    with open(os.path.join(path, name), "w") as f:
+      json.dump(obj, f, indent=2)
+      f.write("\n")
+
+
+def train_bpe(texts: Sequence[str], path: str, vocab_size: int) -> None:
+  """Learns a byte-level BPE vocabulary of `vocab_size` ids from `texts` and
+  writes it as HF tokenizer files into `path` (`load(path)` reads them).
+
+  GPT-2's pre-tokenizer (digit runs, letter runs and punctuation runs are
+  separate words), so frequent numbers (`56`, `168`) and words (` then`)
+  become single tokens and any text still encodes, byte by byte where no
+  merge applies. Ids 0, 1, 2 are <pad>, <s>, </s>. Deterministic in the
+  texts and their order.
+  """
+  import tokenizers  # Only needed to train.
+
+  if vocab_size < 256 + len(SPECIALS):
+    raise ValueError(
+      f"vocab_size must be >= 259 (bytes + specials), got {vocab_size}"
+    )
+  byte_level = tokenizers.pre_tokenizers.ByteLevel
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+  tok.pre_tokenizer = byte_level(add_prefix_space=False, use_regex=True)
+  tok.decoder = tokenizers.decoders.ByteLevel()
+  trainer = tokenizers.trainers.BpeTrainer(
+    vocab_size=vocab_size,
+    special_tokens=list(SPECIALS),
+    initial_alphabet=byte_level.alphabet(),
+    show_progress=False,
+  )
+  tok.train_from_iterator(texts, trainer)
+  os.makedirs(path, exist_ok=True)
+  tok.save(os.path.join(path, "tokenizer.json"))
+  # Text like "<s>" is characters, not a special token.
+  _write_configs(path, {"split_special_tokens": True})
 
 
 def _tokenizer_class(path: str) -> str | None:
@@ -167,6 +211,7 @@ class HFTokenizer:
     self.bos_id = self._tok.bos_token_id
     self.vocab_size = len(self._tok)
     self.path = path
+    self.has_chat_template = bool(getattr(self._tok, "chat_template", None))
     # The built-in vocabulary saved as files (CharTokenizer.save): the
     # templates treat it as the built-in tokenizer.
     self.char_level = self.vocab_size == CharTokenizer.vocab_size and (
@@ -241,7 +286,11 @@ def apply_template(
     return R1.format(prompt=prompt)
   if template in ("boxed", "chat"):
     system = BOXED_SYSTEM if template == "boxed" else system
-    if getattr(tok, "char_level", False):
+    # The built-in vocabulary and tokenizers without a chat template (the
+    # laptop base model's BPE): plain text, no chat markup.
+    if getattr(tok, "char_level", False) or not getattr(
+      tok, "has_chat_template", False
+    ):
       return prompt if system is None else f"{prompt}\n{system}\n"
     messages = [{"role": "system", "content": system}] if system else []
     return tok.chat(messages + [{"role": "user", "content": prompt}])

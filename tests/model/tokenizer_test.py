@@ -57,3 +57,31 @@ def test_hf_tokenizer_from_local_dir_with_chat_template(tmp_path):
 def test_unknown_tokenizer_source():
   with pytest.raises(ValueError, match="expected 'char' or a local"):
     tokenizer.load("/no/such/dir")
+
+
+def test_train_bpe_learns_numbers_and_round_trips(tmp_path):
+  texts = [
+    f"{a}*{b}={a * b}\nanswer: {a * b}"
+    for a in range(2, 10)
+    for b in range(2, 10)
+  ] * 3
+  tokenizer.train_bpe(texts, str(tmp_path / "a"), 300)
+  tokenizer.train_bpe(texts, str(tmp_path / "b"), 300)
+  a, b = ((tmp_path / d / "tokenizer.json").read_text() for d in "ab")
+  assert a == b  # deterministic in the texts
+  tok = tokenizer.load(str(tmp_path / "a"))
+  assert (tok.pad_id, tok.bos_id, tok.eos_id) == (0, 1, 2)
+  assert tok.vocab_size <= 300 and not tok.char_level
+  # Frequent numbers and words are single tokens; any text still encodes.
+  assert len(tok.encode("answer")) == 1
+  assert tok.decode(tok.encode("7*8=56")) == "7*8=56"
+  assert any(tok.decode([i]) == "56" for i in tok.encode("7*8=56"))
+  odd = "Zebra {x} <s> \u00e9t\u00e9\n"
+  assert tok.decode(tok.encode(odd)) == odd
+  # No chat template: the boxed and chat templates fall back to plain text.
+  assert tokenizer.apply_template(tok, "2+2=", "plain") == "2+2="
+  assert tokenizer.apply_template(tok, "2+2=", "boxed") == (
+    "2+2=\n" + tokenizer.BOXED_SYSTEM + "\n"
+  )
+  with pytest.raises(ValueError, match="259"):
+    tokenizer.train_bpe(texts, str(tmp_path / "c"), 100)
