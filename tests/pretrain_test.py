@@ -35,7 +35,7 @@ def test_pretrain_writes_a_loadable_reproducible_base_with_its_card(
   outs = []
   for run in ("a", "b"):
     cfg = dataclasses.replace(
-      pretrain.Config(), **TINY, workdir=str(tmp_path / run)
+      pretrain.Config(), **TINY, bpe_vocab=300, workdir=str(tmp_path / run)
     )
     cfg.validate()
     outs.append(pretrain.run(cfg)["out"])
@@ -55,7 +55,7 @@ def test_pretrain_writes_a_loadable_reproducible_base_with_its_card(
   assert "| arithmetic | 1 | 2 |" in card and "pass@2" in card
   # The card alone, re-measured from the directory.
   cfg = dataclasses.replace(
-    pretrain.Config(), **TINY, out=outs[0], card_only=True
+    pretrain.Config(), **TINY, bpe_vocab=300, out=outs[0], card_only=True
   )
   cfg.validate()
   pretrain.run(cfg)
@@ -73,9 +73,7 @@ def test_pretrain_rejects_bad_flags(tmp_path):
 
 
 def test_pretrain_with_the_character_tokenizer(tmp_path, one_level):
-  cfg = dataclasses.replace(
-    pretrain.Config(), **TINY, bpe_vocab=0, workdir=str(tmp_path)
-  )
+  cfg = dataclasses.replace(pretrain.Config(), **TINY, workdir=str(tmp_path))
   out = pretrain.run(cfg)["out"]
   tok = tokenizer_lib.load(out)
   assert tok.char_level and tok.encode(

@@ -63,16 +63,16 @@ class Mix:
   # products; a first run with 45% arithmetic over levels 1-4 reached 4%
   # pass@1 at level 1).
   tasks: tuple[tuple[str, float, int], ...] = (
-    ("arithmetic", 0.85, 3),
-    ("countdown", 0.05, 2),
-    ("shortest_path", 0.05, 3),
-    ("knights", 0.05, 2),
+    ("arithmetic", 0.7, 3),
+    ("countdown", 0.1, 2),
+    ("shortest_path", 0.1, 3),
+    ("knights", 0.1, 2),
   )
   step_error: float = 0.04
   error_growth: float = 1.5
   shortcut: tuple[float, float] = (0.3, 0.6)
   textbook: float = 0.15
-  check: float = 0.2
+  check: float = 0.35
   hinted: float = 0.15
   guided: float = 0.6
   search_lines: int = 14
