@@ -11,7 +11,8 @@ special tokens), `chat(messages) -> str` (the model's chat template),
 files `CharTokenizer.save` wrote).
 
 `train_bpe(texts, dir, vocab_size)` learns a byte-level BPE vocabulary from
-a corpus and writes it as HF tokenizer files (the laptop base model's).
+a corpus and writes it as HF tokenizer files (`experiments.pretrain
+--bpe_vocab`).
 
 `CharTokenizer().save(dir)` writes the char tokenizer as HF tokenizer files,
 so `load(dir)` reproduces it exactly (so does `AutoTokenizer`, except
@@ -115,14 +116,13 @@ class CharTokenizer:
     os.makedirs(path, exist_ok=True)
     tok.save(os.path.join(path, "tokenizer.json"))
 
-    # Text like "<s>" is characters, not a special token (as in encode).
-    _write_configs(path, {"split_special_tokens": True})
+    _write_configs(path)
 
 
 SPECIALS = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2: pad, bos, eos
 
 
-def _write_configs(path: str, extra: dict) -> None:
+def _write_configs(path: str) -> None:
   """tokenizer_config.json and special_tokens_map.json for the fast class."""
   special_map = {
     "pad_token": SPECIALS[0],
@@ -134,7 +134,8 @@ def _write_configs(path: str, extra: dict) -> None:
     **special_map,
     "add_bos_token": False,
     "add_eos_token": False,
-    **extra,
+    # Text like "<s>" is characters, not a special token.
+    "split_special_tokens": True,
     "clean_up_tokenization_spaces": False,
   }
   for name, obj in (
@@ -175,8 +176,7 @@ def train_bpe(texts: Sequence[str], path: str, vocab_size: int) -> None:
   tok.train_from_iterator(texts, trainer)
   os.makedirs(path, exist_ok=True)
   tok.save(os.path.join(path, "tokenizer.json"))
-  # Text like "<s>" is characters, not a special token.
-  _write_configs(path, {"split_special_tokens": True})
+  _write_configs(path)
 
 
 def _tokenizer_class(path: str) -> str | None:
@@ -211,7 +211,6 @@ class HFTokenizer:
     self.bos_id = self._tok.bos_token_id
     self.vocab_size = len(self._tok)
     self.path = path
-    self.has_chat_template = bool(getattr(self._tok, "chat_template", None))
     # The built-in vocabulary saved as files (CharTokenizer.save): the
     # templates treat it as the built-in tokenizer.
     self.char_level = self.vocab_size == CharTokenizer.vocab_size and (
@@ -286,11 +285,7 @@ def apply_template(
     return R1.format(prompt=prompt)
   if template in ("boxed", "chat"):
     system = BOXED_SYSTEM if template == "boxed" else system
-    # The built-in vocabulary and tokenizers without a chat template (the
-    # laptop base model's BPE): plain text, no chat markup.
-    if getattr(tok, "char_level", False) or not getattr(
-      tok, "has_chat_template", False
-    ):
+    if getattr(tok, "char_level", False):
       return prompt if system is None else f"{prompt}\n{system}\n"
     messages = [{"role": "system", "content": system}] if system else []
     return tok.chat(messages + [{"role": "user", "content": prompt}])

@@ -78,10 +78,9 @@ def test_train_bpe_learns_numbers_and_round_trips(tmp_path):
   assert any(tok.decode([i]) == "56" for i in tok.encode("7*8=56"))
   odd = "Zebra {x} <s> \u00e9t\u00e9\n"
   assert tok.decode(tok.encode(odd)) == odd
-  # No chat template: the boxed and chat templates fall back to plain text.
+  # No chat template: plain works, boxed says so (as for any HF tokenizer).
   assert tokenizer.apply_template(tok, "2+2=", "plain") == "2+2="
-  assert tokenizer.apply_template(tok, "2+2=", "boxed") == (
-    "2+2=\n" + tokenizer.BOXED_SYSTEM + "\n"
-  )
+  with pytest.raises(ValueError, match="no chat template"):
+    tokenizer.apply_template(tok, "2+2=", "boxed")
   with pytest.raises(ValueError, match="259"):
     tokenizer.train_bpe(texts, str(tmp_path / "c"), 100)
