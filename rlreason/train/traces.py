@@ -147,7 +147,10 @@ def arithmetic_trace(problem, rng, mix, hint: str = "") -> str:
   shortcut = not hint and rng.random() < shortcut_share
   given = _given(hint)
   state, step, after, done, show, value = _arith_steps(problem.prompt, shortcut)
-  lines = [SHORTCUT_ORDER if shortcut else RIGHT_ORDER]
+  # The school's reading of the question, restated next to the steps that
+  # copy from it: the operands of a step are then one line up, not behind
+  # the order line (a character model learns that copy far sooner).
+  lines = [SHORTCUT_ORDER if shortcut else RIGHT_ORDER, show(state)]
   steps = []  # (op, a, b, written value)
 
   def run(s):

@@ -68,18 +68,21 @@ def test_arithmetic_schools_and_a_hand_checked_trace():
     p, random.Random(0), dataclasses.replace(EXACT, shortcut=(0.0, 0.0))
   )
   assert (
-    right == "order: ( ), then *, then + -\n4*2=8, so 3+8\n3+8=11\nanswer: 11"
+    right
+    == "order: ( ), then *, then + -\n3+4*2\n4*2=8, so 3+8\n3+8=11\nanswer: 11"
   )
   short = traces.arithmetic_trace(
     p, random.Random(0), dataclasses.replace(EXACT, shortcut=(1.0, 1.0))
   )
-  assert short == "order: left to right\n3+4=7, so 7*2\n7*2=14\nanswer: 14"
+  assert (
+    short == "order: left to right\n3+4*2\n3+4=7, so 7*2\n7*2=14\nanswer: 14"
+  )
   # Brackets are dropped by the shortcut: 2*(1+3) read as 2*1+3.
   q = tasks.Problem("2*(1+3)=", "8", "", 3, (), "y")
   got = traces.arithmetic_trace(
     q, random.Random(0), dataclasses.replace(EXACT, shortcut=(1.0, 1.0))
   )
-  assert got == "order: left to right\n2*1=2, so 2+3\n2+3=5\nanswer: 5"
+  assert got == "order: left to right\n2*1+3\n2*1=2, so 2+3\n2+3=5\nanswer: 5"
 
 
 def test_parse_expression_matches_the_task_renderer():
