@@ -33,6 +33,8 @@ setuptools.setup(
   packages=setuptools.find_packages(
     include=["rlreason", "rlreason.*", "experiments", "experiments.*"]
   ),
+  # The laptop base model (presets.SHIPPED): weights, tokenizer, base card.
+  package_data={"rlreason.model": ["laptop_base/*"]},
   python_requires=">=3.10",
   install_requires=[
     "jax>=0.4.35",

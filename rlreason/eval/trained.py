@@ -94,7 +94,7 @@ def _tokenizer_source(cfg: config.BaseConfig) -> str:
   """As context.load_tokenizer, but also looks past a warm-start init_from."""
   if cfg.tokenizer:
     return cfg.tokenizer
-  for src in (cfg.init_from, cfg.model):
+  for src in (cfg.init_from, presets.checkpoint_dir(cfg.model)):
     if src and os.path.exists(os.path.join(src, "tokenizer_config.json")):
       return src
   return "char"
@@ -142,7 +142,7 @@ def _locate(source: str) -> tuple[str, str, int | None]:
 def _model_config(run_cfg: config.BaseConfig, workdir: str):
   """The architecture the run trained: its init_from or model."""
   tried = []
-  for src in (run_cfg.init_from, run_cfg.model):
+  for src in (run_cfg.init_from, presets.checkpoint_dir(run_cfg.model)):
     if not src:
       continue
     if os.path.isdir(src):
@@ -366,7 +366,9 @@ def export_peft(policy: Policy | str, out_dir: str) -> str:
       f"{policy.source} is not a LoRA run (--lora_rank=0): no adapters to "
       "export; export_hf writes its weights"
     )
-  base = policy.run_cfg.init_from or policy.run_cfg.model
+  base = policy.run_cfg.init_from or presets.checkpoint_dir(
+    policy.run_cfg.model
+  )
   config_json, tensors = hf_layout.peft_files(
     mesh_lib.to_host(policy.adapters), policy.model_cfg, lcfg, base
   )

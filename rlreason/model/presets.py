@@ -7,6 +7,7 @@ checks, benchmarks, memory estimates) or to initialise at random.
 """
 
 import dataclasses
+import os
 
 from rlreason.model.transformer import ModelConfig
 
@@ -282,7 +283,22 @@ ARCHITECTURE_OF = {
   "qwen2.5-1.5b-instruct": "qwen2.5-1.5b",
   "openmath-nemotron-1.5b": "qwen2.5-1.5b",
   "qwen3-14b-base": "qwen3-14b",
+  "laptop-base": "small",  # the shipped base (SHIPPED below)
 }
+
+
+# Checkpoints shipped inside the package, by name: `--model=laptop-base` is
+# the laptop base model (experiments/pretrain.py; its base card is the
+# directory's README.md), an ordinary HF directory loaded through hf.load.
+SHIPPED = {
+  "laptop-base": os.path.join(os.path.dirname(__file__), "laptop_base"),
+}
+
+
+def checkpoint_dir(model: str) -> str:
+  """The directory a shipped checkpoint's name stands for; any other
+  `--model` (a preset or a path) unchanged."""
+  return SHIPPED.get(model, model)
 
 
 def architecture(model: str) -> str | None:

@@ -206,7 +206,7 @@ def prompt_ids(tokenizer, examples, template: str, *, max_len: int | None):
 
 def load_model(cfg, mesh):
   """(model_cfg, params) from --init_from, an HF directory or a preset."""
-  source = cfg.init_from or cfg.model
+  source = cfg.init_from or presets.checkpoint_dir(cfg.model)
   if os.path.isdir(source):
     model_cfg, params = hf.load(
       source, mesh=mesh, dtype=cfg.param_dtype, compute_dtype=cfg.dtype
@@ -242,7 +242,7 @@ def load_tokenizer(cfg):
   """
   if cfg.tokenizer:
     return tokenizer_lib.load(cfg.tokenizer)
-  for source in (cfg.init_from, cfg.model):
+  for source in (cfg.init_from, presets.checkpoint_dir(cfg.model)):
     if os.path.isdir(source) and os.path.exists(
       os.path.join(source, "tokenizer_config.json")
     ):

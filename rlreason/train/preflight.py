@@ -31,10 +31,13 @@ def check_paths(cfg, workdir: str) -> None:
   problems = [config.writable_dir_problem("workdir", workdir)]
   if cfg.warm_start_steps and not cfg.init_from:
     problems.append(config.writable_dir_problem("cache_dir", cfg.cache_dir))
-  if cfg.model.lower() not in presets.PRESETS and not os.path.isdir(cfg.model):
+  if cfg.model.lower() not in presets.PRESETS and not os.path.isdir(
+    presets.checkpoint_dir(cfg.model)
+  ):
     problems.append(
-      f"--model={cfg.model}: neither a preset ({', '.join(presets.PRESETS)})"
-      " nor a local checkpoint directory"
+      f"--model={cfg.model}: neither a preset ({', '.join(presets.PRESETS)}),"
+      f" a shipped checkpoint ({', '.join(presets.SHIPPED)}) nor a local "
+      "checkpoint directory"
     )
   if cfg.init_from and "://" not in cfg.init_from:
     if not os.path.exists(cfg.init_from):

@@ -142,6 +142,9 @@ def test_a_missing_model(tmp_path, capsys, no_compute):
     capsys,
     f"--model={tmp_path / 'nope'}: neither a preset",
   )
+  # The shipped base is found by name wherever the package is installed.
+  cfg = _cfg(tmp_path, model="laptop-base")
+  preflight.check_paths(cfg, cfg.workdir)
 
 
 def test_a_bad_task_option(tmp_path, capsys, no_compute):
