@@ -24,14 +24,14 @@ its README.md, the base card: how it was made and its measured properties
 (rlreason/eval/base_card.py). Use it with `--model=<out>` on any experiment.
 
 Measured (2026-11-25, this 2-core CPU, default flags, the shipped base):
-42.6 min (over the ~30-minute target: 1.28 s per step of 32 documents, vs
-0.85 s measured for the same shapes the day before). Level-1 arithmetic:
-pass@1 12.0%, pass@16 67.2%, maj@16 23.4%, greedy 26.6%, median length 64
-(p90 95); hints read on shortest paths (+6 to +10 points) and level-1
-arithmetic (+5.5), not above. GRPO from it (level 1, 100 steps of 16 x 8,
-max_new_tokens 128, ~11 min) did not lift held-out greedy accuracy: 31.5%
--> 25.0% at lr 1e-4 (train reward flat at ~0.14, entropy 0.13 -> 0.10);
-at lr 5e-4 train reward fell from ~0.13 to ~0.03 within 60 steps.
+42.6 min (over the ~30-minute target: 1.28 s per step of 32 documents; a
+step of 32 x 160 tokens measured 0.85 s the day before, not traced). Level-1
+arithmetic: pass@1 12.0%, pass@16 67.2%, maj@16 23.4%, greedy 26.6%, median
+length 64 (p90 95); hints read on shortest paths (+6 to +10 points) and
+level-1 arithmetic (+5.5), not above. GRPO from it (level 1, 100 steps of 16
+x 8, max_new_tokens 128, ~11 min) did not lift held-out greedy accuracy:
+31.5% -> 25.0% at lr 1e-4 (train reward flat at ~0.14, entropy 0.13 ->
+0.10); at lr 5e-4 train reward fell from ~0.13 to ~0.03 within 60 steps.
 
 Measured (2026-11-23, this 2-core CPU, the 256-wide preset of then, 1500
 steps, 26 min): too weak to be the laptop default. Held-out arithmetic, 64
@@ -120,9 +120,10 @@ class Config:
       raise config.ConfigError(
         f"--model={self.model!r}: not a preset ({sorted(presets.PRESETS)})"
       )
-    if self.bpe_vocab and self.bpe_vocab < 259:
+    if self.bpe_vocab and self.bpe_vocab < tokenizer_lib.MIN_BPE_VOCAB:
       raise config.ConfigError(
-        f"--bpe_vocab must be 0 (characters) or >= 259, got {self.bpe_vocab}"
+        "--bpe_vocab must be 0 (characters) or >= "
+        f"{tokenizer_lib.MIN_BPE_VOCAB}, got {self.bpe_vocab}"
       )
     if self.card_only and not os.path.exists(
       os.path.join(self.out_dir, "config.json")
@@ -219,7 +220,6 @@ percentile {p90:.0f}.
 
 def run(cfg: Config) -> dict:
   out = cfg.out_dir
-  tok = tokenizer_lib.CharTokenizer()
   if cfg.card_only:
     model_cfg, params = hf.load(out)
     made_path = os.path.join(out, "base_card.json")
@@ -240,7 +240,7 @@ def run(cfg: Config) -> dict:
       cfg.bpe_vocab,
     )
   else:
-    tok.save(out)
+    tokenizer_lib.CharTokenizer().save(out)
   tok = tokenizer_lib.load(out)
   model_cfg = presets.get(cfg.model, vocab_size=tok.vocab_size)
   prompts, completions, dropped = encode(

@@ -120,6 +120,7 @@ class CharTokenizer:
 
 
 SPECIALS = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2: pad, bos, eos
+MIN_BPE_VOCAB = 256 + len(SPECIALS)  # every byte, then the specials
 
 
 def _write_configs(path: str) -> None:
@@ -159,9 +160,10 @@ def train_bpe(texts: Sequence[str], path: str, vocab_size: int) -> None:
   """
   import tokenizers  # Only needed to train.
 
-  if vocab_size < 256 + len(SPECIALS):
+  if vocab_size < MIN_BPE_VOCAB:
     raise ValueError(
-      f"vocab_size must be >= 259 (bytes + specials), got {vocab_size}"
+      f"vocab_size must be >= {MIN_BPE_VOCAB} (bytes + specials), got "
+      f"{vocab_size}"
     )
   byte_level = tokenizers.pre_tokenizers.ByteLevel
   tok = tokenizers.Tokenizer(tokenizers.models.BPE())
