@@ -31,6 +31,8 @@ from rlreason.plan import aot
 
 aot.tpu_env()  # before jax starts a backend
 
+import jax  # noqa: E402
+
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
@@ -51,7 +53,15 @@ def experiment_names() -> list[str]:
 
 
 def experiment_config(name: str, scale: str, overrides: dict):
-  """(cfg, loss_fn) of an experiment at a scale, with overrides."""
+  """(cfg, loss_fn, extras) of an experiment at a scale, with overrides.
+
+  An experiment module tells the planner what its run holds beyond the
+  policy: `critic(cfg)`, its loop hook for parameters trained beside the
+  policy; `train_fields(cfg)`, {batch field: per-row shape} its loss reads
+  beyond objective.loss_fn's; `plan_config(cfg)`, the config whose shapes
+  its programs run at (when they are not the flags' own). `extras` are
+  aot.compile_run's keywords for the first two.
+  """
   module = importlib.import_module(f"experiments.{name}")
   cfg = module.Config()
   if scale == "paper":
@@ -59,7 +69,14 @@ def experiment_config(name: str, scale: str, overrides: dict):
   cfg = dataclasses.replace(cfg, **overrides)
   resolve = getattr(module, "resolve", None)
   cfg = resolve(cfg) if resolve else cfg
-  return cfg, getattr(module, "loss_fn", objective.loss_fn)
+  shaped = getattr(module, "plan_config", None)
+  cfg = shaped(cfg) if shaped else cfg
+  extras = {}
+  if hasattr(module, "critic"):
+    extras["extra_params"] = module.critic(cfg)
+  if hasattr(module, "train_fields"):
+    extras["fields"] = module.train_fields(cfg)
+  return cfg, getattr(module, "loss_fn", objective.loss_fn), extras
 
 
 def mesh_for(topology: str, cfg):
@@ -92,7 +109,7 @@ def plan(
   score_rows=0,
 ):
   """(Summary, seconds) of a run on a slice."""
-  cfg, loss_fn = experiment_config(name, scale, overrides)
+  cfg, loss_fn, extras = experiment_config(name, scale, overrides)
   mesh, hbm, n_dev, peak, bw = mesh_for(topology, cfg)
   t0 = time.time()
   progs = aot.compile_run(
@@ -103,6 +120,7 @@ def plan(
     rollout_rows=rollout_rows,
     score_rows=score_rows,
     hbm_bytes=hbm,
+    **extras,
   )
   s = summary.summarize(
     progs,
@@ -131,9 +149,13 @@ def _row(s: summary.Summary, topology: str) -> dict:
 
 def candidate_slices(name: str, family: str, overrides: dict):
   """The family's slices, from the smallest whose HBM (less the fit margin)
-  holds fp32 parameters and two Adam moments split over all chips."""
-  cfg, _ = experiment_config(name, "paper", overrides)
-  state = 12 * aot.model_config(cfg).num_params()
+  holds fp32 parameters and two Adam moments (of the policy and whatever
+  is trained beside it) split over all chips."""
+  cfg, _, extras = experiment_config(name, "paper", overrides)
+  shapes = aot.trained_shapes(
+    cfg, aot.model_config(cfg), extras.get("extra_params")
+  )[0]
+  state = 12 * sum(x.size for x in jax.tree.leaves(shapes))
   return [
     s
     for s in chips.sizes(family)
@@ -250,7 +272,11 @@ if __name__ == "__main__":
   flags.DEFINE_string("experiment", "grpo", "experiments/<name>.py")
   flags.DEFINE_string("scale", "paper", "laptop | paper")
   flags.DEFINE_string("topology", "v5p-32", "a TPU slice name, or local")
-  flags.DEFINE_string("programs", "train_step,rollout,ref_logp", "to compile")
+  flags.DEFINE_string(
+    "programs",
+    "train_step,rollout,ref_logp,values",
+    "to compile (values: a critic's forward, where there is one)",
+  )
   flags.DEFINE_string("set", "", "k=v,... Config overrides")
   flags.DEFINE_integer(
     "rollout_rows",

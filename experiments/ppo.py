@@ -147,16 +147,17 @@ def make_batch(rollout, examples, ctx):
   if cfg.kl_reward_coef:
     batch["ref_logp"] = ctx.ref_logp(rollout)
     token_rewards = token_rewards + objective.kl_reward_penalty(batch, cfg)
-  values = mesh_lib.to_host(
-    value.completion_values_by_rows(
-      ctx.extra[value.KEY],
-      rollout.tokens,
-      rollout.positions,
-      ctx.model_cfg,
-      rollout.prompt_len,
-      rows=ctx.score_rows,
+  with mesh_lib.activation_mesh(ctx.mesh):  # split by batch, as ctx.ref_logp
+    values = mesh_lib.to_host(
+      value.completion_values_by_rows(
+        ctx.extra[value.KEY],
+        rollout.tokens,
+        rollout.positions,
+        ctx.model_cfg,
+        rollout.prompt_len,
+        rows=ctx.score_rows,
+      )
     )
-  )
   values = np.where(mask > 0, values, 0.0).astype(np.float32)
   adv, returns = returns_lib.gae(
     jnp.asarray(token_rewards),
@@ -183,6 +184,12 @@ def critic(cfg: Config):
   return value.extra_params(
     cfg.critic_lr_scale, from_policy=cfg.critic_init == "policy"
   )
+
+
+def train_fields(cfg: Config) -> dict:
+  """Per-row shapes of the batch fields the critic's loss reads (the
+  planner's abstract batch, experiments/plan.py)."""
+  return {"returns": (cfg.max_new_tokens,), "old_values": (cfg.max_new_tokens,)}
 
 
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):

@@ -205,17 +205,18 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
   reward = np.where(ended, np.asarray(reward, np.float32), 0.0)
 
   # (2) EGAE on this window, from the critic at rollout time.
-  values = mesh_lib.to_host(
-    value.completion_values_by_rows(
-      ctx.extra[value.KEY],
-      jnp.asarray(batch["tokens"]),
-      jnp.asarray(batch["positions"]),
-      ctx.model_cfg,
-      1,
-      rows=ctx.score_rows,
-      with_next=True,
-    )
-  )  # [N, S]: column c = V of the state after token c
+  with mesh_lib.activation_mesh(ctx.mesh):  # split by batch, as ctx.ref_logp
+    values = mesh_lib.to_host(
+      value.completion_values_by_rows(
+        ctx.extra[value.KEY],
+        jnp.asarray(batch["tokens"]),
+        jnp.asarray(batch["positions"]),
+        ctx.model_cfg,
+        1,
+        rows=ctx.score_rows,
+        with_next=True,
+      )
+    )  # [N, S]: column c = V of the state after token c
   win_values = values[:, p - 1 :]  # [N, T + 1]
   token_rewards = returns_lib.outcome_token_rewards(
     jnp.asarray(reward), jnp.asarray(mask)
@@ -276,6 +277,24 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
   return batch, metrics
 
 
+critic = ppo.critic  # (the planner's hooks, experiments/plan.py)
+
+
+def plan_config(cfg: Config) -> Config:
+  """The shapes a window's programs run at: a response's earlier windows
+  are prompt context (`_window_batch`), up to the continuation call's
+  prompt budget of max_prompt_len + max_response_len tokens."""
+  prompt = cfg.max_prompt_len + cfg.max_response_len
+  return dataclasses.replace(cfg, max_prompt_len=prompt)
+
+
+def train_fields(cfg: Config) -> dict:
+  """Per-row shapes of the critic's batch fields (column c predicts token
+  c + 1 of the whole sequence)."""
+  s = cfg.max_prompt_len + cfg.max_new_tokens - 1
+  return {"value_mask": (s,), "value_returns": (s,), "value_old": (s,)}
+
+
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   """PPO's clipped surrogate on the window + the critic on ended responses."""
   policy_params = {k: v for k, v in params.items() if k != value.KEY}
@@ -312,7 +331,7 @@ def run(cfg: Config) -> dict:
     make_batch=functools.partial(make_batch, slots=slots),
     loss_fn=loss_fn,
     needs_ref=False,
-    extra_params=ppo.critic(cfg),
+    extra_params=critic(cfg),
   )
 
 

@@ -17,7 +17,13 @@ Three programs are compiled at the sizes the loop runs them:
               sizes its calls), parameters laid out as mesh.rollout_rules
               chooses for the slice's HBM;
   ref_logp    the reference / old-logp forward over --score_rows rows
-              (default: one train micro-batch, as Context.score_rows).
+              (default: one train micro-batch, as Context.score_rows);
+  values      with a critic (ppo's extra_params): its rollout-time forward
+              over as many rows.
+An experiment that trains more than the policy passes its loop hook
+(`extra_params`, e.g. ppo.critic(cfg)) and the per-row shapes of the batch
+fields its loss reads beyond the policy's (`fields`); the train state, the
+optimizer's learning-rate groups and the train step's batch include them.
 Each program's peak adds the bytes that stay resident beside it
 (resident_bytes): the train state (parameters and optimizer moments)
 during the rollout and the reference forward, and the reference parameters
@@ -41,6 +47,7 @@ from rlreason.model import policy
 from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.rl import objective
+from rlreason.rl import value
 from rlreason.model import lora
 from rlreason.sampling import continuous
 from rlreason.sampling import draw
@@ -161,8 +168,10 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
   )
 
 
-def train_batch(cfg, rows: int) -> dict:
-  """Abstract [rows, ...] batch with the fields objective.loss_fn reads."""
+def train_batch(cfg, rows: int, fields=None) -> dict:
+  """Abstract [rows, ...] batch with the fields objective.loss_fn reads,
+  and `fields` ({name: per-row shape}, float32) that an experiment's loss
+  reads beyond them (a critic's returns and old values)."""
   p, t = cfg.max_prompt_len, cfg.max_new_tokens
   f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)  # noqa: E731
   batch = {
@@ -176,6 +185,8 @@ def train_batch(cfg, rows: int) -> dict:
   batch["adv"] = f32(rows, t) if token_adv else f32(rows)
   if getattr(cfg, "needs_ref", False):
     batch["ref_logp"] = f32(rows, t)
+  for name, shape in (fields or {}).items():
+    batch[name] = f32(rows, *shape)
   return batch
 
 
@@ -203,22 +214,45 @@ def lora_base(cfg, model_cfg, mesh):
   return _abstract(shapes, sh), axes
 
 
-def _trained_shapes(cfg, model_cfg):
-  """(shapes, logical axes) of what the optimizer trains: the params, or
-  a LoRA run's adapters."""
+def extra_shapes(cfg, model_cfg, extra_params):
+  """An experiment's loop hook (loop.train's `extra_params`) run on
+  abstract policy parameters: types.ExtraParams with abstract params."""
+  out = {}
+
+  def make(policy):
+    out["extra"] = extra_params(cfg, model_cfg, policy)
+    return out["extra"].params
+
+  shapes = jax.eval_shape(make, transformer.param_shapes(model_cfg))
+  return out["extra"]._replace(params=shapes)
+
+
+def trained_shapes(cfg, model_cfg, extra_params=None):
+  """(shapes, logical axes, lr scales) of what the optimizer trains: the
+  params, or a LoRA run's adapters, and what `extra_params` adds beside
+  them (a critic), as loop.train assembles them."""
   axes = transformer.param_axes(model_cfg)
   shapes = transformer.param_shapes(model_cfg)
   lcfg = adapters_lib.lora_config(cfg)
-  if lcfg is None:
-    return shapes, axes
-  adapters = jax.eval_shape(lambda: lora.init(shapes, lcfg, jax.random.key(0)))
-  return adapters, lora.axes(axes, adapters)
+  if lcfg is not None:
+    shapes = jax.eval_shape(
+      lambda: lora.init(shapes, lcfg, jax.random.key(0))
+    )
+    axes = lora.axes(axes, shapes)
+  if extra_params is None:
+    return shapes, axes, None
+  extra = extra_shapes(cfg, model_cfg, extra_params)
+  return (
+    {**shapes, **extra.params},
+    {**axes, **extra.axes},
+    extra.lr_scales,
+  )
 
 
-def train_state(cfg, model_cfg, mesh):
+def train_state(cfg, model_cfg, mesh, extra_params=None):
   """(abstract TrainState with its shardings, shardings, optimizer)."""
-  optimizer = ts.optimizer_from_config(cfg, max(cfg.steps, 1))
-  shapes, axes = _trained_shapes(cfg, model_cfg)
+  shapes, axes, lr_scales = trained_shapes(cfg, model_cfg, extra_params)
+  optimizer = ts.optimizer_from_config(cfg, max(cfg.steps, 1), lr_scales)
   state_sh = ts.state_shardings(mesh, axes, shapes, optimizer)
   state = jax.eval_shape(
     functools.partial(ts.init_state, optimizer=optimizer), shapes
@@ -226,18 +260,27 @@ def train_state(cfg, model_cfg, mesh):
   return _abstract(state, state_sh), state_sh, optimizer
 
 
-def compile_train_step(cfg, model_cfg, mesh, loss_fn) -> Program:
-  state, state_sh, optimizer = train_state(cfg, model_cfg, mesh)
+def compile_train_step(
+  cfg, model_cfg, mesh, loss_fn, extra_params=None, fields=None
+) -> Program:
+  state, state_sh, optimizer = train_state(
+    cfg, model_cfg, mesh, extra_params
+  )
   batch_sh = mesh_lib.batch_sharding(mesh, 1)
   rows = cfg.num_sequences // cfg.minibatches
   batch = jax.tree.map(
     lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=batch_sh),
-    train_batch(cfg, rows),
+    train_batch(cfg, rows, fields),
   )
   loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
   frozen = lora_base(cfg, model_cfg, mesh)
   if frozen is not None:  # LoRA: the base is the step's frozen argument
-    loss = adapters_lib.adapted_loss(loss, adapters_lib.lora_config(cfg))
+    extra_keys = () if extra_params is None else tuple(
+      extra_shapes(cfg, model_cfg, extra_params).params
+    )
+    loss = adapters_lib.adapted_loss(
+      loss, adapters_lib.lora_config(cfg), extra_keys
+    )
   step = ts.make_train_step(
     loss,
     optimizer,
@@ -285,7 +328,12 @@ def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   free = max(hbm_bytes - resident - params, 0)
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
   rows = rollout_memory.rows_per_call(
-    model_cfg, cfg.max_prompt_len, cfg.max_new_tokens, free, shards
+    model_cfg,
+    cfg.max_prompt_len,
+    cfg.max_new_tokens,
+    free,
+    shards,
+    getattr(cfg, "rollout_batching", "static"),
   )
   return min(n, rows)
 
@@ -324,7 +372,10 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
     )
     lowered = continuous._run.lower(  # noqa: SLF001 - the jitted body
       params, ids, ids, jax.random.key(0), 0, limits, slots=rows,
-      refill_rows=continuous.default_refill_rows(rows), refill_every=1,
+      refill_rows=continuous.default_refill_rows(
+        rows, mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+      ),
+      refill_every=1,
       stop_sequences=(), **common,
     )  # fmt: skip
   else:
@@ -363,12 +414,46 @@ def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
   return dataclasses.replace(analyse("ref_logp", compiled), rows=rows)
 
 
-def resident_bytes(cfg, model_cfg, mesh) -> dict[str, int]:
+def critic_params(cfg, model_cfg, mesh, extra_params):
+  """The critic's parameters as the train state holds them (TRAIN_RULES,
+  param dtype), or None when `extra_params` adds no critic."""
+  if extra_params is None:
+    return None
+  extra = extra_shapes(cfg, model_cfg, extra_params)
+  if value.KEY not in extra.params:
+    return None
+  shapes, axes = extra.params[value.KEY], extra.axes[value.KEY]
+  return _abstract(
+    shapes, mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, shapes)
+  )
+
+
+def compile_values(cfg, model_cfg, mesh, rows: int, critic) -> Program:
+  """The critic's rollout-time forward (ppo.make_batch) over `rows` rows."""
+  sh = mesh_lib.batch_sharding(mesh, 2)
+  length = cfg.max_prompt_len + cfg.max_new_tokens
+  ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sh)
+
+  def forward(params, tokens, positions):
+    with mesh_lib.activation_mesh(mesh):
+      return value.completion_values(
+        params, tokens, positions, model_cfg, cfg.max_prompt_len
+      )
+
+  compiled = jax.jit(forward).lower(critic, ids, ids).compile()
+  return dataclasses.replace(analyse("values", compiled), rows=rows)
+
+
+def resident_bytes(cfg, model_cfg, mesh, extra_params=None) -> dict[str, int]:
   """Per-device bytes live beside each program that are not its own
   arguments: the train state during the rollout and the reference
-  forward; the reference parameters (KL runs) during the rollout and the
-  train step."""
-  state = per_device_bytes(train_state(cfg, model_cfg, mesh)[0])
+  forward (less the critic, the values forward's own argument); the
+  reference parameters (KL runs) during the rollout and the train step."""
+  state = per_device_bytes(
+    train_state(cfg, model_cfg, mesh, extra_params)[0]
+  )
+  critic = critic_params(cfg, model_cfg, mesh, extra_params)
+  values = state - (0 if critic is None else per_device_bytes(critic))
   frozen = lora_base(cfg, model_cfg, mesh)
   if frozen is not None:
     # LoRA: the base (also the reference) is an argument of the train step
@@ -376,11 +461,21 @@ def resident_bytes(cfg, model_cfg, mesh) -> dict[str, int]:
     # merged copy.
     # (A quantised base is the rollout's argument too: sampled unmerged.)
     base = 0 if cfg.lora_quantize else per_device_bytes(frozen[0])
-    return {"train_step": 0, "rollout": state + base, "ref_logp": state}
+    return {
+      "train_step": 0,
+      "rollout": state + base,
+      "ref_logp": state,
+      "values": values + per_device_bytes(frozen[0]),
+    }
   ref = 0
   if getattr(cfg, "needs_ref", False):
     ref = per_device_bytes(ref_params(model_cfg, mesh))
-  return {"train_step": ref, "rollout": state + ref, "ref_logp": state}
+  return {
+    "train_step": ref,
+    "rollout": state + ref,
+    "ref_logp": state,
+    "values": values + ref,
+  }
 
 
 def compile_run(
@@ -388,17 +483,26 @@ def compile_run(
   loss_fn,
   mesh,
   *,
-  programs=("train_step", "rollout", "ref_logp"),
+  programs=("train_step", "rollout", "ref_logp", "values"),
   rollout_rows: int = 0,
   score_rows: int = 0,
   hbm_bytes: int | None = None,
+  extra_params=None,
+  fields=None,
 ) -> dict[str, Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
-  are returned as the exception instead of a Program."""
+  are returned as the exception instead of a Program. "values" is
+  compiled only when `extra_params` adds a critic."""
   model_cfg = model_config(cfg)
-  resident = resident_bytes(cfg, model_cfg, mesh)
+  resident = resident_bytes(cfg, model_cfg, mesh, extra_params)
+  critic = critic_params(cfg, model_cfg, mesh, extra_params)
+  if critic is None:
+    programs = tuple(p for p in programs if p != "values")
+  rows = score_rows or ts.score_rows(cfg, mesh)
   makers = {
-    "train_step": lambda: compile_train_step(cfg, model_cfg, mesh, loss_fn),
+    "train_step": lambda: compile_train_step(
+      cfg, model_cfg, mesh, loss_fn, extra_params, fields
+    ),
     "rollout": lambda: compile_rollout(
       cfg,
       model_cfg,
@@ -410,12 +514,8 @@ def compile_run(
     ),
     # The loop scores the rollout one train micro-batch at a time
     # (Context.score_rows).
-    "ref_logp": lambda: compile_ref_logp(
-      cfg,
-      model_cfg,
-      mesh,
-      score_rows or ts.score_rows(cfg, mesh),
-    ),
+    "ref_logp": lambda: compile_ref_logp(cfg, model_cfg, mesh, rows),
+    "values": lambda: compile_values(cfg, model_cfg, mesh, rows, critic),
   }
   out = {}
   for name in programs:

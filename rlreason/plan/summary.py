@@ -14,7 +14,9 @@ all):
   rollout     prefill FLOPs / peak + T decode steps, each reading the
               per-device parameters and the mean KV cache once (memory
               bound);
-  ref_logp    2 * params * tokens / peak (forward only).
+  ref_logp    2 * params * tokens / peak (forward only);
+  values      the same, for a critic's forward (its trunk is the
+              policy's); a critic also doubles the train step's FLOPs.
 MFU = the train step's model FLOPs (without remat) / (its time * peak): an
 upper bound, as a roofline is.
 """
@@ -47,6 +49,11 @@ def model_flops_per_token(model_cfg, context: int) -> float:
   return 6 * model_cfg.num_params() + attn * context / 2
 
 
+def models_trained(programs) -> int:
+  """Decoders the train step runs: the policy, and a critic's trunk."""
+  return 2 if "values" in programs else 1
+
+
 def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
   """Roofline seconds per device of each program's share of one RL step."""
   n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
@@ -57,6 +64,7 @@ def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
     prog = programs["train_step"]
     recompute = 4 / 3 if model_cfg.remat else 1.0
     flops = model_flops_per_token(model_cfg, context) * n * context
+    flops *= models_trained(programs)
     flops *= cfg.ppo_epochs * recompute / devices
     memory = prog.bytes_accessed * cfg.ppo_epochs * cfg.minibatches
     out["train_step"] = max(flops / peak, memory / bandwidth)
@@ -70,8 +78,9 @@ def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
     weights = prog.argument_bytes  # per device, as laid out
     # Each call's decode steps re-read the weights; the caches add up to N.
     out["rollout"] = prefill + t * (calls * weights + cache) / bandwidth
-  if "ref_logp" in programs:
-    out["ref_logp"] = 2 * params * n * context / devices / peak
+  for name in ("ref_logp", "values"):
+    if name in programs:
+      out[name] = 2 * params * n * context / devices / peak
   return out
 
 
@@ -91,7 +100,7 @@ def summarize(
   train = per.get("train_step", 0.0)
   context = cfg.max_prompt_len + cfg.max_new_tokens
   useful = model_flops_per_token(model_cfg, context) * cfg.num_sequences
-  useful *= context * cfg.ppo_epochs / devices
+  useful *= context * cfg.ppo_epochs * models_trained(programs) / devices
   mfu = useful / (train * peak_flops) if train else 0.0
   return Summary(
     peak_bytes=peak,

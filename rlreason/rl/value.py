@@ -38,6 +38,7 @@ import jax.numpy as jnp
 
 from rlreason.rl import aggregation
 from rlreason.rl import returns as returns_lib
+from rlreason import mesh as mesh_lib
 from rlreason import types
 from rlreason.model import policy
 from rlreason.model import transformer
@@ -89,9 +90,6 @@ def param_axes(model_cfg: ModelConfig):
   }
 
 
-@functools.partial(
-  jax.jit, static_argnames=("model_cfg", "prompt_len", "with_next")
-)
 def completion_values(
   params,
   tokens: jax.Array,
@@ -101,7 +99,8 @@ def completion_values(
   *,
   with_next: bool = False,
 ) -> jax.Array:
-  """V of the state before each completion token.
+  """V of the state before each completion token (activations split by
+  batch under mesh.activation_mesh, as policy.completion_logprobs).
 
   Args:
     params: critic params (`init`).
@@ -116,6 +115,29 @@ def completion_values(
   Returns:
     values [N, T] (or [N, T + 1]) in float32; garbage where mask = 0.
   """
+  return _completion_values(
+    params,
+    tokens,
+    positions,
+    model_cfg,
+    prompt_len,
+    with_next=with_next,
+    act_mesh=mesh_lib.active_mesh(),
+  )
+
+
+@functools.partial(
+  jax.jit,
+  static_argnames=("model_cfg", "prompt_len", "with_next", "act_mesh"),
+)
+def _completion_values(
+  params, tokens, positions, model_cfg, prompt_len, *, with_next, act_mesh
+):
+  with mesh_lib.activation_mesh(act_mesh):
+    return _values(params, tokens, positions, model_cfg, prompt_len, with_next)
+
+
+def _values(params, tokens, positions, model_cfg, prompt_len, with_next):
   hidden, _ = transformer.hidden_states(
     params["trunk"], tokens, positions, trunk_config(model_cfg)
   )

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlreason import mesh as mesh_lib
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 from rlreason.sampling import sampler as sampler_lib
@@ -139,7 +140,7 @@ def sample(
       more than the slots).
     slots: decode slots (rows in flight), >= 1; more than M is M.
     refill_rows: prompts per refill prefill, in [1, slots]; 0 picks
-      default_refill_rows(slots). A refill waits until that many slots
+      default_refill_rows(slots, the mesh's batch shards). A refill waits until that many slots
       are free (or none is live), so no prefill row is wasted.
     refill_every: K, the decode steps between refills (>= 1).
     refill: "loop" (rounds inside one jitted while_loop) or "host" (a host
@@ -181,7 +182,8 @@ def sample(
     mesh=mesh,
     stop_sequences=stop_sequences,
     slots=slots,
-    refill_rows=int(refill_rows) or default_refill_rows(slots),
+    refill_rows=int(refill_rows)
+    or default_refill_rows(slots, _batch_shards(mesh)),
     refill_every=int(refill_every),
   )
   limits = (
@@ -206,10 +208,20 @@ def sample(
   return out, Stats(int(steps), int(busy), int(prefills), slots)
 
 
-def default_refill_rows(slots: int) -> int:
+def default_refill_rows(slots: int, shards: int = 1) -> int:
   """Prompts per refill prefill when not given: an eighth of the slots
-  (measured best of 4, 8, 16 of 64 slots, bench.rollout_lengths)."""
-  return max(1, slots // 8)
+  (measured best of 4, 8, 16 of 64 slots, bench.rollout_lengths), rounded
+  up to a multiple of the rollout's batch shards (a refill of rows the
+  shards do not divide is not split: every device would prefill all of
+  them, 128 GB per chip for gspo's preset on v5p-128), at most the slots."""
+  rows = -(-max(1, slots // 8) // shards) * shards
+  return min(rows, slots)
+
+
+def _batch_shards(mesh) -> int:
+  if mesh is None:
+    return 1
+  return mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
 
 
 def cache_size() -> int:

@@ -256,7 +256,14 @@ def generate(
       params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
     rng, step = mesh_lib.put_global(scalars, mesh_lib.replicated(mesh))
   per_call = rollout_memory.call_rows(
-    rows_per_call, len(tokens), model_cfg, p, int(max_new_tokens), mesh, params
+    rows_per_call,
+    len(tokens),
+    model_cfg,
+    p,
+    int(max_new_tokens),
+    mesh,
+    params,
+    batching,
   )
   call = functools.partial(
     _sample_rows,

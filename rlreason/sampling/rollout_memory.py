@@ -6,6 +6,8 @@ A sequence being sampled holds its KV cache, the prefill's working set and
 the decode step's buffers (sequence_bytes); a call may fill
 ROLLOUT_FREE_FRACTION of the memory left free once the rollout parameters
 are in place (the rest covers XLA temporaries the estimate leaves out).
+Continuous batching holds more per slot (continuous_bytes: a second copy
+of the cache, and the refill's prefilled cache on every device).
 rollout.generate sizes its calls (static batching) or its decode slots
 (continuous batching) with `call_rows`; the planner (plan/aot.py) with
 `rows_per_call`.
@@ -15,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
+from rlreason.sampling import continuous
 from rlreason.model.transformer import ModelConfig
 
 # A sampler call may fill this much of the memory left free on a device
@@ -28,14 +31,37 @@ def sequence_bytes(model_cfg: ModelConfig, prompt_len: int, new_tokens: int):
   (fp32 residual stream and MLP products of P tokens, one block of attention
   scores per head) and the decode step's [V] logits and [T] buffers."""
   c = model_cfg
-  s = prompt_len + new_tokens
-  itemsize = jnp.dtype(c.compute_dtype).itemsize
-  cache = 2 * c.n_layers * c.n_kv_heads * c.head_dim * s * itemsize
+  cache = cache_bytes(c, prompt_len + new_tokens)
   block = min(prompt_len, c.attention_block)
   prefill = 4 * prompt_len * (6 * c.d_model + 3 * c.mlp_dim)
   prefill += 4 * 2 * c.n_heads * prompt_len * block
   decode = 4 * 4 * c.vocab_size + 4 * 4 * new_tokens
   return cache + prefill + decode
+
+
+def cache_bytes(model_cfg: ModelConfig, length: int) -> int:
+  """One sequence's KV cache: all layers, `length` slots, compute dtype."""
+  c = model_cfg
+  itemsize = jnp.dtype(c.compute_dtype).itemsize
+  return 2 * c.n_layers * c.n_kv_heads * c.head_dim * length * itemsize
+
+
+def continuous_bytes(model_cfg, prompt_len, new_tokens, slots, shards):
+  """Device bytes of continuous batching with `slots` decode slots split
+  over `shards`: each slot's sequence_bytes and a second copy of its KV
+  cache (the refill's scatter into the cache is not in place), plus the
+  refill prefill's KV cache twice on every device (its rows go to free
+  slots on any shard, so an all-reduce gathers them everywhere: its input
+  and its output). Checked by AOT compilation for Qwen3-8B, 2048 + 16384
+  tokens on v5p-128 (experiments/plan.py): with the refill counted once,
+  448 slots compiled to 89 GiB per chip, 11 GiB above the estimate;
+  with it counted twice, 256 slots compile to 66.5 GiB, 12 GiB below."""
+  per_shard = -(-slots // shards)
+  refill = continuous.default_refill_rows(slots, shards)
+  return per_shard * (
+    sequence_bytes(model_cfg, prompt_len, new_tokens)
+    + cache_bytes(model_cfg, prompt_len + new_tokens)
+  ) + 2 * refill * cache_bytes(model_cfg, prompt_len)
 
 
 def rows_per_call(
@@ -44,15 +70,26 @@ def rows_per_call(
   new_tokens: int,
   free_bytes: int,
   batch_shards: int = 1,
+  batching: str = "static",
 ) -> int:
   """Sequences one sampler call holds in `free_bytes` per device (a
-  multiple of the batch shards; at least one per shard)."""
+  multiple of the batch shards; at least one per shard); with continuous
+  batching, its decode slots (continuous_bytes)."""
+  budget = int(ROLLOUT_FREE_FRACTION * free_bytes)
   per_row = sequence_bytes(model_cfg, prompt_len, new_tokens)
-  per_device = int(ROLLOUT_FREE_FRACTION * free_bytes) // per_row
-  return max(1, per_device) * batch_shards
+  per_shard = max(1, budget // per_row)
+  if batching == "continuous":
+    while per_shard > 1 and budget < continuous_bytes(
+      model_cfg, prompt_len, new_tokens, per_shard * batch_shards,
+      batch_shards,
+    ):  # fmt: skip
+      per_shard -= 1
+  return per_shard * batch_shards
 
 
-def call_rows(requested, n, model_cfg, p, t, mesh, params) -> int:
+def call_rows(
+  requested, n, model_cfg, p, t, mesh, params, batching="static"
+) -> int:
   """Rows per sampler call (or decode slots): `requested` (> 0), else what
   the devices' free memory holds once `params` (the rollout copy) are in
   place (mesh given and its memory known), else all n.
@@ -67,7 +104,7 @@ def call_rows(requested, n, model_cfg, p, t, mesh, params) -> int:
   if not free:
     return min(requested, n) if requested > 0 else n
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-  most = rows_per_call(model_cfg, p, t, free, shards)
+  most = rows_per_call(model_cfg, p, t, free, shards, batching)
   if requested > most:
     raise ValueError(
       f"--rollout_rows={requested}: the devices' free memory "

@@ -6,7 +6,9 @@ fits, and without chunked scores and blockwise attention its train step
 holds [N, T, V] logits and [.., S, S] scores, with them neither; a batch
 far too large for 16 GiB does not fit; temporaries fall as the micro-batch
 shrinks and as the slice grows; LoRA over an nf4 base compiles for one
-chip with a train state of the adapters alone.
+chip with a train state of the adapters alone; PPO's critic (train state,
+batch fields, its values forward) and T-PPO's window batch are planned
+through the experiments' hooks (experiments/plan.py).
 """
 
 import json
@@ -36,7 +38,8 @@ base = dataclasses.replace(
   max_prompt_len=P, max_new_tokens=T, steps=1, dtype="float32",
 )
 
-def run(cfg, slice_name, programs=("train_step",), model_overrides=None):
+def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
+        loss_fn=objective.loss_fn, extras=None):
   s = chips.parse(slice_name)
   mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
   model_cfg = dataclasses.replace(
@@ -46,7 +49,8 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None):
   aot.model_config = lambda _: model_cfg
   try:
     progs = aot.compile_run(
-      cfg, objective.loss_fn, mesh, programs=programs, hbm_bytes=s.hbm_bytes
+      cfg, loss_fn, mesh, programs=programs, hbm_bytes=s.hbm_bytes,
+      **(extras or {})
     )
   finally:
     aot.model_config = orig
@@ -61,6 +65,9 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None):
     "shapes": [sh for _, sh, _ in p.largest] if p else [],
     "mfu": out.mfu,
     "kernels": list(p.kernels) if p else [],
+    "programs": sorted(out.programs),
+    "resident": {k: q.resident_bytes for k, q in out.programs.items()},
+    "args": {k: q.argument_bytes for k, q in out.programs.items()},
   }
 
 res = {}
@@ -93,8 +100,10 @@ mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
 model_cfg = dataclasses.replace(aot.model_config(long), vocab_size=V)
 resident = aot.resident_bytes(long, model_cfg, mesh)["rollout"]
 params = aot.per_device_bytes(aot.rollout_params(model_cfg, mesh, s.hbm_bytes))
-seq = rollout_memory.sequence_bytes(model_cfg, 256, 1792)
-hbm = resident + params + int(3.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
+# (continuous batching, the default: 12 slots fit, 16 do not)
+slots = lambda n: rollout_memory.continuous_bytes(model_cfg, 256, 1792, n, 4)
+room = (slots(12) + slots(16)) / 2
+hbm = resident + params + int(room / rollout_memory.ROLLOUT_FREE_FRACTION)
 rows = aot.rollout_rows_for(long, model_cfg, mesh, hbm, resident)
 prog = aot.compile_rollout(long, model_cfg, mesh, rows, s.hbm_bytes)
 res["small_hbm"] = {
@@ -112,6 +121,15 @@ res["state_bytes"] = {
   name: aot.resident_bytes(cfg, model_cfg, mesh1)["ref_logp"]
   for name, cfg in (("full", base), ("lora", lora))
 }
+# PPO's critic and T-PPO's window batch, through the CLI's hooks.
+from experiments import plan as plan_cli
+small = dict(model="tiny", batch_size=4, group_size=4, micro_batches=1,
+             steps=1, dtype="float32")
+for name in ("grpo", "ppo", "truncated_ppo"):
+  cfg, loss_fn, extras = plan_cli.experiment_config(name, "laptop", small)
+  res[name] = run(cfg, "v5e-4", ("train_step", "ref_logp", "values"),
+                  loss_fn=loss_fn, extras=extras)
+  res[name]["prompt"] = cfg.max_prompt_len
 print("RESULT" + json.dumps(res))
 """
 
@@ -172,9 +190,9 @@ def test_a_batch_too_large_does_not_fit_and_says_what_to_turn(results):
 
 
 def test_rollout_calls_are_sized_from_the_hbm_left(results):
-  """Room for 3.5 sequences per chip beside the train state: calls of 3
-  rows per chip (4 chips), and the compiled call with the resident state
-  fits that HBM. GRPO (KL to a reference) holds the reference parameters
+  """Room for 3.5 continuous-batching slots per chip beside the train
+  state: 3 slots per chip (4 chips), and the compiled loop (16 rows through
+  12 slots) with the resident state fits that HBM. GRPO (KL to a reference) holds the reference parameters
   beside the train step, and those and the train state beside the
   rollout."""
   r = results["small_hbm"]
@@ -199,3 +217,25 @@ def test_lora_plans_hold_only_the_adapters_state(results):
   assert r["fits"] and not r["errors"], r
   state = results["state_bytes"]
   assert 0 < state["lora"] < state["full"] / 4, state
+
+
+def test_a_critic_is_planned_with_its_state_batch_fields_and_forward(
+  results,
+):
+  grpo, ppo, tppo = results["grpo"], results["ppo"], results["truncated_ppo"]
+  for r in (grpo, ppo, tppo):
+    assert not r["errors"], r["errors"]
+  assert grpo["programs"] == ["ref_logp", "train_step"]
+  assert ppo["programs"] == tppo["programs"] == [
+    "ref_logp", "train_step", "values",
+  ]
+  # Beside the reference forward lies the train state: the critic (a copy
+  # of the trunk, its Adam moments) roughly doubles it.
+  assert 1.6 < ppo["resident"]["ref_logp"] / grpo["resident"]["ref_logp"] < 2.1
+  # The values forward's own arguments are the critic and the ids: what
+  # stays resident beside it is the train state less the critic.
+  critic = ppo["resident"]["ref_logp"] - ppo["resident"]["values"]
+  assert 0.5 * ppo["args"]["values"] < critic < ppo["args"]["values"], ppo
+  # T-PPO trains a window behind its response's earlier windows: its
+  # programs see prompts of up to max_prompt_len + max_response_len (40).
+  assert tppo["prompt"] == ppo["prompt"] + 40, (tppo, ppo)

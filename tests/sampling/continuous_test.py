@@ -170,6 +170,16 @@ def test_sharded_slots_equal_single_device(params):
   _assert_same(one, sharded)
 
 
+def test_default_refill_rows_split_over_the_batch_shards():
+  assert continuous.default_refill_rows(64) == 8  # an eighth of the slots
+  assert continuous.default_refill_rows(5) == 1
+  # gspo's preset on v5p-128: 1216 slots over 64 chips; 152 rows would not
+  # split, so every chip would prefill all of them.
+  assert continuous.default_refill_rows(1216, 64) == 192
+  assert continuous.default_refill_rows(16, 4) == 4
+  assert continuous.default_refill_rows(2, 4) == 2  # at most the slots
+
+
 @pytest.mark.parametrize(
   "kwargs, match",
   [

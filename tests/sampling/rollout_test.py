@@ -255,6 +255,14 @@ def test_rows_per_call_by_hand():
   assert (
     rollout_memory.rows_per_call(cfg, 3, 5, 10, 4) == 4
   )  # at least 1 per shard
+  # Continuous batching: per slot a second cache copy (2*2*1*2*8*4 = 256),
+  # and twice the refill's prompt caches (4 rows, the shards, of
+  # 2*2*1*2*3*4 = 96) on every device: 3 slots per shard take
+  # 3 * (1168 + 256) + 2 * 4 * 96 = 5040 bytes, 4 would take 6464.
+  assert rollout_memory.continuous_bytes(cfg, 3, 5, 12, 4) == 5040
+  free = 6300  # 0.8 * 6300 = 5040
+  assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4) == 16
+  assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4, "continuous") == 12
 
 
 def test_stop_strings_as_token_sequences(params, ro):
