@@ -235,9 +235,7 @@ def trained_shapes(cfg, model_cfg, extra_params=None):
   shapes = transformer.param_shapes(model_cfg)
   lcfg = adapters_lib.lora_config(cfg)
   if lcfg is not None:
-    shapes = jax.eval_shape(
-      lambda: lora.init(shapes, lcfg, jax.random.key(0))
-    )
+    shapes = jax.eval_shape(lambda: lora.init(shapes, lcfg, jax.random.key(0)))
     axes = lora.axes(axes, shapes)
   if extra_params is None:
     return shapes, axes, None
@@ -263,9 +261,7 @@ def train_state(cfg, model_cfg, mesh, extra_params=None):
 def compile_train_step(
   cfg, model_cfg, mesh, loss_fn, extra_params=None, fields=None
 ) -> Program:
-  state, state_sh, optimizer = train_state(
-    cfg, model_cfg, mesh, extra_params
-  )
+  state, state_sh, optimizer = train_state(cfg, model_cfg, mesh, extra_params)
   batch_sh = mesh_lib.batch_sharding(mesh, 1)
   rows = cfg.num_sequences // cfg.minibatches
   batch = jax.tree.map(
@@ -275,8 +271,10 @@ def compile_train_step(
   loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
   frozen = lora_base(cfg, model_cfg, mesh)
   if frozen is not None:  # LoRA: the base is the step's frozen argument
-    extra_keys = () if extra_params is None else tuple(
-      extra_shapes(cfg, model_cfg, extra_params).params
+    extra_keys = (
+      ()
+      if extra_params is None
+      else tuple(extra_shapes(cfg, model_cfg, extra_params).params)
     )
     loss = adapters_lib.adapted_loss(
       loss, adapters_lib.lora_config(cfg), extra_keys
@@ -343,7 +341,7 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
   frozen = lora_base(cfg, model_cfg, mesh)
   if frozen is not None and cfg.lora_quantize:
     # QLoRA samples base + adapters unmerged (train/adapters.py).
-    adapters, axes = _trained_shapes(cfg, model_cfg)
+    adapters, axes, _ = trained_shapes(cfg, model_cfg)
     adapters = _abstract(
       adapters,
       mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, adapters),
@@ -397,21 +395,33 @@ def ref_params(model_cfg, mesh):
   )
 
 
-def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
-  frozen = lora_base(cfg, model_cfg, mesh)  # LoRA: the base is the reference
-  params = ref_params(model_cfg, mesh) if frozen is None else frozen[0]
+def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
+  """A whole-rollout forward `score(params, tokens, positions, model_cfg,
+  P)` over `rows` rows, activations split by batch (as the loop runs it)."""
   sh = mesh_lib.batch_sharding(mesh, 2)
   length = cfg.max_prompt_len + cfg.max_new_tokens
   ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sh)
 
   def forward(params, tokens, positions):
     with mesh_lib.activation_mesh(mesh):
-      return policy.completion_logprobs(
-        params, tokens, positions, model_cfg, cfg.max_prompt_len
-      )
+      return score(params, tokens, positions, model_cfg, cfg.max_prompt_len)
 
   compiled = jax.jit(forward).lower(params, ids, ids).compile()
-  return dataclasses.replace(analyse("ref_logp", compiled), rows=rows)
+  return dataclasses.replace(analyse(name, compiled), rows=rows)
+
+
+def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
+  frozen = lora_base(cfg, model_cfg, mesh)  # LoRA: the base is the reference
+  params = ref_params(model_cfg, mesh) if frozen is None else frozen[0]
+  return _compile_scoring(
+    "ref_logp",
+    policy.completion_logprobs,
+    params,
+    cfg,
+    model_cfg,
+    mesh,
+    rows,
+  )
 
 
 def critic_params(cfg, model_cfg, mesh, extra_params):
@@ -430,18 +440,15 @@ def critic_params(cfg, model_cfg, mesh, extra_params):
 
 def compile_values(cfg, model_cfg, mesh, rows: int, critic) -> Program:
   """The critic's rollout-time forward (ppo.make_batch) over `rows` rows."""
-  sh = mesh_lib.batch_sharding(mesh, 2)
-  length = cfg.max_prompt_len + cfg.max_new_tokens
-  ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sh)
-
-  def forward(params, tokens, positions):
-    with mesh_lib.activation_mesh(mesh):
-      return value.completion_values(
-        params, tokens, positions, model_cfg, cfg.max_prompt_len
-      )
-
-  compiled = jax.jit(forward).lower(critic, ids, ids).compile()
-  return dataclasses.replace(analyse("values", compiled), rows=rows)
+  return _compile_scoring(
+    "values",
+    value.completion_values,
+    critic,
+    cfg,
+    model_cfg,
+    mesh,
+    rows,
+  )
 
 
 def resident_bytes(cfg, model_cfg, mesh, extra_params=None) -> dict[str, int]:
@@ -449,9 +456,7 @@ def resident_bytes(cfg, model_cfg, mesh, extra_params=None) -> dict[str, int]:
   arguments: the train state during the rollout and the reference
   forward (less the critic, the values forward's own argument); the
   reference parameters (KL runs) during the rollout and the train step."""
-  state = per_device_bytes(
-    train_state(cfg, model_cfg, mesh, extra_params)[0]
-  )
+  state = per_device_bytes(train_state(cfg, model_cfg, mesh, extra_params)[0])
   critic = critic_params(cfg, model_cfg, mesh, extra_params)
   values = state - (0 if critic is None else per_device_bytes(critic))
   frozen = lora_base(cfg, model_cfg, mesh)

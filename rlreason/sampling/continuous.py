@@ -140,8 +140,9 @@ def sample(
       more than the slots).
     slots: decode slots (rows in flight), >= 1; more than M is M.
     refill_rows: prompts per refill prefill, in [1, slots]; 0 picks
-      default_refill_rows(slots, the mesh's batch shards). A refill waits until that many slots
-      are free (or none is live), so no prefill row is wasted.
+      default_refill_rows(slots, the mesh's batch shards). A refill waits
+      until that many slots are free (or none is live), so no prefill row
+      is wasted.
     refill_every: K, the decode steps between refills (>= 1).
     refill: "loop" (rounds inside one jitted while_loop) or "host" (a host
       loop over jitted rounds; one device -> host flag per round).

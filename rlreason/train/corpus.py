@@ -22,9 +22,10 @@ unreliable skill rather than a lookup table:
   works strictly left to right, ignoring precedence and brackets (right only
   where order does not matter). A verbose trace names its school
   (`order: ...`), restates the question as the school reads it, then
-  writes one step per line (`4*2=8, so 3+8`). The shortcut's share is `shortcut[0]` at
-  level 1 and `shortcut[1]` above, so at level 1 a majority vote is right
-  while the model's most likely trace at higher levels is the shortcut's:
+  writes one step per line (`4*2=8, so 3+8`). The shortcut's share is
+  `shortcut[0]` at level 1 and `shortcut[1]` above, so at level 1 a
+  majority vote is right while the model's most likely trace at higher
+  levels is the shortcut's:
   pass@k far above pass@1, and room for RL to move the model's choice.
 - **Search.** Countdown traces are depth-first searches that write every
   tried combination, `no` at a dead end and `back` when a branch is given

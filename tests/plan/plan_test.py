@@ -113,7 +113,7 @@ res["small_hbm"] = {
 # LoRA over an nf4 base on one chip (v5e-1, below a host's 2x2): the
 # train state is the adapters' alone.
 lora = dataclasses.replace(base, lora_rank=4, lora_quantize="nf4")
-res["lora"] = run(lora, "v5e-1", ("train_step", "ref_logp"))
+res["lora"] = run(lora, "v5e-1", ("train_step", "rollout", "ref_logp"))
 s1 = chips.parse("v5e-1")
 mesh1 = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s1))
 model_cfg = dataclasses.replace(aot.model_config(base), vocab_size=V)
@@ -192,9 +192,9 @@ def test_a_batch_too_large_does_not_fit_and_says_what_to_turn(results):
 def test_rollout_calls_are_sized_from_the_hbm_left(results):
   """Room for 3.5 continuous-batching slots per chip beside the train
   state: 3 slots per chip (4 chips), and the compiled loop (16 rows through
-  12 slots) with the resident state fits that HBM. GRPO (KL to a reference) holds the reference parameters
-  beside the train step, and those and the train state beside the
-  rollout."""
+  12 slots) with the resident state fits that HBM. GRPO (KL to a
+  reference) holds the reference parameters beside the train step, and
+  those and the train state beside the rollout."""
   r = results["small_hbm"]
   assert r["rows"] == 3 * 4, r
   assert r["peak"] <= r["hbm"], r
@@ -226,9 +226,15 @@ def test_a_critic_is_planned_with_its_state_batch_fields_and_forward(
   for r in (grpo, ppo, tppo):
     assert not r["errors"], r["errors"]
   assert grpo["programs"] == ["ref_logp", "train_step"]
-  assert ppo["programs"] == tppo["programs"] == [
-    "ref_logp", "train_step", "values",
-  ]
+  assert (
+    ppo["programs"]
+    == tppo["programs"]
+    == [
+      "ref_logp",
+      "train_step",
+      "values",
+    ]
+  )
   # Beside the reference forward lies the train state: the critic (a copy
   # of the trunk, its Adam moments) roughly doubles it.
   assert 1.6 < ppo["resident"]["ref_logp"] / grpo["resident"]["ref_logp"] < 2.1
