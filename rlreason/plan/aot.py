@@ -82,6 +82,7 @@ class Program:
   kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
   resident_bytes: int = 0  # other live arrays beside it, per device
   rows: int = 0  # sequences per call (rollout, ref_logp)
+  decoders: int = 1  # decoders the train step trains (2 with a critic)
 
   @property
   def peak_bytes(self) -> int:
@@ -291,7 +292,10 @@ def compile_train_step(
   )
   args = (state, batch) if frozen is None else (state, batch, frozen[0])
   compiled = step.lower(*args).compile()
-  return analyse("train_step", compiled, loop_trips=cfg.micro_batches)
+  return dataclasses.replace(
+    analyse("train_step", compiled, loop_trips=cfg.micro_batches),
+    decoders=2 if value.KEY in state.params else 1,
+  )
 
 
 def _params(model_cfg, mesh, rules):

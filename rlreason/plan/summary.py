@@ -49,11 +49,6 @@ def model_flops_per_token(model_cfg, context: int) -> float:
   return 6 * model_cfg.num_params() + attn * context / 2
 
 
-def models_trained(programs) -> int:
-  """Decoders the train step runs: the policy, and a critic's trunk."""
-  return 2 if "values" in programs else 1
-
-
 def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
   """Roofline seconds per device of each program's share of one RL step."""
   n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
@@ -64,7 +59,7 @@ def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
     prog = programs["train_step"]
     recompute = 4 / 3 if model_cfg.remat else 1.0
     flops = model_flops_per_token(model_cfg, context) * n * context
-    flops *= models_trained(programs)
+    flops *= prog.decoders  # the policy, and a critic's trunk
     flops *= cfg.ppo_epochs * recompute / devices
     memory = prog.bytes_accessed * cfg.ppo_epochs * cfg.minibatches
     out["train_step"] = max(flops / peak, memory / bandwidth)
@@ -100,8 +95,10 @@ def summarize(
   train = per.get("train_step", 0.0)
   context = cfg.max_prompt_len + cfg.max_new_tokens
   useful = model_flops_per_token(model_cfg, context) * cfg.num_sequences
-  useful *= context * cfg.ppo_epochs * models_trained(programs) / devices
-  mfu = useful / (train * peak_flops) if train else 0.0
+  useful *= context * cfg.ppo_epochs / devices
+  mfu = (
+    useful * ok["train_step"].decoders / (train * peak_flops) if train else 0.0
+  )
   return Summary(
     peak_bytes=peak,
     hbm_bytes=hbm_bytes,

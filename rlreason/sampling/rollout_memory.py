@@ -78,12 +78,19 @@ def rows_per_call(
   budget = int(ROLLOUT_FREE_FRACTION * free_bytes)
   per_row = sequence_bytes(model_cfg, prompt_len, new_tokens)
   per_shard = max(1, budget // per_row)
-  if batching == "continuous":
-    while per_shard > 1 and budget < continuous_bytes(
-      model_cfg, prompt_len, new_tokens, per_shard * batch_shards,
-      batch_shards,
-    ):  # fmt: skip
-      per_shard -= 1
+  if batching == "continuous":  # the most slots that fit: bisection
+    fits = lambda k: (
+      k == 1
+      or budget
+      >= continuous_bytes(  # noqa: E731
+        model_cfg, prompt_len, new_tokens, k * batch_shards, batch_shards
+      )
+    )
+    lo, hi = 1, per_shard  # fits(lo); continuous holds more than static
+    while lo < hi:
+      mid = (lo + hi + 1) // 2
+      lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    per_shard = lo
   return per_shard * batch_shards
 
 

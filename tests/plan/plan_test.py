@@ -66,6 +66,7 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "mfu": out.mfu,
     "kernels": list(p.kernels) if p else [],
     "programs": sorted(out.programs),
+    "decoders": p.decoders if p else None,
     "resident": {k: q.resident_bytes for k, q in out.programs.items()},
     "args": {k: q.argument_bytes for k, q in out.programs.items()},
   }
