@@ -227,6 +227,8 @@ def test_a_critic_is_planned_with_its_state_batch_fields_and_forward(
   for r in (grpo, ppo, tppo):
     assert not r["errors"], r["errors"]
   assert grpo["programs"] == ["ref_logp", "train_step"]
+  # The train step trains the policy and, beside it, the critic's trunk.
+  assert (grpo["decoders"], ppo["decoders"], tppo["decoders"]) == (1, 2, 2)
   assert (
     ppo["programs"]
     == tppo["programs"]
