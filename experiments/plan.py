@@ -35,6 +35,7 @@ import jax  # noqa: E402
 
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
+from rlreason.plan import state as plan_state  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
 from rlreason.rl import objective  # noqa: E402
 from rlreason.train import run_info  # noqa: E402
@@ -152,7 +153,7 @@ def candidate_slices(name: str, family: str, overrides: dict):
   holds fp32 parameters and two Adam moments (of the policy and whatever
   is trained beside it) split over all chips."""
   cfg, _, extras = experiment_config(name, "paper", overrides)
-  shapes = aot.trained_shapes(
+  shapes = plan_state.trained_shapes(
     cfg, aot.model_config(cfg), extras.get("extra_params")
   )[0]
   state = 12 * sum(x.size for x in jax.tree.leaves(shapes))

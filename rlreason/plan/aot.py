@@ -3,12 +3,12 @@
   programs = aot.compile_run(cfg, loss_fn, mesh)   # {"train_step": ..., ...}
   programs["train_step"].temp_bytes, .largest, .flops
 
-Params and optimizer state are ShapeDtypeStructs (jax.eval_shape): nothing
-is materialised, so a 32B model plans on a laptop. The mesh is usually an
-abstract TPU slice (chips.devices), compiled by libtpu on this CPU host;
-with jax.devices() it plans for the local backend.
+Params and optimizer state are ShapeDtypeStructs (jax.eval_shape, built in
+plan/state.py): nothing is materialised, so a 32B model plans on a laptop.
+The mesh is usually an abstract TPU slice (chips.devices), compiled by
+libtpu on this CPU host; with jax.devices() it plans for the local backend.
 
-Three programs are compiled at the sizes the loop runs them:
+Up to four programs are compiled at the sizes the loop runs them:
   train_step  one minibatch (N / minibatches rows) through loss, gradient
               (micro_batches scanned) and optimizer update, state donated;
   rollout     the sampler (prefill + decode loop) at --rollout_rows
@@ -25,7 +25,7 @@ An experiment that trains more than the policy passes its loop hook
 fields its loss reads beyond the policy's (`fields`); the train state, the
 optimizer's learning-rate groups and the train step's batch include them.
 Each program's peak adds the bytes that stay resident beside it
-(resident_bytes): the train state (parameters and optimizer moments)
+(state.resident_bytes): the train state (parameters and optimizer moments)
 during the rollout and the reference forward, and the reference parameters
 of KL runs during the rollout and the train step.
 cost_analysis() counts a while-loop body once: `flops` is XLA's count as
@@ -40,13 +40,12 @@ import re
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
+from rlreason.plan import state as state_lib
 from rlreason.model import presets
 from rlreason.model import transformer
-from rlreason.rl import objective
 from rlreason.rl import value
 from rlreason.model import lora
 from rlreason.sampling import continuous
@@ -116,14 +115,6 @@ def model_config(cfg) -> transformer.ModelConfig:
   )
 
 
-def _abstract(tree, shardings):
-  return jax.tree.map(
-    lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-    tree,
-    shardings,
-  )
-
-
 _SHAPE = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* (\S+?)\(")
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 _BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
@@ -169,113 +160,25 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
   )
 
 
-def train_batch(cfg, rows: int, fields=None) -> dict:
-  """Abstract [rows, ...] batch with the fields objective.loss_fn reads,
-  and `fields` ({name: per-row shape}, float32) that an experiment's loss
-  reads beyond them (a critic's returns and old values)."""
-  p, t = cfg.max_prompt_len, cfg.max_new_tokens
-  f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)  # noqa: E731
-  batch = {
-    "tokens": jax.ShapeDtypeStruct((rows, p + t), jnp.int32),
-    "positions": jax.ShapeDtypeStruct((rows, p + t), jnp.int32),
-    "mask": f32(rows, t),
-    "old_logp": f32(rows, t),
-    "sampler_logp": f32(rows, t),
-  }
-  token_adv = getattr(cfg, "advantage", "") in objective.TOKEN_ESTIMATORS
-  batch["adv"] = f32(rows, t) if token_adv else f32(rows)
-  if getattr(cfg, "needs_ref", False):
-    batch["ref_logp"] = f32(rows, t)
-  for name, shape in (fields or {}).items():
-    batch[name] = f32(rows, *shape)
-  return batch
-
-
-def per_device_bytes(tree) -> int:
-  """Bytes one device holds of abstract arrays with shardings (the
-  fullest shard's shape)."""
-  return sum(
-    int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
-    for x in jax.tree.leaves(tree)
-  )
-
-
-def lora_base(cfg, model_cfg, mesh):
-  """A LoRA run's frozen base as the loop holds it (compute dtype or
-  quantised, TRAIN_RULES): (abstract params, logical axes); None without
-  LoRA."""
-  lcfg = adapters_lib.lora_config(cfg)
-  if lcfg is None:
-    return None
-  shapes = jax.eval_shape(
-    lambda p: lora.quantize(p, lcfg), ref_params(model_cfg, mesh)
-  )
-  axes = lora.quantized_axes(transformer.param_axes(model_cfg), shapes)
-  sh = mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, shapes)
-  return _abstract(shapes, sh), axes
-
-
-def extra_shapes(cfg, model_cfg, extra_params):
-  """An experiment's loop hook (loop.train's `extra_params`) run on
-  abstract policy parameters: types.ExtraParams with abstract params."""
-  out = {}
-
-  def make(policy):
-    out["extra"] = extra_params(cfg, model_cfg, policy)
-    return out["extra"].params
-
-  shapes = jax.eval_shape(make, transformer.param_shapes(model_cfg))
-  return out["extra"]._replace(params=shapes)
-
-
-def trained_shapes(cfg, model_cfg, extra_params=None):
-  """(shapes, logical axes, lr scales) of what the optimizer trains: the
-  params, or a LoRA run's adapters, and what `extra_params` adds beside
-  them (a critic), as loop.train assembles them."""
-  axes = transformer.param_axes(model_cfg)
-  shapes = transformer.param_shapes(model_cfg)
-  lcfg = adapters_lib.lora_config(cfg)
-  if lcfg is not None:
-    shapes = jax.eval_shape(lambda: lora.init(shapes, lcfg, jax.random.key(0)))
-    axes = lora.axes(axes, shapes)
-  if extra_params is None:
-    return shapes, axes, None
-  extra = extra_shapes(cfg, model_cfg, extra_params)
-  return (
-    {**shapes, **extra.params},
-    {**axes, **extra.axes},
-    extra.lr_scales,
-  )
-
-
-def train_state(cfg, model_cfg, mesh, extra_params=None):
-  """(abstract TrainState with its shardings, shardings, optimizer)."""
-  shapes, axes, lr_scales = trained_shapes(cfg, model_cfg, extra_params)
-  optimizer = ts.optimizer_from_config(cfg, max(cfg.steps, 1), lr_scales)
-  state_sh = ts.state_shardings(mesh, axes, shapes, optimizer)
-  state = jax.eval_shape(
-    functools.partial(ts.init_state, optimizer=optimizer), shapes
-  )
-  return _abstract(state, state_sh), state_sh, optimizer
-
-
 def compile_train_step(
   cfg, model_cfg, mesh, loss_fn, extra_params=None, fields=None
 ) -> Program:
-  state, state_sh, optimizer = train_state(cfg, model_cfg, mesh, extra_params)
+  state, state_sh, optimizer = state_lib.train_state(
+    cfg, model_cfg, mesh, extra_params
+  )
   batch_sh = mesh_lib.batch_sharding(mesh, 1)
   rows = cfg.num_sequences // cfg.minibatches
   batch = jax.tree.map(
     lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=batch_sh),
-    train_batch(cfg, rows, fields),
+    state_lib.train_batch(cfg, rows, fields),
   )
   loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
-  frozen = lora_base(cfg, model_cfg, mesh)
+  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
   if frozen is not None:  # LoRA: the base is the step's frozen argument
     extra_keys = (
       ()
       if extra_params is None
-      else tuple(extra_shapes(cfg, model_cfg, extra_params).params)
+      else tuple(state_lib.extra_shapes(cfg, model_cfg, extra_params).params)
     )
     loss = adapters_lib.adapted_loss(
       loss, adapters_lib.lora_config(cfg), extra_keys
@@ -298,27 +201,6 @@ def compile_train_step(
   )
 
 
-def _params(model_cfg, mesh, rules):
-  axes = transformer.param_axes(model_cfg)
-  shapes = transformer.param_shapes(model_cfg)
-  return _abstract(shapes, mesh_lib.shardings(mesh, axes, rules, shapes))
-
-
-def rollout_params(model_cfg, mesh, hbm_bytes=None):
-  """Abstract parameters as rollout.on_mesh lays them out: compute dtype,
-  mesh.rollout_rules for the slice's HBM."""
-  compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
-  rules = mesh_lib.rollout_rules(
-    mesh, compute_bytes * model_cfg.num_params(), hbm_bytes
-  )
-  return jax.tree.map(
-    lambda s: jax.ShapeDtypeStruct(
-      s.shape, model_cfg.compute_dtype, sharding=s.sharding
-    ),
-    _params(model_cfg, mesh, rules),
-  )
-
-
 def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   """Sequences per sampler call the loop would use on this slice: what
   the HBM left beside the resident arrays and the rollout parameters
@@ -326,7 +208,9 @@ def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   n = cfg.num_sequences
   if not hbm_bytes:
     return n
-  params = per_device_bytes(rollout_params(model_cfg, mesh, hbm_bytes))
+  params = state_lib.per_device_bytes(
+    state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
+  )
   free = max(hbm_bytes - resident - params, 0)
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
   rows = rollout_memory.rows_per_call(
@@ -341,12 +225,12 @@ def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
 
 
 def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
-  params = rollout_params(model_cfg, mesh, hbm_bytes)
-  frozen = lora_base(cfg, model_cfg, mesh)
+  params = state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
+  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
   if frozen is not None and cfg.lora_quantize:
     # QLoRA samples base + adapters unmerged (train/adapters.py).
-    adapters, axes, _ = trained_shapes(cfg, model_cfg)
-    adapters = _abstract(
+    adapters, axes, _ = state_lib.trained_shapes(cfg, model_cfg)
+    adapters = state_lib.abstract(
       adapters,
       mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, adapters),
     )
@@ -388,17 +272,6 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
   return dataclasses.replace(analyse("rollout", lowered.compile()), rows=rows)
 
 
-def ref_params(model_cfg, mesh):
-  """The reference parameters as the loop keeps them: the train layout, in
-  the compute dtype."""
-  return jax.tree.map(
-    lambda s: jax.ShapeDtypeStruct(
-      s.shape, model_cfg.compute_dtype, sharding=s.sharding
-    ),
-    _params(model_cfg, mesh, mesh_lib.TRAIN_RULES),
-  )
-
-
 def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
   """A whole-rollout forward `score(params, tokens, positions, model_cfg,
   P)` over `rows` rows, activations split by batch (as the loop runs it)."""
@@ -415,8 +288,11 @@ def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
 
 
 def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
-  frozen = lora_base(cfg, model_cfg, mesh)  # LoRA: the base is the reference
-  params = ref_params(model_cfg, mesh) if frozen is None else frozen[0]
+  # LoRA: the base is the reference.
+  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
+  params = (
+    state_lib.ref_params(model_cfg, mesh) if frozen is None else frozen[0]
+  )
   return _compile_scoring(
     "ref_logp",
     policy.completion_logprobs,
@@ -425,20 +301,6 @@ def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
     model_cfg,
     mesh,
     rows,
-  )
-
-
-def critic_params(cfg, model_cfg, mesh, extra_params):
-  """The critic's parameters as the train state holds them (TRAIN_RULES,
-  param dtype), or None when `extra_params` adds no critic."""
-  if extra_params is None:
-    return None
-  extra = extra_shapes(cfg, model_cfg, extra_params)
-  if value.KEY not in extra.params:
-    return None
-  shapes, axes = extra.params[value.KEY], extra.axes[value.KEY]
-  return _abstract(
-    shapes, mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, shapes)
   )
 
 
@@ -453,38 +315,6 @@ def compile_values(cfg, model_cfg, mesh, rows: int, critic) -> Program:
     mesh,
     rows,
   )
-
-
-def resident_bytes(cfg, model_cfg, mesh, extra_params=None) -> dict[str, int]:
-  """Per-device bytes live beside each program that are not its own
-  arguments: the train state during the rollout and the reference
-  forward (less the critic, the values forward's own argument); the
-  reference parameters (KL runs) during the rollout and the train step."""
-  state = per_device_bytes(train_state(cfg, model_cfg, mesh, extra_params)[0])
-  critic = critic_params(cfg, model_cfg, mesh, extra_params)
-  values = state - (0 if critic is None else per_device_bytes(critic))
-  frozen = lora_base(cfg, model_cfg, mesh)
-  if frozen is not None:
-    # LoRA: the base (also the reference) is an argument of the train step
-    # and the reference forward, and stays resident beside the rollout's
-    # merged copy.
-    # (A quantised base is the rollout's argument too: sampled unmerged.)
-    base = 0 if cfg.lora_quantize else per_device_bytes(frozen[0])
-    return {
-      "train_step": 0,
-      "rollout": state + base,
-      "ref_logp": state,
-      "values": values + per_device_bytes(frozen[0]),
-    }
-  ref = 0
-  if getattr(cfg, "needs_ref", False):
-    ref = per_device_bytes(ref_params(model_cfg, mesh))
-  return {
-    "train_step": ref,
-    "rollout": state + ref,
-    "ref_logp": state,
-    "values": values + ref,
-  }
 
 
 def compile_run(
@@ -503,8 +333,8 @@ def compile_run(
   are returned as the exception instead of a Program. "values" is
   compiled only when `extra_params` adds a critic."""
   model_cfg = model_config(cfg)
-  resident = resident_bytes(cfg, model_cfg, mesh, extra_params)
-  critic = critic_params(cfg, model_cfg, mesh, extra_params)
+  resident = state_lib.resident_bytes(cfg, model_cfg, mesh, extra_params)
+  critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
   if critic is None:
     programs = tuple(p for p in programs if p != "values")
   rows = score_rows or ts.score_rows(cfg, mesh)

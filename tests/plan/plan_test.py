@@ -29,6 +29,7 @@ aot.tpu_env()
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.plan import chips, summary
+from rlreason.plan import state as plan_state
 from rlreason.rl import objective
 from experiments import grpo
 
@@ -99,8 +100,10 @@ long = dataclasses.replace(base, max_prompt_len=256, max_new_tokens=1792)
 s = chips.parse("v5e-4")
 mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
 model_cfg = dataclasses.replace(aot.model_config(long), vocab_size=V)
-resident = aot.resident_bytes(long, model_cfg, mesh)["rollout"]
-params = aot.per_device_bytes(aot.rollout_params(model_cfg, mesh, s.hbm_bytes))
+resident = plan_state.resident_bytes(long, model_cfg, mesh)["rollout"]
+params = plan_state.per_device_bytes(
+  plan_state.rollout_params(model_cfg, mesh, s.hbm_bytes)
+)
 # (continuous batching, the default: 12 slots fit, 16 do not)
 slots = lambda n: rollout_memory.continuous_bytes(model_cfg, 256, 1792, n, 4)
 room = (slots(12) + slots(16)) / 2
@@ -109,7 +112,7 @@ rows = aot.rollout_rows_for(long, model_cfg, mesh, hbm, resident)
 prog = aot.compile_rollout(long, model_cfg, mesh, rows, s.hbm_bytes)
 res["small_hbm"] = {
   "rows": rows, "hbm": hbm, "peak": resident + prog.peak_bytes,
-  "resident": aot.resident_bytes(long, model_cfg, mesh),
+  "resident": plan_state.resident_bytes(long, model_cfg, mesh),
 }
 # LoRA over an nf4 base on one chip (v5e-1, below a host's 2x2): the
 # train state is the adapters' alone.
@@ -119,7 +122,7 @@ s1 = chips.parse("v5e-1")
 mesh1 = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s1))
 model_cfg = dataclasses.replace(aot.model_config(base), vocab_size=V)
 res["state_bytes"] = {
-  name: aot.resident_bytes(cfg, model_cfg, mesh1)["ref_logp"]
+  name: plan_state.resident_bytes(cfg, model_cfg, mesh1)["ref_logp"]
   for name, cfg in (("full", base), ("lora", lora))
 }
 # PPO's critic and T-PPO's window batch, through the CLI's hooks.

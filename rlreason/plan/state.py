@@ -1,0 +1,201 @@
+"""Abstract run state for the planner: what a run holds, as ShapeDtypeStructs.
+
+  state, shardings, optimizer = state.train_state(cfg, model_cfg, mesh)
+  state.resident_bytes(cfg, model_cfg, mesh)   # {"rollout": ..., ...}
+
+The train state (parameters or LoRA adapters, an experiment's critic beside
+them, optimizer moments), the rollout's, reference's and critic's parameter
+layouts, and the train step's batch, all `jax.eval_shape`d with their
+shardings on the mesh: nothing is materialised. plan/aot.py compiles the
+programs over them.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlreason import mesh as mesh_lib
+from rlreason.model import lora
+from rlreason.model import transformer
+from rlreason.rl import objective
+from rlreason.rl import value
+from rlreason.train import adapters as adapters_lib
+from rlreason.train import train_step as ts
+
+
+def abstract(tree, shardings):
+  return jax.tree.map(
+    lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+    tree,
+    shardings,
+  )
+
+
+def train_batch(cfg, rows: int, fields=None) -> dict:
+  """Abstract [rows, ...] batch with the fields objective.loss_fn reads,
+  and `fields` ({name: per-row shape}, float32) that an experiment's loss
+  reads beyond them (a critic's returns and old values)."""
+  p, t = cfg.max_prompt_len, cfg.max_new_tokens
+  f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)  # noqa: E731
+  batch = {
+    "tokens": jax.ShapeDtypeStruct((rows, p + t), jnp.int32),
+    "positions": jax.ShapeDtypeStruct((rows, p + t), jnp.int32),
+    "mask": f32(rows, t),
+    "old_logp": f32(rows, t),
+    "sampler_logp": f32(rows, t),
+  }
+  token_adv = getattr(cfg, "advantage", "") in objective.TOKEN_ESTIMATORS
+  batch["adv"] = f32(rows, t) if token_adv else f32(rows)
+  if getattr(cfg, "needs_ref", False):
+    batch["ref_logp"] = f32(rows, t)
+  for name, shape in (fields or {}).items():
+    batch[name] = f32(rows, *shape)
+  return batch
+
+
+def per_device_bytes(tree) -> int:
+  """Bytes one device holds of abstract arrays with shardings (the
+  fullest shard's shape)."""
+  return sum(
+    int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
+    for x in jax.tree.leaves(tree)
+  )
+
+
+def lora_base(cfg, model_cfg, mesh):
+  """A LoRA run's frozen base as the loop holds it (compute dtype or
+  quantised, TRAIN_RULES): (abstract params, logical axes); None without
+  LoRA."""
+  lcfg = adapters_lib.lora_config(cfg)
+  if lcfg is None:
+    return None
+  shapes = jax.eval_shape(
+    lambda p: lora.quantize(p, lcfg), ref_params(model_cfg, mesh)
+  )
+  axes = lora.quantized_axes(transformer.param_axes(model_cfg), shapes)
+  sh = mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, shapes)
+  return abstract(shapes, sh), axes
+
+
+def extra_shapes(cfg, model_cfg, extra_params):
+  """An experiment's loop hook (loop.train's `extra_params`) run on
+  abstract policy parameters: types.ExtraParams with abstract params."""
+  out = {}
+
+  def make(policy):
+    out["extra"] = extra_params(cfg, model_cfg, policy)
+    return out["extra"].params
+
+  shapes = jax.eval_shape(make, transformer.param_shapes(model_cfg))
+  return out["extra"]._replace(params=shapes)
+
+
+def trained_shapes(cfg, model_cfg, extra_params=None):
+  """(shapes, logical axes, lr scales) of what the optimizer trains: the
+  params, or a LoRA run's adapters, and what `extra_params` adds beside
+  them (a critic), as loop.train assembles them."""
+  axes = transformer.param_axes(model_cfg)
+  shapes = transformer.param_shapes(model_cfg)
+  lcfg = adapters_lib.lora_config(cfg)
+  if lcfg is not None:
+    shapes = jax.eval_shape(lambda: lora.init(shapes, lcfg, jax.random.key(0)))
+    axes = lora.axes(axes, shapes)
+  if extra_params is None:
+    return shapes, axes, None
+  extra = extra_shapes(cfg, model_cfg, extra_params)
+  return (
+    {**shapes, **extra.params},
+    {**axes, **extra.axes},
+    extra.lr_scales,
+  )
+
+
+def train_state(cfg, model_cfg, mesh, extra_params=None):
+  """(abstract TrainState with its shardings, shardings, optimizer)."""
+  shapes, axes, lr_scales = trained_shapes(cfg, model_cfg, extra_params)
+  optimizer = ts.optimizer_from_config(cfg, max(cfg.steps, 1), lr_scales)
+  state_sh = ts.state_shardings(mesh, axes, shapes, optimizer)
+  state = jax.eval_shape(
+    functools.partial(ts.init_state, optimizer=optimizer), shapes
+  )
+  return abstract(state, state_sh), state_sh, optimizer
+
+
+def layout(model_cfg, mesh, rules):
+  axes = transformer.param_axes(model_cfg)
+  shapes = transformer.param_shapes(model_cfg)
+  return abstract(shapes, mesh_lib.shardings(mesh, axes, rules, shapes))
+
+
+def rollout_params(model_cfg, mesh, hbm_bytes=None):
+  """Abstract parameters as rollout.on_mesh lays them out: compute dtype,
+  mesh.rollout_rules for the slice's HBM."""
+  compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
+  rules = mesh_lib.rollout_rules(
+    mesh, compute_bytes * model_cfg.num_params(), hbm_bytes
+  )
+  return jax.tree.map(
+    lambda s: jax.ShapeDtypeStruct(
+      s.shape, model_cfg.compute_dtype, sharding=s.sharding
+    ),
+    layout(model_cfg, mesh, rules),
+  )
+
+
+def ref_params(model_cfg, mesh):
+  """The reference parameters as the loop keeps them: the train layout, in
+  the compute dtype."""
+  return jax.tree.map(
+    lambda s: jax.ShapeDtypeStruct(
+      s.shape, model_cfg.compute_dtype, sharding=s.sharding
+    ),
+    layout(model_cfg, mesh, mesh_lib.TRAIN_RULES),
+  )
+
+
+def critic_params(cfg, model_cfg, mesh, extra_params):
+  """The critic's parameters as the train state holds them (TRAIN_RULES,
+  param dtype), or None when `extra_params` adds no critic."""
+  if extra_params is None:
+    return None
+  extra = extra_shapes(cfg, model_cfg, extra_params)
+  if value.KEY not in extra.params:
+    return None
+  shapes, axes = extra.params[value.KEY], extra.axes[value.KEY]
+  return abstract(
+    shapes, mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, shapes)
+  )
+
+
+def resident_bytes(cfg, model_cfg, mesh, extra_params=None) -> dict[str, int]:
+  """Per-device bytes live beside each program that are not its own
+  arguments: the train state during the rollout and the reference
+  forward (less the critic, the values forward's own argument); the
+  reference parameters (KL runs) during the rollout and the train step."""
+  state = per_device_bytes(train_state(cfg, model_cfg, mesh, extra_params)[0])
+  critic = critic_params(cfg, model_cfg, mesh, extra_params)
+  values = state - (0 if critic is None else per_device_bytes(critic))
+  frozen = lora_base(cfg, model_cfg, mesh)
+  if frozen is not None:
+    # LoRA: the base (also the reference) is an argument of the train step
+    # and the reference forward, and stays resident beside the rollout's
+    # merged copy.
+    # (A quantised base is the rollout's argument too: sampled unmerged.)
+    base = 0 if cfg.lora_quantize else per_device_bytes(frozen[0])
+    return {
+      "train_step": 0,
+      "rollout": state + base,
+      "ref_logp": state,
+      "values": values + per_device_bytes(frozen[0]),
+    }
+  ref = 0
+  if getattr(cfg, "needs_ref", False):
+    ref = per_device_bytes(ref_params(model_cfg, mesh))
+  return {
+    "train_step": ref,
+    "rollout": state + ref,
+    "ref_logp": state,
+    "values": values + ref,
+  }
