@@ -270,7 +270,7 @@ def run(cfg: Config) -> dict:
     seed=cfg.seed,
     label="pretrain",
     resume_dir=os.path.join(os.path.abspath(cfg.workdir), "ckpt"),
-    length_groups=16,
+    length_groups=64,
     log_every=25,
   )
   train_s = time.time() - t0

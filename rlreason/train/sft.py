@@ -180,11 +180,14 @@ def train_on_pairs(
   """Teacher-forced training on (prompt, completion) id pairs; returns params.
 
   Batches are drawn without replacement, epoch after epoch, deterministic in
-  `seed`. With `length_groups` = k > 0, each epoch's draw order is sorted by
-  length within windows of k batches (the batches then shuffled), and a
-  batch is padded to its own longest completion rounded up to 32 tokens
-  (at most max_new_tokens): less padding for corpora of mixed lengths, at
-  the price of one compiled step per width. With `resume_dir`, SIGTERM
+  `seed`. With `length_groups` = k > 0, each epoch's draw order is sorted
+  within windows of k batches (the batches then shuffled) by prompt width
+  (the longest prompt's multiple of 32, as `rollout.pack` pads it), then by
+  completion length, and a batch is padded to its own longest completion
+  rounded up to 32 tokens (at most max_new_tokens): less padding for
+  corpora of mixed lengths (a few long hinted prompts no longer widen most
+  batches), at the price of one compiled step per (prompt, completion)
+  width. With `resume_dir`, SIGTERM
   checkpoints the training there (state, step, the draw order) and raises
   checkpoint.Stopped; a later call with
   the same arguments resumes it and ends as an uninterrupted one would.
@@ -205,6 +208,7 @@ def train_on_pairs(
   )
   rng = np.random.default_rng(seed)
   lengths = np.asarray([len(c) for c in completions])
+  group_key = _group_key(prompts, lengths, max_new_tokens)
   order = np.array([], np.int64)
   start, ckpt, preempt = 0, None, None
   if resume_dir:
@@ -221,7 +225,9 @@ def train_on_pairs(
     if len(order) < batch_size:
       epoch = rng.permutation(len(prompts))
       if length_groups:
-        epoch = _length_grouped(epoch, lengths, batch_size, length_groups, rng)
+        epoch = _length_grouped(
+          epoch, group_key, batch_size, length_groups, rng
+        )
       order = np.concatenate([order, epoch])
     idx, order = order[:batch_size], order[batch_size:]
     width = max_new_tokens
@@ -249,13 +255,20 @@ def train_on_pairs(
   return state.params
 
 
-def _length_grouped(epoch, lengths, batch_size, groups, rng):
-  """`epoch` re-ordered: sorted by length within windows of `groups`
-  batches, then whole batches shuffled."""
+def _group_key(prompts, lengths, max_new_tokens: int) -> np.ndarray:
+  """Sort key of length grouping: the prompt's width bucket (multiples of
+  32, as `rollout.pad_prompts` pads a batch), then the completion length."""
+  width = np.asarray([-(-len(p) // 32) for p in prompts], np.int64)
+  return width * (max_new_tokens + 1) + np.minimum(lengths, max_new_tokens)
+
+
+def _length_grouped(epoch, keys, batch_size, groups, rng):
+  """`epoch` re-ordered: sorted by `keys` (lengths) within windows of
+  `groups` batches, then whole batches shuffled."""
   window = batch_size * groups
   parts = [
     epoch[i : i + window][
-      np.argsort(lengths[epoch[i : i + window]], kind="stable")
+      np.argsort(keys[epoch[i : i + window]], kind="stable")
     ]
     for i in range(0, len(epoch), window)
   ]

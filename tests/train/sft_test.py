@@ -102,3 +102,28 @@ def test_length_grouped_order_is_a_permutation_of_similar_lengths():
     np.ptp(lengths[epoch[i : i + 32]]) for i in range(0, 960, 32)
   ]
   assert np.mean(spread) < np.mean(random_spread) / 4
+
+
+def test_length_groups_keep_long_prompts_together():
+  # 15% of prompts are long (hinted documents): grouped by prompt width
+  # first, few batches are widened by one (rollout.pad_prompts pads a batch
+  # to its longest prompt's multiple of 32).
+  rng = np.random.default_rng(0)
+  prompts = [[1] * (70 if rng.random() < 0.15 else 8) for _ in range(2048)]
+  lengths = rng.integers(10, 150, size=2048)
+  keys = sft._group_key(prompts, lengths, 256)
+  out = sft._length_grouped(
+    rng.permutation(2048), keys, 32, 64, np.random.default_rng(1)
+  )
+  assert sorted(out.tolist()) == list(range(2048))
+  wide = [
+    any(len(prompts[i]) > 32 for i in out[b : b + 32])
+    for b in range(0, 2048, 32)
+  ]
+  long_share = np.mean([len(p) > 32 for p in prompts])
+  # Mixed by completion length alone, nearly every batch would be wide.
+  assert np.mean(wide) <= long_share + 2 / 64
+  np.testing.assert_array_equal(
+    sft._group_key([[1] * 33, [1] * 5], np.array([7, 300]), 256),
+    [2 * 257 + 7, 1 * 257 + 256],
+  )
