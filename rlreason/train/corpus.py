@@ -36,6 +36,12 @@ unreliable skill rather than a lookup table:
 - **Checking.** A share `Mix.check` of verbose arithmetic traces re-checks
   every step (`check: 4*2=8 ok, 3+8=12 not 11`): a slip is caught with
   probability 1 - slip and the trace redoes the work from there.
+- **Drills.** A share `Mix.drill` of arithmetic documents are fact drills
+  (`facts:` then lines like `8*6=48`, no answer): the slip-free steps of
+  both schools on `Mix.drill_problems` problems of the level. Per document
+  they hold ~4x the arithmetic facts of a trace, the skill the character
+  model was measured to lack (`8*6=46`), so that its errors are left to
+  the choices RL can fix (the school).
 - **Hints.** A share `Mix.hinted` shows `hint: ...` (the problem's knowledge
   points: rules and intermediate results, `hints.knowledge_hint`) before the
   question. Hinted traces follow their hint: arithmetic uses the right
@@ -80,6 +86,10 @@ class Mix:
   guided: float = 0.6
   search_lines: int = 14
   problems_per_level: int = 2000
+  # Opt-in (0 = the shipped base's corpus): a pretraining run with 0.25 was
+  # cut off by the session's end before its card (experiments/pretrain.py).
+  drill: float = 0.0
+  drill_problems: int = 4
 
   def slip(self, difficulty: int) -> float:
     return min(self.step_error * self.error_growth ** (difficulty - 1), 0.5)
@@ -92,7 +102,14 @@ class Mix:
           f"Mix.tasks: {name} needs share > 0 and levels in "
           f"[1, {task.max_difficulty}], got {share}, {levels}"
         )
-    for field in ("step_error", "textbook", "check", "hinted", "guided"):
+    for field in (
+      "step_error",
+      "textbook",
+      "check",
+      "hinted",
+      "guided",
+      "drill",
+    ):
       if not 0 <= getattr(self, field) <= 1:
         raise ValueError(f"Mix.{field} must be in [0, 1]")
     if not all(0 <= s <= 1 for s in self.shortcut):
@@ -110,7 +127,7 @@ class Document:
   difficulty: int
   prompt: str
   completion: str
-  kind: str  # "textbook" | "trace"
+  kind: str  # "textbook" | "trace" | "drill"
   hinted: bool
 
 
@@ -148,9 +165,36 @@ def documents(mix: Mix, n: int, seed: int = 0) -> list[Document]:
     d = rng.randint(1, levels)
     if (name, d) not in pools:
       pools[name, d] = _pool(name, d, mix.problems_per_level, seed)
+    if name == "arithmetic" and mix.drill and rng.random() < mix.drill:
+      picked = [rng.choice(pools[name, d]) for _ in range(mix.drill_problems)]
+      out.append(drill(picked, rng))
+      continue
     problem = rng.choice(pools[name, d])
     out.append(document(problem, name, rng, mix))
   return out
+
+
+DRILL_PROMPT = "facts:"
+
+
+def drill(problems, rng: random.Random) -> Document:
+  """A fact drill: the slip-free steps (`4*2=8`) of both arithmetic
+  schools on `problems`, one per line, shuffled; no answer line."""
+  facts = []
+  for p in problems:
+    for shortcut in (False, True):
+      for fact in traces.arithmetic_facts(p.prompt, shortcut):
+        if fact not in facts:
+          facts.append(fact)
+  rng.shuffle(facts)
+  return Document(
+    "arithmetic",
+    max(p.difficulty for p in problems),
+    DRILL_PROMPT,
+    "\n".join(facts),
+    "drill",
+    False,
+  )
 
 
 def _pool(name: str, difficulty: int, n: int, seed: int):

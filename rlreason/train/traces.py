@@ -140,6 +140,18 @@ def _arith_steps(prompt: str, shortcut: bool):
   return state, step, after, done, show, value
 
 
+def arithmetic_facts(prompt: str, shortcut: bool) -> list[str]:
+  """The slip-free steps of one school on `prompt`: ["4*2=8", "3+8=11"]."""
+  state, step, after, done, _, _ = _arith_steps(prompt, shortcut)
+  facts = []
+  while not done(state):
+    op, a, b = step(state)
+    v = _apply(op, a, b)
+    facts.append(f"{a}{op}{b}={v}")
+    state = after(state, v)
+  return facts
+
+
 def arithmetic_trace(problem, rng, mix, hint: str = "") -> str:
   d = problem.difficulty
   slip = mix.slip(d)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import random
+import re
 
 import numpy as np
 import pytest
@@ -25,12 +26,16 @@ def test_documents_are_a_pure_function_of_the_seed():
   c = corpus.documents(corpus.Mix(), 300, seed=4)
   assert a == b and a != c
   for d in a:
+    if d.kind == "drill":
+      continue  # facts only (test_drills_hold_right_facts)
     assert tasks.extract_answer(d.completion) is not None, d
     assert tasks.base.is_ascii_text(d.prompt + d.completion)
 
 
 def test_documents_use_only_train_problems():
   for d in corpus.documents(corpus.Mix(), 300, seed=0):
+    if d.kind == "drill":
+      continue
     question = d.prompt.split("\n", 1)[1] if d.hinted else d.prompt
     assert tasks.get(d.task).split_of(question) == "train"
 
@@ -157,3 +162,27 @@ def test_mix_validation():
     corpus.Mix(tasks=(("arithmetic", 1.0, 99),)).validate()
   with pytest.raises(ValueError, match="hinted"):
     corpus.Mix(hinted=1.5).validate()
+
+
+def test_drills_hold_right_facts():
+  mix = dataclasses.replace(corpus.Mix(), drill=0.5)
+  docs = corpus.documents(mix, 400, seed=0)
+  drills = [d for d in docs if d.kind == "drill"]
+  arithmetic = [d for d in docs if d.task == "arithmetic"]
+  assert abs(len(drills) / len(arithmetic) - 0.5) < 0.1
+  for d in drills:
+    assert d.prompt == corpus.DRILL_PROMPT and not d.hinted
+    lines = d.completion.split("\n")
+    assert len(lines) == len(set(lines)) >= 4
+    for line in lines:  # the shortcut school may go below zero: -4+2=-2
+      expr, value = line.split("=")
+      a, op, b = re.fullmatch(r"(-?\d+)([-+*])(\d+)", expr).groups()
+      want = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}
+      assert int(value) == want[op], line
+  # Both schools' steps, by hand: 3+4*2 is 4*2=8, 3+8=11 (right order) and
+  # 3+4=7, 7*2=14 (left to right).
+  assert traces.arithmetic_facts("3+4*2=", False) == ["4*2=8", "3+8=11"]
+  assert traces.arithmetic_facts("3+4*2=", True) == ["3+4=7", "7*2=14"]
+  # No drills asked for: no rng draws for them, the corpus is unchanged.
+  plain = dataclasses.replace(corpus.Mix(), drill=0.0)
+  assert all(d.kind != "drill" for d in corpus.documents(plain, 200, 0))
