@@ -33,6 +33,18 @@ x 8, max_new_tokens 128, ~11 min) did not lift held-out greedy accuracy:
 31.5% -> 25.0% at lr 1e-4 (train reward flat at ~0.14, entropy 0.13 ->
 0.10); at lr 5e-4 train reward fell from ~0.13 to ~0.03 within 60 steps.
 
+Measured (2026-11-25, later): length groups now sort by prompt width first
+(sft._group_key; hinted prompts no longer widen most batches): 250 steps
+338 s -> 243 s in an A/B on this CPU, so a 2000-step run takes ~27 min of
+training (a run with `Mix.drill=0.25` reached step 1700 in 22.6 min; it
+was stopped at the session's end, before its card). The shipped base's
+errors at level 1 are mostly arithmetic facts (`8*6=46`, `2*6=14`), not
+the school: fact drills target that. GRPO from the shipped base on
+shortest paths, level 2 (`--data=task:shortest_path:difficulty=2,n=4000
+--max_prompt_len=64`, lr 3e-4, 60 steps, 8.2 min): train reward
+~0.2 -> ~0.33, held-out greedy 40% -> 41% (lr 1e-4, 30 steps: 40% -> 41%):
+RL sharpens samples toward the greedy answer but does not move it.
+
 Measured (2026-11-23, this 2-core CPU, the 256-wide preset of then, 1500
 steps, 26 min): too weak to be the laptop default. Held-out arithmetic, 64
 problems per level, 16 samples at temperature 1: level 1 pass@1 9.3%,
