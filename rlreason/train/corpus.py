@@ -112,6 +112,8 @@ class Mix:
     ):
       if not 0 <= getattr(self, field) <= 1:
         raise ValueError(f"Mix.{field} must be in [0, 1]")
+    if self.drill_problems < 1:
+      raise ValueError("Mix.drill_problems must be >= 1")
     if not all(0 <= s <= 1 for s in self.shortcut):
       raise ValueError("Mix.shortcut must be two shares in [0, 1]")
 

@@ -208,7 +208,8 @@ def train_on_pairs(
   )
   rng = np.random.default_rng(seed)
   lengths = np.asarray([len(c) for c in completions])
-  group_key = _group_key(prompts, lengths, max_new_tokens)
+  if length_groups:
+    group_key = _group_key(prompts, lengths, max_new_tokens)
   order = np.array([], np.int64)
   start, ckpt, preempt = 0, None, None
   if resume_dir:
