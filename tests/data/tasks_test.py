@@ -7,6 +7,7 @@ import re
 import pytest
 
 from rlreason.data import tasks
+from rlreason.data.tasks import arithmetic
 from rlreason.data.tasks import base
 from rlreason.data.tasks import countdown
 
@@ -265,6 +266,30 @@ def test_arithmetic_answer_matches_independent_evaluation():
     p = task.generate(d, d)
     value, _ = countdown.evaluate(p.prompt.rstrip("="))
     assert str(value) == p.answer
+
+
+def test_left_to_right_value_by_hand():
+  assert arithmetic.left_to_right_value("3+4*2") == 14
+  assert arithmetic.left_to_right_value("2*(3+4)") == 10
+  assert arithmetic.left_to_right_value("9-(3-2)") == 4
+  assert arithmetic.left_to_right_value("2-5*3") == -9
+
+
+def test_order_sensitive_problems_are_the_ones_left_to_right_gets_wrong():
+  plain, order = tasks.get("arithmetic"), tasks.get("arithmetic_order")
+  rng = random.Random(0)
+  for d in (1, 2, 3):
+    # Plain arithmetic holds both kinds; arithmetic_order only one.
+    kinds = {
+      _arithmetic_left_to_right(p, rng) == _answer_line(p.answer)
+      for p in plain.problems("train", 60, d)
+    }
+    assert kinds == {True, False}, d
+    for split in ("train", "eval"):
+      for p in order.problems(split, 30, d):
+        assert _arithmetic_left_to_right(p, rng) != _answer_line(p.answer)
+        assert plain.split_of(p.prompt) == split
+        assert plain.verify(p.solution, p.answer) == 1.0
 
 
 # ---------------------------------------- difficulty really changes hardness

@@ -23,6 +23,7 @@ _REGISTRY: dict[str, Task] = {
   t.name: t
   for t in (
     arithmetic.Arithmetic(),
+    arithmetic.OrderSensitive(),
     countdown.Countdown(),
     knights.KnightsKnaves(),
     shortest_path.ShortestPath(),

@@ -15,6 +15,14 @@ plain decimal (`11`, never `011` or `+11`).
 Difficulty d: d+1 operators. d <= 2: single-digit operands, no parentheses;
 d >= 3: random expression trees (so parentheses appear), larger operands.
 Intermediate results are kept non-negative.
+
+`arithmetic_order` (`OrderSensitive`) draws only the problems whose answer
+changes when the expression is read strictly left to right, ignoring
+precedence and brackets (`3+4*2`: 11, not 14): the problems on which the
+pretraining corpus's two schools of arithmetic (rlreason/train/traces.py)
+disagree, so a model's choice of school decides them. Same prompts,
+answers and split as `arithmetic` (an `arithmetic_order` problem is an
+`arithmetic` problem of the same split).
 """
 
 import random
@@ -63,6 +71,16 @@ def _reduce_once(tree):
     return (op, a, b), step
   b, step = _reduce_once(b)
   return (op, a, b), step
+
+
+def left_to_right_value(expression: str) -> int:
+  """`expression` read strictly left to right, brackets dropped:
+  `3+4*2` -> 14, `2*(3+4)` -> 10."""
+  items = re.findall(r"[0-9]+|[-+*]", expression)
+  value = int(items[0])
+  for op, b in zip(items[1::2], items[2::2], strict=True):
+    value = _value((op, value, int(b)))
+  return value
 
 
 def _parse_flat(numbers: list[int], ops: list[str]):
@@ -142,3 +160,18 @@ class Arithmetic(base.Task):
 
   def check(self, value, answer):
     return _INT.fullmatch(value) is not None and int(value) == int(answer)
+
+
+class OrderSensitive(Arithmetic):
+  """Arithmetic problems that reading left to right gets wrong (module
+  docstring). At difficulty 1 about a fifth of problems qualify, at 2 about
+  a third."""
+
+  name = "arithmetic_order"
+
+  def _generate(self, rng, difficulty):
+    while True:
+      out = super()._generate(rng, difficulty)
+      prompt, answer = out[0], out[1]
+      if str(left_to_right_value(prompt.rstrip("="))) != answer:
+        return out
