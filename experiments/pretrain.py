@@ -45,6 +45,16 @@ shortest paths, level 2 (`--data=task:shortest_path:difficulty=2,n=4000
 ~0.2 -> ~0.33, held-out greedy 40% -> 41% (lr 1e-4, 30 steps: 40% -> 41%):
 RL sharpens samples toward the greedy answer but does not move it.
 
+Measured (2026-11-25, session 15): `--drill=0.25` (a quarter of the
+arithmetic documents fact drills, default flags otherwise, prompt-width
+length groups) trained in 39.1 min and is far worse than the shipped base:
+greedy on 40 held-out arithmetic problems 5% at level 1 and 5% at level 2
+(shipped base: 30% and 17.5%). Its traces copy the wrong operands
+(`7+4*6` -> `7*4=18`) and its facts are wrong (`16+3=11`). On level-1
+`task:arithmetic_order` problems (precedence decides the answer) it
+greedily picks the right school on all 52 and solves none. Drills stay
+off by default.
+
 Measured (2026-11-23, this 2-core CPU, the 256-wide preset of then, 1500
 steps, 26 min): too weak to be the laptop default. Held-out arithmetic, 64
 problems per level, 16 samples at temperature 1: level 1 pass@1 9.3%,
@@ -95,7 +105,10 @@ class Config:
   batch_size: int = 32
   lr: float = 2e-3
   seed: int = 0
-  documents: int = 60_000  # drawn from corpus.Mix(); cycled if steps need more
+  documents: int = 60_000  # drawn from mix(); cycled if steps need more
+  # Mix.drill: the share of arithmetic documents that are fact drills
+  # (0.25 measured far worse at 2000 steps: module docstring).
+  drill: float = 0.0
   max_prompt_len: int = 128  # longer documents are left out (counted)
   max_new_tokens: int = 256
   workdir: str = "workdirs/pretrain"  # the resumable checkpoint
@@ -105,6 +118,9 @@ class Config:
   card_samples: int = 16
   mesh_fsdp: int = -1  # devices the batch is split over (-1: all)
   scale: str = "laptop"  # only laptop: the base model is a laptop artefact
+
+  def mix(self) -> corpus.Mix:
+    return corpus.Mix(drill=self.drill)
 
   @property
   def out_dir(self) -> str:
@@ -126,6 +142,8 @@ class Config:
         raise config.ConfigError(
           f"--{name} must be >= 1, got {getattr(self, name)}"
         )
+    if not 0 <= self.drill <= 1:
+      raise config.ConfigError(f"--drill must be in [0, 1], got {self.drill}")
     if self.lr <= 0:
       raise config.ConfigError(f"--lr must be > 0, got {self.lr}")
     if self.model not in presets.PRESETS:
@@ -188,7 +206,7 @@ def write_card(cfg: Config, out: str, params, model_cfg, made: dict) -> str:
     )
   text = CARD.format(
     made="\n".join(f"- {k}: {v}" for k, v in made.items()),
-    mix=corpus.Mix(),
+    mix=cfg.mix(),
     table=base_card.table(rows, cfg.card_samples),
     n=cfg.card_samples,
     problems=cfg.card_problems,
@@ -242,7 +260,7 @@ def run(cfg: Config) -> dict:
     return {"out": out}
   mesh = mesh_lib.make_mesh(1, cfg.mesh_fsdp, 1)
   t0 = time.time()
-  docs = corpus.documents(corpus.Mix(), cfg.documents, seed=cfg.seed)
+  docs = corpus.documents(cfg.mix(), cfg.documents, seed=cfg.seed)
   os.makedirs(out, exist_ok=True)
   if cfg.bpe_vocab:
     # Learned from the run's own documents: deterministic in the seed.

@@ -10,6 +10,7 @@ import safetensors.numpy
 from experiments import grpo
 from experiments import pretrain
 from rlreason import config
+from rlreason.train import corpus
 from rlreason.eval import base_card
 from rlreason.model import hf
 from rlreason.model import presets
@@ -69,10 +70,14 @@ def test_pretrain_rejects_bad_flags(tmp_path):
     dict(steps=0),
     dict(model="no-such-preset"),
     dict(bpe_vocab=100),
+    dict(drill=1.5),
     dict(card_only=True, out=str(tmp_path)),
   ):
     with pytest.raises(config.ConfigError):
       dataclasses.replace(pretrain.Config(), **bad).validate()
+  # --drill reaches the corpus mix; the default is the shipped base's mix.
+  mix = dataclasses.replace(pretrain.Config(), drill=1.0).mix()
+  assert mix.drill == 1.0 and pretrain.Config().mix() == corpus.Mix()
 
 
 def test_pretrain_with_the_character_tokenizer(tmp_path, one_level):
