@@ -80,6 +80,10 @@ PAPER = dict(
   batch_size=512,  # train_batch_size
   group_size=5,
   minibatches=2,  # ppo_mini_batch_size 256
+  # 32 rows per micro-batch: fits a v5p-8 with 55% of HBM free
+  # (experiments.plan); one micro-batch of 1280 rows asked for 367 GB of
+  # temporaries per chip there.
+  micro_batches=40,
   max_prompt_len=2048,  # max_start_length (assumed)
   max_turns=4,  # max action budget (assumed; max_turns=2 in the script)
   turn_tokens=500,  # max_response_length
