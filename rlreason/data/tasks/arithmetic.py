@@ -164,8 +164,8 @@ class Arithmetic(base.Task):
 
 class OrderSensitive(Arithmetic):
   """Arithmetic problems that reading left to right gets wrong (module
-  docstring). At difficulty 1 about a fifth of problems qualify, at 2 about
-  a third."""
+  docstring). Of `arithmetic`'s problems, 13% qualify at difficulty 1, 32%
+  at 2 and 71% at 3 (400 eval problems each)."""
 
   name = "arithmetic_order"
 
