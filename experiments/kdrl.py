@@ -105,6 +105,13 @@ def make_batch_fn(teacher):
   return make_batch
 
 
+def train_fields(cfg) -> dict:
+  """Per-row shapes of the batch fields kd_term reads (the planner's
+  abstract batch, experiments/plan.py; the teacher's own forward is not
+  planned)."""
+  return {"teacher_logp": (cfg.max_new_tokens,), "kd_weight": ()}
+
+
 def kd_term(logp, entropy, batch, *, cfg):
   """(2) kd_weight[n] * KL_k(logp || teacher_logp) per token."""
   del entropy

@@ -134,3 +134,23 @@ def test_knowrl_prunes_the_hints_of_prompts_that_come_back(tmp_path):
   assert train[1]["knowrl/kps"] == train[0]["knowrl/kps"] - 1
   with pytest.raises(ValueError, match="--prompt_pool=5 exceeds the 4"):
     knowrl._pool(lambda cfg, examples: examples, 5)(cfg, list(range(4)))
+
+
+def test_kdrl_tells_the_planner_every_field_its_kd_term_reads():
+  from experiments import kdrl
+
+  cfg = kdrl.Config()
+  n, t = 3, cfg.max_new_tokens
+  batch = {
+    k: np.full((n, *shape), 0.5, np.float32)
+    for k, shape in kdrl.train_fields(cfg).items()
+  }
+  batch["mask"] = np.ones((n, t), np.float32)
+  logp = np.full((n, t), -1.0, np.float32)
+  # A field missing from train_fields raises KeyError here (as it did in
+  # the planner's train step).
+  per_token, metrics = kdrl.kd_term(logp, None, batch, cfg=cfg)
+  assert per_token.shape == (n, t)
+  # k2 = (logp - teacher_logp)^2 / 2 = 1.125, weighted by kd_weight 0.5.
+  np.testing.assert_allclose(per_token, 0.5625, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(metrics["kd"], 1.125, rtol=1e-6, atol=1e-7)
