@@ -35,24 +35,25 @@ x 8, max_new_tokens 128, ~11 min) did not lift held-out greedy accuracy:
 
 Measured (2026-11-25, later): length groups now sort by prompt width first
 (sft._group_key; hinted prompts no longer widen most batches): 250 steps
-338 s -> 243 s in an A/B on this CPU, so a 2000-step run takes ~27 min of
-training (a run with `Mix.drill=0.25` reached step 1700 in 22.6 min; it
-was stopped at the session's end, before its card). The shipped base's
-errors at level 1 are mostly arithmetic facts (`8*6=46`, `2*6=14`), not
-the school: fact drills target that. GRPO from the shipped base on
-shortest paths, level 2 (`--data=task:shortest_path:difficulty=2,n=4000
---max_prompt_len=64`, lr 3e-4, 60 steps, 8.2 min): train reward
+338 s -> 243 s in an A/B on this CPU, so a 2000-step run should take ~27
+min of training (the drill run below, with these groups, took 39.1). The
+shipped base's errors at level 1 are mostly arithmetic facts (`8*6=46`,
+`2*6=14`), not the school: fact drills target that. GRPO from the shipped
+base on shortest paths, level 2
+(`--data=task:shortest_path:difficulty=2,n=4000 --max_prompt_len=64`,
+lr 3e-4, 60 steps, 8.2 min): train reward
 ~0.2 -> ~0.33, held-out greedy 40% -> 41% (lr 1e-4, 30 steps: 40% -> 41%):
 RL sharpens samples toward the greedy answer but does not move it.
 
 Measured (2026-11-25, session 15): `--drill=0.25` (a quarter of the
 arithmetic documents fact drills, default flags otherwise, prompt-width
-length groups) trained in 39.1 min and is far worse than the shipped base:
-greedy on 40 held-out arithmetic problems 5% at level 1 and 5% at level 2
-(shipped base: 30% and 17.5%). Its traces copy the wrong operands
-(`7+4*6` -> `7*4=18`) and its facts are wrong (`16+3=11`). On level-1
-`task:arithmetic_order` problems (precedence decides the answer) it
-greedily picks the right school on all 52 and solves none. Drills stay
+length groups) trained in 39.1 min (1.1 s per step after the first
+compiles, not the A/B's 0.97; not traced) and is far worse than the
+shipped base: greedy on 40 held-out arithmetic problems 5% at level 1 and
+5% at level 2 (shipped base: 30% and 17.5%). Its traces copy the wrong
+operands (`7+4*6` -> `7*4=18`) and its facts are wrong (`16+3=11`). On
+level-1 `task:arithmetic_order` problems (precedence decides the answer)
+it greedily picks the right school on all 52 and solves none. Drills stay
 off by default.
 
 Measured (2026-11-23, this 2-core CPU, the 256-wide preset of then, 1500

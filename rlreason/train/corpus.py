@@ -40,8 +40,9 @@ unreliable skill rather than a lookup table:
   (`facts:` then lines like `8*6=48`, no answer): the slip-free steps of
   both schools on `Mix.drill_problems` problems of the level. Per document
   they hold ~4x the arithmetic facts of a trace, the skill the character
-  model was measured to lack (`8*6=46`), so that its errors are left to
-  the choices RL can fix (the school).
+  model was measured to lack (`8*6=46`), meant to leave its errors to the
+  choices RL can fix (the school). Measured at 0.25: the base came out
+  worse, facts included (experiments/pretrain.py's docstring).
 - **Hints.** A share `Mix.hinted` shows `hint: ...` (the problem's knowledge
   points: rules and intermediate results, `hints.knowledge_hint`) before the
   question. Hinted traces follow their hint: arithmetic uses the right
@@ -86,8 +87,8 @@ class Mix:
   guided: float = 0.6
   search_lines: int = 14
   problems_per_level: int = 2000
-  # Opt-in (0 = the shipped base's corpus): a pretraining run with 0.25 was
-  # cut off by the session's end before its card (experiments/pretrain.py).
+  # Opt-in (0 = the shipped base's corpus); 0.25 made a weaker base
+  # (experiments/pretrain.py).
   drill: float = 0.0
   drill_problems: int = 4
 

@@ -171,7 +171,6 @@ class OrderSensitive(Arithmetic):
 
   def _generate(self, rng, difficulty):
     while True:
-      out = super()._generate(rng, difficulty)
-      prompt, answer = out[0], out[1]
+      prompt, answer, solution, knowledge = super()._generate(rng, difficulty)
       if str(left_to_right_value(prompt.rstrip("="))) != answer:
-        return out
+        return prompt, answer, solution, knowledge
