@@ -110,6 +110,9 @@ class Config:
   # Mix.drill: the share of arithmetic documents that are fact drills
   # (0.25 measured far worse at 2000 steps: module docstring).
   drill: float = 0.0
+  # The mix's tasks as "name:share:levels,..." (e.g. "arithmetic5:1:3");
+  # "" = corpus.Mix's default. The base card measures the same tasks.
+  corpus_tasks: str = ""
   max_prompt_len: int = 128  # longer documents are left out (counted)
   max_new_tokens: int = 256
   workdir: str = "workdirs/pretrain"  # the resumable checkpoint
@@ -121,7 +124,18 @@ class Config:
   scale: str = "laptop"  # only laptop: the base model is a laptop artefact
 
   def mix(self) -> corpus.Mix:
-    return corpus.Mix(drill=self.drill)
+    if not self.corpus_tasks:
+      return corpus.Mix(drill=self.drill)
+    parsed = []
+    for item in self.corpus_tasks.split(","):
+      try:
+        name, share, levels = item.split(":")
+        parsed.append((name, float(share), int(levels)))
+      except ValueError:
+        raise config.ConfigError(
+          f"--corpus_tasks: {item!r} is not name:share:levels"
+        ) from None
+    return corpus.Mix(tasks=tuple(parsed), drill=self.drill)
 
   @property
   def out_dir(self) -> str:
@@ -147,6 +161,10 @@ class Config:
       raise config.ConfigError(f"--drill must be in [0, 1], got {self.drill}")
     if self.lr <= 0:
       raise config.ConfigError(f"--lr must be > 0, got {self.lr}")
+    try:
+      self.mix().validate()
+    except (KeyError, ValueError) as e:
+      raise config.ConfigError(f"--corpus_tasks: {e}") from None
     if self.model not in presets.PRESETS:
       raise config.ConfigError(
         f"--model={self.model!r}: not a preset ({sorted(presets.PRESETS)})"
@@ -179,8 +197,9 @@ def encode(tok, docs, max_prompt_len: int, max_new_tokens: int):
   return prompts, completions, len(docs) - len(prompts)
 
 
-def card_levels() -> dict[str, int]:
-  return {name: levels for name, _, levels in corpus.Mix().tasks}
+def card_levels(mix: corpus.Mix) -> dict[str, int]:
+  """The (task, levels) the base card measures: those the base learned."""
+  return {name: levels for name, _, levels in mix.tasks}
 
 
 def write_card(cfg: Config, out: str, params, model_cfg, made: dict) -> str:
@@ -189,7 +208,7 @@ def write_card(cfg: Config, out: str, params, model_cfg, made: dict) -> str:
     params,
     model_cfg,
     tok,
-    card_levels(),
+    card_levels(cfg.mix()),
     problems=cfg.card_problems,
     samples=cfg.card_samples,
     seed=cfg.seed,

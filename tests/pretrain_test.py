@@ -30,7 +30,7 @@ TINY = dict(
 
 @pytest.fixture
 def one_level(monkeypatch):
-  monkeypatch.setattr(pretrain, "card_levels", lambda: {"arithmetic": 1})
+  monkeypatch.setattr(pretrain, "card_levels", lambda mix: {"arithmetic": 1})
 
 
 def test_pretrain_writes_a_loadable_reproducible_base_with_its_card(
@@ -72,12 +72,23 @@ def test_pretrain_rejects_bad_flags(tmp_path):
     dict(bpe_vocab=100),
     dict(drill=1.5),
     dict(card_only=True, out=str(tmp_path)),
+    dict(corpus_tasks="arithmetic5:1"),
+    dict(corpus_tasks="no_such_task:1:1"),
+    dict(corpus_tasks="arithmetic5:1:9"),
+    dict(corpus_tasks="arithmetic5_order:1:2"),  # no solver writes it
   ):
     with pytest.raises(config.ConfigError):
       dataclasses.replace(pretrain.Config(), **bad).validate()
   # --drill reaches the corpus mix; the default is the shipped base's mix.
   mix = dataclasses.replace(pretrain.Config(), drill=1.0).mix()
   assert mix.drill == 1.0 and pretrain.Config().mix() == corpus.Mix()
+  # --corpus_tasks sets the mix's tasks, and the card measures those.
+  cfg = dataclasses.replace(
+    pretrain.Config(), corpus_tasks="arithmetic5:0.75:3,knights:0.25:2"
+  )
+  cfg.validate()
+  assert cfg.mix().tasks == (("arithmetic5", 0.75, 3), ("knights", 0.25, 2))
+  assert pretrain.card_levels(cfg.mix()) == {"arithmetic5": 3, "knights": 2}
 
 
 def test_pretrain_with_the_character_tokenizer(tmp_path, one_level):

@@ -98,6 +98,11 @@ class Mix:
   def validate(self):
     for name, share, levels in self.tasks:
       task = tasks.get(name)
+      if name not in traces.SOLVERS:
+        raise ValueError(
+          f"Mix.tasks: {name} has no solver (traces.SOLVERS: "
+          f"{sorted(traces.SOLVERS)})"
+        )
       if share <= 0 or not 1 <= levels <= task.max_difficulty:
         raise ValueError(
           f"Mix.tasks: {name} needs share > 0 and levels in "

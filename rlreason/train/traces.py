@@ -348,6 +348,7 @@ def knights_trace(problem, rng, mix, hint: str = "") -> str:
 
 SOLVERS = {
   "arithmetic": arithmetic_trace,
+  "arithmetic5": arithmetic_trace,
   "countdown": countdown_trace,
   "shortest_path": shortest_path_trace,
   "knights": knights_trace,

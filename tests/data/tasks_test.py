@@ -292,6 +292,27 @@ def test_order_sensitive_problems_are_the_ones_left_to_right_gets_wrong():
         assert plain.verify(p.solution, p.answer) == 1.0
 
 
+
+def test_arithmetic5_draws_operands_1_to_5_and_keeps_the_split():
+  small, order = tasks.get("arithmetic5"), tasks.get("arithmetic5_order")
+  plain = tasks.get("arithmetic")
+  rng = random.Random(0)
+  for d in (1, 2, 3, 4):
+    seen = set()
+    for p in small.problems("train", 40, d):
+      operands = [int(x) for x in re.findall(r"\d+", p.prompt)]
+      assert len(operands) == d + 2 and set(operands) <= set(range(1, 6))
+      seen |= set(operands)
+      value, _ = countdown.evaluate(p.prompt.rstrip("="))
+      assert str(value) == p.answer
+      assert plain.split_of(p.prompt) == "train"
+    assert seen == {1, 2, 3, 4, 5}, d
+  for p in order.problems("eval", 20, 2):
+    assert _arithmetic_left_to_right(p, rng) != _answer_line(p.answer)
+    assert plain.split_of(p.prompt) == "eval"
+    assert max(int(x) for x in re.findall(r"\d+", p.prompt)) <= 5
+
+
 # ---------------------------------------- difficulty really changes hardness
 
 

@@ -24,6 +24,8 @@ _REGISTRY: dict[str, Task] = {
   for t in (
     arithmetic.Arithmetic(),
     arithmetic.OrderSensitive(),
+    arithmetic.Arithmetic("arithmetic5", max_operand=5),
+    arithmetic.OrderSensitive("arithmetic5_order", max_operand=5),
     countdown.Countdown(),
     knights.KnightsKnaves(),
     shortest_path.ShortestPath(),

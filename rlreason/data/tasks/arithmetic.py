@@ -125,14 +125,22 @@ def _has_op(tree, ops: str) -> bool:
 
 
 class Arithmetic(base.Task):
-  """Evaluate an integer expression step by step."""
+  """Evaluate an integer expression step by step.
+
+  `max_operand` caps the operands at levels <= 4 (9: single digits;
+  `arithmetic5` draws 1-5, a fact space a laptop model can learn).
+  """
 
   name = "arithmetic"
   max_difficulty = 8
 
+  def __init__(self, name: str = "", max_operand: int = 9):
+    self.name = name or type(self).name
+    self.max_operand = max_operand
+
   def _generate(self, rng, difficulty):
     n_ops = difficulty + 1
-    hi = 9 if difficulty <= 4 else 20
+    hi = self.max_operand if difficulty <= 4 else 20
     while True:
       if difficulty <= 2:
         numbers = [rng.randint(1, hi) for _ in range(n_ops + 1)]
