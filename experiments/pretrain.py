@@ -56,6 +56,22 @@ level-1 `task:arithmetic_order` problems (precedence decides the answer)
 it greedily picks the right school on all 52 and solves none. Drills stay
 off by default.
 
+Measured (2026-11-25, session 16): a smaller fact space,
+`--corpus_tasks=arithmetic5:1:3` (arithmetic only, operands 1-5; default
+flags otherwise), 37.7 min. 100 held-out problems per row, greedy / T = 1
+(8 samples): arithmetic5 level 1 78% / 35%, level 2 43% / 11%. The school
+route still fails at level 2: on arithmetic5_order problems greedy writes
+the shortcut on 98 of 100 (2% right), and with the right school's order
+line forced greedy solves only 11% (all level-2 problems: 15% with the
+right school forced vs 43% left to right): the right school's execution
+(copying the operands around the `*`) is what the model lacks, not the
+choice. An 800-step run (15.1 min) had level-1 greedy at 10% (`3+1=10`).
+GRPO from the 2000-step base on arithmetic5 level 2 (lr 3e-4, 50 steps of
+16 x 8, max_new_tokens 160, 12.0 min): train accuracy (T = 1) 0.15 ->
+0.31 by fifths of the run, entropy 0.17 -> 0.05, held-out greedy 42.5% ->
+42.5%: RL sharpened the samples onto the greedy answer and did not move
+it, as on shortest paths above. Not shipped.
+
 Measured (2026-11-23, this 2-core CPU, the 256-wide preset of then, 1500
 steps, 26 min): too weak to be the laptop default. Held-out arithmetic, 64
 problems per level, 16 samples at temperature 1: level 1 pass@1 9.3%,

@@ -292,7 +292,6 @@ def test_order_sensitive_problems_are_the_ones_left_to_right_gets_wrong():
         assert plain.verify(p.solution, p.answer) == 1.0
 
 
-
 def test_arithmetic5_draws_operands_1_to_5_and_keeps_the_split():
   small, order = tasks.get("arithmetic5"), tasks.get("arithmetic5_order")
   plain = tasks.get("arithmetic")
