@@ -14,6 +14,8 @@ plain decimal (`11`, never `011` or `+11`).
 
 Difficulty d: d+1 operators. d <= 2: single-digit operands, no parentheses;
 d >= 3: random expression trees (so parentheses appear), larger operands.
+`arithmetic5` (and `arithmetic5_order`) are the same with operands 1-5 up
+to d = 4.
 Intermediate results are kept non-negative.
 
 `arithmetic_order` (`OrderSensitive`) draws only the problems whose answer
@@ -128,7 +130,8 @@ class Arithmetic(base.Task):
   """Evaluate an integer expression step by step.
 
   `max_operand` caps the operands at levels <= 4 (9: single digits;
-  `arithmetic5` draws 1-5, a fact space a laptop model can learn).
+  `arithmetic5` draws 1-5, fewer facts for a laptop base to learn:
+  measured in experiments/pretrain.py's docstring).
   """
 
   name = "arithmetic"
