@@ -177,8 +177,9 @@ class Config:
       raise config.ConfigError(f"--drill must be in [0, 1], got {self.drill}")
     if self.lr <= 0:
       raise config.ConfigError(f"--lr must be > 0, got {self.lr}")
+    mix = self.mix()  # a malformed item raises its own ConfigError
     try:
-      self.mix().validate()
+      mix.validate()
     except (KeyError, ValueError) as e:
       raise config.ConfigError(f"--corpus_tasks: {e}") from None
     if self.model not in presets.PRESETS:

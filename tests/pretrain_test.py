@@ -79,6 +79,8 @@ def test_pretrain_rejects_bad_flags(tmp_path):
   ):
     with pytest.raises(config.ConfigError):
       dataclasses.replace(pretrain.Config(), **bad).validate()
+  with pytest.raises(config.ConfigError, match=r"^--corpus_tasks: 'x:1' is"):
+    dataclasses.replace(pretrain.Config(), corpus_tasks="x:1").validate()
   # --drill reaches the corpus mix; the default is the shipped base's mix.
   mix = dataclasses.replace(pretrain.Config(), drill=1.0).mix()
   assert mix.drill == 1.0 and pretrain.Config().mix() == corpus.Mix()

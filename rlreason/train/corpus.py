@@ -36,7 +36,8 @@ unreliable skill rather than a lookup table:
 - **Checking.** A share `Mix.check` of verbose arithmetic traces re-checks
   every step (`check: 4*2=8 ok, 3+8=12 not 11`): a slip is caught with
   probability 1 - slip and the trace redoes the work from there.
-- **Drills.** A share `Mix.drill` of arithmetic documents are fact drills
+- **Drills.** A share `Mix.drill` of arithmetic documents (every task the
+  arithmetic solver writes: `arithmetic`, `arithmetic5`) are fact drills
   (`facts:` then lines like `8*6=48`, no answer): the slip-free steps of
   both schools on `Mix.drill_problems` problems of the level. Per document
   they hold ~4x the arithmetic facts of a trace, the skill the character
@@ -173,9 +174,10 @@ def documents(mix: Mix, n: int, seed: int = 0) -> list[Document]:
     d = rng.randint(1, levels)
     if (name, d) not in pools:
       pools[name, d] = _pool(name, d, mix.problems_per_level, seed)
-    if name == "arithmetic" and mix.drill and rng.random() < mix.drill:
+    drills = traces.SOLVERS[name] is traces.arithmetic_trace
+    if drills and mix.drill and rng.random() < mix.drill:
       picked = [rng.choice(pools[name, d]) for _ in range(mix.drill_problems)]
-      out.append(drill(picked, rng))
+      out.append(drill(picked, rng, name))
       continue
     problem = rng.choice(pools[name, d])
     out.append(document(problem, name, rng, mix))
@@ -185,7 +187,7 @@ def documents(mix: Mix, n: int, seed: int = 0) -> list[Document]:
 DRILL_PROMPT = "facts:"
 
 
-def drill(problems, rng: random.Random) -> Document:
+def drill(problems, rng: random.Random, task: str = "arithmetic") -> Document:
   """A fact drill: the slip-free steps (`4*2=8`) of both arithmetic
   schools on `problems`, one per line, shuffled; no answer line."""
   facts = []
@@ -196,7 +198,7 @@ def drill(problems, rng: random.Random) -> Document:
           facts.append(fact)
   rng.shuffle(facts)
   return Document(
-    "arithmetic",
+    task,
     max(p.difficulty for p in problems),
     DRILL_PROMPT,
     "\n".join(facts),

@@ -183,6 +183,10 @@ def test_drills_hold_right_facts():
   # 3+4=7, 7*2=14 (left to right).
   assert traces.arithmetic_facts("3+4*2=", False) == ["4*2=8", "3+8=11"]
   assert traces.arithmetic_facts("3+4*2=", True) == ["3+4=7", "7*2=14"]
+  # Every task the arithmetic solver writes gets its drills, under its name.
+  small = dataclasses.replace(mix, tasks=(("arithmetic5", 1.0, 2),))
+  drills = [d for d in corpus.documents(small, 40, 0) if d.kind == "drill"]
+  assert drills and {d.task for d in drills} == {"arithmetic5"}
   # No drills asked for: no rng draws for them, the corpus is unchanged.
   plain = dataclasses.replace(corpus.Mix(), drill=0.0)
   assert all(d.kind != "drill" for d in corpus.documents(plain, 200, 0))
