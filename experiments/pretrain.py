@@ -72,6 +72,35 @@ GRPO from the 2000-step base on arithmetic5 level 2 (lr 3e-4, 50 steps of
 42.5%: RL sharpened the samples onto the greedy answer and did not move
 it, as on shortest paths above. Not shipped.
 
+Measured (2026-11-25, session 17): a task whose right school is the easy
+one to execute, `addsub5` (+ and - only, operands 1-5, levels 1-3; the
+right school works left to right, taking the first three tokens of the
+line above as arithmetic's shortcut does; the wrong school adds before it
+subtracts, `9-3+2` as `9-(3+2)`), in the default mix's place of arithmetic:
+`--corpus_tasks=addsub5:0.7:3,countdown:0.1:2,shortest_path:0.1:3,knights:0.1:2
+--steps=1600`, 26.9 min of training (~1 s per step). Its card (64
+held-out problems per level, 16 samples; `--card_only`), addsub5 levels
+1 / 2 / 3: pass@1 21.0 / 10.8 / 6.4%, pass@16 91.2 / 84.4 / 73.4%, maj@16
+41.2 / 17.2 / 6.2%, greedy 50.0 / 9.4 / 12.5%, median length 53 / 73 / 93
+(p90 83 / 111 / 141); hints not read (-7.0 / -1.4 / +0.4 points);
+countdown and knights weaker than the shipped base's (level 1 pass@1 1.2%
+and 2.6%), shortest paths about the same. On 100 held-out `addsub5_order`
+problems (where the schools disagree) greedy writes the wrong school on
+all 100 at levels 2 and 3: greedy 6% and 4%; with the right school's order
+line forced, 29% and 4%. Its errors are copies: the restated question is
+miscopied (`5-4+4+4` for `5-4+2+4`). GRPO from it on `addsub5_order` level
+2 (`--model=<base> --warm_start_steps=0 --warm_start_noise=0
+--data=task:addsub5_order:difficulty=2,n=1000 --max_prompt_len=32
+--max_new_tokens=128 --lr=3e-4 --eval_size=140`, all 140 held-out level-2
+problems): 40 steps (5.2 min) held-out greedy 7.1% -> 17.9%, 80 steps
+(10.1 min) 7.1% -> 19.3% (+12.1 points; train accuracy 0.11 -> 0.14). The
+greedy school flipped from wrong on all 140 to right on all 140 within 40
+steps (at temperature 1, 8 samples per problem, the right school's
+share went 0.21 -> 0.30): the first RL run here that moved held-out greedy accuracy up from a pretrained
+base, by moving the one choice the corpus left open. Its ceiling is the
+right school's execution (forced-right greedy), so +20 needs a base that
+copies better; not shipped.
+
 Measured (2026-11-23, this 2-core CPU, the 256-wide preset of then, 1500
 steps, 26 min): too weak to be the laptop default. Held-out arithmetic, 64
 problems per level, 16 samples at temperature 1: level 1 pass@1 9.3%,

@@ -27,6 +27,12 @@ unreliable skill rather than a lookup table:
   majority vote is right while the model's most likely trace at higher
   levels is the shortcut's:
   pass@k far above pass@1, and room for RL to move the model's choice.
+  `addsub5` (+ and - only) has two schools too, named by the same kind of
+  line: left to right (right) and "+, then -" (wrong: `9-3+2` read as
+  `9-(3+2)`, a misreading of PEMDAS), with the same shares. Its right
+  school takes the first three tokens of the line above at each step, as
+  arithmetic's shortcut does: easy to execute, unlike precedence, which
+  must find the `*`.
 - **Search.** Countdown traces are depth-first searches that write every
   tried combination, `no` at a dead end and `back` when a branch is given
   up; the reference solution's next step is tried first with probability

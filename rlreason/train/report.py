@@ -15,6 +15,7 @@ from etils import epath
 
 from rlreason import metrics as metrics_lib
 from rlreason import storage
+from rlreason.model import presets
 
 CURVES = (
   ("reward", "Reward"),
@@ -23,6 +24,16 @@ CURVES = (
   ("entropy", "Entropy"),
 )
 
+
+
+def _init(cfg: dict) -> str:
+  """Where the run's parameters came from, as context.py loads them."""
+  if cfg.get("init_from"):
+    return f"init from `{cfg['init_from']}`"
+  model = str(cfg.get("model") or "")
+  if model in presets.PRESETS:
+    return "random init"
+  return "its weights"
 
 def _smooth(y: np.ndarray, window: int) -> np.ndarray:
   if len(y) < window or window <= 1:
@@ -135,8 +146,7 @@ def write(workdir: str, title: str = "") -> str:
     "",
     f"- workdir: `{where}`",
     f"- commit: `{commit}`",
-    f"- model: `{cfg.get('model')}` (init from "
-    f"`{cfg.get('init_from') or 'scratch/preset'}`), data: "
+    f"- model: `{cfg.get('model')}` ({_init(cfg)}), data: "
     f"`{cfg.get('data')}`",
     f"- status: {status_line(status)}",
     f"- RL steps logged: {len(train)}",

@@ -8,6 +8,7 @@ checks from `rng` with the rates of `mix` (a `corpus.Mix`: `slip(d)`,
 the corpus module's docstring (rlreason/train/corpus.py).
 """
 
+import dataclasses
 import random
 import re
 
@@ -32,6 +33,24 @@ _ARITH_TOKEN = re.compile(r"\d+|[-+*()]")
 _PREC = {"+": 1, "-": 1, "*": 2}
 RIGHT_ORDER = "order: ( ), then *, then + -"
 SHORTCUT_ORDER = "order: left to right"
+PLUS_FIRST_ORDER = "order: +, then -"
+
+
+@dataclasses.dataclass(frozen=True)
+class Schools:
+  """A task's two schools: how each reads the question (a `_steps`
+  reading) and the order line that names it."""
+
+  right: str
+  wrong: str
+  right_line: str
+  wrong_line: str
+
+
+# `arithmetic`: precedence vs strictly left to right. `addsub5` (+ and -
+# only): left to right is right; the wrong school adds before it subtracts.
+ARITHMETIC_SCHOOLS = Schools("precedence", "flat", RIGHT_ORDER, SHORTCUT_ORDER)
+ADDSUB_SCHOOLS = Schools("flat", "plus_first", SHORTCUT_ORDER, PLUS_FIRST_ORDER)
 
 
 def parse_expression(text: str):
@@ -88,7 +107,7 @@ def _put(tree, path, value):
 
 
 def _flat(text: str) -> list:
-  """The shortcut's reading: numbers and operators, brackets dropped."""
+  """The left-to-right reading: numbers and operators, brackets dropped."""
   return [
     t if t in _PREC else int(t)
     for t in _ARITH_TOKEN.findall(text)
@@ -101,9 +120,13 @@ def _slipped(value: int, rng: random.Random) -> int:
   return wrong if wrong >= 0 and wrong != value else value + 1
 
 
-def _arith_steps(prompt: str, shortcut: bool):
-  """The solver's state machine: yields states, (op, a, b, next) per step."""
-  if shortcut:
+def _steps(prompt: str, reading: str):
+  """A reading's state machine: (state, step, after, done, show, value);
+  step(state) is (op, a, b), after(state, v) the next state. Readings:
+  "flat" (strictly left to right, brackets dropped), "precedence" (the
+  usual) and "plus_first" (+ binds tighter than -, shown without
+  brackets)."""
+  if reading == "flat":
     state = _flat(prompt[:-1])
 
     def step(s):
@@ -120,29 +143,36 @@ def _arith_steps(prompt: str, shortcut: bool):
 
     def value(s):
       return s[0]
+
+    return state, step, after, done, show, value
+  if reading == "precedence":
+    state, show = parse_expression(prompt[:-1]), tasks.arithmetic.render
   else:
-    state = parse_expression(prompt[:-1])
+    state = tasks.arithmetic.plus_first_tree(prompt[:-1])
 
-    def step(s):
-      return _first_step(s)[:3]
+    def show(s):
+      return tasks.arithmetic.render(s).replace("(", "").replace(")", "")
 
-    def after(s, v):
-      return _put(s, _first_step(s)[3], v)
+  def step(s):
+    return _first_step(s)[:3]
 
-    def done(s):
-      return isinstance(s, int)
+  def after(s, v):
+    return _put(s, _first_step(s)[3], v)
 
-    show = tasks.arithmetic.render
+  def done(s):
+    return isinstance(s, int)
 
-    def value(s):
-      return s
+  def value(s):
+    return s
 
   return state, step, after, done, show, value
 
 
 def arithmetic_facts(prompt: str, shortcut: bool) -> list[str]:
   """The slip-free steps of one school on `prompt`: ["4*2=8", "3+8=11"]."""
-  state, step, after, done, _, _ = _arith_steps(prompt, shortcut)
+  state, step, after, done, _, _ = _steps(
+    prompt, "flat" if shortcut else "precedence"
+  )
   facts = []
   while not done(state):
     op, a, b = step(state)
@@ -152,17 +182,18 @@ def arithmetic_facts(prompt: str, shortcut: bool) -> list[str]:
   return facts
 
 
-def arithmetic_trace(problem, rng, mix, hint: str = "") -> str:
+def _school_trace(problem, rng, mix, hint: str = "", schools=None) -> str:
   d = problem.difficulty
   slip = mix.slip(d)
   shortcut_share = mix.shortcut[0 if d == 1 else 1]
-  shortcut = not hint and rng.random() < shortcut_share
+  wrong = not hint and rng.random() < shortcut_share
+  reading = schools.wrong if wrong else schools.right
   given = _given(hint)
-  state, step, after, done, show, value = _arith_steps(problem.prompt, shortcut)
+  state, step, after, done, show, value = _steps(problem.prompt, reading)
   # The school's reading of the question, restated next to the steps that
   # copy from it: the operands of a step are then one line up, not behind
   # the order line (a character model learns that copy far sooner).
-  lines = [SHORTCUT_ORDER if shortcut else RIGHT_ORDER, show(state)]
+  lines = [schools.wrong_line if wrong else schools.right_line, show(state)]
   steps = []  # (op, a, b, written value)
 
   def run(s):
@@ -188,7 +219,7 @@ def arithmetic_trace(problem, rng, mix, hint: str = "") -> str:
       checked.append(f"{a}{op}{b}={right} not {v}")
       lines.append("check: " + ", ".join(checked))
       # Redo from the corrected step: replay the earlier steps' values.
-      s = _arith_steps(problem.prompt, shortcut)[0]
+      s = _steps(problem.prompt, reading)[0]
       for _, _, _, w in steps[:i]:
         s = after(s, w)
       s = after(s, right)
@@ -202,6 +233,16 @@ def arithmetic_trace(problem, rng, mix, hint: str = "") -> str:
       lines.append("check: " + ", ".join(checked))
   lines.append(f"{ANSWER}{value(state)}")
   return "\n".join(lines)
+
+
+def arithmetic_trace(problem, rng, mix, hint: str = "") -> str:
+  """`arithmetic`'s schools: precedence (right) or left to right."""
+  return _school_trace(problem, rng, mix, hint, ARITHMETIC_SCHOOLS)
+
+
+def addsub_trace(problem, rng, mix, hint: str = "") -> str:
+  """`addsub5`'s schools: left to right (right) or + before -."""
+  return _school_trace(problem, rng, mix, hint, ADDSUB_SCHOOLS)
 
 
 # ------------------------------------------------------------- countdown
@@ -349,6 +390,7 @@ def knights_trace(problem, rng, mix, hint: str = "") -> str:
 SOLVERS = {
   "arithmetic": arithmetic_trace,
   "arithmetic5": arithmetic_trace,
+  "addsub5": addsub_trace,
   "countdown": countdown_trace,
   "shortest_path": shortest_path_trace,
   "knights": knights_trace,

@@ -312,6 +312,40 @@ def test_arithmetic5_draws_operands_1_to_5_and_keeps_the_split():
     assert max(int(x) for x in re.findall(r"\d+", p.prompt)) <= 5
 
 
+def test_plus_first_value_by_hand():
+  assert arithmetic.plus_first_value("9-3+2") == 4  # 9-(3+2)
+  assert arithmetic.plus_first_value("9-3+2-1") == 3  # 9-(3+2)-1
+  assert arithmetic.plus_first_value("5-2+5+2-2") == -6  # 5-(2+5+2)-2
+  assert arithmetic.plus_first_value("1+2+3") == 6
+  assert arithmetic.plus_first_value("7-2-1") == 4
+
+
+def test_addsub5_is_flat_plus_minus_and_its_order_problems_need_left_to_right():
+  small, order = tasks.get("addsub5"), tasks.get("addsub5_order")
+  assert small.max_difficulty == order.max_difficulty == 3
+  with pytest.raises(ValueError, match="difficulty"):
+    small.generate(0, 4)
+  for d in (1, 2, 3):
+    for p in small.problems("train", 40, d):
+      assert re.fullmatch(r"[1-5]([-+][1-5]){%d}=" % (d + 1), p.prompt)
+      value, _ = countdown.evaluate(p.prompt.rstrip("="))  # left to right
+      assert str(value) == p.answer
+      assert small.verify(p.solution, p.answer) == 1.0
+    for split in ("train", "eval"):
+      for p in order.problems(split, 20, d, allow_fewer=True):
+        expr = p.prompt.rstrip("=")
+        assert arithmetic.plus_first_value(expr) != int(p.answer)
+        assert small.split_of(p.prompt) == split
+        assert "add and subtract from left to right" in p.knowledge
+  # Order problems are a real share of level 3, not all of it.
+  probs = small.problems("eval", 200, 3)
+  share = sum(
+    arithmetic.plus_first_value(p.prompt.rstrip("=")) != int(p.answer)
+    for p in probs
+  ) / len(probs)
+  assert 0.5 < share < 0.97, share
+
+
 # ---------------------------------------- difficulty really changes hardness
 
 

@@ -90,6 +90,47 @@ def test_arithmetic_schools_and_a_hand_checked_trace():
   assert got == "order: left to right\n2*1+3\n2*1=2, so 2+3\n2+3=5\nanswer: 5"
 
 
+def test_addsub_schools_by_hand():
+  p = tasks.Problem("9-3+2-1=", "7", "", 2, (), "x")
+  right = traces.addsub_trace(
+    p, random.Random(0), dataclasses.replace(EXACT, shortcut=(0.0, 0.0))
+  )
+  assert right == (
+    "order: left to right\n9-3+2-1\n9-3=6, so 6+2-1\n6+2=8, so 8-1\n"
+    "8-1=7\nanswer: 7"
+  )
+  wrong = traces.addsub_trace(
+    p, random.Random(0), dataclasses.replace(EXACT, shortcut=(1.0, 1.0))
+  )
+  assert wrong == (
+    "order: +, then -\n9-3+2-1\n3+2=5, so 9-5-1\n9-5=4, so 4-1\n"
+    "4-1=3\nanswer: 3"
+  )
+  # A hint puts the trace on the right school whatever the wrong share.
+  hinted = traces.addsub_trace(
+    p,
+    random.Random(0),
+    dataclasses.replace(EXACT, shortcut=(1.0, 1.0)),
+    "hint: add and subtract from left to right",
+  )
+  assert hinted == right
+  # Slip-free traces of either school reach that school's value.
+  task = tasks.get("addsub5")
+  for d in (1, 2, 3):
+    for q in task.problems("train", 15, d):
+      for share in (0.0, 1.0):
+        mix = dataclasses.replace(EXACT, shortcut=(share, share))
+        got = tasks.extract_answer(
+          traces.addsub_trace(q, random.Random(d), mix)
+        )
+        want = (
+          tasks.arithmetic.plus_first_value(q.prompt[:-1])
+          if share
+          else q.answer
+        )
+        assert got == str(want), (q.prompt, share)
+
+
 def test_parse_expression_matches_the_task_renderer():
   for d in range(1, 9):
     for p in _problems("arithmetic", d, 10):

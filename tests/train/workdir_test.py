@@ -149,3 +149,11 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
   # The report reads the remote workdir (as `python -m rlreason.train.report`).
   assert report.write(WORKDIR, title="again") == f"{WORKDIR}/report.md"
   assert "# again" in _files()[f"{WORKDIR}/report.md"].decode()
+
+
+def test_report_names_where_the_parameters_came_from():
+  assert report._init({"model": "tiny"}) == "random init"  # noqa: SLF001
+  assert report._init({"model": "/ckpt/qwen"}) == "its weights"  # noqa: SLF001
+  assert report._init({"model": "laptop-base"}) == "its weights"  # noqa: SLF001
+  got = report._init({"model": "tiny", "init_from": "w/cache"})  # noqa: SLF001
+  assert got == "init from `w/cache`"

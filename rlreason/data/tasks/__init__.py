@@ -26,6 +26,8 @@ _REGISTRY: dict[str, Task] = {
     arithmetic.OrderSensitive(),
     arithmetic.Arithmetic("arithmetic5", max_operand=5),
     arithmetic.OrderSensitive("arithmetic5_order", max_operand=5),
+    arithmetic.Arithmetic("addsub5", max_operand=5, ops="+-"),
+    arithmetic.OrderSensitive("addsub5_order", max_operand=5, ops="+-"),
     countdown.Countdown(),
     knights.KnightsKnaves(),
     shortest_path.ShortestPath(),

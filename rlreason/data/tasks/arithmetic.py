@@ -15,7 +15,8 @@ plain decimal (`11`, never `011` or `+11`).
 Difficulty d: d+1 operators. d <= 2: single-digit operands, no parentheses;
 d >= 3: random expression trees (so parentheses appear), larger operands.
 `arithmetic5` (and `arithmetic5_order`) are the same with operands 1-5 up
-to d = 4.
+to d = 4. `addsub5` (and `addsub5_order`) use only + and -, operands 1-5,
+no parentheses, d = 1..3 (read left to right: `9-3+2` is 8).
 Intermediate results are kept non-negative.
 
 `arithmetic_order` (`OrderSensitive`) draws only the problems whose answer
@@ -24,7 +25,10 @@ precedence and brackets (`3+4*2`: 11, not 14): the problems on which the
 pretraining corpus's two schools of arithmetic (rlreason/train/traces.py)
 disagree, so a model's choice of school decides them. Same prompts,
 answers and split as `arithmetic` (an `arithmetic_order` problem is an
-`arithmetic` problem of the same split).
+`arithmetic` problem of the same split). `addsub5_order` draws the
+`addsub5` problems whose answer changes when additions are done before
+subtractions (`9-3+2` read as `9-(3+2)`: 4, not 8), the misreading of
+"PEMDAS" the corpus's wrong school of +/- follows.
 """
 
 import random
@@ -85,6 +89,29 @@ def left_to_right_value(expression: str) -> int:
   return value
 
 
+def plus_first_tree(expression: str):
+  """`expression` (+ and - only) read with + binding tighter than -:
+  `9-3+2` -> ("-", 9, ("+", 3, 2))."""
+  items = re.findall(r"[0-9]+|[-+]", expression)
+  terms, term = [], int(items[0])
+  for op, num in zip(items[1::2], items[2::2], strict=True):
+    if op == "+":
+      term = ("+", term, int(num))
+    else:
+      terms.append(term)
+      term = int(num)
+  terms.append(term)
+  tree = terms[0]
+  for t in terms[1:]:
+    tree = ("-", tree, t)
+  return tree
+
+
+def plus_first_value(expression: str) -> int:
+  """`expression` with additions before subtractions: `9-3+2` -> 4."""
+  return _value(plus_first_tree(expression))
+
+
 def _parse_flat(numbers: list[int], ops: list[str]):
   """Builds the precedence tree of `n0 op0 n1 op1 n2 ...` (no parentheses)."""
   terms, term_ops, term = [], [], numbers[0]
@@ -131,23 +158,36 @@ class Arithmetic(base.Task):
 
   `max_operand` caps the operands at levels <= 4 (9: single digits;
   `arithmetic5` draws 1-5, fewer facts for a laptop base to learn:
-  measured in experiments/pretrain.py's docstring).
+  measured in experiments/pretrain.py's docstring). `ops` are the
+  operators drawn; without "*" every level is a flat chain (no
+  parentheses) and `max_difficulty` is 3.
   """
 
   name = "arithmetic"
   max_difficulty = 8
 
-  def __init__(self, name: str = "", max_operand: int = 9):
+  def __init__(self, name: str = "", max_operand: int = 9, ops: str = "+-*"):
     self.name = name or type(self).name
     self.max_operand = max_operand
+    self.ops = ops
+    if "*" not in ops:
+      self.max_difficulty = 3
+
+  def misreading(self, expression: str) -> int:
+    """The value the corpus's wrong school reads (module docstring)."""
+    if "*" in self.ops:
+      return left_to_right_value(expression)
+    return plus_first_value(expression)
 
   def _generate(self, rng, difficulty):
     n_ops = difficulty + 1
     hi = self.max_operand if difficulty <= 4 else 20
     while True:
-      if difficulty <= 2:
+      if difficulty <= 2 or "*" not in self.ops:
         numbers = [rng.randint(1, hi) for _ in range(n_ops + 1)]
-        tree = _parse_flat(numbers, [rng.choice("+-*") for _ in range(n_ops)])
+        tree = _parse_flat(
+          numbers, [rng.choice(self.ops) for _ in range(n_ops)]
+        )
       else:
         tree = _random_tree(rng, n_ops, hi)
       # Keep every intermediate non-negative: no unary minus in the text.
@@ -167,6 +207,8 @@ class Arithmetic(base.Task):
       knowledge.append("work inside parentheses first")
     if "*" in prompt and ("+" in prompt or "-" in prompt):
       knowledge.append("multiply before adding or subtracting")
+    if "*" not in self.ops and "-" in prompt and "+" in prompt:
+      knowledge.append("add and subtract from left to right")
     return prompt, answer, solution, tuple(knowledge + facts)
 
   def check(self, value, answer):
@@ -174,7 +216,8 @@ class Arithmetic(base.Task):
 
 
 class OrderSensitive(Arithmetic):
-  """Arithmetic problems that reading left to right gets wrong (module
+  """Arithmetic problems that the wrong school's reading (`misreading`:
+  left to right, or + before - for `addsub5`) gets wrong (module
   docstring). Of `arithmetic`'s problems, 13% qualify at difficulty 1, 32%
   at 2 and 71% at 3 (400 eval problems each)."""
 
@@ -183,5 +226,5 @@ class OrderSensitive(Arithmetic):
   def _generate(self, rng, difficulty):
     while True:
       prompt, answer, solution, knowledge = super()._generate(rng, difficulty)
-      if str(left_to_right_value(prompt.rstrip("="))) != answer:
+      if str(self.misreading(prompt.rstrip("="))) != answer:
         return prompt, answer, solution, knowledge
