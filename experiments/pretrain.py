@@ -93,13 +93,15 @@ miscopied (`5-4+4+4` for `5-4+2+4`). GRPO from it on `addsub5_order` level
 --data=task:addsub5_order:difficulty=2,n=1000 --max_prompt_len=32
 --max_new_tokens=128 --lr=3e-4 --eval_size=140`, all 140 held-out level-2
 problems): 40 steps (5.2 min) held-out greedy 7.1% -> 17.9%, 80 steps
-(10.1 min) 7.1% -> 19.3% (+12.1 points; train accuracy 0.11 -> 0.14). The
-greedy school flipped from wrong on all 140 to right on all 140 within 40
-steps (at temperature 1, 8 samples per problem, the right school's
+(10.1 min) 7.1% -> 19.3% (+12.1 points; train accuracy 0.11 -> 0.14); 40
+steps with --seed=1 and 2: 7.1% -> 25.7% and 13.6% (+18.6, +6.4; mean of
+the three seeds +11.9). The greedy school flipped from wrong on all 140 to
+right on all 140 within 40 steps (seed 0) (at temperature 1, 8 samples per problem, the right school's
 share went 0.21 -> 0.30): the first RL run here that moved held-out greedy accuracy up from a pretrained
 base, by moving the one choice the corpus left open. Its ceiling is the
-right school's execution (forced-right greedy), so +20 needs a base that
-copies better; not shipped.
+right school's execution: the base's greedy with the right order line
+forced solves 29.3% of the same 140 problems. +20 on three seeds needs a
+base that copies better; not shipped.
 
 Measured (2026-11-23, this 2-core CPU, the 256-wide preset of then, 1500
 steps, 26 min): too weak to be the laptop default. Held-out arithmetic, 64
