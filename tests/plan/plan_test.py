@@ -81,7 +81,7 @@ policy.LOGITS_CHUNK_BYTES = 1 << 16
 res["fits"] = run(dataclasses.replace(base, max_new_tokens=T + 128), "v5e-4",
                   ("train_step", "rollout", "ref_logp"),
                   model_overrides={"attention_block": 16})
-mid = dataclasses.replace(base, batch_size=16, group_size=16)
+mid = dataclasses.replace(base, batch_size=8, group_size=8)
 blocks = {"attention_block": 16}
 res["mid"] = run(mid, "v5e-4", model_overrides=blocks)
 res["micro4"] = run(
