@@ -96,9 +96,10 @@ problems): 40 steps (5.2 min) held-out greedy 7.1% -> 17.9%, 80 steps
 (10.1 min) 7.1% -> 19.3% (+12.1 points; train accuracy 0.11 -> 0.14); 40
 steps with --seed=1 and 2: 7.1% -> 25.7% and 13.6% (+18.6, +6.4; mean of
 the three seeds +11.9). The greedy school flipped from wrong on all 140 to
-right on all 140 within 40 steps (seed 0) (at temperature 1, 8 samples per problem, the right school's
-share went 0.21 -> 0.30): the first RL run here that moved held-out greedy accuracy up from a pretrained
-base, by moving the one choice the corpus left open. Its ceiling is the
+right on all 140 within 40 steps (seed 0; at temperature 1, 8 samples
+per problem, the right school's share went 0.21 -> 0.30): the first RL
+run here that moved held-out greedy accuracy up from a pretrained base,
+by moving the one choice the corpus left open. Its ceiling is the
 right school's execution: the base's greedy with the right order line
 forced solves 29.3% of the same 140 problems. +20 on three seeds needs a
 base that copies better; not shipped.

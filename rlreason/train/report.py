@@ -25,7 +25,6 @@ CURVES = (
 )
 
 
-
 def _init(cfg: dict) -> str:
   """Where the run's parameters came from, as context.py loads them."""
   if cfg.get("init_from"):
@@ -34,6 +33,7 @@ def _init(cfg: dict) -> str:
   if model in presets.PRESETS:
     return "random init"
   return "its weights"
+
 
 def _smooth(y: np.ndarray, window: int) -> np.ndarray:
   if len(y) < window or window <= 1:
@@ -146,8 +146,7 @@ def write(workdir: str, title: str = "") -> str:
     "",
     f"- workdir: `{where}`",
     f"- commit: `{commit}`",
-    f"- model: `{cfg.get('model')}` ({_init(cfg)}), data: "
-    f"`{cfg.get('data')}`",
+    f"- model: `{cfg.get('model')}` ({_init(cfg)}), data: `{cfg.get('data')}`",
     f"- status: {status_line(status)}",
     f"- RL steps logged: {len(train)}",
     "",

@@ -182,7 +182,7 @@ def arithmetic_facts(prompt: str, shortcut: bool) -> list[str]:
   return facts
 
 
-def _school_trace(problem, rng, mix, hint: str = "", schools=None) -> str:
+def _school_trace(problem, rng, mix, hint: str, schools: Schools) -> str:
   d = problem.difficulty
   slip = mix.slip(d)
   shortcut_share = mix.shortcut[0 if d == 1 else 1]
