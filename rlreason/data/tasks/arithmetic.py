@@ -93,18 +93,7 @@ def plus_first_tree(expression: str):
   """`expression` (+ and - only) read with + binding tighter than -:
   `9-3+2` -> ("-", 9, ("+", 3, 2))."""
   items = re.findall(r"[0-9]+|[-+]", expression)
-  terms, term = [], int(items[0])
-  for op, num in zip(items[1::2], items[2::2], strict=True):
-    if op == "+":
-      term = ("+", term, int(num))
-    else:
-      terms.append(term)
-      term = int(num)
-  terms.append(term)
-  tree = terms[0]
-  for t in terms[1:]:
-    tree = ("-", tree, t)
-  return tree
+  return _parse_flat([int(n) for n in items[::2]], items[1::2], tight="+")
 
 
 def plus_first_value(expression: str) -> int:
@@ -112,12 +101,13 @@ def plus_first_value(expression: str) -> int:
   return _value(plus_first_tree(expression))
 
 
-def _parse_flat(numbers: list[int], ops: list[str]):
-  """Builds the precedence tree of `n0 op0 n1 op1 n2 ...` (no parentheses)."""
+def _parse_flat(numbers: list[int], ops: list[str], tight: str = "*"):
+  """Builds the precedence tree of `n0 op0 n1 op1 n2 ...` (no parentheses)
+  where `tight` binds tighter than the other operators."""
   terms, term_ops, term = [], [], numbers[0]
   for op, num in zip(ops, numbers[1:], strict=True):
-    if op == "*":
-      term = ("*", term, num)
+    if op == tight:
+      term = (tight, term, num)
     else:
       terms.append(term)
       term_ops.append(op)
