@@ -71,8 +71,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale on a mixture of levels; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale on a mixture of levels; paper: PAPER."""
 
   data: str = "task:arithmetic:difficulty=1-4,n=4000"  # (1)
   max_prompt_len: int = 128  # (4) room for the expert solution (<= 104)

@@ -48,8 +48,8 @@ from rlreason.eval import teacher as teacher_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with AMPO's guidance; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with AMPO's guidance; paper: PAPER."""
 
   # Its own make_batch does not apply --rollout_correction.
   corrects_rollouts: ClassVar[bool] = False

@@ -53,8 +53,8 @@ TOKENS = ("answer", "all")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with the ConfClip reward; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with the ConfClip reward; paper: PAPER."""
 
   conf_weight: float = 0.5  # (1) w, assumed
   conf_clip_low: float = 0.2  # (1) assumed

@@ -51,8 +51,8 @@ from rlreason.rewards import length
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with DAPO's objective; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with DAPO's objective; paper: PAPER."""
 
   clip_eps_low: float = 0.2  # (1) epsilon_low, Sec. 3.1
   clip_eps_high: float = 0.28  # (1) epsilon_high, Sec. 3.1

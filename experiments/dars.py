@@ -75,8 +75,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with DARS's allocation; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with DARS's allocation; paper: PAPER."""
 
   # Its own make_batch does not apply --rollout_correction.
   corrects_rollouts: ClassVar[bool] = False

@@ -64,13 +64,13 @@ from rlreason.rewards import length
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with DLER's recipe; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with DLER's recipe; paper: PAPER."""
 
   max_new_tokens: int = 20  # (1) the limit: the warm start's median
   truncation_length: int = 0  # (1) 0 = max_new_tokens
   # The warm start sees whole solutions (grpo.py's, whose cache it shares).
-  warm_start_max_new_tokens: int = grpo.Config.max_new_tokens
+  warm_start_max_new_tokens: int = grpo.TinyConfig.max_new_tokens
   advantage: str = "lite_ppo"  # (2) group mean, batch std
   clip_eps_high: float = 0.28  # (3)
   dynamic_sampling: bool = True  # (4)

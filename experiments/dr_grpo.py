@@ -39,8 +39,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with Dr. GRPO's objective; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with Dr. GRPO's objective; paper: PAPER."""
 
   advantage: str = "dr_grpo"  # (1) r - mean(r), no std
   aggregation: str = "seq-mean-token-sum-norm"  # (2) / (B * max_new_tokens)

@@ -38,8 +38,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale on a 4-source mixture; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale on a 4-source mixture; paper: PAPER."""
 
   data: str = "task:arithmetic:difficulty=1-4,n=4000"  # (1)
   max_new_tokens: int = 56  # level 4 needs longer solutions

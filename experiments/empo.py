@@ -47,8 +47,8 @@ from rlreason.rewards import semantic
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with the EMPO reward; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with the EMPO reward; paper: PAPER."""
 
   equivalence: str = "exact"  # (2) exact | math
   entropy_max: float = 0.0  # (3) drop prompts with H >= this; 0 = off

@@ -43,7 +43,7 @@ from rlreason.rl import returns as returns_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
+class Config(grpo.TinyConfig):
   """grpo.py's laptop setup; the entropy term and pass@k evaluation."""
 
   adv_entropy_alpha: float = 0.4  # (1) alpha, the paper's value

@@ -56,7 +56,7 @@ POLICY_LOSSES = ("kl_cov", "clip_cov", "ppo")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
+class Config(grpo.TinyConfig):
   """grpo.py's laptop setup; the covariance-based policy losses."""
 
   policy_loss: str = "kl_cov"  # (1) kl_cov | clip_cov | ppo (GRPO baseline)

@@ -51,7 +51,7 @@ SELECTIONS = ("top", "bottom", "all")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
+class Config(grpo.TinyConfig):
   """grpo.py's laptop setup with DAPO's loss and the forking-token mask."""
 
   # DAPO's loss-side choices (arXiv:2503.14476).

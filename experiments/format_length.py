@@ -56,8 +56,8 @@ tagged.register_all()  # task:<name>_tags
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with the surrogate reward; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with the surrogate reward; paper: PAPER."""
 
   data: str = "task:arithmetic_tags:difficulty=1,n=4000"
   max_new_tokens: int = 96  # Lmax: p * Lmax = 48 ~ a tagged solution

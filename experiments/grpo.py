@@ -16,11 +16,15 @@ MATH 51.7% (top-1, chain of thought), from DeepSeekMath-Instruct 7B
 (82.9% / 46.8%). Those checkpoints are not among our presets; `--scale=paper`
 uses the paper's algorithmic settings on Qwen2.5-Math-7B and GSM8K.
 
-Laptop scale (no flags): the "tiny" preset, warm-started by a short SFT on
-the arithmetic task's reference solutions (cached in workdirs/cache), then
-GRPO; held-out greedy accuracy is printed before and after, and the workdir
-gets metrics.jsonl, TensorBoard events, a checkpoint, config.json and
-report.md with plots. Expected: see README ("The main job").
+Laptop scale (no flags): GRPO from the shipped laptop base
+(`--model=laptop-base`, pretrained by experiments/pretrain.py on worked
++/- chains) on level-2 `addsub5_order` problems, whose answer depends on
+working left to right; the base greedily writes the other school it saw
+("+, then -") and RL moves that choice. Held-out greedy accuracy is
+measured before, every 10 steps and after; the workdir gets metrics.jsonl,
+TensorBoard events, a checkpoint, config.json and report.md with plots.
+Expected: see README ("The main job"). The other experiments build on
+`TinyConfig` (the "tiny" preset warm-started on arithmetic).
 
 CPU:  python -m experiments.grpo
 TPU:  launch/tpu.sh run experiments.grpo --scale=paper \
@@ -37,8 +41,10 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(objective.PGConfig):
-  """Laptop-scale defaults; the paper's values are in PAPER below."""
+class TinyConfig(objective.PGConfig):
+  """The laptop testbed the other experiments build on (`Config(grpo.
+  TinyConfig)`): the "tiny" preset warm-started on arithmetic. The main
+  job's defaults are `Config` below; the paper's values are in PAPER."""
 
   data: str = "task:arithmetic:difficulty=1,n=4000"
   template: str = "plain"
@@ -68,6 +74,31 @@ class Config(objective.PGConfig):
   aggregation: str = "seq-mean-token-mean"  # (3) Eq. 3
 
 
+@dataclasses.dataclass(frozen=True)
+class Config(TinyConfig):
+  """The main job (no flags): GRPO from the shipped laptop base
+  (rlreason/model/laptop_base, pretrained on the synthetic corpus by
+  experiments/pretrain.py; its card is the README.md there) on level-2
+  `addsub5_order` problems, where the base's two schools disagree and its
+  greedy choice is the wrong one. No warm start: RL starts from the base."""
+
+  model: str = "laptop-base"
+  data: str = "task:addsub5_order:difficulty=2,n=1000"
+  max_new_tokens: int = 128
+  lr: float = 3e-4
+  steps: int = 40
+  warm_start_steps: int = 0
+  warm_start_noise: float = 0.0
+  eval_size: int = 140  # every held-out level-2 addsub5_order problem
+  eval_every: int = 10
+  checkpoint_every: int = 10
+
+
+# experiments/reproduce.py's claims compare grpo with the other experiments
+# on their shared testbed, not on the main job's base.
+TESTBED = TinyConfig
+
+
 # Sec. 4.2 ("Training and Evaluating DeepSeekMath-RL"): lr 1e-6, beta 0.04,
 # 64 samples per question, max length 1024, batch 1024, a single policy
 # update per exploration stage. The paper trains DeepSeekMath-Instruct 7B on
@@ -89,6 +120,7 @@ PAPER = dict(
   # (experiments.plan; the paper gives no micro-batch size).
   micro_batches=32,
   eval_size=1319,
+  eval_every=0,  # the laptop main job's mid-run evaluations, off
   checkpoint_every=50,
 )
 

@@ -40,8 +40,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with GSPO's objective; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with GSPO's objective; paper: PAPER."""
 
   policy_loss: str = "gspo"  # (1) sequence-level ratio and clipping
   clip_eps_low: float = 3e-4  # (2) Sec. 5

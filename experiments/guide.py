@@ -41,8 +41,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with Guide's hinting; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with Guide's hinting; paper: PAPER."""
 
   # Its own make_batch does not apply --rollout_correction.
   corrects_rollouts: ClassVar[bool] = False

@@ -47,8 +47,8 @@ from rlreason.eval import teacher as teacher_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with a teacher; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with a teacher; paper: PAPER."""
 
   teacher: str = "warm_start"  # (1)
   teacher_steps: int = 0  # (1) teacher SFT steps; 0 = warm_start_steps

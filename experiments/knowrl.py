@@ -56,8 +56,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with KP hints; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with KP hints; paper: PAPER."""
 
   data: str = "task:arithmetic:difficulty=1-3,n=4000"
   max_prompt_len: int = 192  # room for all KPs of a level-3 problem

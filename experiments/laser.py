@@ -52,8 +52,8 @@ from rlreason.rewards import length
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with the length reward; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with the length reward; paper: PAPER."""
 
   variant: str = "laser_d"  # (2) laser | laser_d
   length_reward_scale: float = 0.5  # (1) the authors' length_reward_scalar

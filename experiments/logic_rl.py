@@ -60,8 +60,8 @@ tagged.register_all()  # task:knights_tags
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale, Logic-RL's choices; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale, Logic-RL's choices; paper: PAPER."""
 
   # (1) 2-3 people (difficulty d = d + 1 people). Difficulty 1 has only
   # ~500 distinct train and 49 eval puzzles.

@@ -47,7 +47,7 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
+class Config(grpo.TinyConfig):
   """grpo.py's laptop setup; the authors' baseline plus Lp-Reg."""
 
   kl_coef: float = 0.0  # the authors' baseline: no KL

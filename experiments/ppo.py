@@ -57,7 +57,7 @@ from rlreason.rl import value
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
+class Config(grpo.TinyConfig):
   """grpo.py's laptop setup; PPO's critic, GAE and losses."""
 
   estimators: ClassVar[tuple[str, ...]] = ("gae",)

@@ -56,8 +56,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with REINFORCE++'s objective."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with REINFORCE++'s objective."""
 
   # (1); or reinforce_plus_plus_baseline (the variant).
   advantage: str = "reinforce_plus_plus"

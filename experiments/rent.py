@@ -53,8 +53,8 @@ SELECTIONS = ("answer", "last_fraction", "all")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with the entropy reward; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with the entropy reward; paper: PAPER."""
 
   token_selection: str = "answer"  # (2) answer | last_fraction | all
   last_fraction: float = 1 / 3  # (2) the "last chunk" (and the fallback)

@@ -22,7 +22,8 @@ cached under <root>/.jax_cache.
 Adding a claim: one `CLAIMS` entry per method in experiments/claims.py,
 naming experiment modules (experiments/<module>.py) and Config overrides per
 variant, and the per-step metric of metrics.jsonl that carries the claim.
-Runs are the experiments' laptop defaults unless the entry overrides them;
+Runs are the experiments' laptop defaults unless the entry overrides them
+(for grpo, `grpo.TinyConfig`, the testbed the other experiments build on);
 --set applies overrides to every variant (e.g. --set=batch_size=8,eval_size=50).
 """
 
@@ -55,9 +56,17 @@ HEAD, TAIL = 0.1, 0.25  # fractions of the steps: "start" and "end" windows
 # Running.
 
 
+def testbed(module):
+  """The Config class a claim's runs use: the module's `TESTBED` where it
+  has one (grpo: the main job's Config is the shipped base, the claims'
+  baselines stay on the other experiments' `grpo.TinyConfig`), else its
+  Config."""
+  return getattr(module, "TESTBED", module.Config)
+
+
 def _config(module_name: str, overrides: dict, seed: int, steps: int, **kw):
   module = importlib.import_module(f"experiments.{module_name}")
-  cfg = dataclasses.replace(module.Config(), **overrides, **kw, seed=seed)
+  cfg = dataclasses.replace(testbed(module)(), **overrides, **kw, seed=seed)
   if steps:
     cfg = dataclasses.replace(cfg, steps=steps)
   # An experiment whose run() rewrites its config first (dars: --variant
@@ -329,7 +338,7 @@ def parse_overrides(text: str, module_names: Sequence[str]) -> dict:
     return {}
   fields = {}
   for m in module_names:
-    cls = importlib.import_module(f"experiments.{m}").Config
+    cls = testbed(importlib.import_module(f"experiments.{m}"))
     fields.update({f.name: type(f.default) for f in dataclasses.fields(cls)})
   out = {}
   for item in text.split(","):

@@ -44,8 +44,8 @@ from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with RLOO's objective; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with RLOO's objective; paper: PAPER."""
 
   advantage: str = "rloo"  # (1)
   aggregation: str = "seq-mean-token-sum"  # (2)

@@ -50,8 +50,8 @@ from rlreason.rewards import likelihood
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with the probability reward; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale, the probability reward; paper: PAPER."""
 
   # (1) What precedes y* when the completion has no final answer, and (2)
   # the whole text before y* without reasoning (left-stripped). The procedural

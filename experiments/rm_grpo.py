@@ -79,8 +79,8 @@ KINDS = ("scalar", "judge")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with the RM reward; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with the RM reward; paper: PAPER."""
 
   rm_kind: str = "scalar"  # scalar (trained, (1)) | judge (generative)
   rm_weight: float = 1.0  # (2) w: r = w * r_RM + (1 - w) * r_verifier

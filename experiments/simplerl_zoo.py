@@ -51,15 +51,15 @@ from rlreason.rewards import format as format_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale with SimpleRL-Zoo's levers; paper: PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale with SimpleRL-Zoo's levers; paper: PAPER."""
 
   format_reward: str = "none"  # (2) none | strict
   format_penalty: float = -1.0  # (2) reward of a response without answer
   # (3) --data picks the difficulty (laptop: task:arithmetic:difficulty=d);
   # the evaluation set stays fixed.
   eval_data: str = "task:arithmetic:difficulty=1-2,n=200"
-  warm_start_data: str = grpo.Config.data  # the laptop "base model"
+  warm_start_data: str = grpo.TinyConfig.data  # the laptop "base model"
   kl_coef: float = 1e-4  # (4)
 
   def validate(self) -> None:

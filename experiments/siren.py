@@ -56,7 +56,7 @@ NAME = "siren"
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
+class Config(grpo.TinyConfig):
   """grpo.py's laptop setup; the authors' baseline plus the regulariser."""
 
   # The authors' GRPO baseline (exp_scripts/siren.sh).

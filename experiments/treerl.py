@@ -44,8 +44,8 @@ from rlreason.rl import tree_credit
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale; the paper's values are in PAPER below."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale; the paper's values are in PAPER below."""
 
   group_size: int = 8  # (1) leaves per prompt: M * (1 + L * N * T)
   forks: int = 1  # (1) N, fork points per tree and round

@@ -48,7 +48,7 @@ ADV_NORMS = ("mixed", "group", "batch", "none")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
+class Config(grpo.TinyConfig):
   """grpo.py's laptop setup with the Lite PPO preset."""
 
   adv_norm: str = "mixed"  # (1) Lite PPO: group mean, batch std

@@ -53,14 +53,14 @@ _TEST = "task:arithmetic:difficulty=1,n=200,split=eval"
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(grpo.Config):
-  """grpo.Config's laptop scale, test-time; the paper's values in PAPER."""
+class Config(grpo.TinyConfig):
+  """grpo.TinyConfig's laptop scale, test-time; the paper's values in PAPER."""
 
   data: str = _TEST  # (3) the evaluation prompts, labels unused
   eval_data: str = _TEST
   eval_size: int = 200
   # (3) The warm start's SFT data: grpo's train split (shares its cache).
-  warm_start_data: str = grpo.Config.data
+  warm_start_data: str = grpo.TinyConfig.data
   batch_size: int = 8
   group_size: int = 16  # (2) votes per prompt (paper: 64)
   train_fraction: float = 0.5  # (2) k = G / 2 trained (paper: 32 of 64)

@@ -44,7 +44,7 @@ rewards.register(
 
 
 def main(overrides: str, out_prefix: str) -> None:
-  cfg = dataclasses.replace(grpo.Config(), **json.loads(overrides))
+  cfg = dataclasses.replace(grpo.TinyConfig(), **json.loads(overrides))
   out = grpo.run(cfg)
   params = mesh_lib.to_host(out["state"].params)
   flat = {

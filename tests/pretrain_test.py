@@ -10,7 +10,11 @@ import safetensors.numpy
 from experiments import grpo
 from experiments import pretrain
 from rlreason import config
+from rlreason.data import sources
+from rlreason.data import tasks
+from rlreason.guidance import hints as hints_lib
 from rlreason.train import corpus
+from rlreason.train import traces
 from rlreason.eval import base_card
 from rlreason.model import hf
 from rlreason.model import presets
@@ -81,9 +85,15 @@ def test_pretrain_rejects_bad_flags(tmp_path):
       dataclasses.replace(pretrain.Config(), **bad).validate()
   with pytest.raises(config.ConfigError, match=r"^--corpus_tasks: 'x:1' is"):
     dataclasses.replace(pretrain.Config(), corpus_tasks="x:1").validate()
-  # --drill reaches the corpus mix; the default is the shipped base's mix.
+  # --drill reaches the corpus mix; the default is the shipped base's mix
+  # (addsub5 only) and "" is corpus.Mix's own.
   mix = dataclasses.replace(pretrain.Config(), drill=1.0).mix()
-  assert mix.drill == 1.0 and pretrain.Config().mix() == corpus.Mix()
+  assert mix.drill == 1.0
+  assert pretrain.Config().mix() == corpus.Mix(tasks=(("addsub5", 1.0, 3),))
+  assert (
+    dataclasses.replace(pretrain.Config(), corpus_tasks="").mix()
+    == corpus.Mix()
+  )
   # --corpus_tasks sets the mix's tasks, and the card measures those.
   cfg = dataclasses.replace(
     pretrain.Config(), corpus_tasks="arithmetic5:0.75:3,knights:0.25:2"
@@ -119,19 +129,59 @@ def test_the_shipped_base_is_a_small_hf_directory_that_solves_problems():
   )
   tok = tokenizer_lib.load(path)
   assert tok.char_level
-  # `--model=laptop-base` finds the same tokenizer in any experiment.
-  run_cfg = dataclasses.replace(grpo.Config(), model="laptop-base")
-  assert context.load_tokenizer(run_cfg).char_level
+  # The main job loads it: `--model=laptop-base` is grpo.Config's default.
+  assert grpo.Config().model == "laptop-base"
+  assert context.load_tokenizer(grpo.Config()).char_level
   # Trained weights, not random ones: greedy decoding solves held-out
-  # level-1 problems (the card measured 26.6%; random weights solve none).
+  # level-1 problems (the card measured 94.1%; random weights solve none).
   (row,) = base_card.measure(
     params,
     model_cfg,
     tok,
-    {"arithmetic": 1},
-    problems=32,
+    {"addsub5": 1},
+    problems=34,
     samples=2,
-    max_new_tokens=160,
+    max_new_tokens=128,
     progress=None,
   )
-  assert row.greedy >= 0.1 and row.median_len >= 40, row
+  assert row.greedy >= 0.5 and row.median_len >= 40, row
+
+
+def test_the_shipped_base_knows_the_right_school_but_writes_the_wrong():
+  """The main job's premise: on level-2 addsub5_order problems (where
+  reading + before - changes the answer) the base's greedy trace names the
+  wrong school, and with the right school's order line given it mostly
+  solves them: a choice RL can move (measured 4.3% vs 75.7% on all 140)."""
+  path = presets.checkpoint_dir("laptop-base")
+  model_cfg, params = hf.load(path)
+  tok = tokenizer_lib.load(path)
+  task = tasks.get("addsub5_order")
+  probs = task.problems("eval", 40, 2, 0)
+  greedy = {}
+  for name, prefix in (("plain", ""), ("right", traces.SHORTCUT_ORDER + "\n")):
+    prompts = [
+      tok.encode(
+        hints_lib.prompt_text(
+          tok,
+          sources.Example(p.uid, p.prompt, p.answer, prefix=prefix),
+          "plain",
+        )
+      )
+      for p in probs
+    ]
+    out = base_card._sample(  # noqa: SLF001
+      params,
+      model_cfg,
+      tok,
+      prompts,
+      samples=1,
+      temperature=0.0,
+      max_new_tokens=128,
+      seed=0,
+    )
+    texts = [prefix + t for t in out.texts]
+    greedy[name] = base_card._right(task, texts, probs).mean()  # noqa: SLF001
+    if name == "plain":
+      wrong = [t.startswith(traces.PLUS_FIRST_ORDER) for t in texts]
+      assert np.mean(wrong) >= 0.8, texts[:3]
+  assert greedy["plain"] <= 0.2 and greedy["right"] >= 0.5, greedy

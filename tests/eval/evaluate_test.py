@@ -30,7 +30,7 @@ EVAL = dict(samples=4, mesh_fsdp=1)
 def run(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("grpo")
   cfg = dataclasses.replace(
-    grpo.Config(),
+    grpo.TinyConfig(),
     **SMOKE,
     workdir=str(tmp / "run"),
     cache_dir=str(tmp / "cache"),

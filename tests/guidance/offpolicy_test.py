@@ -121,7 +121,7 @@ def test_subset_bucket():
 
 
 def test_guided_rollouts_resample_only_the_hinted_prompts(monkeypatch):
-  cfg = grpo.Config(
+  cfg = grpo.TinyConfig(
     batch_size=6,
     group_size=2,
     max_new_tokens=8,

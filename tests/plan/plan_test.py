@@ -35,7 +35,7 @@ from experiments import grpo
 
 T, P, V = 112, 16, 4096  # S = 128
 base = dataclasses.replace(
-  grpo.Config(), model="tiny", batch_size=4, group_size=4, micro_batches=1,
+  grpo.TinyConfig(), model="tiny", batch_size=4, group_size=4, micro_batches=1,
   max_prompt_len=P, max_new_tokens=T, steps=1, dtype="float32",
 )
 

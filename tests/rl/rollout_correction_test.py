@@ -17,7 +17,7 @@ from rlreason.sampling import draw
 
 
 def _batch(**overrides):
-  cfg = grpo.Config(
+  cfg = grpo.TinyConfig(
     max_new_tokens=12,
     warm_start_steps=0,
     mesh_fsdp=1,
@@ -83,7 +83,7 @@ def test_off_by_default_keeps_the_sampler_logp():
 )
 def test_bad_correction_settings_are_errors(field, value, match):
   with pytest.raises(ValueError, match=match):
-    dataclasses.replace(grpo.Config(), **{field: value}).validate()
+    dataclasses.replace(grpo.TinyConfig(), **{field: value}).validate()
 
 
 @pytest.mark.parametrize("name", ["ampo", "dars", "guide", "truncated_ppo"])
@@ -126,7 +126,7 @@ def test_the_loop_trains_with_the_correction_and_logs_it(tmp_path):
   from rlreason import metrics as metrics_lib
 
   cfg = dataclasses.replace(
-    grpo.Config(),
+    grpo.TinyConfig(),
     **{**testing.SMOKE, "warm_start_steps": 0, "eval_size": 1},
     rollout_dtype="bfloat16",
     rollout_correction="mis",

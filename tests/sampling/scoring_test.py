@@ -115,7 +115,7 @@ def test_sampled_eval_does_not_depend_on_the_chunk_size():
   from rlreason.data import sources as data_lib
   from rlreason import testing
 
-  cfg = grpo.Config(max_new_tokens=8, warm_start_steps=0, mesh_fsdp=1)
+  cfg = grpo.TinyConfig(max_new_tokens=8, warm_start_steps=0, mesh_fsdp=1)
   ctx = testing.tiny_context(cfg)
   examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "eval")
   scored = [

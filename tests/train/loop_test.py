@@ -23,7 +23,7 @@ from rlreason.train import sft
 
 def _cfg(tmp_path, run="run", **kw):
   return dataclasses.replace(
-    grpo.Config(),
+    grpo.TinyConfig(),
     **{**testing.SMOKE, **kw},
     workdir=str(tmp_path / run),
     cache_dir=str(tmp_path / "cache"),

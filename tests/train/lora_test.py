@@ -24,7 +24,7 @@ from rlreason.train import adapters as adapters_lib
 def run(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("lora")
   cfg = dataclasses.replace(
-    grpo.Config(),
+    grpo.TinyConfig(),
     **{**testing.SMOKE, "eval_size": 2},
     lora_rank=4,
     lora_alpha=8.0,
@@ -159,7 +159,7 @@ def test_bad_lora_flags_are_config_errors():
     (dict(lora_rank=2, lora_targets="ffn"), "--lora_targets='ffn'"),
   ):
     with pytest.raises(ValueError, match=match):
-      dataclasses.replace(grpo.Config(), **fields).validate()
+      dataclasses.replace(grpo.TinyConfig(), **fields).validate()
 
 
 @pytest.mark.parametrize("name", ["search_r1", "treerl"])

@@ -37,7 +37,7 @@ def no_compute(monkeypatch):
 
 def _cfg(tmp_path, **kw):
   return dataclasses.replace(
-    grpo.Config(),
+    grpo.TinyConfig(),
     workdir=str(tmp_path / "run"),
     cache_dir=str(tmp_path / "cache"),
     **kw,

@@ -18,7 +18,7 @@ from rlreason.sampling import rollout as rollout_lib
 
 def _rollout(monkeypatch, **overrides):
   cfg = dataclasses.replace(
-    grpo.Config(),
+    grpo.TinyConfig(),
     max_new_tokens=12,
     warm_start_steps=0,
     mesh_fsdp=1,
@@ -47,7 +47,7 @@ def _rollout(monkeypatch, **overrides):
 
 
 def test_continuous_is_the_default_and_samples_as_static(monkeypatch):
-  assert grpo.Config().rollout_batching == "continuous"
+  assert grpo.TinyConfig().rollout_batching == "continuous"
   static, calls = _rollout(
     monkeypatch, rollout_rows=5, rollout_batching="static"
   )
@@ -65,4 +65,4 @@ def test_continuous_is_the_default_and_samples_as_static(monkeypatch):
 
 def test_bad_batching_is_a_config_error():
   with pytest.raises(ValueError, match="--rollout_batching='paged'"):
-    dataclasses.replace(grpo.Config(), rollout_batching="paged").validate()
+    dataclasses.replace(grpo.TinyConfig(), rollout_batching="paged").validate()

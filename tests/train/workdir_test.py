@@ -113,7 +113,7 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
   # A gs:// URL taken for a local path would create ./gs:/bucket/run.
   monkeypatch.chdir(tmp_path)
   cfg = dataclasses.replace(
-    grpo.Config(),
+    grpo.TinyConfig(),
     **testing.SMOKE,
     workdir=WORKDIR,
     cache_dir=str(tmp_path / "cache"),
