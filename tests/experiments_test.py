@@ -62,7 +62,7 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(tmp_path):
   from experiments import rm_grpo
 
   cfg = dataclasses.replace(
-    rm_grpo.TinyConfig(),
+    rm_grpo.Config(),
     **SMOKE,
     rm_prompts=8,
     rm_samples=2,
