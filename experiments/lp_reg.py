@@ -91,6 +91,13 @@ PAPER = dict(
 )
 
 
+def train_fields(cfg: Config) -> dict:
+  """Per-row shapes of the batch fields the loss reads beyond
+  objective.loss_fn's (the planner's abstract batch, experiments/plan.py;
+  make_batch's proxy forward over the whole rollout is not planned)."""
+  return {"proxy_logp": (cfg.max_new_tokens,)}
+
+
 def make_batch(rollout, examples, ctx):
   """objective.make_batch + (1): the proxy log-probs of the rollout."""
   cfg = ctx.cfg

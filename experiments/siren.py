@@ -135,6 +135,12 @@ def _anchor(rollout, ctx) -> float:
   return anchor
 
 
+def train_fields(cfg: Config) -> dict:
+  """Per-row shapes of the batch fields the loss reads beyond
+  objective.loss_fn's (the planner's abstract batch, experiments/plan.py)."""
+  return {"entropy_anchor": ()} if cfg.self_anchored else {}
+
+
 def make_batch(rollout, examples, ctx):
   batch, metrics = objective.make_batch(rollout, examples, ctx)
   if ctx.cfg.self_anchored:
