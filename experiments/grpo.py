@@ -42,9 +42,9 @@ from rlreason.rl import objective
 
 @dataclasses.dataclass(frozen=True)
 class TinyConfig(objective.PGConfig):
-  """The laptop testbed the other experiments build on (`Config(grpo.
-  TinyConfig)`): the "tiny" preset warm-started on arithmetic. The main
-  job's defaults are `Config` below; the paper's values are in PAPER."""
+  """The laptop testbed the other experiments subclass: the "tiny" preset
+  warm-started on arithmetic. The main job's defaults are `Config` below;
+  the paper's values are in PAPER."""
 
   data: str = "task:arithmetic:difficulty=1,n=4000"
   template: str = "plain"
