@@ -10,9 +10,7 @@ import safetensors.numpy
 from experiments import grpo
 from experiments import pretrain
 from rlreason import config
-from rlreason.data import sources
 from rlreason.data import tasks
-from rlreason.guidance import hints as hints_lib
 from rlreason.train import corpus
 from rlreason.train import traces
 from rlreason.eval import base_card
@@ -157,18 +155,10 @@ def test_the_shipped_base_knows_the_right_school_but_writes_the_wrong():
   tok = tokenizer_lib.load(path)
   task = tasks.get("addsub5_order")
   probs = task.problems("eval", 40, 2, 0)
+  schools = traces.ADDSUB_SCHOOLS
   greedy = {}
-  for name, prefix in (("plain", ""), ("right", traces.SHORTCUT_ORDER + "\n")):
-    prompts = [
-      tok.encode(
-        hints_lib.prompt_text(
-          tok,
-          sources.Example(p.uid, p.prompt, p.answer, prefix=prefix),
-          "plain",
-        )
-      )
-      for p in probs
-    ]
+  for name, prefix in (("plain", ""), ("right", schools.right_line + "\n")):
+    prompts = base_card._prompts(tok, probs, False, prefix)  # noqa: SLF001
     out = base_card._sample(  # noqa: SLF001
       params,
       model_cfg,
@@ -182,6 +172,6 @@ def test_the_shipped_base_knows_the_right_school_but_writes_the_wrong():
     texts = [prefix + t for t in out.texts]
     greedy[name] = base_card._right(task, texts, probs).mean()  # noqa: SLF001
     if name == "plain":
-      wrong = [t.startswith(traces.PLUS_FIRST_ORDER) for t in texts]
+      wrong = [t.startswith(schools.wrong_line) for t in texts]
       assert np.mean(wrong) >= 0.8, texts[:3]
   assert greedy["plain"] <= 0.2 and greedy["right"] >= 0.5, greedy

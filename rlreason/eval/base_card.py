@@ -60,12 +60,14 @@ def _sample(
   )
 
 
-def _prompts(tok, problems, hinted: bool):
+def _prompts(tok, problems, hinted: bool, prefix: str = ""):
+  """Token ids of each problem's prompt (with its knowledge hint when
+  `hinted`), followed by `prefix`, the start of the solution, if any."""
   out = []
   for p in problems:
     hint = hints_lib.knowledge_hint(p.knowledge) if hinted else ""
     example = sources.Example(
-      uid=p.uid, question=p.prompt, answer=p.answer, hint=hint
+      uid=p.uid, question=p.prompt, answer=p.answer, hint=hint, prefix=prefix
     )
     out.append(tok.encode(hints_lib.prompt_text(tok, example, "plain")))
   return out
