@@ -19,7 +19,10 @@
 # experiment variants to compare, the metric that carries the claim, and the
 # expected outcome. This notebook runs one claim for a few seeds and shows
 # the table and the curves it writes, exactly as
-# `python -m experiments.reproduce --method=<name> --seeds=0,1,2` does.
+# `python -m experiments.reproduce --method=<name> --seeds=0,1,2` does, on
+# the shipped pretrained base (TESTBED = "base", the main job's model and
+# data) or on the tiny warm-started model the claims were first run on
+# ("tiny").
 # Runs are resumable: rerun a cell after an interruption and finished runs
 # are reused.
 
@@ -32,7 +35,8 @@
 METHOD = "dr_grpo"  # any key of reproduce.CLAIMS
 SEEDS = (0, 1, 2)
 STEPS = 0  # 0 = each experiment's laptop default
-ROOT = "workdirs/reproduce"
+TESTBED = "base"  # "base" | "tiny" (experiments/reproduce.py's docstring)
+ROOT = f"workdirs/reproduce/{TESTBED}"
 COMMON = {}  # Config overrides for every run, e.g. {"model": "/ckpt/..."}
 
 # %%
@@ -50,14 +54,16 @@ except ImportError:
   display = print
 
 if os.environ.get("RLREASON_NOTEBOOK_SMOKE") == "1":  # CI: seconds
-  SEEDS, STEPS = (0,), 2
+  SEEDS, STEPS, TESTBED = (0,), 2, "tiny"
+  ROOT = f"workdirs/reproduce/{TESTBED}"
   COMMON = {k: v for k, v in testing.SMOKE.items() if k != "steps"}
 
 print("claims:", ", ".join(sorted(reproduce.CLAIMS)))
 claim = reproduce.CLAIMS[METHOD]
 print(claim.claim)
 print("expected:", claim.expected)
-for label, (module, overrides) in claim.variants.items():
+for label in claim.variants:
+  module, overrides = claim.overrides(label, TESTBED)
   print(f"  {label}: experiments.{module} {overrides}")
 
 # %% [markdown]
@@ -65,7 +71,13 @@ for label, (module, overrides) in claim.variants.items():
 
 # %%
 results_md = reproduce.run_all(
-  METHOD, claim, SEEDS, steps=STEPS, root=ROOT, common=COMMON
+  METHOD,
+  claim,
+  SEEDS,
+  steps=STEPS,
+  root=ROOT,
+  common=COMMON,
+  testbed_name=TESTBED,
 )
 
 # %% [markdown]

@@ -152,6 +152,13 @@ def make_batch_fn(teachers):
   return make_batch
 
 
+def train_fields(cfg) -> dict:
+  """Per-row shapes of the batch fields the loss reads beyond
+  objective.loss_fn's (the planner's abstract batch, experiments/plan.py)."""
+  del cfg
+  return {"off_policy": ()}
+
+
 def loss_fn(params, batch, norm, *, cfg, model_cfg):
   """(4) pg_loss with the mixed-policy surrogate."""
   policy_loss = functools.partial(

@@ -69,6 +69,11 @@ class Config(grpo.TinyConfig):
   minibatches: int = 4  # (6) paper: 16
 
 
+# The shipped-base testbed (reproduce.py --testbed=base): the soft overlong
+# buffer at the paper's share of the budget (4096 of 20480), 128 tokens.
+BASE = dict(overlong_buffer=26)
+
+
 # Sec. 4.1 (training details) and the authors' verl recipe
 # (recipe/dapo/run_dapo_qwen2.5_32b.sh) for what the paper leaves out.
 PAPER = dict(

@@ -83,6 +83,11 @@ class Config(grpo.TinyConfig):
     return self.truncation_length or self.max_new_tokens
 
 
+# The shipped-base testbed (reproduce.py --testbed=base): the limit at the
+# base's median length on its level-2 problems (base card: 73 tokens).
+BASE = dict(max_new_tokens=72)
+
+
 # DeepSeek-R1-Distill-Qwen-7B trained with the truncation penalty. Not
 # restated here, so assumptions: the training data (DeepScaleR-Preview's
 # 40K math problems), the 4000-token limit, batch, samples and lr.

@@ -94,8 +94,9 @@ class Config(TinyConfig):
   checkpoint_every: int = 10
 
 
-# experiments/reproduce.py's claims compare grpo with the other experiments
-# on their shared testbed, not on the main job's base.
+# experiments/reproduce.py --testbed=tiny: the claims compare grpo with the
+# other experiments on the tiny testbed they build on (its default testbed,
+# base, is this module's Config: the main job).
 TESTBED = TinyConfig
 
 

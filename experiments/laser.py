@@ -88,6 +88,14 @@ class Config(grpo.TinyConfig):
     )
 
 
+# The shipped-base testbed (reproduce.py --testbed=base): the fixed target at
+# the base's median length on its level-2 problems (base card: 73 tokens),
+# LASER-D's candidates around it up to the 128-token budget.
+BASE = dict(
+  target_length=72, target_lower=40, target_upper=128, target_interval=8
+)
+
+
 # The authors' scripts/training/laser-d-1.5b/laser-d-1.5b-l4096.sh:
 # DeepSeek-R1-Distill-Qwen-1.5B on DeepScaleR, batch 128 x 8 samples,
 # mini-batch 64, lr 1e-6, clip 0.2 / 0.28, KL 0.001 low_var_kl, entropy

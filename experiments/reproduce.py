@@ -1,30 +1,38 @@
 r"""Laptop-scale mini-reproductions of each method's central claim.
 
   python -m experiments.reproduce --method=dr_grpo --seeds=0,1,2 [--steps=N]
+      [--testbed=base|tiny]
 
 runs every variant of the method's `Claim` for every seed, each in its own
-workdir (workdirs/reproduce/<method>/<variant>/seed<k>), then writes
+workdir (<root>/<method>/<variant>/seed<k>, root workdirs/reproduce/<testbed>),
+then writes
 
-  workdirs/reproduce/<method>/results.md    table: the claim's metric per
-                                            variant, mean +- std [min, max]
-                                            over seeds
-  workdirs/reproduce/<method>/curves.png    the metrics over RL steps, mean
-                                            over seeds (band: min..max)
-  workdirs/reproduce/<method>/results.json  the per-seed numbers
+  <root>/<method>/results.md    table: the claim's metric per variant,
+                                mean +- std [min, max] over seeds
+  <root>/<method>/curves.png    the metrics over RL steps, mean over seeds
+                                (band: min..max)
+  <root>/<method>/results.json  the per-seed numbers
+
+Testbeds. `base` (the default): the shipped pretrained base, as the main job
+(grpo.Config's settings where they differ from grpo.TinyConfig, without its
+in-run evals), then the experiment's `BASE` dict where its tiny values do not
+carry over (dler's token limit, laser's targets, ttrl's prompts), then the
+claim's variant overrides (or its `base` ones). `tiny`: the experiments'
+laptop defaults on the 0.4M-parameter model with a warm start, where the
+claims were first run (experiments/README.md's older rows).
 
 Rerunning the command reuses finished runs and resumes unfinished ones from
 their checkpoints (each run is an ordinary experiment workdir). The warm
 start is cached per seed (workdirs/cache), so variants share it. A run
 another claim already made (same experiment, config and seed: plain grpo is
 the control of many claims) is linked, not repeated. Compiled programs are
-cached under <root>/.jax_cache.
+cached under workdirs/reproduce/.jax_cache (shared by the testbeds).
 
 Adding a claim: one `CLAIMS` entry per method in experiments/claims.py,
 naming experiment modules (experiments/<module>.py) and Config overrides per
 variant, and the per-step metric of metrics.jsonl that carries the claim.
-Runs are the experiments' laptop defaults unless the entry overrides them
-(for grpo, `grpo.TinyConfig`, the testbed the other experiments build on);
---set applies overrides to every variant (e.g. --set=batch_size=8,eval_size=50).
+--set applies overrides to every variant (e.g. --set=batch_size=8,eval_size=50;
+a string value may hold commas: --set=data=task:addsub5:difficulty=3,n=200).
 """
 
 import dataclasses
@@ -56,17 +64,57 @@ HEAD, TAIL = 0.1, 0.25  # fractions of the steps: "start" and "end" windows
 # Running.
 
 
-def testbed(module):
-  """The Config class a claim's runs use: the module's `TESTBED` where it
-  has one (grpo: the main job's Config is the shipped base, the claims'
-  baselines stay on the other experiments' `grpo.TinyConfig`), else its
-  Config."""
-  return getattr(module, "TESTBED", module.Config)
+TESTBEDS = ("base", "tiny")
 
 
-def _config(module_name: str, overrides: dict, seed: int, steps: int, **kw):
+def testbed(module, name: str = "base"):
+  """The Config class a claim's runs start from: its Config, or on the tiny
+  testbed the module's `TESTBED` where it has one (grpo: its Config is the
+  main job, the other experiments build on `grpo.TinyConfig`)."""
+  if name == "tiny":
+    return getattr(module, "TESTBED", module.Config)
+  return module.Config
+
+
+def base_fields() -> dict:
+  """The shipped-base testbed's settings: the main job's (grpo.Config)
+  where they differ from the tiny testbed's (grpo.TinyConfig), without its
+  in-run evals and checkpoints (a claim reads eval_before / eval_after)."""
+  from experiments import grpo
+
+  main, tiny = grpo.Config(), grpo.TinyConfig()
+  out = {
+    f.name: getattr(main, f.name)
+    for f in dataclasses.fields(main)
+    if getattr(main, f.name) != getattr(tiny, f.name)
+  }
+  out.update(eval_every=0, checkpoint_every=tiny.checkpoint_every)
+  return out
+
+
+def testbed_fields(module, name: str) -> dict:
+  """Config overrides that put an experiment on a testbed (TESTBEDS)."""
+  if name not in TESTBEDS:
+    raise ValueError(f"--testbed={name!r}; one of {', '.join(TESTBEDS)}")
+  if name == "tiny":
+    return {}
+  return {**base_fields(), **getattr(module, "BASE", {})}
+
+
+def _config(
+  module_name: str,
+  overrides: dict,
+  seed: int,
+  steps: int,
+  testbed_name: str = "base",
+  **kw,
+):
   module = importlib.import_module(f"experiments.{module_name}")
-  cfg = dataclasses.replace(testbed(module)(), **overrides, **kw, seed=seed)
+  cfg = dataclasses.replace(
+    testbed(module, testbed_name)(),
+    **{**testbed_fields(module, testbed_name), **overrides, **kw},
+    seed=seed,
+  )
   if steps:
     cfg = dataclasses.replace(cfg, steps=steps)
   # An experiment whose run() rewrites its config first (dars: --variant
@@ -137,8 +185,9 @@ def run_all(
   seeds: Sequence[int],
   *,
   steps: int = 0,
-  root: str = "workdirs/reproduce",
+  root: str = "workdirs/reproduce/base",
   common: dict | None = None,
+  testbed_name: str = "base",
 ) -> str:
   """Runs (or reuses) every variant x seed, then writes the report.
 
@@ -149,18 +198,21 @@ def run_all(
     steps: RL steps of every run; 0 = each experiment's default.
     root: runs go to root/name/<variant>/seed<k>.
     common: Config overrides for every run (applied after the variant's).
+    testbed_name: one of TESTBEDS.
 
   Returns:
     The path of results.md.
   """
   for seed in seeds:  # Seed-major: the variants share the seed's warm start.
-    for label, (module_name, overrides) in claim.variants.items():
+    for label in claim.variants:
+      module_name, overrides = claim.overrides(label, testbed_name)
       workdir = os.path.join(root, name, label, f"seed{seed}")
       module, cfg = _config(
         module_name,
         {**overrides, **(common or {})},
         seed,
         steps,
+        testbed_name,
         workdir=workdir,
       )
       if not os.path.exists(workdir) and (twin := _twin(cfg, root)):
@@ -177,7 +229,7 @@ def run_all(
           f"{workdir} stopped before step {cfg.steps} (SIGTERM?); no "
           "report written. Rerun the same command to resume."
         )
-  return write_report(name, claim, seeds, root=root)
+  return write_report(name, claim, seeds, root=root, testbed_name=testbed_name)
 
 
 # ----------------------------------------------------------------------------
@@ -286,7 +338,9 @@ def plot(name: str, claim: Claim, seeds, *, root: str, path: str) -> None:
   plt.close(fig)
 
 
-def write_report(name: str, claim: Claim, seeds, *, root: str) -> str:
+def write_report(
+  name: str, claim: Claim, seeds, *, root: str, testbed_name: str = "base"
+) -> str:
   """results.md, results.json and curves.png under root/name."""
   table = summarize(name, claim, seeds, root=root)
   outdir = os.path.join(root, name)
@@ -308,7 +362,7 @@ def write_report(name: str, claim: Claim, seeds, *, root: str) -> str:
     f"Expected: {claim.expected}.",
     "",
     f"Command: `python -m experiments.reproduce --method={name} "
-    f"--seeds={seeds_arg}`",
+    f"--seeds={seeds_arg} --testbed={testbed_name}`",
     "",
     f"Per-step metrics are means over the last {TAIL:.0%} of the steps; "
     f"delta is that minus the mean over the first {HEAD:.0%} (growth "
@@ -340,11 +394,17 @@ def parse_overrides(text: str, module_names: Sequence[str]) -> dict:
   for m in module_names:
     cls = testbed(importlib.import_module(f"experiments.{m}"))
     fields.update({f.name: type(f.default) for f in dataclasses.fields(cls)})
-  out = {}
+  items = []
   for item in text.split(","):
-    key, _, value = item.partition("=")
+    key = item.partition("=")[0]
+    if key not in fields and items and fields[items[-1][0]] is str:
+      items[-1][1] += "," + item  # a string value with commas (data specs)
+      continue
     if key not in fields:
       raise ValueError(f"--set: no Config field {key!r}")
+    items.append([key, item.partition("=")[2]])
+  out = {}
+  for key, value in items:
     kind = fields[key]
     if kind is bool:
       out[key] = value.lower() in ("1", "true", "yes")
@@ -366,7 +426,8 @@ def main(argv) -> None:
   # them on disk across runs (and across methods) under the root.
   if not jax.config.jax_compilation_cache_dir:
     jax.config.update(
-      "jax_compilation_cache_dir", os.path.join(f.root, ".jax_cache")
+      "jax_compilation_cache_dir",
+      os.path.join("workdirs", "reproduce", ".jax_cache"),
     )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
   modules = [m for m, _ in claim.variants.values()]
@@ -376,8 +437,9 @@ def main(argv) -> None:
       claim,
       seeds,
       steps=f.steps,
-      root=f.root,
+      root=f.root or os.path.join("workdirs", "reproduce", f.testbed),
       common=parse_overrides(f.set, modules),
+      testbed_name=f.testbed,
     )
   except (Interrupted, checkpoint.Stopped) as e:
     print(f"[reproduce] {e}; rerun the same command to resume", file=sys.stderr)
@@ -389,7 +451,10 @@ if __name__ == "__main__":
   flags.DEFINE_string("method", None, "a CLAIMS key", required=True)
   flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds")
   flags.DEFINE_integer("steps", 0, "RL steps per run; 0 = each default")
-  flags.DEFINE_string("root", "workdirs/reproduce", "where runs go")
+  flags.DEFINE_enum("testbed", "base", TESTBEDS, "base | tiny (docstring)")
+  flags.DEFINE_string(
+    "root", "", "where runs go; default workdirs/reproduce/<testbed>"
+  )
   flags.DEFINE_string("set", "", "k=v,... Config overrides for every run")
   logging.set_verbosity(logging.WARNING)
   app.run(main)

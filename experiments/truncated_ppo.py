@@ -98,6 +98,10 @@ class Config(ppo.Config):
       )
 
 
+# The shipped-base testbed (reproduce.py --testbed=base): four windows of 32
+# tokens make the main job's 128-token response.
+BASE = dict(max_new_tokens=32, max_response_len=128, eval_max_new_tokens=128)
+
 # The paper trains a 32B base model on math with long CoT and evaluates on
 # AIME 2024; its window, budget, batch and learning rates are not restated
 # here: the values below are assumptions in ppo.py's PAPER style (an 8k

@@ -92,6 +92,16 @@ class Config(grpo.TinyConfig):
       )
 
 
+# The shipped-base testbed (reproduce.py --testbed=base): unlabeled level-2
+# addsub5 test prompts (all 316 of the split), the base's middle level.
+BASE = dict(
+  data="task:addsub5:difficulty=2,n=316,split=eval",
+  eval_data="task:addsub5:difficulty=2,n=316,split=eval",
+  eval_size=316,
+  steps=30,
+)
+
+
 # The paper's implementation details and PRIME-RL/TTRL: GRPO on
 # each benchmark's own test problems, 64 samples vote, 32 are trained,
 # AdamW with a cosine schedule peaking at 5e-7, 3072 new tokens. Batch

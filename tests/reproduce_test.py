@@ -1,7 +1,6 @@
 """experiments/reproduce.py: runs, reuses runs, writes table and plot."""
 
 import dataclasses
-import importlib
 import json
 import os
 
@@ -27,9 +26,46 @@ TINY = dict(
 def test_every_claim_names_valid_configs(name):
   claim = reproduce.CLAIMS[name]
   assert len(claim.variants) >= 2
-  for module_name, overrides in claim.variants.values():
-    module = importlib.import_module(f"experiments.{module_name}")
-    dataclasses.replace(module.Config(), **overrides).validate()
+  assert set(claim.base) <= set(claim.variants), claim.base
+  for testbed in reproduce.TESTBEDS:
+    for label in claim.variants:
+      module_name, overrides = claim.overrides(label, testbed)
+      _, cfg = reproduce._config(module_name, overrides, 0, 0, testbed)
+      cfg.validate()
+
+
+def test_the_base_testbed_is_the_main_job_with_the_experiments_own_fixes():
+  from experiments import dler
+  from experiments import grpo
+
+  _, cfg = reproduce._config("grpo", {}, 3, 0, "base")
+  main = grpo.Config()
+  assert cfg == dataclasses.replace(
+    main,
+    eval_every=0,
+    checkpoint_every=grpo.TinyConfig.checkpoint_every,
+    seed=3,
+  )
+  _, tiny = reproduce._config("grpo", {}, 3, 0, "tiny")
+  assert tiny == grpo.TinyConfig(seed=3)
+  # dler's 20-token limit was the tiny warm start's median: on the base
+  # its BASE limit replaces it, and the claim's no_limit arm its own.
+  claim = reproduce.CLAIMS["dler"]
+  for label, want in (("dler", dler.BASE["max_new_tokens"]), ("no_limit", 128)):
+    module_name, overrides = claim.overrides(label, "base")
+    _, cfg = reproduce._config(module_name, overrides, 0, 0, "base")
+    assert (cfg.model, cfg.warm_start_steps, cfg.max_new_tokens) == (
+      "laptop-base",
+      0,
+      want,
+    )
+  module_name, overrides = claim.overrides("no_limit", "tiny")
+  assert (
+    reproduce._config(module_name, overrides, 0, 0, "tiny")[1].max_new_tokens
+    == 40
+  )
+  with pytest.raises(ValueError, match="--testbed='nope'"):
+    reproduce._config("grpo", {}, 0, 0, "nope")
 
 
 # Settings a claim's variants may differ in, because the experiment warm-
@@ -52,7 +88,9 @@ def test_the_variants_of_a_claim_share_one_warm_start(name):
   for label, (module_name, overrides) in reproduce.CLAIMS[
     name
   ].variants.items():
-    _, cfg = reproduce._config(module_name, overrides, 0, 0, workdir="w")
+    _, cfg = reproduce._config(
+      module_name, overrides, 0, 0, "tiny", workdir="w"
+    )
     got = sft.warm_start_settings(cfg)
     settings[label] = {k: v for k, v in got.items() if k not in allowed}
   first = next(iter(settings.values()))
@@ -65,6 +103,11 @@ def test_parse_overrides_types_values():
     "batch_size=8,lr=0.5,tensorboard=false,data=task:x", ["grpo"]
   )
   assert got == dict(batch_size=8, lr=0.5, tensorboard=False, data="task:x")
+  # A data spec holds commas: they stay in the string value.
+  got = reproduce.parse_overrides(
+    "data=task:addsub5:difficulty=3,n=200,lr=0.5", ["grpo"]
+  )
+  assert got == dict(data="task:addsub5:difficulty=3,n=200", lr=0.5)
   with pytest.raises(ValueError, match="no Config field 'nope'"):
     reproduce.parse_overrides("nope=1", ["grpo"])
 
@@ -84,10 +127,11 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
   common = dict(TINY, eval_samples=2, cache_dir=str(tmp_path / "cache"))
   root = str(tmp_path / "runs")
   path = reproduce.run_all(
-    "tiny", claim, [0], steps=2, root=root, common=common
+    "tiny", claim, [0], steps=2, root=root, common=common, testbed_name="tiny"
   )
   text = open(path).read()
   assert "| grpo |" in text and "| dr_grpo |" in text
+  assert "--seeds=0 --testbed=tiny`" in text
   assert os.path.getsize(tmp_path / "runs/tiny/curves.png") > 0
   results = json.load(open(tmp_path / "runs/tiny/results.json"))
   assert len(results["variants"]["dr_grpo"]["length"]) == 1
@@ -104,24 +148,40 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
     raise AssertionError("should have reused the finished run")
 
   monkeypatch.setattr(grpo, "run", fail)
-  reproduce.run_all("tiny", claim, [0], steps=2, root=root, common=common)
+  reproduce.run_all(
+    "tiny", claim, [0], steps=2, root=root, common=common, testbed_name="tiny"
+  )
   # Another claim with the same grpo run links it instead of training.
   other = dataclasses.replace(
     claim, variants={"baseline": claim.variants["grpo"]}
   )
-  reproduce.run_all("other", other, [0], steps=2, root=root, common=common)
+  reproduce.run_all(
+    "other", other, [0], steps=2, root=root, common=common, testbed_name="tiny"
+  )
   linked = tmp_path / "runs/other/baseline/seed0"
   assert os.path.islink(linked)
   assert os.path.samefile(linked, tmp_path / "runs/tiny/grpo/seed0")
   # A config differing in one field is not a twin: it would train.
   with pytest.raises(AssertionError, match="should have reused"):
     reproduce.run_all(
-      "third", other, [0], steps=2, root=root, common=dict(common, lr=1.0)
+      "third",
+      other,
+      [0],
+      steps=2,
+      root=root,
+      common=dict(common, lr=1.0),
+      testbed_name="tiny",
     )
   # A different config in the same workdir is an error, not a silent reuse.
   with pytest.raises(ValueError, match="different config"):
     reproduce.run_all(
-      "tiny", claim, [0], steps=2, root=root, common=dict(common, lr=1.0)
+      "tiny",
+      claim,
+      [0],
+      steps=2,
+      root=root,
+      common=dict(common, lr=1.0),
+      testbed_name="tiny",
     )
 
 
@@ -145,7 +205,9 @@ def test_a_run_stopped_by_sigterm_stops_the_reproduction(tmp_path, monkeypatch):
   )
   root = str(tmp_path / "runs")
   with pytest.raises(reproduce.Interrupted, match="a/seed0 stopped before"):
-    reproduce.run_all("tiny", claim, [0], steps=2, root=root, common=TINY)
+    reproduce.run_all(
+      "tiny", claim, [0], steps=2, root=root, common=TINY, testbed_name="tiny"
+    )
   assert len(ran) == 1  # b did not start, and no partial table was written
   assert not os.path.exists(tmp_path / "runs/tiny/results.md")
 
@@ -182,6 +244,8 @@ def test_configs_are_compared_after_the_experiments_resolve():
   """dars' run() resolves --variant presets before writing config.json."""
   from experiments import dars
 
-  _, cfg = reproduce._config("dars", {"variant": "dars_b"}, 0, 0, workdir="x")
+  _, cfg = reproduce._config(
+    "dars", {"variant": "dars_b"}, 0, 0, "tiny", workdir="x"
+  )
   assert cfg.batch_size == dars.DARS_B["batch_size"] != dars.Config().batch_size
   assert dars.resolve(cfg) == cfg  # idempotent: run() applies it again
