@@ -185,7 +185,7 @@ def run_all(
   seeds: Sequence[int],
   *,
   steps: int = 0,
-  root: str = "workdirs/reproduce/base",
+  root: str | None = None,
   common: dict | None = None,
   testbed_name: str = "base",
 ) -> str:
@@ -196,13 +196,15 @@ def run_all(
     claim: what to run and measure.
     seeds: one run per seed and variant.
     steps: RL steps of every run; 0 = each experiment's default.
-    root: runs go to root/name/<variant>/seed<k>.
+    root: runs go to root/name/<variant>/seed<k>; default
+      workdirs/reproduce/<testbed_name>.
     common: Config overrides for every run (applied after the variant's).
     testbed_name: one of TESTBEDS.
 
   Returns:
     The path of results.md.
   """
+  root = root or os.path.join("workdirs", "reproduce", testbed_name)
   for seed in seeds:  # Seed-major: the variants share the seed's warm start.
     for label in claim.variants:
       module_name, overrides = claim.overrides(label, testbed_name)
@@ -437,7 +439,7 @@ def main(argv) -> None:
       claim,
       seeds,
       steps=f.steps,
-      root=f.root or os.path.join("workdirs", "reproduce", f.testbed),
+      root=f.root or None,
       common=parse_overrides(f.set, modules),
       testbed_name=f.testbed,
     )
