@@ -126,9 +126,13 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
   )
   common = dict(TINY, eval_samples=2, cache_dir=str(tmp_path / "cache"))
   root = str(tmp_path / "runs")
-  path = reproduce.run_all(
-    "tiny", claim, [0], steps=2, root=root, common=common, testbed_name="tiny"
-  )
+
+  def run_all(name, claim, common=common):
+    return reproduce.run_all(
+      name, claim, [0], steps=2, root=root, common=common, testbed_name="tiny"
+    )
+
+  path = run_all("tiny", claim)
   text = open(path).read()
   assert "| grpo |" in text and "| dr_grpo |" in text
   assert "--seeds=0 --testbed=tiny`" in text
@@ -148,41 +152,21 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
     raise AssertionError("should have reused the finished run")
 
   monkeypatch.setattr(grpo, "run", fail)
-  reproduce.run_all(
-    "tiny", claim, [0], steps=2, root=root, common=common, testbed_name="tiny"
-  )
+  run_all("tiny", claim)
   # Another claim with the same grpo run links it instead of training.
   other = dataclasses.replace(
     claim, variants={"baseline": claim.variants["grpo"]}
   )
-  reproduce.run_all(
-    "other", other, [0], steps=2, root=root, common=common, testbed_name="tiny"
-  )
+  run_all("other", other)
   linked = tmp_path / "runs/other/baseline/seed0"
   assert os.path.islink(linked)
   assert os.path.samefile(linked, tmp_path / "runs/tiny/grpo/seed0")
   # A config differing in one field is not a twin: it would train.
   with pytest.raises(AssertionError, match="should have reused"):
-    reproduce.run_all(
-      "third",
-      other,
-      [0],
-      steps=2,
-      root=root,
-      common=dict(common, lr=1.0),
-      testbed_name="tiny",
-    )
+    run_all("third", other, common=dict(common, lr=1.0))
   # A different config in the same workdir is an error, not a silent reuse.
   with pytest.raises(ValueError, match="different config"):
-    reproduce.run_all(
-      "tiny",
-      claim,
-      [0],
-      steps=2,
-      root=root,
-      common=dict(common, lr=1.0),
-      testbed_name="tiny",
-    )
+    run_all("tiny", claim, common=dict(common, lr=1.0))
 
 
 def test_a_run_stopped_by_sigterm_stops_the_reproduction(tmp_path, monkeypatch):
