@@ -333,7 +333,8 @@ CLAIMS: dict[str, Claim] = {
       "A plain truncation penalty with batch-normalised advantages, "
       "clip-higher and dynamic sampling cuts length while keeping accuracy "
       "(arXiv:2510.15110); no_limit is the same recipe at grpo's token "
-      "budget (40 on the tiny testbed, 128 on the base), dler at half it."
+      "budget (40 on the tiny testbed, 128 on the base), dler at the "
+      "starting policy's median length (20, 72)."
     ),
     variants={
       "no_limit": ("dler", {"max_new_tokens": 40}),

@@ -70,7 +70,7 @@ class Config(grpo.TinyConfig):
 
 
 # The shipped-base testbed (reproduce.py --testbed=base): the soft overlong
-# buffer at the paper's share of the budget (4096 of 20480), 128 tokens.
+# buffer at the paper's share of the budget (4096 of 20480: 20% of 128).
 BASE = dict(overlong_buffer=26)
 
 
