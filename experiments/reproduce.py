@@ -68,12 +68,19 @@ TESTBEDS = ("base", "tiny")
 
 
 def testbed(module, name: str = "base"):
-  """The Config class a claim's runs start from: its Config, or on the tiny
-  testbed the module's `TESTBED` where it has one (grpo: its Config is the
-  main job, the other experiments build on `grpo.TinyConfig`)."""
+  """The config an experiment's claim runs start from on a testbed.
+
+  base: its Config with the main job's settings (base_fields), then its
+  `BASE` dict. tiny: its Config, or the module's `TESTBED` where it has one
+  (grpo: its Config is the main job, the other experiments build on
+  `grpo.TinyConfig`).
+  """
   if name == "tiny":
-    return getattr(module, "TESTBED", module.Config)
-  return module.Config
+    return getattr(module, "TESTBED", module.Config)()
+  if name != "base":
+    raise ValueError(f"--testbed={name!r}; one of {', '.join(TESTBEDS)}")
+  fields = {**base_fields(), **getattr(module, "BASE", {})}
+  return dataclasses.replace(module.Config(), **fields)
 
 
 def base_fields() -> dict:
@@ -92,15 +99,6 @@ def base_fields() -> dict:
   return out
 
 
-def testbed_fields(module, name: str) -> dict:
-  """Config overrides that put an experiment on a testbed (TESTBEDS)."""
-  if name not in TESTBEDS:
-    raise ValueError(f"--testbed={name!r}; one of {', '.join(TESTBEDS)}")
-  if name == "tiny":
-    return {}
-  return {**base_fields(), **getattr(module, "BASE", {})}
-
-
 def _config(
   module_name: str,
   overrides: dict,
@@ -111,9 +109,7 @@ def _config(
 ):
   module = importlib.import_module(f"experiments.{module_name}")
   cfg = dataclasses.replace(
-    testbed(module, testbed_name)(),
-    **{**testbed_fields(module, testbed_name), **overrides, **kw},
-    seed=seed,
+    testbed(module, testbed_name), **overrides, **kw, seed=seed
   )
   if steps:
     cfg = dataclasses.replace(cfg, steps=steps)
@@ -394,17 +390,17 @@ def parse_overrides(text: str, module_names: Sequence[str]) -> dict:
     return {}
   fields = {}
   for m in module_names:
-    cls = testbed(importlib.import_module(f"experiments.{m}"))
+    cls = importlib.import_module(f"experiments.{m}").Config
     fields.update({f.name: type(f.default) for f in dataclasses.fields(cls)})
   items = []
   for item in text.split(","):
-    key = item.partition("=")[0]
-    if key not in fields and items and fields[items[-1][0]] is str:
+    key, _, value = item.partition("=")
+    if key in fields:
+      items.append([key, value])
+    elif items and fields[items[-1][0]] is str:
       items[-1][1] += "," + item  # a string value with commas (data specs)
-      continue
-    if key not in fields:
+    else:
       raise ValueError(f"--set: no Config field {key!r}")
-    items.append([key, item.partition("=")[2]])
   out = {}
   for key, value in items:
     kind = fields[key]
@@ -425,7 +421,7 @@ def main(argv) -> None:
   claim = CLAIMS[f.method]
   seeds = [int(s) for s in f.seeds.split(",") if s]
   # Every run compiles the same sampler / train-step / eval programs: keep
-  # them on disk across runs (and across methods) under the root.
+  # them on disk across runs, methods and testbeds.
   if not jax.config.jax_compilation_cache_dir:
     jax.config.update(
       "jax_compilation_cache_dir",
