@@ -364,7 +364,8 @@ def write_report(
     "",
     f"Per-step metrics are means over the last {TAIL:.0%} of the steps; "
     f"delta is that minus the mean over the first {HEAD:.0%} (growth "
-    "during training). Held-out: greedy accuracy before / after RL. Cells: "
+    "during training). Held-out: accuracy before / after RL, greedy (the "
+    "mean over the samples where a variant sets --eval_samples > 1). Cells: "
     "mean ± std [min, max] over seeds.",
     "",
     "| variant | " + " | ".join(columns) + " |",
