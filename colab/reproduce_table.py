@@ -36,7 +36,7 @@ METHOD = "dr_grpo"  # any key of reproduce.CLAIMS
 SEEDS = (0, 1, 2)
 STEPS = 0  # 0 = each experiment's laptop default
 TESTBED = "base"  # "base" | "tiny" (experiments/reproduce.py's docstring)
-ROOT = f"workdirs/reproduce/{TESTBED}"
+ROOT = None  # None: workdirs/reproduce/<TESTBED>
 COMMON = {}  # Config overrides for every run, e.g. {"model": "/ckpt/..."}
 
 # %%
@@ -55,7 +55,6 @@ except ImportError:
 
 if os.environ.get("RLREASON_NOTEBOOK_SMOKE") == "1":  # CI: seconds
   SEEDS, STEPS, TESTBED = (0,), 2, "tiny"
-  ROOT = f"workdirs/reproduce/{TESTBED}"
   COMMON = {k: v for k, v in testing.SMOKE.items() if k != "steps"}
 
 print("claims:", ", ".join(sorted(reproduce.CLAIMS)))
@@ -85,4 +84,4 @@ results_md = reproduce.run_all(
 
 # %%
 display(Markdown(open(results_md).read()))
-display(Image(os.path.join(ROOT, METHOD, "curves.png")))
+display(Image(os.path.join(os.path.dirname(results_md), "curves.png")))
