@@ -103,7 +103,9 @@ PAPER = dict(
   batch_size=256,  # assumption
   group_size=16,  # assumption
   minibatches=4,
-  micro_batches=16,
+  # 32 rows of 1024 + 4000 tokens per micro-batch: the planner's (16 left
+  # 89.8 GiB of train-step temporaries per chip on v5p-16).
+  micro_batches=32,
   max_prompt_len=1024,
   max_new_tokens=4000,  # (1) the limit (assumption)
   max_sample_rounds=10,
