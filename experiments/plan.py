@@ -29,7 +29,10 @@ from absl import flags
 
 from rlreason.plan import aot
 
-aot.tpu_env()  # before jax starts a backend
+if "--topology=local" not in sys.argv:
+  # TPU slices: libtpu's compiler on this host, before jax starts a backend
+  # (for the local devices, whatever JAX finds: a GPU too).
+  aot.tpu_env()
 
 import jax  # noqa: E402
 
@@ -89,7 +92,8 @@ def mesh_for(topology: str, cfg):
     devs = jax.devices()
     stats = devs[0].memory_stats() or {}
     hbm = stats.get("bytes_limit", 0) or (1 << 40)
-    peak, bw = 1e12, 1e11  # unknown: set per machine for a real roofline
+    # CPU: no published peak; 1 TFLOP/s and 100 GB/s are placeholders.
+    peak, bw = chips.local_peaks(devs[0]) or (1e12, 1e11)
   else:
     s = chips.parse(topology)
     devs = chips.devices(s)

@@ -82,6 +82,9 @@ class Program:
   resident_bytes: int = 0  # other live arrays beside it, per device
   rows: int = 0  # sequences per call (rollout, ref_logp)
   decoders: int = 1  # decoders the train step trains (2 with a critic)
+  # The compiled program itself (runs on real arrays of the same shapes
+  # and shardings where the mesh is local: bench/measured_vs_planned.py).
+  executable: object = dataclasses.field(default=None, repr=False)
 
   @property
   def peak_bytes(self) -> int:
@@ -157,6 +160,7 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     bytes_accessed=float(cost.get("bytes accessed", 0.0)) * loop_trips,
     largest=largest_buffers(text),
     kernels=tuple(sorted(set(_CUSTOM_CALL.findall(text)))),
+    executable=compiled,
   )
 
 
@@ -328,11 +332,13 @@ def compile_run(
   hbm_bytes: int | None = None,
   extra_params=None,
   fields=None,
+  model_cfg=None,
 ) -> dict[str, Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program. "values" is
-  compiled only when `extra_params` adds a critic."""
-  model_cfg = model_config(cfg)
+  compiled only when `extra_params` adds a critic. `model_cfg` replaces
+  model_config(cfg) (e.g. another attention implementation)."""
+  model_cfg = model_cfg or model_config(cfg)
   resident = state_lib.resident_bytes(cfg, model_cfg, mesh, extra_params)
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
   if critic is None:

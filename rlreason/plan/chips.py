@@ -32,6 +32,27 @@ CHIPS = {
 }
 _ALIASES = {"v5litepod": "v5e", "v6": "v6e", "v5": "v5p"}
 
+# GPUs, for the planner's "local" topology: (a substring of JAX's
+# device_kind, dense bf16 FLOP/s, HBM bytes/s), most specific first;
+# NVIDIA's datasheets (SXM parts unless named).
+GPUS = (
+  ("H100 PCIe", 756e12, 2.0e12),
+  ("H100", 989e12, 3.35e12),
+  ("H200", 989e12, 4.8e12),
+  ("A100", 312e12, 2.039e12),
+  ("L4", 121e12, 0.3e12),
+)
+
+
+def local_peaks(device) -> tuple[float, float] | None:
+  """(peak bf16 FLOP/s, HBM bytes/s) of a local GPU from its device_kind;
+  None when unknown (CPU, other chips)."""
+  kind = getattr(device, "device_kind", "")
+  for name, flops, bandwidth in GPUS:
+    if name in kind:
+      return flops, bandwidth
+  return None
+
 # Chips -> chip grid of the standard slice shapes.
 _GRIDS_3D = {
   4: "2x2x1",

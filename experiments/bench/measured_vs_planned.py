@@ -1,0 +1,449 @@
+r"""Measured vs planned: the planner's own compiled programs, run for real.
+
+  python -m experiments.bench.measured_vs_planned          # a GPU: 1.5B, bf16
+  python -m experiments.bench.measured_vs_planned --model=tiny --rows=8 \
+      --prompt_len=16 --new_tokens=32 --short_tokens=8    # CPU smoke run
+
+grpo's Config at the flags' shapes (bf16 compute, fp32 parameters and
+AdamW moments, KL to a bf16 reference, layers rematerialised) is planned
+for the local devices exactly as `python -m experiments.plan
+--topology=local` plans it (plan/aot.py: AOT compile, memory_analysis,
+the roofline of plan/summary.py with the chip's peak from plan/chips.py).
+Then the same compiled executables run on random-init parameters:
+
+  train     one step of --rows sequences of --prompt_len + --new_tokens
+            tokens in --micro_batches micro-batches (loss, gradient, AdamW
+            update, state donated), the reference parameters resident as
+            in a KL run. Reported: seconds per step (best of --repeats after
+            a warm-up), MFU = model FLOPs (6 * params * tokens + causal
+            attention, no remat) / (seconds * peak bf16 FLOP/s), and the
+            device's peak bytes in use vs the plan's peak.
+  rollout   the static sampler at --rollout_rows sequences (bf16
+            parameters as rollout.on_mesh lays them out, the train state
+            resident), temperature 1, --new_tokens steps; then the same
+            sampler compiled for --short_tokens steps. Decode seconds per
+            step = the difference / the steps between; the bound is the
+            bytes one decode step must read (the parameters and the mean
+            KV cache of those steps) / HBM bandwidth.
+
+Each phase runs in its own process, so each peak is its own (JAX cannot
+reset a device's peak counter). Peaks come from `memory_stats()`
+(`peak_bytes_in_use`; a GPU's allocator), absent on CPU. `--out` writes
+the numbers as JSON. Targets (issue 23): train MFU >= 40% of bf16 peak,
+decode >= 50% of the HBM-bandwidth bound.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlreason import mesh as mesh_lib
+from rlreason.plan import aot
+from rlreason.plan import chips
+from rlreason.plan import state as state_lib
+from rlreason.plan import summary
+from rlreason.sampling import draw
+from rlreason.sampling import sampler
+from rlreason.train import train_step as ts
+
+# The phases' environment: importing experiments.plan sets libtpu's
+# planning env (JAX_PLATFORMS=cpu, ...), which must not reach them. This
+# process's JAX has read its platforms already (jax is imported above).
+_ENV = dict(os.environ)
+
+from experiments import plan as plan_cli  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", "qwen2.5-1.5b", "a preset of model/presets.py")
+flags.DEFINE_integer("rows", 64, "sequences per train step")
+flags.DEFINE_integer("micro_batches", 8, "micro-batches per train step")
+flags.DEFINE_integer("prompt_len", 512, "prompt tokens")
+flags.DEFINE_integer("new_tokens", 1024, "response tokens")
+flags.DEFINE_integer("rollout_rows", 256, "sequences per sampler call")
+flags.DEFINE_integer("short_tokens", 128, "the short sampler's steps")
+flags.DEFINE_string("remat_policy", "dots", "full | dots")
+flags.DEFINE_string("attention", "auto", "attention.IMPLEMENTATIONS")
+flags.DEFINE_integer("repeats", 3, "timed calls per program")
+flags.DEFINE_integer(
+  "ceiling_n", 8192, "the measured ceilings' matmul size (bf16 n x n x n)"
+)
+flags.DEFINE_string("phase", "all", "all | train | rollout")
+flags.DEFINE_string("out", "", "write the results here (JSON)")
+
+GIB = 1 << 30
+
+
+def config():
+  overrides = dict(
+    model=FLAGS.model,
+    dtype="bfloat16",
+    param_dtype="float32",
+    remat=True,
+    remat_policy=FLAGS.remat_policy,
+    batch_size=FLAGS.rows // 8,
+    group_size=8,
+    minibatches=1,
+    micro_batches=FLAGS.micro_batches,
+    max_prompt_len=FLAGS.prompt_len,
+    max_new_tokens=FLAGS.new_tokens,
+    steps=10,
+    # One sampler call of --rollout_rows (not continuous batching's slots):
+    # its decode steps are what the bound describes.
+    rollout_batching="static",
+  )
+  cfg, loss_fn, _ = plan_cli.experiment_config("grpo", "laptop", overrides)
+  model_cfg = dataclasses.replace(
+    aot.model_config(cfg), attention=FLAGS.attention
+  )
+  return cfg, loss_fn, model_cfg
+
+
+def peak_in_use() -> int | None:
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats.get("peak_bytes_in_use")
+
+
+def timed(fn, repeats: int, *args) -> tuple[float, object]:
+  """(best seconds of `repeats` calls after one warm-up, last output)."""
+  out = jax.block_until_ready(fn(*args))
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    best = min(best, time.perf_counter() - t)
+  return best, out
+
+
+def measured_ceilings(n: int) -> dict:
+  """This device's best bf16 matmul FLOP/s (n x n x n) and copy bytes/s
+  (an n x n x 16 bf16 array read and written), beside the published
+  peaks the plan uses."""
+  a = jnp.ones((n, n), jnp.bfloat16)
+  mm, _ = timed(jax.jit(lambda x: x @ x).lower(a).compile().__call__, 3, a)
+  b = jnp.ones((16 * n, n), jnp.bfloat16)
+  cp, _ = timed(jax.jit(lambda x: x + 1).lower(b).compile().__call__, 3, b)
+  return {
+    "measured_matmul_flops": 2 * n**3 / mm,
+    "measured_copy_bandwidth": 2 * b.nbytes / cp,
+  }
+
+
+@functools.lru_cache(maxsize=64)
+def _filler(shape, dtype, sharding, ones: bool):
+  def make(key):
+    if ones:
+      return jnp.ones(shape, dtype)
+    return (0.02 * jax.random.normal(key, shape, jnp.float32)).astype(dtype)
+
+  return jax.jit(make, out_shardings=sharding)
+
+
+def random_params(abstract_params, dtype=None):
+  """Random parameters (normal, std 0.02; norm scales 1) laid out as the
+  abstract tree, one small program per distinct leaf shape: XLA:GPU took
+  over 150 s to compile a 1.5B model's whole init as one program (H200,
+  jax 0.11.2)."""
+  leaves, tree = jax.tree_util.tree_flatten_with_path(abstract_params)
+  out = []
+  for i, (path, x) in enumerate(leaves):
+    ones = "norm" in jax.tree_util.keystr(path)
+    fill = _filler(x.shape, dtype or x.dtype, x.sharding, ones)
+    out.append(fill(jax.random.key(i)))
+  return jax.tree.unflatten(tree, out)
+
+
+def train_state(cfg, model_cfg, mesh):
+  """A random TrainState laid out as the planner's (moments zero)."""
+  state_abs, state_sh, optimizer = state_lib.train_state(cfg, model_cfg, mesh)
+  params = random_params(state_abs.params)
+  init = jax.jit(
+    functools.partial(ts.init_state, optimizer=optimizer),
+    out_shardings=state_sh,
+  )
+  return init(params)
+
+
+def train_batch(cfg, model_cfg, rows, mesh):
+  shapes = state_lib.train_batch(cfg, rows)
+  p, t = cfg.max_prompt_len, cfg.max_new_tokens
+  rng = np.random.default_rng(0)
+  batch = {
+    "tokens": rng.integers(1, model_cfg.vocab_size, (rows, p + t)),
+    "positions": np.broadcast_to(np.arange(p + t), (rows, p + t)),
+    "mask": np.ones((rows, t)),
+    "adv": rng.standard_normal(shapes["adv"].shape),
+  }
+  for name, s in shapes.items():  # log-probs of a near-uniform policy
+    batch.setdefault(name, np.full(s.shape, -np.log(model_cfg.vocab_size)))
+  sh = mesh_lib.batch_sharding(mesh, 1)
+  return {
+    k: jax.device_put(np.asarray(v, shapes[k].dtype), sh)
+    for k, v in batch.items()
+  }
+
+
+def progress(message: str) -> None:
+  print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def plan(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw, program, rows):
+  progress(f"compiling {program}")
+  t0 = time.perf_counter()
+  progs = aot.compile_run(
+    cfg,
+    loss_fn,
+    mesh,
+    programs=(program,),
+    rollout_rows=rows,
+    hbm_bytes=hbm,
+    model_cfg=model_cfg,
+  )
+  compile_s = time.perf_counter() - t0
+  progress(f"compiled {program} in {compile_s:.0f} s")
+  s = summary.summarize(
+    progs,
+    cfg,
+    model_cfg,
+    hbm_bytes=hbm,
+    devices=n_dev,
+    peak_flops=peak,
+    hbm_bandwidth=bw,
+  )
+  if program not in s.programs:
+    raise RuntimeError(f"{program} did not compile: {s.errors}")
+  seconds = summary.times(cfg, model_cfg, s.programs, n_dev, peak, bw)
+  return s.programs[program], seconds[program], compile_s
+
+
+def phase_train(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
+  prog, planned_s, compile_s = plan(
+    cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw, "train_step", 0
+  )
+  state = train_state(cfg, model_cfg, mesh)
+  ref = random_params(  # resident, as in a KL run
+    state_lib.ref_params(model_cfg, mesh), model_cfg.compute_dtype
+  )
+  batch = train_batch(cfg, model_cfg, cfg.num_sequences, mesh)
+  box = {"state": state}
+
+  def step():
+    box["state"], metrics = prog.executable(box["state"], batch)
+    return metrics
+
+  progress("train state materialised; timing the step")
+  seconds, metrics = timed(step, FLAGS.repeats)
+  progress(f"train step {seconds:.3f} s")
+  context = cfg.max_prompt_len + cfg.max_new_tokens
+  flops = summary.model_flops_per_token(model_cfg, context)
+  flops *= cfg.num_sequences * context / n_dev
+  del ref
+  return {
+    "compile_s": compile_s,
+    "planned_peak_bytes": prog.peak_bytes,
+    "planned_temp_bytes": prog.temp_bytes,
+    "measured_peak_bytes": peak_in_use(),
+    "planned_s": planned_s,
+    "measured_s": seconds,
+    "model_flops": flops,
+    "mfu": flops / (seconds * peak),
+    "loss": float(np.asarray(metrics["loss"]).mean())
+    if "loss" in metrics
+    else None,
+  }
+
+
+def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
+  rows = FLAGS.rollout_rows
+  prog, planned_s, compile_s = plan(
+    cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw, "rollout", rows
+  )
+  state = train_state(cfg, model_cfg, mesh)  # resident beside the rollout
+  params_abs = state_lib.rollout_params(model_cfg, mesh, hbm)
+  params = random_params(params_abs, model_cfg.compute_dtype)
+  sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
+  p = cfg.max_prompt_len
+  rng = np.random.default_rng(1)
+  ids = jax.device_put(
+    rng.integers(1, model_cfg.vocab_size, (rows, p)).astype(np.int32), sh
+  )
+  pos = jax.device_put(
+    np.broadcast_to(np.arange(p, dtype=np.int32), (rows, p)), sh
+  )
+  key = jax.random.key(0)
+  args = (params, ids, pos, key)
+  progress("rollout inputs materialised; timing the sampler")
+  seconds, out = timed(lambda: prog.executable(*args), FLAGS.repeats)
+  progress(f"sampler {seconds:.3f} s; compiling the short one")
+  generated = int(np.asarray(out.lengths).sum())
+  measured_peak = peak_in_use()
+  # The same sampler for fewer steps: decode seconds per step by difference.
+  short = FLAGS.short_tokens
+  t0 = time.perf_counter()
+  short_exe = sampler._sample.lower(  # noqa: SLF001 - the jitted body
+    params, ids, pos, key,
+    model_cfg=model_cfg, max_new_tokens=short,
+    sampling=draw.Sampling(temperature=cfg.temperature),
+    stop_ids=(0,), pad_id=0, return_logits=False, mesh=mesh,
+  ).compile()  # fmt: skip
+  compile_s += time.perf_counter() - t0
+  short_s, _ = timed(lambda: short_exe(*args), FLAGS.repeats)
+  t = cfg.max_new_tokens
+  decode_step_s = (seconds - short_s) / (t - short)
+  # Bytes a decode step reads: its parameters, and the KV cache at the
+  # mean length of the steps between `short` and t.
+  weights = state_lib.per_device_bytes(params_abs)
+  itemsize = jnp.dtype(model_cfg.compute_dtype).itemsize
+  kv = 2 * model_cfg.n_layers * model_cfg.n_kv_heads * model_cfg.head_dim
+  cache = kv * itemsize * rows * (p + (short + t) / 2) / n_dev
+  bound_step_s = (weights + cache) / bw
+  del state
+  return {
+    "compile_s": compile_s,
+    "rows": rows,
+    "generated_tokens": generated,
+    "planned_peak_bytes": prog.peak_bytes,
+    "planned_temp_bytes": prog.temp_bytes,
+    "measured_peak_bytes": measured_peak,
+    "planned_s": planned_s,
+    "measured_s": seconds,
+    "short_s": short_s,
+    "decode_step_s": decode_step_s,
+    "bound_step_s": bound_step_s,
+    "decode_fraction_of_bound": bound_step_s / decode_step_s
+    if decode_step_s > 0
+    else None,
+    "decode_tokens_per_s": rows / decode_step_s if decode_step_s > 0 else None,
+  }
+
+
+PHASES = {"train": phase_train, "rollout": phase_rollout}
+
+
+def run_phase(name: str) -> dict:
+  cfg, loss_fn, model_cfg = config()
+  mesh, hbm, n_dev, peak, bw = plan_cli.mesh_for("local", cfg)
+  dev = jax.devices()[0]
+  head = {
+    "phase": name,
+    "device": dev.device_kind,
+    "devices": n_dev,
+    "jax": jax.__version__,
+    "hbm_bytes": hbm,
+    "peak_flops": peak,
+    "hbm_bandwidth": bw,
+    "model": FLAGS.model,
+    "params": model_cfg.num_params(),
+    "attention": model_cfg.attention,
+    # False: no published peak for this device (CPU); MFU and the decode
+    # bound use plan.mesh_for's placeholders.
+    "peaks_known": chips.local_peaks(dev) is not None,
+  }
+  try:
+    head.update(measured_ceilings(FLAGS.ceiling_n))
+    progress(f"{name}: ceilings measured")
+    return {
+      **head,
+      **PHASES[name](cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw),
+    }
+  except Exception as e:  # noqa: BLE001 - reported, the next phase runs
+    return {**head, "error": f"{type(e).__name__}: {str(e)[:2000]}"}
+
+
+def _gib(x):
+  return "-" if x is None else f"{x / GIB:.2f} GiB"
+
+
+def report(results: list[dict]) -> str:
+  lines = []
+  for r in results:
+    lines.append(
+      f"{r['phase']}: {r['model']} ({r['params'] / 1e9:.2f}B params), "
+      f"{r['device']} x{r['devices']}, jax {r['jax']}, "
+      f"attention={r['attention']}"
+      + ("" if r.get("peaks_known") else " (no published peak: placeholders)")
+    )
+    if "error" in r:
+      lines.append(f"  error: {r['error']}")
+      continue
+    lines.append(
+      f"  peak per device: planned {_gib(r['planned_peak_bytes'])} "
+      f"(temporaries {_gib(r['planned_temp_bytes'])}), measured "
+      f"{_gib(r['measured_peak_bytes'])}"
+    )
+    lines.append(
+      f"  ceilings measured: bf16 matmul "
+      f"{r['measured_matmul_flops'] / 1e12:.0f} TFLOP/s, copy "
+      f"{r['measured_copy_bandwidth'] / 1e9:.0f} GB/s (plan: "
+      f"{r['peak_flops'] / 1e12:.0f} TFLOP/s, "
+      f"{r['hbm_bandwidth'] / 1e9:.0f} GB/s)"
+    )
+    lines.append(
+      f"  seconds: planned (roofline) {r['planned_s']:.3f}, measured "
+      f"{r['measured_s']:.3f} (ratio {r['measured_s'] / r['planned_s']:.2f}); "
+      f"compile {r['compile_s']:.0f} s"
+    )
+    if r["phase"] == "train":
+      lines.append(
+        f"  train MFU {100 * r['mfu']:.1f}% of bf16 peak (target >= 40%); "
+        f"{100 * r['mfu'] * r['peak_flops'] / r['measured_matmul_flops']:.1f}%"
+        " of the measured matmul rate"
+      )
+    else:
+      lines.append(
+        f"  decode {1e3 * r['decode_step_s']:.2f} ms/step vs bound "
+        f"{1e3 * r['bound_step_s']:.2f} ms: "
+        f"{100 * (r['decode_fraction_of_bound'] or 0):.1f}% of the "
+        f"HBM-bandwidth bound (target >= 50%); {r['generated_tokens']} "
+        "tokens generated"
+      )
+  return "\n".join(lines)
+
+
+def run_subprocess(name: str, extra=()) -> dict:
+  args = [a for a in sys.argv[1:] if not a.startswith("--phase")]
+  cmd = [sys.executable, "-m", "experiments.bench.measured_vs_planned"]
+  proc = subprocess.run(
+    cmd + args + list(extra) + [f"--phase={name}"],
+    stdout=subprocess.PIPE,  # stderr (progress) passes through
+    text=True,
+    env=_ENV,
+  )
+  lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+  if lines:
+    result = json.loads(lines[-1][len("RESULT ") :])
+  else:
+    result = {"phase": name, "error": f"exit status {proc.returncode}"}
+  print(json.dumps(result)[:3000], flush=True)
+  return result
+
+
+def main(argv):
+  del argv
+  if FLAGS.phase != "all":
+    result = run_phase(FLAGS.phase)
+    print("RESULT " + json.dumps(result), flush=True)
+    return
+  results = [run_subprocess("train")]
+  if "error" in results[0] and FLAGS.attention == "auto":
+    # cuDNN's flash attention may be missing: the plain-JAX blockwise one.
+    results.append(run_subprocess("train", ["--attention=blockwise"]))
+  results.append(run_subprocess("rollout"))
+  print(report([r for r in results if "model" in r]))
+  if FLAGS.out:
+    with open(FLAGS.out, "w") as f:
+      json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,54 @@
+"""The measured-vs-planned benchmark end to end on this CPU (tiny model),
+and the GPU table the planner's local topology reads its peaks from."""
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+from rlreason.plan import chips
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_local_peaks_come_from_the_device_kind():
+  h200 = types.SimpleNamespace(device_kind="NVIDIA H200", platform="gpu")
+  pcie = types.SimpleNamespace(device_kind="NVIDIA H100 PCIe", platform="gpu")
+  sxm = types.SimpleNamespace(
+    device_kind="NVIDIA H100 80GB HBM3", platform="gpu"
+  )
+  cpu = types.SimpleNamespace(device_kind="cpu", platform="cpu")
+  assert chips.local_peaks(h200) == (989e12, 4.8e12)
+  assert chips.local_peaks(pcie) == (756e12, 2.0e12)
+  assert chips.local_peaks(sxm) == (989e12, 3.35e12)
+  assert chips.local_peaks(cpu) is None
+
+
+def test_the_planned_programs_run_and_are_reported(tmp_path):
+  out = tmp_path / "mvp.json"
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # 1 device
+  proc = subprocess.run(
+    [
+      sys.executable, "-m", "experiments.bench.measured_vs_planned",
+      "--model=tiny", "--rows=16", "--micro_batches=2", "--prompt_len=16",
+      "--new_tokens=32", "--short_tokens=8", "--rollout_rows=8",
+      "--ceiling_n=128", "--repeats=1", f"--out={out}",
+    ],
+    cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  train, rollout = json.loads(out.read_text())
+  for r in (train, rollout):
+    assert "error" not in r, r["error"]
+    assert r["device"] == "cpu" and not r["peaks_known"]
+    assert r["planned_peak_bytes"] >= r["planned_temp_bytes"] > 0
+    assert r["measured_s"] > 0 and r["planned_s"] > 0
+  assert train["phase"] == "train" and rollout["phase"] == "rollout"
+  # The train step ran: a finite loss, and the model FLOPs of 16 rows of
+  # 48 tokens.
+  assert abs(train["loss"]) < 1e3
+  assert train["model_flops"] > 6 * train["params"] * 16 * 48
+  # The sampler generated tokens for its 8 rows (at most 32 each).
+  assert 0 < rollout["generated_tokens"] <= 8 * 32
+  assert "MFU" in proc.stdout and "HBM-bandwidth bound" in proc.stdout
