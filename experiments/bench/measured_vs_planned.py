@@ -350,12 +350,10 @@ def run_phase(name: str) -> dict:
     "peaks_known": chips.local_peaks(dev) is not None,
   }
   try:
+    result = PHASES[name](cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw)
+    # After the phase, so that its peak is its own.
     head.update(measured_ceilings(FLAGS.ceiling_n))
-    progress(f"{name}: ceilings measured")
-    return {
-      **head,
-      **PHASES[name](cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw),
-    }
+    return {**head, **result}
   except Exception as e:  # noqa: BLE001 - reported, the next phase runs
     return {**head, "error": f"{type(e).__name__}: {str(e)[:2000]}"}
 
