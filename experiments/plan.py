@@ -29,7 +29,11 @@ from absl import flags
 
 from rlreason.plan import aot
 
-if "--topology=local" not in sys.argv:
+_ARGS = sys.argv[1:]
+if not (
+  "--topology=local" in _ARGS
+  or any(a == "--topology" and b == "local" for a, b in zip(_ARGS, _ARGS[1:]))
+):
   # TPU slices: libtpu's compiler on this host, before jax starts a backend
   # (for the local devices, whatever JAX finds: a GPU too).
   aot.tpu_env()

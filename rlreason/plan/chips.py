@@ -1,4 +1,5 @@
-"""TPU chips and slice names: HBM, peak bf16 FLOP/s and HBM bandwidth.
+"""TPU chips and slice names: HBM, peak bf16 FLOP/s and HBM bandwidth
+(and GPUs' peaks, for planning on the local devices: local_peaks).
 
   slice_ = chips.parse("v5p-128")   # -> Slice(chip=V5P, chips=64, ...)
   slice_.topology                   # "v5p:4x4x4" (jax.experimental.topologies)
@@ -52,6 +53,7 @@ def local_peaks(device) -> tuple[float, float] | None:
     if name in kind:
       return flops, bandwidth
   return None
+
 
 # Chips -> chip grid of the standard slice shapes.
 _GRIDS_3D = {
