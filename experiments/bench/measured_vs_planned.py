@@ -54,6 +54,7 @@ from rlreason.plan import chips
 from rlreason.plan import state as state_lib
 from rlreason.plan import summary
 from rlreason.sampling import draw
+from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler
 from rlreason.train import train_step as ts
 
@@ -130,9 +131,9 @@ def measured_ceilings(n: int) -> dict:
   (an n x n x 16 bf16 array read and written), beside the published
   peaks the plan uses."""
   a = jnp.ones((n, n), jnp.bfloat16)
-  mm, _ = timed(jax.jit(lambda x: x @ x).lower(a).compile().__call__, 3, a)
+  mm, _ = timed(jax.jit(lambda x: x @ x), 3, a)  # the warm-up compiles
   b = jnp.ones((16 * n, n), jnp.bfloat16)
-  cp, _ = timed(jax.jit(lambda x: x + 1).lower(b).compile().__call__, 3, b)
+  cp, _ = timed(jax.jit(lambda x: x + 1), 3, b)
   return {
     "measured_matmul_flops": 2 * n**3 / mm,
     "measured_copy_bandwidth": 2 * b.nbytes / cp,
@@ -211,19 +212,11 @@ def plan(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw, program, rows):
   )
   compile_s = time.perf_counter() - t0
   progress(f"compiled {program} in {compile_s:.0f} s")
-  s = summary.summarize(
-    progs,
-    cfg,
-    model_cfg,
-    hbm_bytes=hbm,
-    devices=n_dev,
-    peak_flops=peak,
-    hbm_bandwidth=bw,
-  )
-  if program not in s.programs:
-    raise RuntimeError(f"{program} did not compile: {s.errors}")
-  seconds = summary.times(cfg, model_cfg, s.programs, n_dev, peak, bw)
-  return s.programs[program], seconds[program], compile_s
+  prog = progs[program]
+  if not isinstance(prog, aot.Program):  # compile_run returns the error
+    raise RuntimeError(f"{program} did not compile: {prog}")
+  seconds = summary.times(cfg, model_cfg, progs, n_dev, peak, bw)[program]
+  return prog, seconds, compile_s
 
 
 def phase_train(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
@@ -257,9 +250,7 @@ def phase_train(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
     "measured_s": seconds,
     "model_flops": flops,
     "mfu": flops / (seconds * peak),
-    "loss": float(np.asarray(metrics["loss"]).mean())
-    if "loss" in metrics
-    else None,
+    "loss": float(metrics["loss"]),
   }
 
 
@@ -303,9 +294,8 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   # Bytes a decode step reads: its parameters, and the KV cache at the
   # mean length of the steps between `short` and t.
   weights = state_lib.per_device_bytes(params_abs)
-  itemsize = jnp.dtype(model_cfg.compute_dtype).itemsize
-  kv = 2 * model_cfg.n_layers * model_cfg.n_kv_heads * model_cfg.head_dim
-  cache = kv * itemsize * rows * (p + (short + t) / 2) / n_dev
+  mean_length = p + (short + t) / 2
+  cache = rollout_memory.cache_bytes(model_cfg, mean_length) * rows / n_dev
   bound_step_s = (weights + cache) / bw
   del state
   return {
