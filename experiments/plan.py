@@ -129,6 +129,7 @@ def plan(
     rollout_rows=rollout_rows,
     score_rows=score_rows,
     hbm_bytes=hbm,
+    fit_bytes=int((1 - summary.FIT_MARGIN) * hbm),
     **extras,
   )
   s = summary.summarize(
@@ -144,6 +145,10 @@ def plan(
 
 
 def _row(s: summary.Summary, topology: str) -> dict:
+  train = s.programs.get("train_step")
+  budget = {}
+  if train is not None and train.temp_budget_mib:
+    budget = {"train_temp_budget_mib": train.temp_budget_mib}
   return {
     "slice": topology,
     "fits": s.fits,
@@ -153,6 +158,7 @@ def _row(s: summary.Summary, topology: str) -> dict:
     "train_s": round(s.train_seconds, 2),
     "mfu": round(s.mfu, 3),
     "errors": s.errors,
+    **budget,
   }
 
 
@@ -230,9 +236,11 @@ def markdown(results: dict, families) -> str:
       elif not r.get("fits"):
         cells.append(f"no fit up to {r['slice']}")
       else:
+        budget = r.get("train_temp_budget_mib")
         cells.append(
           f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
           f"MFU {100 * r['mfu']:.0f}%"
+          + (f" (--train_temp_budget_mib={budget})" if budget else "")
         )
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"

@@ -128,6 +128,10 @@ class BaseConfig:
   rollout_dtype: str = ""
   remat: bool = False
   remat_policy: str = "full"  # full | dots (model/transformer.py)
+  # TPU: libtpu's bound on the train step's temporaries, in MiB (0 = none).
+  # Its scheduler otherwise keeps more live when HBM allows; the planner
+  # (experiments/plan.py) says what a run that needs it should pass.
+  train_temp_budget_mib: int = 0
   # LoRA (model/lora.py): rank 0 = full fine-tuning. Otherwise only rank-r
   # adapters on --lora_targets (attention | mlp | all) are trained, scaled
   # by alpha / r, over a frozen base held in the compute dtype or
@@ -251,6 +255,10 @@ class BaseConfig:
     check(
       self.remat_policy in ("full", "dots"),
       f"--remat_policy={self.remat_policy!r}; expected full or dots",
+    )
+    check(
+      self.train_temp_budget_mib >= 0,
+      f"--train_temp_budget_mib={self.train_temp_budget_mib}: >= 0",
     )
     for name in ("mesh_data", "mesh_fsdp", "mesh_tensor"):
       value = getattr(self, name)

@@ -82,6 +82,9 @@ class Program:
   resident_bytes: int = 0  # other live arrays beside it, per device
   rows: int = 0  # sequences per call (rollout, ref_logp)
   decoders: int = 1  # decoders the train step trains (2 with a critic)
+  # The train step's --train_temp_budget_mib (0: the compiler's default).
+  temp_budget_mib: int = 0
+  note: str = ""  # what the planner tried beyond the defaults, if it failed
   # The compiled program itself (runs on real arrays of the same shapes
   # and shardings where the mesh is local: bench/measured_vs_planned.py).
   executable: object = dataclasses.field(default=None, repr=False)
@@ -196,13 +199,36 @@ def compile_train_step(
     frozen_sharding=None
     if frozen is None
     else jax.tree.map(lambda x: x.sharding, frozen[0]),
+    options=ts.compiler_options(cfg.train_temp_budget_mib, mesh),
   )
   args = (state, batch) if frozen is None else (state, batch, frozen[0])
   compiled = step.lower(*args).compile()
   return dataclasses.replace(
     analyse("train_step", compiled, loop_trips=cfg.micro_batches),
     decoders=2 if value.KEY in state.params else 1,
+    temp_budget_mib=cfg.train_temp_budget_mib,
   )
+
+
+def budgeted_train_step(first: Program, fit_bytes: int, compile_with):
+  """The train step again under --train_temp_budget_mib: the temporaries
+  that leave its peak (resident, arguments, outputs, code) at `fit_bytes`
+  (libtpu's count of temporaries runs above memory_analysis's, so the
+  result lands below). `compile_with(budget_mib)` compiles it; when the
+  compiler cannot (out of memory), `first` is kept with a note of why."""
+  room = fit_bytes - (first.peak_bytes - first.temp_bytes)
+  if room <= 0:
+    return first
+  budget = room >> 20
+  try:
+    return dataclasses.replace(
+      compile_with(budget), resident_bytes=first.resident_bytes
+    )
+  except Exception as e:  # noqa: BLE001 - the compiler's own OOM
+    why = str(e).splitlines()[0][:200]
+    return dataclasses.replace(
+      first, note=f"with --train_temp_budget_mib={budget}: {why}"
+    )
 
 
 def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
@@ -333,11 +359,16 @@ def compile_run(
   extra_params=None,
   fields=None,
   model_cfg=None,
+  fit_bytes: int | None = None,
 ) -> dict[str, Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program. "values" is
   compiled only when `extra_params` adds a critic. `model_cfg` replaces
-  model_config(cfg) (e.g. another attention implementation)."""
+  model_config(cfg) (e.g. another attention implementation).
+
+  `fit_bytes` (TPU, no --train_temp_budget_mib given): a train step whose
+  peak exceeds it is compiled again under the budget that would hold it
+  there (budgeted_train_step), as the run would with that flag."""
   model_cfg = model_cfg or model_config(cfg)
   resident = state_lib.resident_bytes(cfg, model_cfg, mesh, extra_params)
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
@@ -369,4 +400,24 @@ def compile_run(
       out[name] = dataclasses.replace(prog, resident_bytes=resident[name])
     except Exception as e:  # noqa: BLE001 - XLA reports OOM as a RuntimeError
       out[name] = e
+  first = out.get("train_step")
+  if (
+    isinstance(first, Program)
+    and fit_bytes
+    and first.peak_bytes > fit_bytes
+    and not cfg.train_temp_budget_mib
+    and ts.compiler_options(1, mesh)  # a TPU mesh
+  ):
+    out["train_step"] = budgeted_train_step(
+      first,
+      fit_bytes,
+      lambda mib: compile_train_step(
+        dataclasses.replace(cfg, train_temp_budget_mib=mib),
+        model_cfg,
+        mesh,
+        loss_fn,
+        extra_params,
+        fields,
+      ),
+    )
   return out

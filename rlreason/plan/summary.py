@@ -176,6 +176,13 @@ def text(s: Summary, title: str = "") -> str:
       f"XLA-counted {p.flops / 1e12:.1f} TFLOP, {p.bytes_accessed / 1e9:.1f} GB"
       f"{rows}"
     )
+    if p.temp_budget_mib:
+      lines.append(
+        f"      compiled with --train_temp_budget_mib={p.temp_budget_mib}"
+        " (libtpu's bound on its temporaries): the run needs the same"
+      )
+    if p.note:
+      lines.append(f"      {p.note}")
     if p.kernels:
       lines.append(f"      kernels: {', '.join(p.kernels)}")
     for size, shape, op in p.largest[:10]:

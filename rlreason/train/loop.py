@@ -164,6 +164,7 @@ def train(
     axes=axes,
     frozen=adapted.base if adapted else None,
     frozen_axes=adapted.base_axes if adapted else None,
+    temp_budget_mib=cfg.train_temp_budget_mib,
   )
   del params
 

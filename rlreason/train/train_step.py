@@ -181,6 +181,25 @@ def _micro(batch: dict, micro_batches: int, i) -> dict:
   return jax.tree.map(take, batch)
 
 
+# libtpu's bound on a program's HLO temporaries (MiB). Without it the TPU
+# compiler's latency-hiding scheduler keeps more buffers live (collectives
+# and recomputation overlapped across layers) whenever the chip's HBM
+# allows: a long-context train step's temporaries then fill the HBM at any
+# rows per chip. With it, the compiler schedules (and rematerialises) to
+# stay under the bound, or fails with out-of-memory.
+BUDGET_OPTION = "xla_tpu_max_hbm_size_mib"
+
+
+def compiler_options(budget_mib: int, mesh) -> dict | None:
+  """The train step's compile options: the temporaries budget on TPU
+  (--train_temp_budget_mib), none elsewhere or at 0."""
+  if not budget_mib or mesh is None:
+    return None
+  if mesh.devices.flat[0].platform != "tpu":
+    return None
+  return {BUDGET_OPTION: str(budget_mib)}
+
+
 def make_train_step(
   loss_fn: LossFn,
   optimizer: optax.GradientTransformation,
@@ -190,6 +209,7 @@ def make_train_step(
   micro_batches: int = 1,
   donate: bool = True,
   frozen_sharding=None,
+  options: dict | None = None,
 ):
   """Returns jitted `step(state, batch) -> (state, metrics)`, or
   `step(state, batch, frozen)` with frozen_sharding (parameters that are
@@ -264,6 +284,8 @@ def make_train_step(
     with mesh_lib.activation_mesh(mesh):
       return step(state, batch, *frozen)
 
+  if options:  # compiler_options(): libtpu's flags for this program alone
+    kwargs["compiler_options"] = options
   return jax.jit(step_on_mesh, donate_argnums=0 if donate else (), **kwargs)
 
 
@@ -278,6 +300,7 @@ def setup(
   axes=None,
   frozen=None,
   frozen_axes=None,
+  temp_budget_mib: int = 0,
 ):
   """(sharded TrainState, jitted step, batch sharding) for `params`.
 
@@ -286,6 +309,7 @@ def setup(
   holds more than the model's parameters (e.g. a critic, value.py).
   `frozen` (with its logical `frozen_axes`) is passed to every step as
   loss_fn's fourth argument, laid out by TRAIN_RULES, never updated.
+  `temp_budget_mib` bounds the step's temporaries on TPU (BUDGET_OPTION).
   """
   if axes is None:
     axes, shapes = (
@@ -314,6 +338,7 @@ def setup(
     batch_sharding=batch_sh,
     micro_batches=micro_batches,
     frozen_sharding=frozen_sh,
+    options=compiler_options(temp_budget_mib, mesh),
   )
   if frozen is not None:
     jitted = step

@@ -157,3 +157,16 @@ def test_score_rows_is_a_micro_batch_rounded_up_to_the_batch_shards():
   assert ts.score_rows(cfg, one) == 2  # 16 rows / 8 micro-batches
   assert ts.score_rows(cfg, eight) == 8  # split over 8 shards, not 2
   assert ts.score_rows(dataclasses.replace(cfg, micro_batches=1), eight) == 16
+
+
+def test_the_temporaries_budget_is_a_tpu_only_compile_option():
+  """--train_temp_budget_mib reaches libtpu (tests/plan/plan_test.py); on
+  other backends the step compiles as without it, and a bad value is
+  refused before any compute."""
+  from rlreason import config as config_lib
+
+  mesh = mesh_lib.make_mesh(1, 1, 1)
+  assert ts.compiler_options(64, mesh) is None  # CPU
+  assert ts.compiler_options(0, mesh) is None
+  with pytest.raises(ValueError, match="--train_temp_budget_mib=-1"):
+    config_lib.BaseConfig(train_temp_budget_mib=-1).validate()
