@@ -82,6 +82,9 @@ PAPER = dict(
   group_size=8,
   minibatches=1,
   micro_batches=64,
+  # libtpu's bound on the train step's temporaries that fits v5p-32 (the
+  # planner's, experiments/plan.py): 73.8 GiB per chip, 95.7 without it.
+  train_temp_budget_mib=71943,
   max_prompt_len=2048,
   max_new_tokens=8192,
   lr=1e-6,
