@@ -207,6 +207,24 @@ def test_a_step_over_its_fit_is_retried_under_a_budget(results):
   assert "RESOURCE_EXHAUSTED" in r["note"], r["note"]
 
 
+def test_a_budget_the_compiler_refuses_keeps_the_first_program():
+  from rlreason.plan import aot
+
+  first = aot.Program("train_step", 10 << 20, 0, 0, 300 << 20, 0, 0, 0, [])
+
+  def refuse(mib):
+    raise RuntimeError(f"RESOURCE_EXHAUSTED: {mib} MiB is too little\nmore")
+
+  kept = aot.budgeted_train_step(first, 110 << 20, refuse)
+  assert kept.temp_bytes == first.temp_bytes and kept.temp_budget_mib == 0
+  assert kept.note == (
+    "with --train_temp_budget_mib=100: RESOURCE_EXHAUSTED: 100 MiB is too "
+    "little"
+  )
+  # Nothing left for temporaries: no second compile.
+  assert aot.budgeted_train_step(first, 5 << 20, refuse) is first
+
+
 def _dims(shape: str) -> list[int]:
   inside = shape[shape.index("[") + 1 : shape.index("]")]
   return [int(d) for d in inside.split(",") if d]
