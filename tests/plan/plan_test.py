@@ -141,8 +141,9 @@ for name, remat in (("remat", True), ("no_remat", False)):
                   model_overrides={"n_layers": 8, "mlp_dim": 2048})
 # The temporaries budget (--train_temp_budget_mib) reaches libtpu: 1 MiB
 # cannot hold the remat step, 1 GiB can; asked to fit below its peak, the
-# planner compiles it again under the budget that would (this tiny step has
-# no slack: the compiler refuses, and the note says so).
+# planner compiles it again under the budget that would (1 MiB under the
+# default's peak is less than libtpu's own count of the temporaries: the
+# compiler refuses, and the note says so).
 remat_cfg = dataclasses.replace(long_rows, remat=True)
 for name, mib in (("budget_tiny", 1), ("budget_roomy", 1024)):
   res[name] = run(dataclasses.replace(remat_cfg, train_temp_budget_mib=mib),
@@ -199,7 +200,8 @@ def test_the_temporaries_budget_reaches_the_tpu_compiler(results):
 
 def test_a_step_over_its_fit_is_retried_under_a_budget(results):
   r, first = results["budget_auto"], results["remat"]
-  # Nothing to squeeze here: the first compile stays, the verdict with it.
+  # The compiler refuses that budget: the first compile stays, the verdict
+  # with it.
   # (libtpu's buffer assignment of the same program varies by ~0.2%.)
   assert r["budget"] == 0, r
   assert r["temp"] == pytest.approx(first["temp"], rel=0.02, abs=0), r
