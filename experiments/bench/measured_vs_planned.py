@@ -50,6 +50,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.plan import aot
+from rlreason.plan import program as program_lib
 from rlreason.plan import chips
 from rlreason.plan import state as state_lib
 from rlreason.plan import summary
@@ -213,7 +214,7 @@ def plan(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw, program, rows):
   compile_s = time.perf_counter() - t0
   progress(f"compiled {program} in {compile_s:.0f} s")
   prog = progs[program]
-  if not isinstance(prog, aot.Program):  # compile_run returns the error
+  if not isinstance(prog, program_lib.Program):  # compile_run returns the error
     raise RuntimeError(f"{program} did not compile: {prog}")
   seconds = summary.times(cfg, model_cfg, progs, n_dev, peak, bw)[program]
   return prog, seconds, compile_s

@@ -36,13 +36,13 @@ train step's by micro_batches (each micro-batch re-reads the weights).
 import dataclasses
 import functools
 import os
-import re
 
 import jax
 import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
+from rlreason.plan import program as program_lib
 from rlreason.plan import state as state_lib
 from rlreason.model import presets
 from rlreason.model import transformer
@@ -65,44 +65,6 @@ def tpu_env() -> None:
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
-@dataclasses.dataclass
-class Program:
-  """A compiled program's per-device memory and cost."""
-
-  name: str
-  argument_bytes: int
-  output_bytes: int
-  alias_bytes: int
-  temp_bytes: int
-  code_bytes: int
-  flops: float  # per device, as XLA counts them (a loop body once)
-  bytes_accessed: float  # per device, the micro-batch loop multiplied out
-  largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
-  kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
-  resident_bytes: int = 0  # other live arrays beside it, per device
-  rows: int = 0  # sequences per call (rollout, ref_logp)
-  decoders: int = 1  # decoders the train step trains (2 with a critic)
-  # The train step's --train_temp_budget_mib (0: the compiler's default).
-  temp_budget_mib: int = 0
-  note: str = ""  # what the planner tried beyond the defaults, if it failed
-  # The compiled program itself (runs on real arrays of the same shapes
-  # and shardings where the mesh is local: bench/measured_vs_planned.py).
-  executable: object = dataclasses.field(default=None, repr=False)
-
-  @property
-  def peak_bytes(self) -> int:
-    """Resident arrays + arguments + outputs not aliased to them +
-    temporaries + code."""
-    return (
-      self.resident_bytes
-      + self.argument_bytes
-      + self.output_bytes
-      - self.alias_bytes
-      + self.temp_bytes
-      + self.code_bytes
-    )
-
-
 def model_config(cfg) -> transformer.ModelConfig:
   """The architecture of cfg.model (a preset, or a checkpoint path whose
   name is a known architecture), in the run's dtypes and remat."""
@@ -121,55 +83,9 @@ def model_config(cfg) -> transformer.ModelConfig:
   )
 
 
-_SHAPE = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* (\S+?)\(")
-_CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
-_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
-_BYTES.update({"u8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8})
-
-
-def largest_buffers(hlo_text: str, k: int = 10):
-  """The k largest arrays the optimized per-device HLO produces:
-  (bytes, "dtype[dims]", the ops producing it), one per distinct shape."""
-  seen: dict[str, tuple[int, set]] = {}
-  for dtype, dims, op in _SHAPE.findall(hlo_text):
-    if dtype not in _BYTES:
-      continue
-    size = _BYTES[dtype]
-    for d in dims.split(","):
-      size *= int(d) if d else 1
-    shape = f"{dtype}[{dims}]"
-    seen.setdefault(shape, (size, set()))[1].add(op)
-  top = sorted(
-    ((b, s, ",".join(sorted(ops)[:3])) for s, (b, ops) in seen.items()),
-    reverse=True,
-  )
-  return top[:k]
-
-
-def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
-  mem = compiled.memory_analysis()
-  cost = compiled.cost_analysis() or {}
-  if isinstance(cost, list):  # older JAX: one dict per device
-    cost = cost[0] if cost else {}
-  text = compiled.as_text()
-  return Program(
-    name=name,
-    argument_bytes=int(mem.argument_size_in_bytes),
-    output_bytes=int(mem.output_size_in_bytes),
-    alias_bytes=int(mem.alias_size_in_bytes),
-    temp_bytes=int(mem.temp_size_in_bytes),
-    code_bytes=int(mem.generated_code_size_in_bytes),
-    flops=float(cost.get("flops", 0.0)),
-    bytes_accessed=float(cost.get("bytes accessed", 0.0)) * loop_trips,
-    largest=largest_buffers(text),
-    kernels=tuple(sorted(set(_CUSTOM_CALL.findall(text)))),
-    executable=compiled,
-  )
-
-
 def compile_train_step(
   cfg, model_cfg, mesh, loss_fn, extra_params=None, fields=None
-) -> Program:
+) -> program_lib.Program:
   state, state_sh, optimizer = state_lib.train_state(
     cfg, model_cfg, mesh, extra_params
   )
@@ -204,13 +120,15 @@ def compile_train_step(
   args = (state, batch) if frozen is None else (state, batch, frozen[0])
   compiled = step.lower(*args).compile()
   return dataclasses.replace(
-    analyse("train_step", compiled, loop_trips=cfg.micro_batches),
+    program_lib.analyse("train_step", compiled, loop_trips=cfg.micro_batches),
     decoders=2 if value.KEY in state.params else 1,
     temp_budget_mib=cfg.train_temp_budget_mib,
   )
 
 
-def budgeted_train_step(first: Program, fit_bytes: int, compile_with):
+def budgeted_train_step(
+  first: program_lib.Program, fit_bytes: int, compile_with
+):
   """The train step again under --train_temp_budget_mib: the temporaries
   that leave its peak (resident, arguments, outputs, code) at `fit_bytes`
   (libtpu's count of temporaries runs above memory_analysis's, so the
@@ -254,7 +172,9 @@ def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   return min(n, rows)
 
 
-def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
+def compile_rollout(
+  cfg, model_cfg, mesh, rows, hbm_bytes=None
+) -> program_lib.Program:
   params = state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
   frozen = state_lib.lora_base(cfg, model_cfg, mesh)
   if frozen is not None and cfg.lora_quantize:
@@ -299,7 +219,9 @@ def compile_rollout(cfg, model_cfg, mesh, rows, hbm_bytes=None) -> Program:
     lowered = sampler._sample.lower(  # noqa: SLF001 - the jitted body
       params, ids, ids, jax.random.key(0), return_logits=False, **common
     )
-  return dataclasses.replace(analyse("rollout", lowered.compile()), rows=rows)
+  return dataclasses.replace(
+    program_lib.analyse("rollout", lowered.compile()), rows=rows
+  )
 
 
 def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
@@ -314,10 +236,10 @@ def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
       return score(params, tokens, positions, model_cfg, cfg.max_prompt_len)
 
   compiled = jax.jit(forward).lower(params, ids, ids).compile()
-  return dataclasses.replace(analyse(name, compiled), rows=rows)
+  return dataclasses.replace(program_lib.analyse(name, compiled), rows=rows)
 
 
-def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
+def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> program_lib.Program:
   # LoRA: the base is the reference.
   frozen = state_lib.lora_base(cfg, model_cfg, mesh)
   params = (
@@ -334,7 +256,9 @@ def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> Program:
   )
 
 
-def compile_values(cfg, model_cfg, mesh, rows: int, critic) -> Program:
+def compile_values(
+  cfg, model_cfg, mesh, rows: int, critic
+) -> program_lib.Program:
   """The critic's rollout-time forward (ppo.make_batch) over `rows` rows."""
   return _compile_scoring(
     "values",
@@ -360,7 +284,7 @@ def compile_run(
   fields=None,
   model_cfg=None,
   fit_bytes: int | None = None,
-) -> dict[str, Program]:
+) -> dict[str, program_lib.Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program. "values" is
   compiled only when `extra_params` adds a critic. `model_cfg` replaces
@@ -402,7 +326,7 @@ def compile_run(
       out[name] = e
   first = out.get("train_step")
   if (
-    isinstance(first, Program)
+    isinstance(first, program_lib.Program)
     and fit_bytes
     and first.peak_bytes > fit_bytes
     and not cfg.train_temp_budget_mib

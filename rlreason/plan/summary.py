@@ -23,7 +23,7 @@ upper bound, as a roofline is.
 
 import dataclasses
 
-from rlreason.plan import aot
+from rlreason.plan import program as program_lib
 
 GIB = 1 << 30
 FIT_MARGIN = 0.15  # a plan fits when its peak leaves this much HBM free
@@ -39,7 +39,7 @@ class Summary:
   train_seconds: float  # of which the train steps
   mfu: float  # of the train steps
   errors: dict[str, str]
-  programs: dict[str, aot.Program]
+  programs: dict[str, program_lib.Program]
   advice: list[str]
 
 
@@ -82,11 +82,11 @@ def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
 def summarize(
   programs, cfg, model_cfg, *, hbm_bytes, devices, peak_flops, hbm_bandwidth
 ) -> Summary:
-  ok = {k: p for k, p in programs.items() if isinstance(p, aot.Program)}
+  ok = {k: p for k, p in programs.items() if isinstance(p, program_lib.Program)}
   errors = {
     k: str(e).splitlines()[0][:300]
     for k, e in programs.items()
-    if not isinstance(e, aot.Program)
+    if not isinstance(e, program_lib.Program)
   }
   peak = max((p.peak_bytes for p in ok.values()), default=0)
   fits = not errors and peak <= (1 - FIT_MARGIN) * hbm_bytes

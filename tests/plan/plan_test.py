@@ -22,6 +22,11 @@ import sys
 
 import pytest
 
+# One worker runs the module (pytest-xdist's --dist=loadgroup, pyproject.toml):
+# its module fixture compiles for ~4 minutes and would run on each worker
+# that drew one of its tests.
+pytestmark = pytest.mark.xdist_group("plan")
+
 pytest.importorskip("libtpu", reason="the planner needs jax[tpu] (test extra)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -211,8 +216,11 @@ def test_a_step_over_its_fit_is_retried_under_a_budget(results):
 
 def test_a_budget_the_compiler_refuses_keeps_the_first_program():
   from rlreason.plan import aot
+  from rlreason.plan import program as program_lib
 
-  first = aot.Program("train_step", 10 << 20, 0, 0, 300 << 20, 0, 0, 0, [])
+  first = program_lib.Program(
+    "train_step", 10 << 20, 0, 0, 300 << 20, 0, 0, 0, []
+  )
 
   def refuse(mib):
     raise RuntimeError(f"RESOURCE_EXHAUSTED: {mib} MiB is too little\nmore")

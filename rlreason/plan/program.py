@@ -1,0 +1,95 @@
+"""A compiled program's per-device memory and cost, read from the compiler.
+
+  prog = program.analyse("train_step", jitted.lower(*args).compile())
+  prog.peak_bytes, prog.temp_bytes, prog.largest, prog.flops
+
+`Program` is what plan/aot.py's compilers return and plan/summary.py
+prints; `largest_buffers` reads the optimized HLO's ten largest arrays.
+"""
+
+import dataclasses
+import re
+
+
+@dataclasses.dataclass
+class Program:
+  """A compiled program's per-device memory and cost."""
+
+  name: str
+  argument_bytes: int
+  output_bytes: int
+  alias_bytes: int
+  temp_bytes: int
+  code_bytes: int
+  flops: float  # per device, as XLA counts them (a loop body once)
+  bytes_accessed: float  # per device, the micro-batch loop multiplied out
+  largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
+  kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
+  resident_bytes: int = 0  # other live arrays beside it, per device
+  rows: int = 0  # sequences per call (rollout, ref_logp)
+  decoders: int = 1  # decoders the train step trains (2 with a critic)
+  # The train step's --train_temp_budget_mib (0: the compiler's default).
+  temp_budget_mib: int = 0
+  note: str = ""  # what the planner tried beyond the defaults, if it failed
+  # The compiled program itself (runs on real arrays of the same shapes
+  # and shardings where the mesh is local: bench/measured_vs_planned.py).
+  executable: object = dataclasses.field(default=None, repr=False)
+
+  @property
+  def peak_bytes(self) -> int:
+    """Resident arrays + arguments + outputs not aliased to them +
+    temporaries + code."""
+    return (
+      self.resident_bytes
+      + self.argument_bytes
+      + self.output_bytes
+      - self.alias_bytes
+      + self.temp_bytes
+      + self.code_bytes
+    )
+
+
+_SHAPE = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* (\S+?)\(")
+_CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
+_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
+_BYTES.update({"u8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8})
+
+
+def largest_buffers(hlo_text: str, k: int = 10):
+  """The k largest arrays the optimized per-device HLO produces:
+  (bytes, "dtype[dims]", the ops producing it), one per distinct shape."""
+  seen: dict[str, tuple[int, set]] = {}
+  for dtype, dims, op in _SHAPE.findall(hlo_text):
+    if dtype not in _BYTES:
+      continue
+    size = _BYTES[dtype]
+    for d in dims.split(","):
+      size *= int(d) if d else 1
+    shape = f"{dtype}[{dims}]"
+    seen.setdefault(shape, (size, set()))[1].add(op)
+  top = sorted(
+    ((b, s, ",".join(sorted(ops)[:3])) for s, (b, ops) in seen.items()),
+    reverse=True,
+  )
+  return top[:k]
+
+
+def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
+  mem = compiled.memory_analysis()
+  cost = compiled.cost_analysis() or {}
+  if isinstance(cost, list):  # older JAX: one dict per device
+    cost = cost[0] if cost else {}
+  text = compiled.as_text()
+  return Program(
+    name=name,
+    argument_bytes=int(mem.argument_size_in_bytes),
+    output_bytes=int(mem.output_size_in_bytes),
+    alias_bytes=int(mem.alias_size_in_bytes),
+    temp_bytes=int(mem.temp_size_in_bytes),
+    code_bytes=int(mem.generated_code_size_in_bytes),
+    flops=float(cost.get("flops", 0.0)),
+    bytes_accessed=float(cost.get("bytes accessed", 0.0)) * loop_trips,
+    largest=largest_buffers(text),
+    kernels=tuple(sorted(set(_CUSTOM_CALL.findall(text)))),
+    executable=compiled,
+  )
