@@ -24,6 +24,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+# One worker runs the module (--dist=loadgroup, pyproject.toml): the module
+# fixture's runs would otherwise repeat on each worker.
+pytestmark = pytest.mark.xdist_group("multihost")
+
 WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
 # Generous: two processes of 2 devices each share a loaded 2-core machine.
 TIMEOUT_S = 420

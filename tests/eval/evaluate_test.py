@@ -19,6 +19,10 @@ from rlreason import testing
 from rlreason.eval import trained
 from rlreason.model import hf
 
+# One worker runs the module (--dist=loadgroup, pyproject.toml): the module
+# fixture's training run would otherwise repeat on each worker.
+pytestmark = pytest.mark.xdist_group("evaluate")
+
 # As tests/experiments_test.py's: a 2-step GRPO in seconds.
 SMOKE = testing.SMOKE
 # One device; every evaluation samples 4 per problem, so all of them reuse
