@@ -37,6 +37,7 @@ a string value may hold commas: --set=data=task:addsub5:difficulty=3,n=200).
 
 import dataclasses
 import glob
+import hashlib
 import importlib
 import json
 import os
@@ -53,6 +54,7 @@ from experiments.claims import CLAIMS
 from experiments.claims import Claim
 from rlreason import config
 from rlreason import metrics as metrics_lib
+from rlreason.model import presets
 from rlreason.train import checkpoint
 from rlreason.train import flags as rr_flags
 from rlreason.train import report
@@ -175,6 +177,36 @@ def _twin(cfg, root: str) -> str | None:
   return None
 
 
+def _check_weights(cfg, root: str) -> None:
+  """Refuses a root whose runs started from other weights of the same name.
+
+  A shipped checkpoint (`--model=laptop-base`) keeps its name when a new
+  version ships, so config.json cannot tell its runs apart: root/
+  WEIGHTS.json records each shipped model's weights digest at first use.
+  """
+  path = presets.checkpoint_dir(cfg.model)
+  weights = os.path.join(path, "model.safetensors")
+  if path == cfg.model or not os.path.exists(weights):
+    return
+  with open(weights, "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()[:16]
+  record = os.path.join(root, "WEIGHTS.json")
+  seen = {}
+  if os.path.exists(record):
+    with open(record) as f:
+      seen = json.load(f)
+  if seen.get(cfg.model, digest) != digest:
+    raise ValueError(
+      f"{root} holds runs from other {cfg.model} weights (sha256 "
+      f"{seen[cfg.model]}, now {digest}): move it aside or pass another "
+      "--root"
+    )
+  if cfg.model not in seen:
+    os.makedirs(root, exist_ok=True)
+    with open(record, "w") as f:
+      json.dump({**seen, cfg.model: digest}, f, indent=1)
+
+
 def run_all(
   name: str,
   claim: Claim,
@@ -213,6 +245,7 @@ def run_all(
         testbed_name,
         workdir=workdir,
       )
+      _check_weights(cfg, root)
       if not os.path.exists(workdir) and (twin := _twin(cfg, root)):
         os.makedirs(os.path.dirname(workdir), exist_ok=True)
         os.symlink(os.path.relpath(twin, os.path.dirname(workdir)), workdir)

@@ -73,6 +73,9 @@ def test_pretrain_rejects_bad_flags(tmp_path):
     dict(model="no-such-preset"),
     dict(bpe_vocab=100),
     dict(drill=1.5),
+    dict(hinted=-0.1),
+    dict(check=2.0),
+    dict(redo=1.5),
     dict(card_only=True, out=str(tmp_path)),
     dict(corpus_tasks="arithmetic5:1"),
     dict(corpus_tasks="no_such_task:1:1"),
@@ -85,13 +88,15 @@ def test_pretrain_rejects_bad_flags(tmp_path):
     dataclasses.replace(pretrain.Config(), corpus_tasks="x:1").validate()
   # --drill reaches the corpus mix; the default is the shipped base's mix
   # (addsub5 only) and "" is corpus.Mix's own.
-  mix = dataclasses.replace(pretrain.Config(), drill=1.0).mix()
-  assert mix.drill == 1.0
-  assert pretrain.Config().mix() == corpus.Mix(tasks=(("addsub5", 1.0, 3),))
-  assert (
-    dataclasses.replace(pretrain.Config(), corpus_tasks="").mix()
-    == corpus.Mix()
+  mix = dataclasses.replace(pretrain.Config(), drill=1.0, redo=0.5).mix()
+  assert mix.drill == 1.0 and mix.redo == 0.5
+  knobs = dict(hinted=0.3, check=0.2, redo=1.0)
+  assert pretrain.Config().mix() == corpus.Mix(
+    tasks=(("addsub5", 1.0, 3),), **knobs
   )
+  assert dataclasses.replace(
+    pretrain.Config(), corpus_tasks=""
+  ).mix() == dataclasses.replace(corpus.Mix(), **knobs)
   # --corpus_tasks sets the mix's tasks, and the card measures those.
   cfg = dataclasses.replace(
     pretrain.Config(), corpus_tasks="arithmetic5:0.75:3,knights:0.25:2"

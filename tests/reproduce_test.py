@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import types
 
 import pytest
 
@@ -233,3 +234,25 @@ def test_configs_are_compared_after_the_experiments_resolve():
   )
   assert cfg.batch_size == dars.DARS_B["batch_size"] != dars.Config().batch_size
   assert dars.resolve(cfg) == cfg  # idempotent: run() applies it again
+
+
+def test_a_root_made_from_other_weights_of_a_shipped_name_is_refused(
+  tmp_path, monkeypatch
+):
+  from rlreason.model import presets
+
+  ckpt = tmp_path / "base"
+  ckpt.mkdir()
+  (ckpt / "model.safetensors").write_bytes(b"version 1")
+  monkeypatch.setitem(presets.SHIPPED, "fake-base", str(ckpt))
+  root = str(tmp_path / "runs")
+  cfg = types.SimpleNamespace(model="fake-base")
+  reproduce._check_weights(cfg, root)  # noqa: SLF001 - records the digest
+  reproduce._check_weights(cfg, root)  # noqa: SLF001 - the same weights
+  (ckpt / "model.safetensors").write_bytes(b"version 2")
+  with pytest.raises(ValueError, match="holds runs from other fake-base"):
+    reproduce._check_weights(cfg, root)  # noqa: SLF001
+  # A preset or a path names its weights itself: nothing recorded.
+  other = str(tmp_path / "other")
+  reproduce._check_weights(types.SimpleNamespace(model="tiny"), other)  # noqa: SLF001
+  assert not os.path.exists(other)

@@ -42,6 +42,14 @@ unreliable skill rather than a lookup table:
 - **Checking.** A share `Mix.check` of verbose arithmetic traces re-checks
   every step (`check: 4*2=8 ok, 3+8=12 not 11`): a slip is caught with
   probability 1 - slip and the trace redoes the work from there.
+- **Redoing.** Of the verbose arithmetic traces without a check, a share
+  `Mix.redo` of those whose first pass slipped (a tenth of that share of
+  the others, `traces.REDO_QUIET`) works the problem again from the
+  question (`again: 9-3+2`, the same school, fresh slips) until two passes
+  agree or three are written, and answers with the last pass's value: two
+  to three times the steps, mostly at hard levels where slips are likely
+  (the long tail of response lengths that length penalties act on; 0 in
+  the default mix, 1.0 for the shipped base).
 - **Drills.** A share `Mix.drill` of arithmetic documents (every task the
   arithmetic solver writes: `arithmetic`, `arithmetic5`) are fact drills
   (`facts:` then lines like `8*6=48`, no answer): the slip-free steps of
@@ -90,6 +98,7 @@ class Mix:
   shortcut: tuple[float, float] = (0.3, 0.6)
   textbook: float = 0.15
   check: float = 0.35
+  redo: float = 0.0
   hinted: float = 0.15
   guided: float = 0.6
   search_lines: int = 14
@@ -119,6 +128,7 @@ class Mix:
       "step_error",
       "textbook",
       "check",
+      "redo",
       "hinted",
       "guided",
       "drill",

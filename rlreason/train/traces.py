@@ -18,6 +18,7 @@ from rlreason.data.tasks import countdown as countdown_lib
 from rlreason.guidance import hints as hints_lib
 
 ANSWER = base.ANSWER_PREFIX
+REDO = "again: "  # a redo pass's first line: the question restated
 
 
 def _given(hint: str) -> set[str]:
@@ -182,6 +183,17 @@ def arithmetic_facts(prompt: str, shortcut: bool) -> list[str]:
   return facts
 
 
+# A redo's rate relative to `Mix.redo` after a first pass without a slip:
+# solvers mostly redo work that went wrong (a sense of doubt), sometimes not.
+REDO_QUIET = 0.1
+
+
+def _redo_share(mix, steps) -> float:
+  """The chance of a redo pass after the first pass's `steps`."""
+  slipped = any(v != _apply(op, a, b) for op, a, b, v in steps)
+  return mix.redo if slipped else mix.redo * REDO_QUIET
+
+
 def _school_trace(problem, rng, mix, hint: str, schools: Schools) -> str:
   d = problem.difficulty
   slip = mix.slip(d)
@@ -231,6 +243,17 @@ def _school_trace(problem, rng, mix, hint: str, schools: Schools) -> str:
       break
     else:
       lines.append("check: " + ", ".join(checked))
+  elif mix.redo and rng.random() < _redo_share(mix, steps):
+    # Work it again from the question (fresh slips), until two passes agree
+    # or three are written; the answer is the last pass's value (the one
+    # two passes agree on, where two do).
+    found = [value(state)]
+    while len(found) < 3 and len(set(found)) == len(found):
+      del steps[:]
+      start = _steps(problem.prompt, reading)[0]
+      lines.append(f"{REDO}{show(start)}")
+      state = run(start)
+      found.append(value(state))
   lines.append(f"{ANSWER}{value(state)}")
   return "\n".join(lines)
 

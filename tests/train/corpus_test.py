@@ -165,6 +165,66 @@ def test_slips_grow_with_difficulty_and_checking_catches_them():
   assert with_check > acc[1] + 0.1, (with_check, acc[1])
 
 
+_STEP = re.compile(r"^(-?\d+)([+-])(-?\d+)=(-?\d+)")
+
+
+def _slipped(lines) -> bool:
+  """Whether a pass's step lines (`4-3=1, so 1+2`) hold a wrong value."""
+  for line in lines:
+    m = _STEP.match(line)
+    if m:
+      a, op, b, v = m.groups()
+      if (int(a) + int(b) if op == "+" else int(a) - int(b)) != int(v):
+        return True
+  return False
+
+
+def test_redo_passes_follow_slips_and_end_when_two_agree():
+  mix = corpus.Mix(
+    check=0.0, textbook=0.0, hinted=0.0, shortcut=(0.0, 0.0), redo=1.0
+  )
+  task = tasks.get("addsub5")
+  probs = _problems("addsub5", 3, 300)
+  rng = random.Random(0)
+  written = [traces.addsub_trace(p, rng, mix) for p in probs]
+  redone, clean_redone, n_clean = [], 0, 0
+  for p, t in zip(probs, written):
+    body, answer = t.rsplit("\n", 1)
+    chunks = body.split("\n" + traces.REDO)
+    finals = [c.split("\n")[-1].split("=")[-1] for c in chunks]
+    assert answer == traces.ANSWER + finals[-1], t  # the last pass's value
+    for chunk in chunks[1:]:  # each redo restates the question
+      assert chunk.split("\n")[0] == p.prompt.rstrip("="), t
+    assert len(chunks) <= 3, t
+    if len(chunks) == 2:  # the second pass agreed with the first
+      assert finals[0] == finals[1], t
+    if len(chunks) == 3:  # the first two disagreed
+      assert finals[0] != finals[1], t
+    if _slipped(chunks[0].split("\n")):  # a slipped first pass is redone
+      assert len(chunks) > 1, t
+    else:
+      n_clean += 1
+      clean_redone += len(chunks) > 1
+    redone.append(len(chunks) > 1)
+  redone = np.array(redone)
+  assert {1, 2, 3} <= {t.count(traces.REDO) + 1 for t in written}
+  # Clean first passes are redone a tenth as often (traces.REDO_QUIET).
+  assert 0 < clean_redone / n_clean < 0.25, (clean_redone, n_clean)
+  lengths = np.array([len(t) for t in written])
+  assert lengths[redone].mean() > 1.8 * lengths[~redone].mean()
+  # The last pass is right more often than a single pass.
+  once = dataclasses.replace(mix, redo=0.0)
+  rng = random.Random(0)
+  single = [traces.addsub_trace(p, rng, once) for p in probs]
+  acc = np.mean([task.verify(t, p.answer) for p, t in zip(probs, written)])
+  acc1 = np.mean([task.verify(t, p.answer) for p, t in zip(probs, single)])
+  assert acc > acc1 + 0.05, (acc, acc1)
+  # Off in the default mix.
+  assert not any(
+    traces.REDO in d.completion for d in corpus.documents(corpus.Mix(), 300)
+  )
+
+
 def test_hinted_traces_copy_the_given_results():
   task = tasks.get("arithmetic")
   mix = corpus.Mix(step_error=0.5, error_growth=1.0, check=0.0)
@@ -203,6 +263,8 @@ def test_mix_validation():
     corpus.Mix(tasks=(("arithmetic", 1.0, 99),)).validate()
   with pytest.raises(ValueError, match="hinted"):
     corpus.Mix(hinted=1.5).validate()
+  with pytest.raises(ValueError, match="redo"):
+    corpus.Mix(redo=-0.1).validate()
 
 
 def test_drills_hold_right_facts():
