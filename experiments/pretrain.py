@@ -8,8 +8,9 @@ difficulty, two schools of arithmetic, countdown searches with backtracking,
 checking and redo passes, hinted documents). The loss is on the solution
 tokens; the question (and hint) is context. The default run (`--corpus_tasks=
 addsub5:1:3`: + / - chains only, two schools, 30% hinted documents, redo
-passes after slips, 2200 steps) is the shipped base, the main job's model: `--model=laptop-base` (rlreason/model/
-laptop_base, its card is the README.md there). Other mixes: --corpus_tasks
+passes after slips, 2200 steps) is the shipped base, the main job's
+model: `--model=laptop-base` (rlreason/model/laptop_base, its card is the
+README.md there). Other mixes: --corpus_tasks
 (the measurements below).
 
   python -m experiments.pretrain               # ~28 min on 2 CPU cores
@@ -105,9 +106,10 @@ right school's execution: the base's greedy with the right order line
 forced solves 29.3% of the same 140 problems. +20 on three seeds needs a
 base that copies better; not shipped.
 
-Measured (2026-11-25, session 18; the shipped base since): the same task
-alone and longer, `--corpus_tasks=addsub5:1:3 --steps=2200
---documents=72000` (now the defaults), 23.8 min (0.6 s per step: the
+Measured (2026-11-25, session 18; base v1, shipped until session 23): the
+same task alone and longer, `--corpus_tasks=addsub5:1:3 --steps=2200
+--documents=72000` (still the defaults; the corpus knobs were then
+`--hinted=0.15 --check=0.35 --redo=0`), 23.8 min (0.6 s per step: the
 documents are short). Card (64 held-out problems per level, 34 at level 1,
 16 samples), levels 1 / 2 / 3: pass@1 49.6 / 21.3 / 13.2%, pass@16 97.1 /
 98.4 / 84.4%, maj@16 88.2 / 42.2 / 26.6%, greedy 94.1 / 32.8 / 17.2%,
@@ -122,8 +124,8 @@ job"). Targets of issue 24 not met by this base: p90 length 111 < 2x the
 median (146); hinted accuracy not above unhinted; it knows only addsub5
 (the other tasks' claims need a broader mix).
 
-Measured (2026-11-26, session 23; the shipped base since): the same task
-with hints read and a long tail of lengths. Two corpus changes
+Measured (2026-11-26, session 23; base v2, the shipped base since): the
+same task with hints read and a long tail of lengths. Two corpus changes
 (`--hinted=0.3 --check=0.2 --redo=1.0`, now the defaults): twice the hinted
 documents (15% -> 30%), and redo passes (corpus.Mix.redo: a verbose trace
 whose first pass slipped works the problem again, `again: ...`, until two
@@ -136,9 +138,10 @@ level, 34 at level 1, 16 samples), levels 1 / 2 / 3: pass@1 58.6 / 33.2 /
 19.6%, pass@16 100 / 98.4 / 89.1%, maj@16 97.1 / 68.8 / 46.9%, greedy 100 /
 53.1 / 29.7%, median length 53 / 73 / 95 (p90 83 / 115 / 170), hinted
 pass@1 +19.3 / +26.2 / +16.8 points. Pooled median 73, p90 143: 1.96x,
-3 tokens short of the 2x target (the model writes fewer redo passes than
-its corpus). On `addsub5_order` (its card's second table): greedy 0% at
-level 2 (the wrong school), pass@16 98.4%, hinted +43.5 points. GRPO from
+3 tokens short of the 2x target (the samples' tail is shorter than the
+corpus's: p90 143 vs 177). On `addsub5_order` (its card's second
+table): greedy 0% at level 2 (the wrong school), pass@16 98.4%, hinted
++43.5 points. GRPO from
 it, the main job's defaults (40 steps): held-out greedy 1.4% -> 92.1 / 97.9 /
 95.0% on seeds 0 / 1 / 2, 3.5 min each (README, "The main job").
 
