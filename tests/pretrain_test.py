@@ -86,8 +86,9 @@ def test_pretrain_rejects_bad_flags(tmp_path):
       dataclasses.replace(pretrain.Config(), **bad).validate()
   with pytest.raises(config.ConfigError, match=r"^--corpus_tasks: 'x:1' is"):
     dataclasses.replace(pretrain.Config(), corpus_tasks="x:1").validate()
-  # --drill reaches the corpus mix; the default is the shipped base's mix
-  # (addsub5 only) and "" is corpus.Mix's own.
+  # --drill / --redo reach the corpus mix; the default is the shipped base's
+  # mix (addsub5 only, its hinted / check / redo shares) and "" is
+  # corpus.Mix's tasks with the same shares.
   mix = dataclasses.replace(pretrain.Config(), drill=1.0, redo=0.5).mix()
   assert mix.drill == 1.0 and mix.redo == 0.5
   knobs = dict(hinted=0.3, check=0.2, redo=1.0)
