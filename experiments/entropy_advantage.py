@@ -52,6 +52,13 @@ class Config(grpo.TinyConfig):
   eval_size: int = 100  # x 16 samples
 
 
+# The shipped-base testbed (reproduce.py --testbed=base): level-3
+# addsub5_order, where the base's pass@16 has room to move (84%, its card;
+# 98% at the main job's level 2, where base v1's run found both arms at the
+# ceiling).
+BASE = dict(data="task:addsub5_order:difficulty=3,n=1000")
+
+
 # The paper's GRPO setting: Qwen2.5-Math-7B, lr 1e-6, 8 responses per
 # prompt, temperature 1.0; evaluation pass@k up to k = 256. The training set
 # and batch size are not restated here: DAPO-Math-17k and 256 prompts per

@@ -16,8 +16,9 @@ then writes
 Testbeds. `base` (the default): the shipped pretrained base, as the main job
 (grpo.Config's settings where they differ from grpo.TinyConfig, without its
 in-run evals), then the experiment's `BASE` dict where its tiny values do not
-carry over (dler's token limit, laser's targets, ttrl's prompts), then the
-claim's variant overrides (or its `base` ones). `tiny`: the experiments'
+carry over (dler's token limit, laser's targets, ttrl's prompts,
+entropy_advantage's level), then the claim's variant overrides (or its
+`base` ones). `tiny`: the experiments'
 laptop defaults on the 0.4M-parameter model with a warm start, where the
 claims were first run (experiments/README.md's older rows).
 
