@@ -145,6 +145,23 @@ table): greedy 0% at level 2 (the wrong school), pass@16 98.4%, hinted
 it, the main job's defaults (40 steps): held-out greedy 1.4% -> 92.1 / 97.9 /
 95.0% on seeds 0 / 1 / 2, 3.5 min each (README, "The main job").
 
+Measured (2026-11-26, session 25; not shipped): a try at the p90 target
+with half the checking passes, `--check=0.1` (default flags otherwise).
+Checked traces are long but common (20% of verbose traces), and a trace
+that checks is never redone: a simulation of the corpus's unhinted
+responses (`corpus.documents`, 12000 documents) put p90 / median at 2.21x
+for the shipped mix (median 80, p90 177) and 2.38x at check 0.1 (76 /
+181); raising the redo rate after a clean pass (traces.REDO_QUIET 0.1 ->
+0.2 / 0.3) lengthens the median instead (2.09x / 2.06x). 26.9 min of
+training. Card, levels 1 / 2 / 3: pass@1 42.5 / 25.6 / 9.3%, pass@16 100 /
+95.3 / 75.0%, maj@16 88.2 / 56.2 / 10.9%, greedy 97.1 / 42.2 / 12.5%,
+median length 53 / 71 / 93 (p90 83 / 111 / 162), hint gain +13.6 / -0.6 /
++3.0 points; pooled median 62, p90 121: 1.95x, no closer to 2x than the
+shipped base's 1.96x, and hints no longer read (the shipped base: +19.3 /
++26.2 / +16.8). The trained model's tail stays shorter than its corpus's
+(as for the shipped base: p90 143 vs 177), so the corpus's ratio does not
+carry over; the p90 target stays unmet.
+
 Measured (2026-11-23, this 2-core CPU, the 256-wide preset of then, 1500
 steps, 26 min): too weak to be the laptop default. Held-out arithmetic, 64
 problems per level, 16 samples at temperature 1: level 1 pass@1 9.3%,
