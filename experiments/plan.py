@@ -11,9 +11,12 @@ compiler runs on this host). Prints per-chip memory by kind, whether the
 run fits with >= 15% of HBM free, the ten largest buffers, FLOPs and bytes
 per step, a roofline step time and MFU, and what to change when it does not
 fit. `--all` searches, for every experiment's PAPER preset and each chip
-family, the smallest slice that fits (starting from the smallest whose HBM
-holds the parameters and Adam moments), and writes results.json
-(resumable: finished cells are reused) and table.md.
+family, the smallest slice that fits (among those whose HBM holds the
+parameters and Adam moments; starting where the preset's fits on other
+families put its total memory, stepping down while a smaller slice fits
+and up while out of memory; a miss compiles only up to its first program
+over the fit), and writes results.json (resumable: finished cells are
+reused) and table.md.
 """
 
 import dataclasses
@@ -116,8 +119,10 @@ def plan(
   programs,
   rollout_rows=0,
   score_rows=0,
+  stop_over_fit=False,
 ):
-  """(Summary, seconds) of a run on a slice."""
+  """(Summary, seconds) of a run on a slice (`stop_over_fit`: the programs
+  after one over the fit are not compiled, aot.compile_run)."""
   cfg, loss_fn, extras = experiment_config(name, scale, overrides)
   mesh, hbm, n_dev, peak, bw = mesh_for(topology, cfg)
   t0 = time.time()
@@ -130,6 +135,7 @@ def plan(
     score_rows=score_rows,
     hbm_bytes=hbm,
     fit_bytes=int((1 - summary.FIT_MARGIN) * hbm),
+    stop_over_fit=stop_over_fit,
     **extras,
   )
   s = summary.summarize(
@@ -178,9 +184,56 @@ def candidate_slices(name: str, family: str, overrides: dict):
   ]
 
 
+def start_index(slices, known) -> int:
+  """Where to start the search in `slices` (a family's, smallest first):
+  the smallest whose HBM, less the fit margin, summed over its chips holds
+  the least total memory a fitting slice of another family used (`known`:
+  (chips, per-chip peak bytes) pairs); 0 when nothing is known."""
+  if not known:
+    return 0
+  need = min(chips * peak for chips, peak in known)
+  for i, s in enumerate(slices):
+    if s.chips * (1 - summary.FIT_MARGIN) * s.hbm_bytes >= need:
+      return i
+  return len(slices) - 1
+
+
+def smallest_fit(slices, try_slice, start: int = 0):
+  """(row, names tried): the smallest of `slices` (smallest first) whose
+  `try_slice(slice)` row fits, searching from `start`: down while the next
+  smaller one fits, else up while a larger one may help (the misses are
+  out of memory, not errors a larger slice keeps). Without a fit, the last
+  row tried."""
+  tried = []
+
+  def attempt(i):
+    tried.append(slices[i].name)
+    return try_slice(slices[i])
+
+  i = start
+  row = attempt(i)
+  if row["fits"]:
+    while i > 0:
+      smaller = attempt(i - 1)
+      if not smaller["fits"]:
+        break
+      row, i = smaller, i - 1
+    return row, tried
+  while all(
+    map(summary.out_of_memory, row.get("errors", {}).values())
+  ) and i + 1 < len(slices):
+    i += 1
+    row = attempt(i)
+    if row["fits"]:
+      break
+  return row, tried
+
+
 def plan_all(out_dir, families, programs, overrides, names=()):
   """The smallest slice of each family that fits, per PAPER preset (of
-  `names`, in that order; default every experiment)."""
+  `names`, in that order; default every experiment). Each family's search
+  starts where the preset's other families' fits suggest (start_index);
+  a slice's programs after one over the fit are not compiled."""
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "results.json")
   results = json.load(open(path)) if os.path.exists(path) else {}
@@ -192,22 +245,30 @@ def plan_all(out_dir, families, programs, overrides, names=()):
       key = f"{name}/{family}"
       if key in results:
         continue
-      found = None
-      for s in candidate_slices(name, family, overrides):
+
+      def try_slice(s, key=key, name=name):
         try:
-          res, secs = plan(name, "paper", s.name, overrides, programs)
+          res, secs = plan(
+            name, "paper", s.name, overrides, programs, stop_over_fit=True
+          )
         except Exception as e:  # noqa: BLE001 - unknown arch, bad preset
-          found = {"slice": s.name, "fits": False, "errors": {"plan": str(e)}}
-          break
+          return {"slice": s.name, "fits": False, "errors": {"plan": str(e)}}
         print(
           f"{key} {s.name}: peak {res.peak_bytes / summary.GIB:.1f} "
           f"GiB fits={res.fits} ({secs:.0f} s)",
           flush=True,
         )
-        found = {**_row(res, s.name), "commit": commit}
-        if res.fits or not all(map(summary.out_of_memory, res.errors.values())):
-          break  # fits, or fails for a reason a larger slice will not fix
-      results[key] = found
+        return {**_row(res, s.name), "commit": commit}
+
+      slices = candidate_slices(name, family, overrides)
+      known = [
+        (chips.parse(r["slice"]).chips, r["peak_gib"] * summary.GIB)
+        for k, r in results.items()
+        if k.split("/")[0] == name and r.get("fits")
+      ]
+      results[key], _ = smallest_fit(
+        slices, try_slice, start_index(slices, known)
+      )
       with open(path, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
   table = markdown(results, families)

@@ -271,6 +271,12 @@ def compile_values(
   )
 
 
+def _over(prog, fit_bytes: int) -> bool:
+  if not isinstance(prog, program_lib.Program):
+    return True  # did not compile
+  return prog.peak_bytes > fit_bytes
+
+
 def compile_run(
   cfg,
   loss_fn,
@@ -284,6 +290,7 @@ def compile_run(
   fields=None,
   model_cfg=None,
   fit_bytes: int | None = None,
+  stop_over_fit: bool = False,
 ) -> dict[str, program_lib.Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program. "values" is
@@ -292,7 +299,10 @@ def compile_run(
 
   `fit_bytes` (TPU, no --train_temp_budget_mib given): a train step whose
   peak exceeds it is compiled again under the budget that would hold it
-  there (budgeted_train_step), as the run would with that flag."""
+  there (budgeted_train_step), as the run would with that flag. With
+  `stop_over_fit`, the programs after the first that fails or peaks over
+  `fit_bytes` are not compiled (a slice search's misses cost one program).
+  """
   model_cfg = model_cfg or model_config(cfg)
   resident = state_lib.resident_bytes(cfg, model_cfg, mesh, extra_params)
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
@@ -317,6 +327,28 @@ def compile_run(
     "ref_logp": lambda: compile_ref_logp(cfg, model_cfg, mesh, rows),
     "values": lambda: compile_values(cfg, model_cfg, mesh, rows, critic),
   }
+
+  def budgeted(first):
+    if (
+      fit_bytes
+      and first.peak_bytes > fit_bytes
+      and not cfg.train_temp_budget_mib
+      and ts.compiler_options(1, mesh)  # a TPU mesh
+    ):
+      return budgeted_train_step(
+        first,
+        fit_bytes,
+        lambda mib: compile_train_step(
+          dataclasses.replace(cfg, train_temp_budget_mib=mib),
+          model_cfg,
+          mesh,
+          loss_fn,
+          extra_params,
+          fields,
+        ),
+      )
+    return first
+
   out = {}
   for name in programs:
     try:
@@ -324,24 +356,8 @@ def compile_run(
       out[name] = dataclasses.replace(prog, resident_bytes=resident[name])
     except Exception as e:  # noqa: BLE001 - XLA reports OOM as a RuntimeError
       out[name] = e
-  first = out.get("train_step")
-  if (
-    isinstance(first, program_lib.Program)
-    and fit_bytes
-    and first.peak_bytes > fit_bytes
-    and not cfg.train_temp_budget_mib
-    and ts.compiler_options(1, mesh)  # a TPU mesh
-  ):
-    out["train_step"] = budgeted_train_step(
-      first,
-      fit_bytes,
-      lambda mib: compile_train_step(
-        dataclasses.replace(cfg, train_temp_budget_mib=mib),
-        model_cfg,
-        mesh,
-        loss_fn,
-        extra_params,
-        fields,
-      ),
-    )
+    if name == "train_step" and isinstance(out[name], program_lib.Program):
+      out[name] = budgeted(out[name])
+    if stop_over_fit and fit_bytes and _over(out[name], fit_bytes):
+      break  # the slice does not fit: the rest would not change that
   return out

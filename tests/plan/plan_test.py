@@ -4,7 +4,8 @@ All cases compile in one subprocess (libtpu's compiler needs its env before
 JAX starts; the test process runs 8 CPU devices): a tiny model on v5e-4
 fits, and without chunked scores and blockwise attention its train step
 holds [N, T, V] logits and [.., S, S] scores, with them neither; a batch
-far too large for 16 GiB does not fit; temporaries fall as the micro-batch
+far too large for 16 GiB does not fit (and a slice search's miss compiles
+nothing after it); temporaries fall as the micro-batch
 shrinks and as the slice grows; LoRA over an nf4 base compiles for one
 chip with a train state of the adapters alone; PPO's critic (train state,
 batch fields, its values forward) and T-PPO's window batch are planned
@@ -49,7 +50,8 @@ base = dataclasses.replace(
 )
 
 def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
-        loss_fn=objective.loss_fn, extras=None, fit_bytes=None):
+        loss_fn=objective.loss_fn, extras=None, fit_bytes=None,
+        stop_over_fit=False):
   s = chips.parse(slice_name)
   mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
   model_cfg = dataclasses.replace(
@@ -60,7 +62,7 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
   try:
     progs = aot.compile_run(
       cfg, loss_fn, mesh, programs=programs, hbm_bytes=s.hbm_bytes,
-      fit_bytes=fit_bytes, **(extras or {})
+      fit_bytes=fit_bytes, stop_over_fit=stop_over_fit, **(extras or {})
     )
   finally:
     aot.model_config = orig
@@ -76,6 +78,7 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "mfu": out.mfu,
     "kernels": list(p.kernels) if p else [],
     "programs": sorted(out.programs),
+    "compiled": sorted(progs),
     "decoders": p.decoders if p else None,
     "resident": {k: q.resident_bytes for k, q in out.programs.items()},
     "args": {k: q.argument_bytes for k, q in out.programs.items()},
@@ -103,6 +106,13 @@ res["bigger_slice"] = run(mid, "v5e-8", model_overrides=blocks)
 huge = dataclasses.replace(base, batch_size=512, group_size=16,
                            max_prompt_len=1024, max_new_tokens=3072)
 res["huge"] = run(huge, "v5e-4", model_overrides={"attention_block": 512})
+# A slice search's miss (plan --all): nothing after the train step over
+# the fit is compiled.
+res["huge_stop"] = run(
+  huge, "v5e-4", ("train_step", "rollout", "ref_logp"),
+  model_overrides={"attention_block": 512},
+  fit_bytes=int(0.85 * chips.parse("v5e-4").hbm_bytes), stop_over_fit=True,
+)
 
 # A rollout sized for an HBM with room for ~3 sequences per chip beside the
 # resident train state and the rollout parameters: the planner picks calls
@@ -271,6 +281,12 @@ def test_a_batch_too_large_does_not_fit_and_says_what_to_turn(results):
   assert any(
     "micro_batches" in a or "did not compile" in a for a in r["advice"]
   )
+
+
+def test_a_slice_search_miss_compiles_only_up_to_the_first_misfit(results):
+  r = results["huge_stop"]
+  assert not r["fits"], r
+  assert r["compiled"] == ["train_step"], r
 
 
 def test_rollout_calls_are_sized_from_the_hbm_left(results):

@@ -1,0 +1,89 @@
+"""`plan --all`'s slice search, on a fake compiler (no libtpu needed)."""
+
+import os
+
+import pytest
+
+from rlreason.plan import chips
+from rlreason.plan import summary
+
+_env = dict(os.environ)
+from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
+
+os.environ.clear()  # importing the CLI set libtpu's env for this process
+os.environ.update(_env)
+
+V4 = chips.sizes("v4")  # 4, 8, 16, ... chips of 32 GiB
+OOM = "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm"
+
+
+def fake(fits_from: int, error: str = OOM, fits_also=()):
+  """try_slice for a preset that fits from `fits_from` chips up (and at
+  the chip counts in `fits_also`), missing by `error` below."""
+  calls = []
+
+  def try_slice(s):
+    calls.append(s.chips)
+    if s.chips >= fits_from or s.chips in fits_also:
+      return {"slice": s.name, "fits": True, "errors": {}}
+    return {"slice": s.name, "fits": False, "errors": {"train_step": error}}
+
+  return try_slice, calls
+
+
+@pytest.mark.parametrize(
+  "start, expected",
+  [
+    # From below it steps up to the first fit; from above it steps down
+    # until the first miss.
+    (0, [4, 8, 16]),
+    (1, [8, 16]),
+    (2, [16, 8]),
+    (3, [32, 16, 8]),
+    (5, [128, 64, 32, 16, 8]),
+  ],
+)
+def test_the_search_finds_the_smallest_fit_from_any_start(start, expected):
+  try_slice, calls = fake(fits_from=16)
+  row, tried = plan_cli.smallest_fit(V4[:6], try_slice, start)
+  assert row["slice"] == "v4-32" and row["fits"]  # 16 chips
+  assert calls == expected
+  assert tried == [f"v4-{2 * c}" for c in expected]
+
+
+def test_a_fit_at_the_start_with_no_smaller_slice_costs_one_compile():
+  try_slice, calls = fake(fits_from=1)
+  row, tried = plan_cli.smallest_fit(V4, try_slice, 0)
+  assert row["fits"] and calls == [4] and tried == ["v4-8"]
+
+
+def test_no_fit_reports_the_largest_slice_tried():
+  try_slice, calls = fake(fits_from=10**6)
+  row, _ = plan_cli.smallest_fit(V4[:3], try_slice, 1)
+  assert not row["fits"] and row["slice"] == "v4-32" and calls == [8, 16]
+
+
+def test_an_error_a_larger_slice_keeps_stops_the_search():
+  try_slice, calls = fake(fits_from=16, error="ValueError: bad preset")
+  row, _ = plan_cli.smallest_fit(V4, try_slice, 0)
+  assert not row["fits"] and calls == [4]
+
+
+def test_stepping_down_stops_at_the_first_miss():
+  # Not monotone (the TPU scheduler: dler, treerl): 4 chips fit, 8 do not,
+  # 16 do. From 16 the search stops at the miss at 8, as documented.
+  try_slice, calls = fake(fits_from=16, fits_also=(4,))
+  row, _ = plan_cli.smallest_fit(V4, try_slice, 2)
+  assert row["slice"] == "v4-32" and calls == [16, 8]
+
+
+def test_the_start_holds_the_least_memory_a_fit_used_elsewhere():
+  gib = summary.GIB
+  assert plan_cli.start_index(V4, []) == 0
+  # 4 v5p chips at 60 GiB = 240 GiB: 8 v4 chips hold 8 x 27.2 = 217.6
+  # GiB below the margin, 16 hold 435.2.
+  assert plan_cli.start_index(V4, [(4, 60 * gib)]) == 2
+  # The least of them: 8 x 20 = 160 GiB, over 4 v4 chips' 108.8.
+  assert plan_cli.start_index(V4, [(4, 60 * gib), (8, 20 * gib)]) == 1
+  assert plan_cli.start_index(V4, [(4, 27.2 * gib)]) == 0
+  assert plan_cli.start_index(V4, [(64, 10**6 * gib)]) == len(V4) - 1
