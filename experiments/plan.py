@@ -229,15 +229,33 @@ def smallest_fit(slices, try_slice, start: int = 0):
   return row, tried
 
 
+# A slice whose compile began but never returned (tried.json).
+KILLED = (
+  "the compile did not return (host out of memory, or stopped); delete its "
+  "entry in tried.json to try again"
+)
+
+
 def plan_all(out_dir, families, programs, overrides, names=()):
   """The smallest slice of each family that fits, per PAPER preset (of
   `names`, in that order; default every experiment). Each family's search
   starts where the preset's other families' fits suggest (start_index);
-  a slice's programs after one over the fit are not compiled."""
+  a slice's programs after one over the fit are not compiled. Every slice
+  tried is kept in tried.json as it ends (and marked before it starts), so
+  a rerun resumes mid-search, and a compile that took the process down
+  (the TPU compiler can take 20 GB of host memory on a tight slice) counts
+  as a miss (KILLED) instead of being tried again."""
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "results.json")
   results = json.load(open(path)) if os.path.exists(path) else {}
+  tried_path = os.path.join(out_dir, "tried.json")
+  tried = json.load(open(tried_path)) if os.path.exists(tried_path) else {}
   commit = run_info.current_commit()
+
+  def save(obj, where):
+    with open(where, "w") as f:
+      json.dump(obj, f, indent=1, sort_keys=True)
+
   for name in names or experiment_names():
     if not hasattr(importlib.import_module(f"experiments.{name}"), "PAPER"):
       continue
@@ -245,20 +263,36 @@ def plan_all(out_dir, families, programs, overrides, names=()):
       key = f"{name}/{family}"
       if key in results:
         continue
+      cell = tried.setdefault(key, {})
 
-      def try_slice(s, key=key, name=name):
+      def try_slice(s, key=key, name=name, cell=cell):
+        if s.name in cell:
+          return cell[s.name] or {
+            "slice": s.name,
+            "fits": False,
+            "errors": {"plan": KILLED},
+          }
+        cell[s.name] = None
+        save(tried, tried_path)
         try:
           res, secs = plan(
             name, "paper", s.name, overrides, programs, stop_over_fit=True
           )
+          row = {**_row(res, s.name), "commit": commit}
+          print(
+            f"{key} {s.name}: peak {res.peak_bytes / summary.GIB:.1f} "
+            f"GiB fits={res.fits} ({secs:.0f} s)",
+            flush=True,
+          )
+        except KeyboardInterrupt:
+          del cell[s.name]  # stopped by hand: try it again next time
+          save(tried, tried_path)
+          raise
         except Exception as e:  # noqa: BLE001 - unknown arch, bad preset
-          return {"slice": s.name, "fits": False, "errors": {"plan": str(e)}}
-        print(
-          f"{key} {s.name}: peak {res.peak_bytes / summary.GIB:.1f} "
-          f"GiB fits={res.fits} ({secs:.0f} s)",
-          flush=True,
-        )
-        return {**_row(res, s.name), "commit": commit}
+          row = {"slice": s.name, "fits": False, "errors": {"plan": str(e)}}
+        cell[s.name] = row
+        save(tried, tried_path)
+        return row
 
       slices = candidate_slices(name, family, overrides)
       known = [
@@ -266,11 +300,12 @@ def plan_all(out_dir, families, programs, overrides, names=()):
         for k, r in results.items()
         if k.split("/")[0] == name and r.get("fits")
       ]
-      results[key], _ = smallest_fit(
-        slices, try_slice, start_index(slices, known)
-      )
-      with open(path, "w") as f:
-        json.dump(results, f, indent=1, sort_keys=True)
+      row, names = smallest_fit(slices, try_slice, start_index(slices, known))
+      killed = [n for n in names if cell.get(n) is None]
+      if row["fits"] and killed:  # a smaller slice's verdict is unknown
+        row = {**row, "killed": killed}
+      results[key] = row
+      save(results, path)
   table = markdown(results, families)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
@@ -302,6 +337,11 @@ def markdown(results: dict, families) -> str:
           f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
           f"MFU {100 * r['mfu']:.0f}%"
           + (f" (--train_temp_budget_mib={budget})" if budget else "")
+          + (
+            f" ({', '.join(r['killed'])}: compile killed, not decided)"
+            if r.get("killed")
+            else ""
+          )
         )
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
