@@ -24,7 +24,9 @@ import importlib
 import json
 import os
 import pkgutil
+import subprocess
 import sys
+import tempfile
 import time
 
 from absl import app
@@ -229,28 +231,57 @@ def smallest_fit(slices, try_slice, start: int = 0):
   return row, tried
 
 
-# A slice whose compile began but never returned (tried.json).
-KILLED = (
-  "the compile did not return (host out of memory, or stopped); delete its "
-  "entry in tried.json to try again"
-)
+# A slice whose compiling process was killed (the host out of memory).
+KILLED = "the compile was killed (host out of memory?)"
 
 
-def plan_all(out_dir, families, programs, overrides, names=()):
+def slice_row(name, slice_name, programs, set_text) -> dict:
+  """One slice's row for plan_all, compiled in a child process: the TPU
+  compiler keeps 10-20 GB of host memory per compile of a 7B preset and
+  does not give it back (a second cell in one process was killed at 20 GB
+  on this 24 GiB host), and a child killed for it is a miss, not the
+  search's end."""
+  with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "row.json")
+    proc = subprocess.run(
+      [
+        sys.executable,
+        "-m",
+        "experiments.plan",
+        f"--experiment={name}",
+        "--scale=paper",
+        f"--topology={slice_name}",
+        f"--programs={','.join(programs)}",
+        f"--set={set_text}",
+        "--stop_over_fit",
+        f"--row_out={out}",
+      ],
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+      capture_output=True,
+      text=True,
+    )
+    if os.path.exists(out):
+      with open(out) as f:
+        return json.load(f)
+  lines = proc.stderr.strip().splitlines() or ["no output"]
+  why = KILLED if proc.returncode < 0 else lines[-1][:300]
+  return {"slice": slice_name, "fits": False, "errors": {"plan": why}}
+
+
+def plan_all(out_dir, families, programs, set_text="", names=()):
   """The smallest slice of each family that fits, per PAPER preset (of
-  `names`, in that order; default every experiment). Each family's search
-  starts where the preset's other families' fits suggest (start_index);
-  a slice's programs after one over the fit are not compiled. Every slice
-  tried is kept in tried.json as it ends (and marked before it starts), so
-  a rerun resumes mid-search, and a compile that took the process down
-  (the TPU compiler can take 20 GB of host memory on a tight slice) counts
-  as a miss (KILLED) instead of being tried again."""
+  `names`, in that order; default every experiment), with the config
+  overrides `set_text` (--set). Each family's search starts where the
+  preset's other families' fits suggest (start_index); each slice
+  compiles in its own process (slice_row), only up to its first program
+  over the fit. Every slice tried is kept in tried.json, so a rerun
+  resumes mid-search."""
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "results.json")
   results = json.load(open(path)) if os.path.exists(path) else {}
   tried_path = os.path.join(out_dir, "tried.json")
   tried = json.load(open(tried_path)) if os.path.exists(tried_path) else {}
-  commit = run_info.current_commit()
+  overrides = parse_set(set_text)
 
   def save(obj, where):
     with open(where, "w") as f:
@@ -266,33 +297,18 @@ def plan_all(out_dir, families, programs, overrides, names=()):
       cell = tried.setdefault(key, {})
 
       def try_slice(s, key=key, name=name, cell=cell):
-        if s.name in cell:
-          return cell[s.name] or {
-            "slice": s.name,
-            "fits": False,
-            "errors": {"plan": KILLED},
-          }
-        cell[s.name] = None
-        save(tried, tried_path)
-        try:
-          res, secs = plan(
-            name, "paper", s.name, overrides, programs, stop_over_fit=True
-          )
-          row = {**_row(res, s.name), "commit": commit}
+        if s.name not in cell:
+          t0 = time.time()
+          cell[s.name] = slice_row(name, s.name, programs, set_text)
+          save(tried, tried_path)
+          row = cell[s.name]
           print(
-            f"{key} {s.name}: peak {res.peak_bytes / summary.GIB:.1f} "
-            f"GiB fits={res.fits} ({secs:.0f} s)",
+            f"{key} {s.name}: peak {row.get('peak_gib', '-')} GiB "
+            f"fits={row['fits']} {row.get('errors') or ''} "
+            f"({time.time() - t0:.0f} s)",
             flush=True,
           )
-        except KeyboardInterrupt:
-          del cell[s.name]  # stopped by hand: try it again next time
-          save(tried, tried_path)
-          raise
-        except Exception as e:  # noqa: BLE001 - unknown arch, bad preset
-          row = {"slice": s.name, "fits": False, "errors": {"plan": str(e)}}
-        cell[s.name] = row
-        save(tried, tried_path)
-        return row
+        return cell[s.name]
 
       slices = candidate_slices(name, family, overrides)
       known = [
@@ -300,8 +316,11 @@ def plan_all(out_dir, families, programs, overrides, names=()):
         for k, r in results.items()
         if k.split("/")[0] == name and r.get("fits")
       ]
-      row, names = smallest_fit(slices, try_slice, start_index(slices, known))
-      killed = [n for n in names if cell.get(n) is None]
+      row, names_tried = smallest_fit(
+        slices, try_slice, start_index(slices, known)
+      )
+      errors = [cell[n].get("errors", {}) for n in names_tried]
+      killed = [n for n, e in zip(names_tried, errors) if KILLED in e.values()]
       if row["fits"] and killed:  # a smaller slice's verdict is unknown
         row = {**row, "killed": killed}
       results[key] = row
@@ -368,7 +387,7 @@ def main(argv):
   overrides = parse_set(f.set)
   if f.all:
     names = tuple(n for n in f.experiments.split(",") if n)
-    print(plan_all(f.out, f.families.split(","), programs, overrides, names))
+    print(plan_all(f.out, f.families.split(","), programs, f.set, names))
     return
   s, secs = plan(
     f.experiment,
@@ -378,7 +397,12 @@ def main(argv):
     programs,
     f.rollout_rows,
     f.score_rows,
+    stop_over_fit=f.stop_over_fit,
   )
+  if f.row_out:  # plan_all's child (slice_row)
+    row = {**_row(s, f.topology), "commit": run_info.current_commit()}
+    with open(f.row_out, "w") as out:
+      json.dump(row, out)
   title = (
     f"{f.experiment} ({f.scale}) on {f.topology}: compiled in {secs:.0f} s"
   )
@@ -403,6 +427,10 @@ if __name__ == "__main__":
   )
   flags.DEFINE_integer("score_rows", 0, "rows per reference forward; 0 = N")
   flags.DEFINE_bool("all", False, "plan every PAPER preset")
+  flags.DEFINE_bool(
+    "stop_over_fit", False, "compile nothing after a program over the fit"
+  )
+  flags.DEFINE_string("row_out", "", "write the plan's row here (json)")
   flags.DEFINE_string("families", "v4,v5p,v5e,v6e", "chip families (--all)")
   flags.DEFINE_string(
     "experiments", "", "--all: these experiments, in order (default all)"

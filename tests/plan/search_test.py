@@ -90,66 +90,78 @@ def test_the_start_holds_the_least_memory_a_fit_used_elsewhere():
   assert plan_cli.start_index(V4, [(64, 10**6 * gib)]) == len(V4) - 1
 
 
-def _fake_plan(calls, fits_from: int):
-  def plan(name, scale, topology, overrides, programs, stop_over_fit=False):
-    assert stop_over_fit  # a search's misses compile only up to the misfit
-    calls.append(topology)
-    s = chips.parse(topology)
-    fits = s.chips >= fits_from
-    peak = (0.5 if fits else 0.9) * s.hbm_bytes
-    return summary.Summary(
-      peak_bytes=peak,
-      hbm_bytes=s.hbm_bytes,
-      fits=fits,
-      margin=1 - peak / s.hbm_bytes,
-      step_seconds=2.0,
-      train_seconds=1.0,
-      mfu=0.5,
-      errors={},
-      programs={},
-      advice=[],
-    ), 1.0
+def _fake_rows(calls, fits_from: int, killed=()):
+  """slice_row for a preset that fits from `fits_from` chips, whose
+  compile is killed on the slices named in `killed`."""
 
-  return plan
+  def slice_row(name, slice_name, programs, set_text):
+    calls.append(slice_name)
+    if slice_name in killed:
+      return {
+        "slice": slice_name,
+        "fits": False,
+        "errors": {"plan": plan_cli.KILLED},
+      }
+    fits = chips.parse(slice_name).chips >= fits_from
+    return {
+      "slice": slice_name,
+      "fits": fits,
+      "errors": {},
+      "peak_gib": 20.0 if fits else 30.0,
+      "step_s": 2.0,
+      "mfu": 0.5,
+    }
+
+  return slice_row  # fmt: skip
+
+
+MISS = {"slice": "v4-8", "fits": False, "errors": {}}
 
 
 @pytest.mark.parametrize(
-  "seen, expected_calls, expected_slice, fits",
+  "seen, killed, expected_calls, expected_slice, fits",
   [
     # Resumed mid-search: v4-8's miss is not compiled again.
-    ({"v4-8": {"slice": "v4-8", "fits": False, "errors": {}}}, ["v4-16"],
-     "v4-16", True),
-    # v4-8's compile began and never returned (the host ran out of
-    # memory): a miss that a larger slice is not tried for.
-    ({"v4-8": None}, [], "v4-8", False),
-    ({}, ["v4-8", "v4-16"], "v4-16", True),
+    ({"v4-8": MISS}, (), ["v4-16"], "v4-16", True),
+    ({}, (), ["v4-8", "v4-16"], "v4-16", True),
+    # v4-8's compile was killed (the host ran out of memory): a miss that
+    # a larger slice is not tried for.
+    ({}, ("v4-8",), ["v4-8"], "v4-8", False),
     # Searching down from v4-32 (a v5p fit of 4 x 60 GiB): v4-16's
     # compile was killed, so v4-32 is the answer and says so.
-    ({"v4-16": None}, ["v4-32"], "v4-32", True),
+    ({}, ("v4-16",), ["v4-32", "v4-16"], "v4-32", True),
   ],
-)  # fmt: skip
+)
 def test_plan_all_resumes_from_the_slices_tried(
-  tmp_path, monkeypatch, seen, expected_calls, expected_slice, fits
+  tmp_path, monkeypatch, seen, killed, expected_calls, expected_slice, fits
 ):
   calls = []
   fits_from = 16 if expected_slice == "v4-32" else 8
-  monkeypatch.setattr(plan_cli, "plan", _fake_plan(calls, fits_from))
+  monkeypatch.setattr(
+    plan_cli, "slice_row", _fake_rows(calls, fits_from, killed)
+  )
   monkeypatch.setattr(plan_cli, "candidate_slices", lambda *a: V4[:4])
   (tmp_path / "tried.json").write_text(json.dumps({"grpo/v4": seen}))
   if expected_slice == "v4-32":
     v5p = {"slice": "v5p-8", "fits": True, "peak_gib": 60.0}
     (tmp_path / "results.json").write_text(json.dumps({"grpo/v5p": v5p}))
-  table = plan_cli.plan_all(str(tmp_path), ["v4"], (), {}, ("grpo",))
+  table = plan_cli.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
   assert calls == expected_calls
   row = json.loads((tmp_path / "results.json").read_text())["grpo/v4"]
   assert row["slice"] == expected_slice and row["fits"] == fits
   tried = json.loads((tmp_path / "tried.json").read_text())["grpo/v4"]
-  assert all(tried[t] is not None for t in expected_calls)
+  assert set(tried) == set(seen) | set(expected_calls)
   if not fits:
     assert row["errors"]["plan"] == plan_cli.KILLED
-    assert "did not return" in table
+    assert "killed" in table
   elif expected_slice == "v4-32":
     assert row["killed"] == ["v4-16"]
     assert "v4-16: compile killed, not decided" in table
   else:
     assert "v4-16: " in table and "killed" not in table
+
+
+def test_a_slice_whose_child_fails_is_a_row_with_its_error():
+  row = plan_cli.slice_row("no_such_experiment", "v5e-4", ("train_step",), "")
+  assert row["slice"] == "v5e-4" and not row["fits"]
+  assert "no_such_experiment" in row["errors"]["plan"], row
