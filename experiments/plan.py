@@ -237,10 +237,10 @@ KILLED = "the compile was killed (host out of memory?)"
 
 def slice_row(name, slice_name, programs, set_text) -> dict:
   """One slice's row for plan_all, compiled in a child process: the TPU
-  compiler keeps 10-20 GB of host memory per compile of a 7B preset and
-  does not give it back (a second cell in one process was killed at 20 GB
-  on this 24 GiB host), and a child killed for it is a miss, not the
-  search's end."""
+  compiler took up to 22 GB of host memory for one 7B preset's programs
+  (dump's v4 slices, on this 24 GiB host; in one process, cells after the
+  first were killed at 20 GB), and a child killed for it is a miss, not
+  the search's end."""
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "row.json")
     proc = subprocess.run(
