@@ -24,6 +24,7 @@ import importlib
 import json
 import os
 import pkgutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -231,7 +232,8 @@ def smallest_fit(slices, try_slice, start: int = 0):
   return row, tried
 
 
-# A slice whose compiling process was killed (the host out of memory).
+# A slice whose compiling process was killed (SIGKILL: the host's OOM
+# killer; stopped by SIGINT / SIGTERM, nothing is recorded).
 KILLED = "the compile was killed (host out of memory?)"
 
 
@@ -263,6 +265,8 @@ def slice_row(name, slice_name, programs, set_text) -> dict:
     if os.path.exists(out):
       with open(out) as f:
         return json.load(f)
+  if proc.returncode in (-signal.SIGINT, -signal.SIGTERM):
+    raise KeyboardInterrupt(f"{name} on {slice_name}: stopped")  # not a miss
   lines = proc.stderr.strip().splitlines() or ["no output"]
   why = KILLED if proc.returncode < 0 else lines[-1][:300]
   return {"slice": slice_name, "fits": False, "errors": {"plan": why}}

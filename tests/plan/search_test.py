@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -165,3 +166,19 @@ def test_a_slice_whose_child_fails_is_a_row_with_its_error():
   row = plan_cli.slice_row("no_such_experiment", "v5e-4", ("train_step",), "")
   assert row["slice"] == "v5e-4" and not row["fits"]
   assert "no_such_experiment" in row["errors"]["plan"], row
+
+
+@pytest.mark.parametrize("code", [-9, -15, -2])
+def test_a_child_killed_is_a_miss_and_one_stopped_stops_the_search(
+  monkeypatch, code
+):
+  def run(cmd, **kwargs):
+    return subprocess.CompletedProcess(cmd, code, "", "Killed")
+
+  monkeypatch.setattr(plan_cli.subprocess, "run", run)
+  if code == -9:  # SIGKILL: the OOM killer
+    row = plan_cli.slice_row("grpo", "v4-8", ("train_step",), "")
+    assert row["errors"]["plan"] == plan_cli.KILLED and not row["fits"]
+  else:  # SIGTERM / SIGINT: stopped by hand, nothing to record
+    with pytest.raises(KeyboardInterrupt):
+      plan_cli.slice_row("grpo", "v4-8", ("train_step",), "")
