@@ -68,9 +68,10 @@ def workdir_for(cfg, name: str) -> str:
   return cfg.workdir or os.path.join("workdirs", name)
 
 
-def current_commit() -> str:
-  """HEAD's hash (+ "-dirty" with uncommitted changes); in a tree shipped
-  without .git (launch/tpu.sh sync), its COMMIT file; else "unknown"."""
+def current_commit(ignore: tuple[str, ...] = ()) -> str:
+  """HEAD's hash (+ "-dirty" with uncommitted changes outside `ignore`,
+  paths from the repository's root); in a tree shipped without .git
+  (launch/tpu.sh sync), its COMMIT file; else "unknown"."""
   try:
     commit = subprocess.run(
       ["git", "rev-parse", "HEAD"],
@@ -81,7 +82,8 @@ def current_commit() -> str:
       check=True,
     ).stdout.strip()
     dirty = subprocess.run(
-      ["git", "status", "--porcelain"],
+      ["git", "status", "--porcelain", "--", ":/"]
+      + [f":(top,exclude){p}" for p in ignore],
       capture_output=True,
       text=True,
       cwd=_HERE,
