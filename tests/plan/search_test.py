@@ -144,10 +144,13 @@ def test_plan_all_resumes_from_the_slices_tried(
   monkeypatch.setattr(plan_cli, "candidate_slices", lambda *a: V4[:4])
   (tmp_path / "tried.json").write_text(json.dumps({"grpo/v4": seen}))
   if expected_slice == "v4-32":
-    v5p = {"slice": "v5p-8", "fits": True, "peak_gib": 60.0}
+    v5p = {"slice": "v5p-8", "fits": True, "peak_gib": 60.0, "step_s": 1.0}
+    v5p.update(mfu=0.5, errors={})
     (tmp_path / "results.json").write_text(json.dumps({"grpo/v5p": v5p}))
   table = plan_cli.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
   assert calls == expected_calls
+  # The table has every family's column, not only the searched one's.
+  assert table.splitlines()[0] == "| experiment | v4 | v5p | v5e | v6e |"
   row = json.loads((tmp_path / "results.json").read_text())["grpo/v4"]
   assert row["slice"] == expected_slice and row["fits"] == fits
   tried = json.loads((tmp_path / "tried.json").read_text())["grpo/v4"]

@@ -1,0 +1,59 @@
+"""The versioned plan results agree with each other and with the README.
+
+`plan --all` writes experiments/plan_results/ (results.json: the smallest
+fit per preset and family; tried.json: every slice compiled) and the
+README's tables are copied from it by hand: a cell edited in one place
+only fails here.
+"""
+
+import json
+import os
+
+import pytest
+
+_env = dict(os.environ)
+from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
+
+os.environ.clear()
+os.environ.update(_env)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+RESULTS = os.path.join(ROOT, "experiments", "plan_results")
+
+
+def _load(name):
+  with open(os.path.join(RESULTS, name)) as f:
+    return json.load(f)
+
+
+RESULTS_JSON = _load("results.json")
+TRIED_JSON = _load("tried.json")
+
+
+@pytest.mark.parametrize("key", sorted(RESULTS_JSON))
+def test_each_fit_is_in_the_readme(key):
+  row = RESULTS_JSON[key]
+  if not row.get("fits"):
+    pytest.skip("no fit recorded")
+  with open(os.path.join(ROOT, "README.md")) as f:
+    readme = f.read()
+  name = key.split("/")[0]
+  assert f"| {name} | {row['slice']}: {row['peak_gib']} GiB" in readme
+
+
+@pytest.mark.parametrize("key", sorted(TRIED_JSON))
+def test_a_searched_cell_is_its_tried_slice(key):
+  assert key in RESULTS_JSON, f"{key} searched but has no result"
+  row = dict(RESULTS_JSON[key])
+  row.pop("killed", None)  # added by the search, not by the compile
+  assert TRIED_JSON[key][row["slice"]] == row
+  # The search recorded a smaller slice than its answer only as a miss.
+  chips = int(row["slice"].split("-")[1])
+  for name, tried in TRIED_JSON[key].items():
+    if int(name.split("-")[1]) < chips and row["fits"]:
+      assert not tried["fits"], f"{key}: {name} fits below {row['slice']}"
+
+
+def test_table_md_is_the_results_table():
+  with open(os.path.join(RESULTS, "table.md")) as f:
+    assert f.read() == plan_cli.markdown(RESULTS_JSON, plan_cli.FAMILIES)
