@@ -38,7 +38,12 @@ def test_each_fit_is_in_the_readme(key):
   with open(os.path.join(ROOT, "README.md")) as f:
     readme = f.read()
   name = key.split("/")[0]
-  assert f"| {name} | {row['slice']}: {row['peak_gib']} GiB" in readme
+  cell = f"| {name} | {row['slice']}: {row['peak_gib']} GiB"
+  lines = [x for x in readme.splitlines() if x.startswith(cell)]
+  assert lines, f"README has no row {cell!r}"
+  (line,) = lines
+  assert f"step {row['step_s']} s" in line, line
+  assert f"MFU {100 * row['mfu']:.0f}%" in line, line
 
 
 @pytest.mark.parametrize("key", sorted(TRIED_JSON))
