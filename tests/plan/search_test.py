@@ -113,7 +113,7 @@ def _fake_rows(calls, fits_from: int, killed=()):
       "mfu": 0.5,
     }
 
-  return slice_row  # fmt: skip
+  return slice_row
 
 
 MISS = {"slice": "v4-8", "fits": False, "errors": {}}
