@@ -191,7 +191,9 @@ def results():
     env=env,
     capture_output=True,
     text=True,
-    timeout=600,
+    # ~4-5 minutes on a 2-core host; the limit only catches a hang (a slow
+    # CI host once took 329 s).
+    timeout=1200,
   )
   assert proc.returncode == 0, proc.stderr[-4000:]
   (line,) = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
