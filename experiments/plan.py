@@ -48,6 +48,7 @@ import jax  # noqa: E402
 
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
+from rlreason.plan import program as program_lib  # noqa: E402
 from rlreason.plan import state as plan_state  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
 from rlreason.rl import objective  # noqa: E402
@@ -154,10 +155,14 @@ def plan(
 
 
 def _row(s: summary.Summary, topology: str) -> dict:
-  train = s.programs.get("train_step")
-  budget = {}
-  if train is not None and train.temp_budget_mib:
-    budget = {"train_temp_budget_mib": train.temp_budget_mib}
+  budget = {  # the flags the run needs (program_lib.BUDGET_FLAGS)
+    flag: s.programs[name].temp_budget_mib
+    for name, flag in program_lib.BUDGET_FLAGS.items()
+    if name in s.programs and s.programs[name].temp_budget_mib
+  }
+  rollout = s.programs.get("rollout")
+  if rollout is not None and rollout.rows_flag:
+    budget["rollout_rows"] = rollout.rows_flag
   return {
     "slice": topology,
     "fits": s.fits,
@@ -358,11 +363,15 @@ def markdown(results: dict, families) -> str:
       elif not r.get("fits"):
         cells.append(f"no fit up to {r['slice']}")
       else:
-        budget = r.get("train_temp_budget_mib")
+        flags = " ".join(
+          f"--{flag}={r[flag]}"
+          for flag in (*program_lib.BUDGET_FLAGS.values(), "rollout_rows")
+          if flag in r
+        )
         cells.append(
           f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
           f"MFU {100 * r['mfu']:.0f}%"
-          + (f" (--train_temp_budget_mib={budget})" if budget else "")
+          + (f" ({flags})" if flags else "")
           + (
             f" ({', '.join(r['killed'])}: compile killed, not decided)"
             if r.get("killed")

@@ -132,6 +132,8 @@ class BaseConfig:
   # Its scheduler otherwise keeps more live when HBM allows; the planner
   # (experiments/plan.py) says what a run that needs it should pass.
   train_temp_budget_mib: int = 0
+  # The same bound on the sampler's temporaries (single-turn rollouts).
+  rollout_temp_budget_mib: int = 0
   # LoRA (model/lora.py): rank 0 = full fine-tuning. Otherwise only rank-r
   # adapters on --lora_targets (attention | mlp | all) are trained, scaled
   # by alpha / r, over a frozen base held in the compute dtype or
@@ -256,10 +258,9 @@ class BaseConfig:
       self.remat_policy in ("full", "dots"),
       f"--remat_policy={self.remat_policy!r}; expected full or dots",
     )
-    check(
-      self.train_temp_budget_mib >= 0,
-      f"--train_temp_budget_mib={self.train_temp_budget_mib}: >= 0",
-    )
+    for name in ("train_temp_budget_mib", "rollout_temp_budget_mib"):
+      value = getattr(self, name)
+      check(value >= 0, f"--{name}={value}: >= 0")
     for name in ("mesh_data", "mesh_fsdp", "mesh_tensor"):
       value = getattr(self, name)
       check(value == -1 or value >= 1, f"--{name}={value}: -1 or >= 1")

@@ -126,27 +126,36 @@ def compile_train_step(
   )
 
 
-def budgeted_train_step(
-  first: program_lib.Program, fit_bytes: int, compile_with
+def budgeted(
+  first: program_lib.Program, fit_bytes: int, compile_with, tries: int = 3
 ):
-  """The train step again under --train_temp_budget_mib: the temporaries
-  that leave its peak (resident, arguments, outputs, code) at `fit_bytes`
-  (libtpu's count of temporaries runs above memory_analysis's, so the
-  result lands below). `compile_with(budget_mib)` compiles it; when the
-  compiler cannot (out of memory), `first` is kept with a note of why."""
+  """A program (train step, rollout) again under its budget flag
+  (program.BUDGET_FLAGS): first the temporaries that leave its peak
+  (resident, arguments, outputs, code) at `fit_bytes`. libtpu's count of
+  temporaries is not memory_analysis's (a 7B rollout for v5e-32 under a
+  7000 MiB budget: 8.04 GiB of temporaries), so a compile that lands over
+  the fit is tried again with the budget lowered by the overshoot, up to
+  `tries` compiles; the last is kept. `compile_with(budget_mib)` compiles;
+  when the compiler cannot (out of memory), the last program is kept with
+  a note of why."""
   room = fit_bytes - (first.peak_bytes - first.temp_bytes)
   if room <= 0:
     return first
-  budget = room >> 20
-  try:
-    return dataclasses.replace(
-      compile_with(budget), resident_bytes=first.resident_bytes
-    )
-  except Exception as e:  # noqa: BLE001 - the compiler's own OOM
-    why = str(e).splitlines()[0][:200]
-    return dataclasses.replace(
-      first, note=f"with --train_temp_budget_mib={budget}: {why}"
-    )
+  budget, kept = room >> 20, first
+  for _ in range(tries):
+    try:
+      kept = dataclasses.replace(
+        compile_with(budget), resident_bytes=first.resident_bytes
+      )
+    except Exception as e:  # noqa: BLE001 - the compiler's own OOM
+      why = str(e).splitlines()[0][:200]
+      flag = program_lib.BUDGET_FLAGS[first.name]
+      return dataclasses.replace(kept, note=f"with --{flag}={budget}: {why}")
+    over = kept.peak_bytes - fit_bytes
+    budget -= -(-over >> 20)  # MiB, rounded up
+    if over <= 0 or budget <= 0:
+      break
+  return kept
 
 
 def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
@@ -190,6 +199,8 @@ def compile_rollout(
     params = lora.combine(frozen[0], adapters, shapes_only)
   sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
   n, p = cfg.num_sequences, cfg.max_prompt_len
+  budget = getattr(cfg, "rollout_temp_budget_mib", 0)
+  options = ts.compiler_options(budget, mesh)  # the loop's (Context.generate)
   common = dict(
     model_cfg=model_cfg,
     max_new_tokens=cfg.max_new_tokens,
@@ -206,7 +217,12 @@ def compile_rollout(
       jnp.int32,
       sharding=mesh_lib.batch_sharding(mesh, 1, mesh_lib.ROLLOUT_RULES),
     )
-    lowered = continuous._run.lower(  # noqa: SLF001 - the jitted body
+    run = sampler.jitted(
+      continuous._run,  # noqa: SLF001 - the jitted body
+      options,
+      **continuous._RUN_JIT,  # noqa: SLF001
+    )
+    lowered = run.lower(
       params, ids, ids, jax.random.key(0), 0, limits, slots=rows,
       refill_rows=continuous.default_refill_rows(
         rows, mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
@@ -216,11 +232,18 @@ def compile_rollout(
     )  # fmt: skip
   else:
     ids = jax.ShapeDtypeStruct((rows, p), jnp.int32, sharding=sh)
-    lowered = sampler._sample.lower(  # noqa: SLF001 - the jitted body
+    run = sampler.jitted(
+      sampler._sample,  # noqa: SLF001 - the jitted body
+      options,
+      **sampler._SAMPLE_JIT,  # noqa: SLF001
+    )
+    lowered = run.lower(
       params, ids, ids, jax.random.key(0), return_logits=False, **common
     )
   return dataclasses.replace(
-    program_lib.analyse("rollout", lowered.compile()), rows=rows
+    program_lib.analyse("rollout", lowered.compile()),
+    rows=rows,
+    temp_budget_mib=budget if options else 0,
   )
 
 
@@ -297,9 +320,10 @@ def compile_run(
   compiled only when `extra_params` adds a critic. `model_cfg` replaces
   model_config(cfg) (e.g. another attention implementation).
 
-  `fit_bytes` (TPU, no --train_temp_budget_mib given): a train step whose
-  peak exceeds it is compiled again under the budget that would hold it
-  there (budgeted_train_step), as the run would with that flag. With
+  `fit_bytes` (TPU, no budget flag given): a train step or rollout whose
+  peak exceeds it is compiled again under the temporaries budget that
+  would hold it there (budgeted), as the run would with that flag
+  (program.BUDGET_FLAGS). With
   `stop_over_fit`, the programs after the first that fails or peaks over
   `fit_bytes` are not compiled (a slice search's misses cost one program).
   """
@@ -309,55 +333,73 @@ def compile_run(
   if critic is None:
     programs = tuple(p for p in programs if p != "values")
   rows = score_rows or ts.score_rows(cfg, mesh)
-  makers = {
-    "train_step": lambda: compile_train_step(
-      cfg, model_cfg, mesh, loss_fn, extra_params, fields
+  fixed_rows = rollout_rows or cfg.rollout_rows
+  makers = {  # each compiles with a config (a budget flag set, below)
+    "train_step": lambda c: compile_train_step(
+      c, model_cfg, mesh, loss_fn, extra_params, fields
     ),
-    "rollout": lambda: compile_rollout(
-      cfg,
+    "rollout": lambda c: compile_rollout(
+      c,
       model_cfg,
       mesh,
       rollout_rows
-      or cfg.rollout_rows
-      or rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident["rollout"]),
+      or c.rollout_rows
+      or rollout_rows_for(c, model_cfg, mesh, hbm_bytes, resident["rollout"]),
       hbm_bytes,
     ),
     # The loop scores the rollout one train micro-batch at a time
     # (Context.score_rows).
-    "ref_logp": lambda: compile_ref_logp(cfg, model_cfg, mesh, rows),
-    "values": lambda: compile_values(cfg, model_cfg, mesh, rows, critic),
+    "ref_logp": lambda c: compile_ref_logp(c, model_cfg, mesh, rows),
+    "values": lambda c: compile_values(c, model_cfg, mesh, rows, critic),
   }
 
-  def budgeted(first):
+  def compile_one(name, c):
+    """`name` compiled with config `c`; over the fit, again under the
+    temporaries budget where `c` sets none (program.BUDGET_FLAGS)."""
+    first = dataclasses.replace(makers[name](c), resident_bytes=resident[name])
+    flag = program_lib.BUDGET_FLAGS.get(name)
     if (
-      fit_bytes
+      flag
+      and fit_bytes
       and first.peak_bytes > fit_bytes
-      and not cfg.train_temp_budget_mib
+      and not getattr(c, flag, 0)
       and ts.compiler_options(1, mesh)  # a TPU mesh
     ):
-      return budgeted_train_step(
+      return budgeted(
         first,
         fit_bytes,
-        lambda mib: compile_train_step(
-          dataclasses.replace(cfg, train_temp_budget_mib=mib),
-          model_cfg,
-          mesh,
-          loss_fn,
-          extra_params,
-          fields,
-        ),
+        lambda mib: makers[name](dataclasses.replace(c, **{flag: mib})),
       )
     return first
+
+  def fewer_rows(prog):
+    """A rollout over the fit at the rows per call the loop would size
+    itself (rollout_memory's estimate leaves out what the compiler holds
+    beside the cache, e.g. gathered weights): again at half the rows, at
+    most twice, down to the batch shards; a fit at fewer rows needs
+    --rollout_rows in the run (Program.rows_flag)."""
+    shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+    rows = prog.rows
+    for _ in range(2):
+      rows = rows // 2 // shards * shards
+      if not _over(prog, fit_bytes) or rows < shards:
+        break
+      c = dataclasses.replace(cfg, rollout_rows=rows)
+      try:
+        fewer = compile_one("rollout", c)
+      except Exception:  # noqa: BLE001 - out of HBM at the default budget
+        continue
+      prog = dataclasses.replace(fewer, rows_flag=rows)
+    return prog
 
   out = {}
   for name in programs:
     try:
-      prog = makers[name]()
-      out[name] = dataclasses.replace(prog, resident_bytes=resident[name])
+      out[name] = compile_one(name, cfg)
+      if name == "rollout" and fit_bytes and not fixed_rows:
+        out[name] = fewer_rows(out[name])
     except Exception as e:  # noqa: BLE001 - XLA reports OOM as a RuntimeError
       out[name] = e
-    if name == "train_step" and isinstance(out[name], program_lib.Program):
-      out[name] = budgeted(out[name])
     if stop_over_fit and fit_bytes and _over(out[name], fit_bytes):
       break  # the slice does not fit: the rest would not change that
   return out

@@ -11,6 +11,14 @@ import dataclasses
 import re
 
 
+# The run's flag that bounds each program's temporaries on TPU (libtpu's
+# xla_tpu_max_hbm_size_mib; Program.temp_budget_mib).
+BUDGET_FLAGS = {
+  "train_step": "train_temp_budget_mib",
+  "rollout": "rollout_temp_budget_mib",
+}
+
+
 @dataclasses.dataclass
 class Program:
   """A compiled program's per-device memory and cost."""
@@ -27,8 +35,10 @@ class Program:
   kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
   resident_bytes: int = 0  # other live arrays beside it, per device
   rows: int = 0  # sequences per call (rollout, ref_logp)
+  # The --rollout_rows the run needs (0: as the loop sizes its calls).
+  rows_flag: int = 0
   decoders: int = 1  # decoders the train step trains (2 with a critic)
-  # The train step's --train_temp_budget_mib (0: the compiler's default).
+  # Its BUDGET_FLAGS flag's value (0: the compiler's default).
   temp_budget_mib: int = 0
   note: str = ""  # what the planner tried beyond the defaults, if it failed
   # The compiled program itself (runs on real arrays of the same shapes

@@ -176,9 +176,15 @@ def text(s: Summary, title: str = "") -> str:
       f"XLA-counted {p.flops / 1e12:.1f} TFLOP, {p.bytes_accessed / 1e9:.1f} GB"
       f"{rows}"
     )
-    if p.temp_budget_mib:
+    if p.rows_flag:
       lines.append(
-        f"      compiled with --train_temp_budget_mib={p.temp_budget_mib}"
+        f"      at --rollout_rows={p.rows_flag}: fewer rows than the loop"
+        " would size from free memory; the run needs the same"
+      )
+    if p.temp_budget_mib:
+      flag = program_lib.BUDGET_FLAGS[name]
+      lines.append(
+        f"      compiled with --{flag}={p.temp_budget_mib}"
         " (libtpu's bound on its temporaries): the run needs the same"
       )
     if p.note:

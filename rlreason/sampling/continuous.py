@@ -130,6 +130,7 @@ def sample(
   refill_every: int = 1,
   refill: str = "loop",
   return_stats: bool = False,
+  compiler_options: dict | None = None,
 ) -> sampler_lib.SampleOutput | tuple[sampler_lib.SampleOutput, Stats]:
   """Samples up to `max_new_tokens` after each prompt, `slots` at a time.
 
@@ -147,6 +148,8 @@ def sample(
     refill: "loop" (rounds inside one jitted while_loop) or "host" (a host
       loop over jitted rounds; one device -> host flag per round).
     return_stats: also return a Stats.
+    compiler_options: the jitted loop's (or round's) compile options, as
+      sampler.sample.
 
   Returns:
     A sampler.SampleOutput for the M rows (logits are not recorded), and
@@ -194,12 +197,14 @@ def sample(
   )
   args = (params, tokens, positions, rng, row_offset, limits)
   if refill == "loop":
-    state = _run(*args, **static)
+    run = sampler_lib.jitted(_run, compiler_options, **_RUN_JIT)
+    state = run(*args, **static)
   else:
     state, params, rows = _start(*args, **static)
+    round_ = sampler_lib.jitted(_round_jit, compiler_options, **_ROUND_JIT)
     more = True
     while more:
-      state, more = _round_jit(state, params, rows, **static)
+      state, more = round_(state, params, rows, **static)
   out = _output(state)
   if not return_stats:
     return out
@@ -242,6 +247,8 @@ _STATIC = (
   "refill_rows",
   "refill_every",
 )
+_RUN_JIT = dict(static_argnames=_STATIC)
+_ROUND_JIT = dict(static_argnames=_STATIC, donate_argnums=0)
 
 
 def _init(params, tokens, positions, rng, row_offset, limits, **static):
@@ -422,7 +429,7 @@ def _more(state, m):
   return ~jnp.all(state.free) | _waiting(state, m)
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
+@functools.partial(jax.jit, **_RUN_JIT)
 def _run(params, tokens, positions, rng, row_offset, limits, **static):
   state, params, rows = _init(
     params, tokens, positions, rng, row_offset, limits, **static
@@ -437,7 +444,7 @@ def _run(params, tokens, positions, rng, row_offset, limits, **static):
 _start = jax.jit(_init, static_argnames=_STATIC)
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC, donate_argnums=0)
+@functools.partial(jax.jit, **_ROUND_JIT)
 def _round_jit(state, params, rows, **static):
   state = _round(state, params, rows, **static)
   return state, _more(state, rows.tokens.shape[0])

@@ -183,6 +183,7 @@ def generate(
   row_offset: int = 0,
   rows_per_call: int = 0,
   batching: str = "static",
+  compiler_options: dict | None = None,
 ) -> Rollout:
   """Samples `group_size` completions for each prompt.
 
@@ -217,6 +218,8 @@ def generate(
       longest row stops) or "continuous" (rows_per_call decode slots
       refilled as rows finish: sampling/continuous.py; the static path
       where all N rows fit in one call).
+    compiler_options: the sampler's compile options (e.g. libtpu's
+      temporaries budget, --rollout_temp_budget_mib); None: defaults.
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -276,6 +279,7 @@ def generate(
     pad_id=tokenizer.pad_id,
     mesh=mesh,
     stop_sequences=stop_sequences,
+    compiler_options=compiler_options,
   )
   if batching == "continuous" and per_call < len(tokens):
     out = call(tokens, positions, rows=len(tokens), row_offset=row_offset,

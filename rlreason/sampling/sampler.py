@@ -121,6 +121,7 @@ def sample(
   stop_sequences: tuple[tuple[int, ...], ...] = (),
   row_offset: int = 0,
   row_limits: jax.Array | None = None,
+  compiler_options: dict | None = None,
 ) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after each (left-padded) prompt.
 
@@ -150,6 +151,8 @@ def sample(
     row_offset: the global index of row 0 (see rng).
     row_limits: [N] int32 in [1, T], each row's own token budget (it ends
       with finish "length" there), or None: T for every row.
+    compiler_options: the jitted loop's compile options, e.g. libtpu's
+      temporaries budget (train_step.compiler_options); None: defaults.
 
   Returns:
     A SampleOutput.
@@ -165,7 +168,7 @@ def sample(
     pad_id,
     row_limits,
   )
-  return _sample(
+  return jitted(_sample, compiler_options, **_SAMPLE_JIT)(
     params,
     tokens,
     positions,
@@ -296,19 +299,35 @@ def last_logits(params, tokens, positions, cache, model_cfg, mesh):
   return logits, constrain_cache(cache, mesh)
 
 
-@functools.partial(
-  jax.jit,
-  static_argnames=(
-    "model_cfg",
-    "max_new_tokens",
-    "sampling",
-    "stop_ids",
-    "pad_id",
-    "return_logits",
-    "mesh",
-    "stop_sequences",
-  ),
+def jitted(fn, compiler_options: dict | None, **spec):
+  """`fn` = jax.jit(body, **spec) as is, or with `compiler_options` the
+  same body jitted again with them (cached: calls with the same options
+  and shapes never recompile)."""
+  if not compiler_options:
+    return fn
+  options = tuple(sorted(compiler_options.items()))
+  return _with_options(fn.__wrapped__, options, tuple(sorted(spec.items())))
+
+
+@functools.cache
+def _with_options(body, options: tuple, spec: tuple):
+  return jax.jit(body, compiler_options=dict(options), **dict(spec))
+
+
+_SAMPLE_STATIC = (
+  "model_cfg",
+  "max_new_tokens",
+  "sampling",
+  "stop_ids",
+  "pad_id",
+  "return_logits",
+  "mesh",
+  "stop_sequences",
 )
+_SAMPLE_JIT = dict(static_argnames=_SAMPLE_STATIC)
+
+
+@functools.partial(jax.jit, **_SAMPLE_JIT)
 def _sample(
   params,
   tokens,

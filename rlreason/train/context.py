@@ -112,6 +112,9 @@ class Context:
       row_offset=row_offset,
       rows_per_call=getattr(self.cfg, "rollout_rows", 0),
       batching=getattr(self.cfg, "rollout_batching", "static"),
+      compiler_options=ts.compiler_options(
+        getattr(self.cfg, "rollout_temp_budget_mib", 0), self.mesh
+      ),
     )
 
   @property

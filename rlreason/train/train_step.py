@@ -191,8 +191,9 @@ BUDGET_OPTION = "xla_tpu_max_hbm_size_mib"
 
 
 def compiler_options(budget_mib: int, mesh) -> dict | None:
-  """The train step's compile options: the temporaries budget on TPU
-  (--train_temp_budget_mib), none elsewhere or at 0."""
+  """A program's compile options: libtpu's temporaries budget on TPU
+  (--train_temp_budget_mib for the train step, --rollout_temp_budget_mib
+  for the sampler), none elsewhere or at 0."""
   if not budget_mib or mesh is None:
     return None
   if mesh.devices.flat[0].platform != "tpu":

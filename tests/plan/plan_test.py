@@ -85,6 +85,12 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "peak": p.peak_bytes if p else None,
     "budget": p.temp_budget_mib if p else None,
     "note": p.note if p else "",
+    "each": {
+      k: {"peak": q.peak_bytes, "temp": q.temp_bytes, "rows": q.rows,
+          "rows_flag": q.rows_flag, "budget": q.temp_budget_mib,
+          "note": q.note}
+      for k, q in out.programs.items()
+    },
   }
 
 res = {}
@@ -166,6 +172,16 @@ for name, mib in (("budget_tiny", 1), ("budget_roomy", 1024)):
 res["budget_auto"] = run(remat_cfg, "v5e-1",
                          model_overrides={"n_layers": 8, "mlp_dim": 2048},
                          fit_bytes=res["remat"]["peak"] - (1 << 20))
+# The rollout's budget (--rollout_temp_budget_mib) reaches libtpu too; a
+# rollout over a fit with room for ~1 MiB of temporaries: no budget holds
+# it, and the planner halves its 16 rows per call, twice.
+res["rollout_budget_tiny"] = run(
+  dataclasses.replace(long, rollout_temp_budget_mib=1), "v5e-1", ("rollout",)
+)
+res["rollout_default"] = run(long, "v5e-1", ("rollout",))
+first = res["rollout_default"]["each"]["rollout"]
+res["rollout_auto"] = run(long, "v5e-1", ("rollout",),
+                          fit_bytes=first["peak"] - first["temp"] + (1 << 20))
 from rlreason.train import train_step as ts
 res["options"] = [ts.compiler_options(0, mesh1), ts.compiler_options(7, mesh1)]
 # PPO's critic and T-PPO's window batch, through the CLI's hooks.
@@ -226,6 +242,25 @@ def test_a_step_over_its_fit_is_retried_under_a_budget(results):
   assert "RESOURCE_EXHAUSTED" in r["note"], r["note"]
 
 
+def test_the_rollout_budget_reaches_the_tpu_compiler(results):
+  (err,) = results["rollout_budget_tiny"]["errors"].values()
+  assert "RESOURCE_EXHAUSTED" in err and "1.00M" in err, err
+  assert results["rollout_default"]["errors"] == {}
+
+
+def test_a_rollout_over_its_fit_is_retried_with_a_budget_then_fewer_rows(
+  results,
+):
+  first = results["rollout_default"]["each"]["rollout"]
+  r = results["rollout_auto"]["each"]["rollout"]
+  assert first["rows"] == 16 and first["rows_flag"] == 0, first
+  assert first["temp"] > 2 << 20, first  # more than the fit's room
+  # 16 -> 8 -> 4 rows per call, no budget holding any: still over, and
+  # the run would need --rollout_rows=4 (what the planner tried last).
+  assert r["rows"] == 4 and r["rows_flag"] == 4 and r["budget"] == 0, r
+  assert r["temp"] < first["temp"], (r, first)
+
+
 def test_a_budget_the_compiler_refuses_keeps_the_first_program():
   from rlreason.plan import aot
   from rlreason.plan import program as program_lib
@@ -237,14 +272,45 @@ def test_a_budget_the_compiler_refuses_keeps_the_first_program():
   def refuse(mib):
     raise RuntimeError(f"RESOURCE_EXHAUSTED: {mib} MiB is too little\nmore")
 
-  kept = aot.budgeted_train_step(first, 110 << 20, refuse)
+  kept = aot.budgeted(first, 110 << 20, refuse)
   assert kept.temp_bytes == first.temp_bytes and kept.temp_budget_mib == 0
   assert kept.note == (
     "with --train_temp_budget_mib=100: RESOURCE_EXHAUSTED: 100 MiB is too "
     "little"
   )
   # Nothing left for temporaries: no second compile.
-  assert aot.budgeted_train_step(first, 5 << 20, refuse) is first
+  assert aot.budgeted(first, 5 << 20, refuse) is first
+
+
+def test_a_budgeted_compile_over_the_fit_is_tried_lower_by_its_overshoot():
+  from rlreason.plan import aot
+  from rlreason.plan import program as program_lib
+
+  def prog(temp_mib):
+    return program_lib.Program(
+      "rollout", 10 << 20, 0, 0, temp_mib << 20, 0, 0, 0, []
+    )
+
+  budgets = []
+
+  def compile_with(mib):  # lands 30 MiB over its budget, then 10 under
+    budgets.append(mib)
+    return prog(mib + 30 if len(budgets) == 1 else mib - 10)
+
+  # 200 MiB fit - 10 MiB of arguments: 190 MiB; 220 lands 30 MiB over.
+  kept = aot.budgeted(prog(300), 200 << 20, compile_with)
+  assert budgets == [190, 160], budgets
+  assert kept.temp_bytes == 150 << 20 and kept.peak_bytes <= 200 << 20
+  # Over by more each time: three compiles, the last kept (still over).
+  budgets.clear()
+
+  def creeping(mib):
+    budgets.append(mib)
+    return prog(mib + 30 + 10 * len(budgets))
+
+  kept = aot.budgeted(prog(300), 200 << 20, creeping)
+  assert budgets == [190, 150, 140], budgets
+  assert kept.temp_bytes == 200 << 20 and kept.peak_bytes > 200 << 20
 
 
 def _dims(shape: str) -> list[int]:

@@ -231,6 +231,20 @@ def test_continuous_batching_equals_one_static_call(params, ro, monkeypatch):
     _generate(params, step=3, mesh=mesh, rows_per_call=5)
 
 
+def test_compiler_options_reach_the_samplers_compile(params, ro):
+  """The path of --rollout_temp_budget_mib (libtpu's option, planned in
+  tests/plan/plan_test.py): generate's compiler_options compile the static
+  and the continuous sampler with them. An option XLA:CPU does not know
+  fails that compile; a known one at its default gives the same samples."""
+  for kw in ({}, {"rows_per_call": 3, "batching": "continuous"}):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="not_an_xla_option"):
+      _generate(params, step=3, compiler_options={"not_an_xla_option": 1}, **kw)
+    same = _generate(
+      params, step=3, compiler_options={"xla_cpu_enable_fast_math": False}, **kw
+    )
+    _assert_same_rollout(same, ro)
+
+
 def test_rows_per_call_by_hand():
   """The per-sequence estimate (hand-computed for a toy config) and the
   rows a call holds."""

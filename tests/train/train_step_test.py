@@ -168,5 +168,6 @@ def test_the_temporaries_budget_is_a_tpu_only_compile_option():
   mesh = mesh_lib.make_mesh(1, 1, 1)
   assert ts.compiler_options(64, mesh) is None  # CPU
   assert ts.compiler_options(0, mesh) is None
-  with pytest.raises(ValueError, match="--train_temp_budget_mib=-1"):
-    config_lib.BaseConfig(train_temp_budget_mib=-1).validate()
+  for name in ("train_temp_budget_mib", "rollout_temp_budget_mib"):
+    with pytest.raises(ValueError, match=f"--{name}=-1"):
+      config_lib.BaseConfig(**{name: -1}).validate()
