@@ -12,6 +12,7 @@ import os
 import pytest
 
 from rlreason.plan import chips
+from rlreason.plan import program as program_lib
 
 _env = dict(os.environ)
 from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
@@ -46,6 +47,10 @@ def test_each_fit_is_in_the_readme(key):
   (line,) = lines
   assert f"step {row['step_s']} s" in line, line
   assert f"MFU {100 * row['mfu']:.0f}%" in line, line
+  # The flags the run needs (budgets, rows per call) are in the cell too.
+  for flag in (*program_lib.BUDGET_FLAGS.values(), "rollout_rows"):
+    if flag in row:
+      assert f"--{flag}={row[flag]}" in line, (flag, line)
 
 
 @pytest.mark.parametrize("key", sorted(TRIED_JSON))
