@@ -155,9 +155,9 @@ def plan(
 
 
 def _row(s: summary.Summary, topology: str) -> dict:
-  budget = {  # the flags the run needs (program_lib.BUDGET_FLAGS)
+  budget = {  # the flags the run needs (program_lib.TEMP_BUDGETS)
     flag: s.programs[name].temp_budget_mib
-    for name, flag in program_lib.BUDGET_FLAGS.items()
+    for name, flag in program_lib.TEMP_BUDGETS.items()
     if name in s.programs and s.programs[name].temp_budget_mib
   }
   rollout = s.programs.get("rollout")
@@ -365,7 +365,7 @@ def markdown(results: dict, families) -> str:
       else:
         flags = " ".join(
           f"--{flag}={r[flag]}"
-          for flag in (*program_lib.BUDGET_FLAGS.values(), "rollout_rows")
+          for flag in (*program_lib.TEMP_BUDGETS.values(), "rollout_rows")
           if flag in r
         )
         cells.append(

@@ -130,7 +130,7 @@ def budgeted(
   first: program_lib.Program, fit_bytes: int, compile_with, tries: int = 3
 ):
   """A program (train step, rollout) again under its budget flag
-  (program.BUDGET_FLAGS): first the temporaries that leave its peak
+  (program.TEMP_BUDGETS): first the temporaries that leave its peak
   (resident, arguments, outputs, code) at `fit_bytes`. libtpu's count of
   temporaries is not memory_analysis's (a 7B rollout for v5e-32 under a
   7000 MiB budget: 8.04 GiB of temporaries), so a compile that lands over
@@ -149,7 +149,7 @@ def budgeted(
       )
     except Exception as e:  # noqa: BLE001 - the compiler's own OOM
       why = str(e).splitlines()[0][:200]
-      flag = program_lib.BUDGET_FLAGS[first.name]
+      flag = program_lib.TEMP_BUDGETS[first.name]
       return dataclasses.replace(kept, note=f"with --{flag}={budget}: {why}")
     over = kept.peak_bytes - fit_bytes
     budget -= -(-over >> 20)  # MiB, rounded up
@@ -323,7 +323,7 @@ def compile_run(
   `fit_bytes` (TPU, no budget flag given): a train step or rollout whose
   peak exceeds it is compiled again under the temporaries budget that
   would hold it there (budgeted), as the run would with that flag
-  (program.BUDGET_FLAGS). With
+  (program.TEMP_BUDGETS). With
   `stop_over_fit`, the programs after the first that fails or peaks over
   `fit_bytes` are not compiled (a slice search's misses cost one program).
   """
@@ -355,9 +355,9 @@ def compile_run(
 
   def compile_one(name, c):
     """`name` compiled with config `c`; over the fit, again under the
-    temporaries budget where `c` sets none (program.BUDGET_FLAGS)."""
+    temporaries budget where `c` sets none (program.TEMP_BUDGETS)."""
     first = dataclasses.replace(makers[name](c), resident_bytes=resident[name])
-    flag = program_lib.BUDGET_FLAGS.get(name)
+    flag = program_lib.TEMP_BUDGETS.get(name)
     if (
       flag
       and fit_bytes

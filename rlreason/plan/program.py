@@ -11,9 +11,9 @@ import dataclasses
 import re
 
 
-# The run's flag that bounds each program's temporaries on TPU (libtpu's
+# The config field that bounds each program's temporaries on TPU (libtpu's
 # xla_tpu_max_hbm_size_mib; Program.temp_budget_mib).
-BUDGET_FLAGS = {
+TEMP_BUDGETS = {
   "train_step": "train_temp_budget_mib",
   "rollout": "rollout_temp_budget_mib",
 }
@@ -38,7 +38,7 @@ class Program:
   # The --rollout_rows the run needs (0: as the loop sizes its calls).
   rows_flag: int = 0
   decoders: int = 1  # decoders the train step trains (2 with a critic)
-  # Its BUDGET_FLAGS flag's value (0: the compiler's default).
+  # Its TEMP_BUDGETS field's value (0: the compiler's default).
   temp_budget_mib: int = 0
   note: str = ""  # what the planner tried beyond the defaults, if it failed
   # The compiled program itself (runs on real arrays of the same shapes

@@ -182,7 +182,7 @@ def text(s: Summary, title: str = "") -> str:
         " would size from free memory; the run needs the same"
       )
     if p.temp_budget_mib:
-      flag = program_lib.BUDGET_FLAGS[name]
+      flag = program_lib.TEMP_BUDGETS[name]
       lines.append(
         f"      compiled with --{flag}={p.temp_budget_mib}"
         " (libtpu's bound on its temporaries): the run needs the same"

@@ -48,7 +48,7 @@ def test_each_fit_is_in_the_readme(key):
   assert f"step {row['step_s']} s" in line, line
   assert f"MFU {100 * row['mfu']:.0f}%" in line, line
   # The flags the run needs (budgets, rows per call) are in the cell too.
-  for flag in (*program_lib.BUDGET_FLAGS.values(), "rollout_rows"):
+  for flag in (*program_lib.TEMP_BUDGETS.values(), "rollout_rows"):
     if flag in row:
       assert f"--{flag}={row[flag]}" in line, (flag, line)
 
