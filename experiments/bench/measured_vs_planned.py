@@ -81,7 +81,12 @@ flags.DEFINE_integer(
   "ceiling_n", 8192, "the measured ceilings' matmul size (bf16 n x n x n)"
 )
 flags.DEFINE_string("phase", "all", "all | train | rollout")
-flags.DEFINE_string("out", "", "write the results here (JSON)")
+flags.DEFINE_string(
+  "out", "", "write the results here (JSON; rewritten after each phase)"
+)
+flags.DEFINE_integer(
+  "phase_timeout", 0, "seconds each phase's process may run (0: no limit)"
+)
 
 GIB = 1 << 30
 
@@ -402,17 +407,23 @@ def report(results: list[dict]) -> str:
 def run_subprocess(name: str, extra=()) -> dict:
   args = [a for a in sys.argv[1:] if not a.startswith("--phase")]
   cmd = [sys.executable, "-m", "experiments.bench.measured_vs_planned"]
-  proc = subprocess.run(
-    cmd + args + list(extra) + [f"--phase={name}"],
-    stdout=subprocess.PIPE,  # stderr (progress) passes through
-    text=True,
-    env=_ENV,
-  )
-  lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+  try:
+    proc = subprocess.run(
+      cmd + args + list(extra) + [f"--phase={name}"],
+      stdout=subprocess.PIPE,  # stderr (progress) passes through
+      text=True,
+      env=_ENV,
+      timeout=FLAGS.phase_timeout or None,
+    )
+    stdout, status = proc.stdout, f"exit status {proc.returncode}"
+  except subprocess.TimeoutExpired as e:
+    stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout
+    stdout, status = stdout or "", f"timed out after {FLAGS.phase_timeout} s"
+  lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
   if lines:
     result = json.loads(lines[-1][len("RESULT ") :])
   else:
-    result = {"phase": name, "error": f"exit status {proc.returncode}"}
+    result = {"phase": name, "error": status}
   print(json.dumps(result)[:3000], flush=True)
   return result
 
@@ -423,15 +434,21 @@ def main(argv):
     result = run_phase(FLAGS.phase)
     print("RESULT " + json.dumps(result), flush=True)
     return
-  results = [run_subprocess("train")]
-  if "error" in results[0] and FLAGS.attention == "auto":
+  results = []
+
+  def keep(result):  # written as each phase ends: a later one may not
+    results.append(result)
+    if FLAGS.out:
+      with open(FLAGS.out, "w") as f:
+        json.dump(results, f, indent=1)
+
+  keep(run_subprocess("train"))
+  error = results[0].get("error", "")
+  if error and not error.startswith("timed out") and FLAGS.attention == "auto":
     # cuDNN's flash attention may be missing: the plain-JAX blockwise one.
-    results.append(run_subprocess("train", ["--attention=blockwise"]))
-  results.append(run_subprocess("rollout"))
+    keep(run_subprocess("train", ["--attention=blockwise"]))
+  keep(run_subprocess("rollout"))
   print(report([r for r in results if "model" in r]))
-  if FLAGS.out:
-    with open(FLAGS.out, "w") as f:
-      json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
