@@ -20,7 +20,7 @@ Then the same compiled executables run on random-init parameters:
             device's peak bytes in use vs the plan's peak.
   rollout   the static sampler at --rollout_rows sequences (bf16
             parameters as rollout.on_mesh lays them out, the train state
-            resident), temperature 1, --new_tokens steps; then the same
+            resident), --temperature, --new_tokens steps; then the same
             sampler compiled for --short_tokens steps. Decode seconds per
             step = the difference / the steps between; the bound is the
             bytes one decode step must read (the parameters and the mean
@@ -74,7 +74,8 @@ flags.DEFINE_integer("prompt_len", 512, "prompt tokens")
 flags.DEFINE_integer("new_tokens", 1024, "response tokens")
 flags.DEFINE_integer("rollout_rows", 256, "sequences per sampler call")
 flags.DEFINE_integer("short_tokens", 128, "the short sampler's steps")
-flags.DEFINE_string("remat_policy", "dots", "full | dots")
+flags.DEFINE_string("remat_policy", "dots", "full | dots | none (no remat)")
+flags.DEFINE_float("temperature", 1.0, "the sampler's (0: greedy)")
 flags.DEFINE_string("attention", "auto", "attention.IMPLEMENTATIONS")
 flags.DEFINE_integer("repeats", 3, "timed calls per program")
 flags.DEFINE_integer(
@@ -96,8 +97,9 @@ def config():
     model=FLAGS.model,
     dtype="bfloat16",
     param_dtype="float32",
-    remat=True,
-    remat_policy=FLAGS.remat_policy,
+    remat=FLAGS.remat_policy != "none",
+    remat_policy="full" if FLAGS.remat_policy == "none" else FLAGS.remat_policy,
+    temperature=FLAGS.temperature,
     batch_size=FLAGS.rows // 8,
     group_size=8,
     minibatches=1,
