@@ -82,6 +82,12 @@ flags.DEFINE_integer(
   "ceiling_n", 8192, "the measured ceilings' matmul size (bf16 n x n x n)"
 )
 flags.DEFINE_string("phase", "all", "all | train | rollout")
+flags.DEFINE_integer(
+  "profile_top",
+  0,
+  "after timing, trace one more call and print the N kernels that took "
+  "the most device time (0: no trace)",
+)
 flags.DEFINE_string(
   "out", "", "write the results here (JSON; rewritten after each phase)"
 )
@@ -132,6 +138,49 @@ def timed(fn, repeats: int, *args) -> tuple[float, object]:
     out = jax.block_until_ready(fn(*args))
     best = min(best, time.perf_counter() - t)
   return best, out
+
+
+def kernel_times(fn, top: int) -> list[tuple[str, str, int, float]]:
+  """Trace one call of `fn` and return the `top` (line, kernel, calls,
+  seconds) of the device planes (the host's XLA threads on CPU), by total
+  time per kernel name, and each line's total (kernel "(all)")."""
+  import glob  # noqa: PLC0415
+  import tempfile  # noqa: PLC0415
+
+  from jax.profiler import ProfileData  # noqa: PLC0415
+
+  with tempfile.TemporaryDirectory() as tmp:
+    with jax.profiler.trace(tmp):
+      jax.block_until_ready(fn())
+    (path,) = glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True)
+    data = ProfileData.from_file(path)
+  planes = [p for p in data.planes if p.name.startswith("/device:")]
+  if not planes:  # CPU: XLA's thunks run on the host's threads
+    planes = [p for p in data.planes if p.name == "/host:CPU"]
+  totals = {}
+  for plane in planes:
+    for line in plane.lines:
+      for e in line.events:
+        if e.name.startswith("$"):  # Python frames, not kernels
+          continue
+        key = (line.name, e.name)
+        calls, ns = totals.get(key, (0, 0.0))
+        totals[key] = (calls + 1, ns + e.duration_ns)
+  lines = {}
+  for (ln, _), (c, ns) in totals.items():  # each line's whole: "(all)"
+    lc, lns = lines.get(ln, (0, 0.0))
+    lines[ln] = (lc + c, lns + ns)
+  totals.update({(ln, "(all)"): v for ln, v in lines.items()})
+  rows = sorted(totals.items(), key=lambda kv: -kv[1][1])[: top + len(lines)]
+  return [(ln, name, c, ns / 1e9) for (ln, name), (c, ns) in rows]
+
+
+def print_kernel_times(fn) -> None:
+  if FLAGS.profile_top <= 0:
+    return
+  progress(f"tracing one call: the {FLAGS.profile_top} longest kernels")
+  for line, name, calls, secs in kernel_times(fn, FLAGS.profile_top):
+    print(f"  {secs * 1e3:10.2f} ms {calls:7d}x  [{line}] {name[:140]}")
 
 
 def measured_ceilings(n: int) -> dict:
@@ -245,6 +294,7 @@ def phase_train(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   progress("train state materialised; timing the step")
   seconds, metrics = timed(step, FLAGS.repeats)
   progress(f"train step {seconds:.3f} s")
+  print_kernel_times(step)
   context = cfg.max_prompt_len + cfg.max_new_tokens
   flops = summary.model_flops_per_token(model_cfg, context)
   flops *= cfg.num_sequences * context / n_dev
@@ -284,6 +334,7 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   progress("rollout inputs materialised; timing the sampler")
   seconds, out = timed(lambda: prog.executable(*args), FLAGS.repeats)
   progress(f"sampler {seconds:.3f} s; compiling the short one")
+  print_kernel_times(lambda: prog.executable(*args))
   generated = int(np.asarray(out.lengths).sum())
   measured_peak = peak_in_use()
   # The same sampler for fewer steps: decode seconds per step by difference.
