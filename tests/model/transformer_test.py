@@ -3,6 +3,7 @@
 import functools
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -79,6 +80,61 @@ def test_bf16_compute_close_to_fp32(params):
   b = policy.logits(params, tokens, bf16)
   assert b.dtype == jnp.float32  # logits always come back in fp32
   assert float(jnp.abs(a - b).max()) < 0.05
+
+
+def _dot_operand_dtypes(fn, *args):
+  """The operand dtypes of every dot_general in fn's jaxpr (nested too)."""
+  found = []
+
+  def walk(jaxpr):
+    for eqn in jaxpr.eqns:
+      if eqn.primitive.name == "dot_general":
+        found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
+      for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+        walk(sub)
+
+  walk(jax.make_jaxpr(fn)(*args).jaxpr)
+  return found
+
+
+def _unembed_grads(dot, dtype):
+  rng = np.random.default_rng(3)
+  h = jnp.asarray(rng.standard_normal((2, 3, 8)), dtype)
+  w = jnp.asarray(rng.standard_normal((8, 11)), dtype)
+  ct = jnp.asarray(rng.standard_normal((2, 3, 11)), jnp.float32)
+
+  def loss(h, w):
+    return (dot(h, w) * ct).sum()
+
+  return jax.grad(loss, argnums=(0, 1)), (h, w)
+
+
+def _plain_dot(h, w):
+  return jnp.dot(h, w, preferred_element_type=jnp.float32)
+
+
+def test_logits_dot_gradient_is_the_plain_products_in_fp32():
+  grad, args = _unembed_grads(transformer.logits_dot, jnp.float32)
+  want, _ = _unembed_grads(_plain_dot, jnp.float32)
+  for a, b in zip(grad(*args), want(*args)):
+    assert a.dtype == jnp.float32
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_logits_dot_backward_stays_in_bf16():
+  # The plain product's backward mixes the fp32 cotangent with bf16
+  # operands: fp32 (TF32 on GPUs) products. logits_dot's takes bf16.
+  grad, args = _unembed_grads(transformer.logits_dot, jnp.bfloat16)
+  plain, _ = _unembed_grads(_plain_dot, jnp.bfloat16)
+  assert any("float32" in d for d in _dot_operand_dtypes(plain, *args))
+  dots = _dot_operand_dtypes(grad, *args)
+  assert len(dots) == 3 and set(dots) == {("bfloat16", "bfloat16")}, dots
+  exact, _ = _unembed_grads(_plain_dot, jnp.float32)  # fp32 products
+  for a, b in zip(grad(*args), exact(*[x.astype(jnp.float32) for x in args])):
+    assert a.dtype == jnp.bfloat16
+    np.testing.assert_allclose(
+      np.asarray(a, np.float32), b, rtol=3e-2, atol=3e-2
+    )
 
 
 def test_remat_gives_same_gradients(params):
