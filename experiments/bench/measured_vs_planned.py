@@ -29,8 +29,12 @@ Then the same compiled executables run on random-init parameters:
 Each phase runs in its own process, so each peak is its own (JAX cannot
 reset a device's peak counter). Peaks come from `memory_stats()`
 (`peak_bytes_in_use`; a GPU's allocator), absent on CPU. `--out` writes
-the numbers as JSON. Targets (issue 23): train MFU >= 40% of bf16 peak,
-decode >= 50% of the HBM-bandwidth bound.
+the numbers as JSON (after each phase: a later one may be cut off),
+`--phase_timeout` bounds each phase, `--profile_top=N` traces one more call
+of each program and prints its N longest kernels (the device's; the host's
+XLA threads on CPU). Targets (issue 23): train MFU >= 40% of bf16 peak,
+decode >= 50% of the HBM-bandwidth bound. Measured on an H100: README.md's
+Benchmarks.
 """
 
 import dataclasses
