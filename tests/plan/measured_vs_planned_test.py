@@ -7,6 +7,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from rlreason.plan import chips
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -23,6 +25,20 @@ def test_local_peaks_come_from_the_device_kind():
   assert chips.local_peaks(pcie) == (756e12, 2.0e12)
   assert chips.local_peaks(sxm) == (989e12, 3.35e12)
   assert chips.local_peaks(cpu) is None
+
+
+def test_a_program_planned_over_the_device_is_not_run():
+  from experiments.bench import measured_vs_planned as mvp
+  from rlreason.plan import program as program_lib
+
+  sizes = dict(argument_bytes=6, output_bytes=2, alias_bytes=2, code_bytes=0)
+  prog = program_lib.Program(
+    name="rollout", temp_bytes=10, resident_bytes=4, flops=0.0,
+    bytes_accessed=0.0, largest=[], **sizes,
+  )  # fmt: skip
+  mvp.check_fits(prog, hbm=20)  # peak 4 + 6 + 2 - 2 + 10 = 20: fits
+  with pytest.raises(RuntimeError, match="rollout: the plan's peak"):
+    mvp.check_fits(prog, hbm=19)
 
 
 def test_the_planned_programs_run_and_are_reported(tmp_path):
