@@ -93,6 +93,12 @@ flags.DEFINE_integer(
   "the most device time (0: no trace)",
 )
 flags.DEFINE_string(
+  "dump_hlo",
+  "",
+  "write each phase's compiled program here as optimized HLO text "
+  "(<phase>.hlo.txt: the fusions --profile_top names)",
+)
+flags.DEFINE_string(
   "out", "", "write the results here (JSON; rewritten after each phase)"
 )
 flags.DEFINE_integer(
@@ -277,6 +283,11 @@ def plan(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw, program, rows):
   if not isinstance(prog, program_lib.Program):  # compile_run returns the error
     raise RuntimeError(f"{program} did not compile: {prog}")
   check_fits(prog, hbm)
+  if FLAGS.dump_hlo:
+    os.makedirs(FLAGS.dump_hlo, exist_ok=True)
+    path = os.path.join(FLAGS.dump_hlo, f"{program}.hlo.txt")
+    with open(path, "w") as f:
+      f.write(prog.executable.as_text())
   seconds = summary.times(cfg, model_cfg, progs, n_dev, peak, bw)[program]
   return prog, seconds, compile_s
 

@@ -50,6 +50,7 @@ def test_the_planned_programs_run_and_are_reported(tmp_path):
       "--model=tiny", "--rows=16", "--micro_batches=2", "--prompt_len=16",
       "--new_tokens=32", "--short_tokens=8", "--rollout_rows=8",
       "--ceiling_n=128", "--repeats=1", f"--out={out}",
+      f"--dump_hlo={tmp_path / 'hlo'}",
     ],
     cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
   )  # fmt: skip
@@ -68,3 +69,9 @@ def test_the_planned_programs_run_and_are_reported(tmp_path):
   # The sampler generated tokens for its 8 rows (at most 32 each).
   assert 0 < rollout["generated_tokens"] <= 8 * 32
   assert "MFU" in proc.stdout and "HBM-bandwidth bound" in proc.stdout
+  for phase in ("train_step", "rollout"):  # the programs that ran, as HLO
+    assert (
+      (tmp_path / "hlo" / f"{phase}.hlo.txt")
+      .read_text()
+      .startswith("HloModule")
+    )
