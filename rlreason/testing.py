@@ -46,6 +46,23 @@ def tiny_model_config(**overrides) -> transformer.ModelConfig:
   )
 
 
+def jaxpr_eqns(fn, *args) -> list:
+  """Every equation of fn's jaxpr at `args`, those of nested jaxprs (jit,
+  scan, custom rules) included."""
+  import jax.extend  # noqa: PLC0415
+
+  found = []
+
+  def walk(jaxpr):
+    for eqn in jaxpr.eqns:
+      found.append(eqn)
+      for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+        walk(sub)
+
+  walk(jax.make_jaxpr(fn)(*args).jaxpr)
+  return found
+
+
 def left_padded_prompts(lengths, vocab_size: int, pad_id: int = 0, seed=0):
   """Random prompts of the given lengths, left padded to the longest:
   tokens [N, P] (ids in [10, vocab_size)) and positions (-1 on padding),

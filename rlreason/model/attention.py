@@ -320,12 +320,10 @@ def _cudnn(q, k_cache, v_cache, slot_pos, index, dt, block, backend="cudnn"):
   count = real.sum(-1).astype(jnp.int32)  # [N]
   # Slot order with the real tokens first (a stable sort keeps their order).
   order = jnp.argsort(~real, axis=-1, stable=True)  # [N, S]
-  take = lambda x, axis: jnp.take_along_axis(  # noqa: E731
-    x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=axis
-  )
-  qs = take(q.reshape(n, s, k * g, dh), 1).astype(dt)  # [N, S, H, Dh]
-  ks = take(k_cache.swapaxes(1, 2), 1).astype(dt)  # [N, S, K, Dh]
-  vs = take(v_cache.swapaxes(1, 2), 1).astype(dt)
+  inverse = jnp.argsort(order, axis=-1)
+  qs = permute_rows(q.reshape(n, s, k * g, dh), order, inverse).astype(dt)
+  ks = permute_rows(k_cache.swapaxes(1, 2), order, inverse).astype(dt)
+  vs = permute_rows(v_cache.swapaxes(1, 2), order, inverse).astype(dt)
   out = jax.nn.dot_product_attention(
     qs,
     ks,
@@ -335,9 +333,36 @@ def _cudnn(q, k_cache, v_cache, slot_pos, index, dt, block, backend="cudnn"):
     key_value_seq_lengths=count,
     implementation=backend,
   )  # [N, S, H, Dh], rows in sorted order
-  inverse = jnp.argsort(order, axis=-1)
-  out = jnp.take_along_axis(out, inverse[..., None, None], axis=1)
+  out = permute_rows(out, inverse, order)
   return out.reshape(n, s, k, g, dh).astype(dt)
+
+
+def _take_rows(x, order):
+  """x [N, S, ...] with each row's S entries in `order` [N, S]."""
+  return jnp.take_along_axis(
+    x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=1
+  )
+
+
+@jax.custom_vjp
+def permute_rows(x, order, inverse):
+  """_take_rows(x, order), `inverse` the inverse permutation. Its gradient
+  is the inverse gather, where autodiff's would be a scatter-add (three
+  per layer in a GPU train step's backward: 115 ms of 2.36 s on an H100,
+  bench.measured_vs_planned --profile_top)."""
+  return _take_rows(x, order)
+
+
+def _permute_rows_fwd(x, order, inverse):
+  return _take_rows(x, order), (order, inverse)
+
+
+def _permute_rows_bwd(res, g):
+  order, inverse = res
+  return _take_rows(g, inverse), None, None
+
+
+permute_rows.defvjp(_permute_rows_fwd, _permute_rows_bwd)
 
 
 def _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block):

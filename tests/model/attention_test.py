@@ -180,3 +180,19 @@ def test_auto_picks_by_platform_and_shape(where, nq, s, expected, monkeypatch):
 def test_kernels_outside_their_shapes_are_errors(impl, nq, s, match):
   with pytest.raises(ValueError, match=match):
     attention.resolve(impl, nq, s, 128)
+
+
+def test_permute_rows_backward_is_the_inverse_gather():
+  """The cuDNN path's row permutation: autodiff's gradient exactly, with no
+  scatter in the backward (a gather of the inverse permutation)."""
+  rng = np.random.default_rng(4)
+  x = jnp.asarray(rng.standard_normal((3, 10, 2, 4)), jnp.float32)
+  order = jnp.asarray(np.stack([rng.permutation(10) for _ in range(3)]))
+  inverse = jnp.argsort(order, axis=-1)
+  w = jnp.asarray(rng.standard_normal(x.shape), jnp.float32)
+  mine = lambda x: (attention.permute_rows(x, order, inverse) * w).sum()  # noqa: E731
+  plain = lambda x: (attention._take_rows(x, order) * w).sum()  # noqa: E731
+  np.testing.assert_array_equal(jax.grad(mine)(x), jax.grad(plain)(x))
+  prims = lambda f: {e.primitive.name for e in testing.jaxpr_eqns(f, x)}  # noqa: E731
+  assert "scatter-add" in prims(jax.grad(plain))
+  assert not {p for p in prims(jax.grad(mine)) if "scatter" in p}

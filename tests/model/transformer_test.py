@@ -3,7 +3,6 @@
 import functools
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -84,17 +83,11 @@ def test_bf16_compute_close_to_fp32(params):
 
 def _dot_operand_dtypes(fn, *args):
   """The operand dtypes of every dot_general in fn's jaxpr (nested too)."""
-  found = []
-
-  def walk(jaxpr):
-    for eqn in jaxpr.eqns:
-      if eqn.primitive.name == "dot_general":
-        found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
-      for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-        walk(sub)
-
-  walk(jax.make_jaxpr(fn)(*args).jaxpr)
-  return found
+  return [
+    tuple(str(v.aval.dtype) for v in e.invars)
+    for e in testing.jaxpr_eqns(fn, *args)
+    if e.primitive.name == "dot_general"
+  ]
 
 
 def _unembed_grads(dot, dtype):
