@@ -28,6 +28,7 @@ RESUMABLE_CHANGES = (
   "validate_rows",
   "rollout_rows",  # samples do not depend on it (per-row keys)
   "rollout_batching",  # nor on this
+  "decode_attention",  # nor on this (up to numerics)
   "allow_config_change",
 )
 
@@ -106,6 +107,10 @@ class BaseConfig:
   # (sampling/continuous.py); static: calls of that many rows, each decoded
   # until its longest row stops. The samples are the same.
   rollout_batching: str = "continuous"
+  # A decode step's attention (model/attention.py): dense reads every cache
+  # slot of every row; ragged, each row's filled slots only (the Pallas GPU
+  # decode kernel; not on TPU).
+  decode_attention: str = "dense"
 
   # Optimisation.
   lr: float = 1e-3
@@ -253,6 +258,10 @@ class BaseConfig:
       self.rollout_batching in ("static", "continuous"),
       f"--rollout_batching={self.rollout_batching!r}; expected static or "
       "continuous",
+    )
+    check(
+      self.decode_attention in ("dense", "ragged"),
+      f"--decode_attention={self.decode_attention!r}; expected dense or ragged",
     )
     check(
       self.remat_policy in ("full", "dots"),

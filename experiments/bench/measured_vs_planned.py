@@ -80,6 +80,11 @@ flags.DEFINE_integer("rollout_rows", 256, "sequences per sampler call")
 flags.DEFINE_integer("short_tokens", 128, "the short sampler's steps")
 flags.DEFINE_string("remat_policy", "dots", "full | dots | none (no remat)")
 flags.DEFINE_float("temperature", 1.0, "the sampler's (0: greedy)")
+flags.DEFINE_string(
+  "decode_attention",
+  "dense",
+  "dense | ragged (attention.DECODE_IMPLEMENTATIONS)",
+)
 flags.DEFINE_string("attention", "auto", "attention.IMPLEMENTATIONS")
 flags.DEFINE_integer("repeats", 3, "timed calls per program")
 flags.DEFINE_integer(
@@ -116,6 +121,7 @@ def config():
     remat=FLAGS.remat_policy != "none",
     remat_policy="full" if FLAGS.remat_policy == "none" else FLAGS.remat_policy,
     temperature=FLAGS.temperature,
+    decode_attention=FLAGS.decode_attention,
     batch_size=FLAGS.rows // 8,
     group_size=8,
     minibatches=1,
@@ -368,9 +374,12 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   # The same sampler for fewer steps: decode seconds per step by difference.
   short = FLAGS.short_tokens
   t0 = time.perf_counter()
+  decoding = dataclasses.replace(  # as the planned rollout's
+    model_cfg, decode_attention=cfg.decode_attention
+  )
   short_exe = sampler._sample.lower(  # noqa: SLF001 - the jitted body
     params, ids, pos, key,
-    model_cfg=model_cfg, max_new_tokens=short,
+    model_cfg=decoding, max_new_tokens=short,
     sampling=draw.Sampling(temperature=cfg.temperature),
     stop_ids=(0,), pad_id=0, return_logits=False, mesh=mesh,
   ).compile()  # fmt: skip

@@ -48,6 +48,10 @@ import jax.numpy as jnp
 from rlreason import mesh as mesh_lib
 
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "splash", "cudnn")
+# A one-token block's (decoding): see attend and _ragged.
+DECODE_IMPLEMENTATIONS = ("dense", "ragged")
+# _ragged's cache length is a multiple of this (cache_slots).
+RAGGED_SLOTS = 128
 
 # Large finite negative, not -inf: a fully masked row (a padding query) then
 # gives a uniform softmax instead of NaN.
@@ -106,6 +110,7 @@ def attend(
   *,
   impl: str = "auto",
   block: int = 512,
+  decode: str = "dense",
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Writes this block's keys and values into the cache, then attends.
 
@@ -114,6 +119,12 @@ def attend(
   block (< 0 = empty or padding); index [] the block's first slot, or [N]
   one per row (continuous batching: each decode slot writes at its own
   column). Scores and softmax are fp32, the rest in the compute dtype `dt`.
+
+  `decode` (DECODE_IMPLEMENTATIONS) is the attention of a one-token block:
+  "dense" as above, or "ragged": only each row's slots from its first real
+  one to the block's (_ragged; the samplers' layout, set by them), where
+  the cache is whole blocks of RAGGED_SLOTS (cache_slots), else dense (a
+  one-slot trace of the model's init, say).
 
   Returns the attention output [N, Q, H, Dh] and the updated caches.
   """
@@ -124,6 +135,9 @@ def attend(
   v_cache = write_slots(v_cache, vv.swapaxes(1, 2), index, axis=2)
   s = k_cache.shape[2]
   q = q.reshape(n, nq, k, h // k, dh)  # [N, Q, K, H/K, Dh]
+  if nq == 1 and decode == "ragged" and s % RAGGED_SLOTS == 0:
+    out = _ragged(q, k_cache, v_cache, slot_pos, index, dt)
+    return out.reshape(n, nq, h, dh), k_cache, v_cache
   impl = resolve(impl, nq, s, block)
   if jnp.ndim(index) and impl in ("splash", "cudnn"):
     raise ValueError(f"attention={impl!r} needs one write index for all rows")
@@ -363,6 +377,73 @@ def _permute_rows_bwd(res, g):
 
 
 permute_rows.defvjp(_permute_rows_fwd, _permute_rows_bwd)
+
+
+def cache_slots(length: int, decode: str) -> int:
+  """The cache length a sampler allocates for `length` slots: rounded up
+  to a multiple of RAGGED_SLOTS for the ragged decode kernel (the slots
+  past `length` are never written nor read)."""
+  if decode != "ragged":
+    return length
+  return -(-length // RAGGED_SLOTS) * RAGGED_SLOTS
+
+
+def _ragged_blocks(s: int) -> tuple[int, int]:
+  """(block_k, k_splits) of the decode kernel for a cache of s slots (a
+  multiple of RAGGED_SLOTS): 64-slot blocks, the S axis split in up to 16
+  parts run in parallel."""
+  blocks = s // 64
+  splits = max(d for d in range(1, 17) if blocks % d == 0)
+  return 64, splits
+
+
+def _ragged(q, k_cache, v_cache, slot_pos, index, dt):
+  """One query per row over its slots [first real slot, query slot] only:
+  the Pallas decode kernel (jax.experimental.pallas.ops.gpu.decode_attention,
+  Triton on GPUs, interpret mode elsewhere: tests) skips the cache blocks
+  outside that span, where dense attention reads all S slots of every row
+  (at 2.6 TB/s, 45% of an H100's decode step: bench.measured_vs_planned).
+  Exact where a live row's real slots are one span (left padding, prompt,
+  completion: the static and continuous samplers'; a finished row's
+  padding slots are not, and its outputs go unread). q [N, 1, K, G, Dh];
+  caches [N, K, S, Dh]; index [] or [N]. Returns [N, 1, K, G, Dh] in dt."""
+  from jax.experimental.pallas.ops.gpu import decode_attention as kernels  # noqa: PLC0415 - Pallas GPU module, loaded on use
+
+  n, _, k, g, dh = q.shape
+  s = k_cache.shape[2]
+  block, splits = _ragged_blocks(s)
+  where = platform()
+  if where == "tpu":
+    raise ValueError(
+      "decode attention 'ragged' is the GPU kernel; on TPU use dense"
+    )
+  end = jnp.broadcast_to(index + 1, (n,)).astype(jnp.int32)  # causal bound
+
+  def rows(qr, kc, vc, pos, end):  # one shard: [n', K, G, Dh], ...
+    start = jnp.argmax(pos >= 0, axis=-1).astype(jnp.int32)
+    out = kernels.gqa(
+      qr.reshape(qr.shape[0], -1, dh),  # this shard's K x G heads
+      kc.swapaxes(1, 2),  # the kernel's [N, S, K, Dh], swapped back inside
+      vc.swapaxes(1, 2),
+      start,
+      end,
+      sm_scale=1 / math.sqrt(dh),
+      block_k=block,
+      k_splits=splits,
+      interpret=where != "gpu",
+    )
+    return out.reshape(qr.shape)
+
+  out = _batch_shard_map(
+    rows,
+    mesh_lib.active_mesh(),
+    q[:, 0].astype(dt),
+    k_cache.astype(dt),
+    v_cache.astype(dt),
+    slot_pos,
+    end,
+  )
+  return out[:, None]
 
 
 def _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block):

@@ -78,6 +78,10 @@ class ModelConfig:
   # dense holds [.., Q, S] scores.
   attention: str = "auto"
   attention_block: int = 512
+  # A decode step's attention (attention.DECODE_IMPLEMENTATIONS): "ragged"
+  # reads each row's filled slots only; set by the static and continuous
+  # samplers (their cache layout), not for other forwards.
+  decode_attention: str = "dense"
 
   def __post_init__(self):
     if self.n_heads % self.n_kv_heads:
@@ -89,6 +93,11 @@ class ModelConfig:
       raise ValueError(
         f"attention={self.attention!r}; expected one of "
         f"{', '.join(attention.IMPLEMENTATIONS)}"
+      )
+    if self.decode_attention not in attention.DECODE_IMPLEMENTATIONS:
+      raise ValueError(
+        f"decode_attention={self.decode_attention!r}; expected one of "
+        f"{', '.join(attention.DECODE_IMPLEMENTATIONS)}"
       )
     for name in ("dtype", "param_dtype"):
       if getattr(self, name) not in _DTYPES:
@@ -230,6 +239,7 @@ class Attention(nn.Module):
       dt,
       impl=cfg.attention,
       block=cfg.attention_block,
+      decode=cfg.decode_attention,
     )
     wo = _param(
       self,

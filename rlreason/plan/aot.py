@@ -184,6 +184,9 @@ def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
 def compile_rollout(
   cfg, model_cfg, mesh, rows, hbm_bytes=None
 ) -> program_lib.Program:
+  model_cfg = dataclasses.replace(  # as Context.rollout_model_cfg
+    model_cfg, decode_attention=getattr(cfg, "decode_attention", "dense")
+  )
   params = state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
   frozen = state_lib.lora_base(cfg, model_cfg, mesh)
   if frozen is not None and cfg.lora_quantize:

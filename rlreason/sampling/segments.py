@@ -62,6 +62,12 @@ def _batch(x, mesh):
 def init_cache(model_cfg, n, length, *, mesh=None) -> transformer.Cache:
   """An empty cache of `length` slots for n rows, made in place: with a
   mesh, each device allocates only its rows."""
+  if model_cfg.decode_attention != "dense":
+    # Appended segments leave padding between a row's real slots.
+    raise ValueError(
+      f"decode_attention={model_cfg.decode_attention!r}: the multi-turn "
+      "and tree samplers decode with dense attention"
+    )
   return constrain_cache(transformer.init_cache(model_cfg, n, length), mesh)
 
 

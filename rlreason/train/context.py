@@ -119,11 +119,13 @@ class Context:
 
   @property
   def rollout_model_cfg(self):
-    """The sampler's architecture: the model in cfg.rollout_dtype."""
-    dtype = getattr(self.cfg, "rollout_dtype", "")
-    if not dtype or dtype == self.model_cfg.dtype:
-      return self.model_cfg
-    return dataclasses.replace(self.model_cfg, dtype=dtype)
+    """The single-turn sampler's architecture: the model in
+    cfg.rollout_dtype, decoding with cfg.decode_attention."""
+    dtype = getattr(self.cfg, "rollout_dtype", "") or self.model_cfg.dtype
+    decode = getattr(self.cfg, "decode_attention", "dense")
+    return dataclasses.replace(
+      self.model_cfg, dtype=dtype, decode_attention=decode
+    )
 
   @property
   def score_rows(self) -> int:

@@ -196,3 +196,42 @@ def test_permute_rows_backward_is_the_inverse_gather():
   prims = lambda f: {e.primitive.name for e in testing.jaxpr_eqns(f, x)}  # noqa: E731
   assert "scatter-add" in prims(jax.grad(plain))
   assert not {p for p in prims(jax.grad(mine)) if "scatter" in p}
+
+
+def test_ragged_decode_needs_whole_blocks_of_cache_slots(monkeypatch):
+  assert attention.cache_slots(1535, "ragged") == 1536
+  assert attention.cache_slots(1535, "dense") == 1535
+  assert attention.cache_slots(128, "ragged") == 128
+  # Other caches (the init's one-slot trace, say) decode densely.
+  monkeypatch.setattr(attention, "_ragged", None)  # not called
+  args = _case(n=2, nq=1, s=20, index=9)
+  np.testing.assert_array_equal(
+    attention.attend(*args, jnp.float32, decode="ragged")[0],
+    attention.attend(*args, jnp.float32, decode="dense")[0],
+  )
+  with pytest.raises(ValueError, match="decode_attention='flash'"):
+    dataclasses.replace(testing.tiny_model_config(), decode_attention="flash")
+
+
+def test_multiturn_segments_refuse_ragged_decode():
+  from rlreason.sampling import segments
+
+  cfg = testing.tiny_model_config(decode_attention="ragged")
+  with pytest.raises(ValueError, match="decode with dense attention"):
+    segments.init_cache(cfg, 2, 128)
+
+
+@pytest.mark.parametrize("per_row", [False, True], ids=["shared", "per_row"])
+def test_ragged_decode_equals_dense(per_row):
+  """One query per row over [first real slot, its slot]; with an index per
+  row (continuous batching), slots past it keep stale positions."""
+  q, kk, vv, kc, vc, pos, index = _case(n=3, nq=1, s=128, index=40)
+  if per_row:
+    index = jnp.asarray([40, 7, 90])
+    pos = jnp.broadcast_to(jnp.arange(128), (3, 128)).at[0, :3].set(-1)
+  args = (q, kk, vv, kc, vc, pos, index, jnp.float32)
+  dense = attention.attend(*args, decode="dense")
+  ragged = attention.attend(*args, decode="ragged")
+  np.testing.assert_allclose(ragged[0], dense[0], rtol=1e-5, atol=1e-5)
+  for a, b in zip(ragged[1:], dense[1:]):  # the same caches written
+    np.testing.assert_array_equal(a, b)

@@ -6,6 +6,8 @@ finish reasons, and the same log-probs (fp32, to rounding), whatever slot a
 row ran in and whenever it was admitted.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -197,3 +199,32 @@ def test_bad_input_fails_before_compiling(params, kwargs, match):
       params, tokens, positions, KEY, model_cfg=CFG, max_new_tokens=T,
       **kwargs,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("mesh_shape", [None, (2, 2, 2)], ids=["one", "mesh"])
+def test_ragged_decode_attention_gives_the_dense_samples(params, mesh_shape):
+  """decode_attention="ragged" (the Pallas decode kernel, interpret mode on
+  CPU) reads each row's filled slots only: the static and the continuous
+  sampler (refilled slots: stale slots past a row's index) give the dense
+  static sampler's samples, on one device and sharded."""
+  ragged = dataclasses.replace(CFG, decode_attention="ragged")
+  sampling = Sampling(temperature=0.8)
+  stop_ids = _first_token_stop(params, sampling)
+  tokens, positions = _prompts()
+  kw = dict(
+    max_new_tokens=T, sampling=sampling, stop_ids=stop_ids, pad_id=PAD
+  )  # fmt: skip
+  ref = sampler.sample(params, tokens, positions, KEY, model_cfg=CFG, **kw)
+  args = (params, tokens, positions)
+  if mesh_shape:
+    mesh = mesh_lib.make_mesh(*mesh_shape)
+    kw["mesh"] = mesh
+    args = (
+      jax.device_put(params, mesh_lib.replicated(mesh)),
+      jnp.asarray(tokens),
+      jnp.asarray(positions),
+    )
+  static = sampler.sample(*args, KEY, model_cfg=ragged, **kw)
+  cont = continuous.sample(*args, KEY, model_cfg=ragged, slots=4, **kw)
+  _assert_same(ref, static)
+  _assert_same(ref, cont)

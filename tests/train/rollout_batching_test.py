@@ -66,3 +66,15 @@ def test_continuous_is_the_default_and_samples_as_static(monkeypatch):
 def test_bad_batching_is_a_config_error():
   with pytest.raises(ValueError, match="--rollout_batching='paged'"):
     dataclasses.replace(grpo.TinyConfig(), rollout_batching="paged").validate()
+
+
+def test_ragged_decode_attention_samples_as_dense(monkeypatch):
+  """--decode_attention=ragged reaches the loop's single-turn sampler (the
+  Pallas decode kernel, interpret mode here) with the same samples."""
+  dense, _ = _rollout(monkeypatch, rollout_rows=5)
+  ragged, _ = _rollout(monkeypatch, rollout_rows=5, decode_attention="ragged")
+  np.testing.assert_array_equal(ragged.tokens, dense.tokens)
+  np.testing.assert_array_equal(ragged.mask, dense.mask)
+  np.testing.assert_allclose(ragged.logp, dense.logp, rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="--decode_attention='paged'"):
+    dataclasses.replace(grpo.TinyConfig(), decode_attention="paged").validate()
