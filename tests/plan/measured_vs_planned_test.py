@@ -75,3 +75,17 @@ def test_the_planned_programs_run_and_are_reported(tmp_path):
       .read_text()
       .startswith("HloModule")
     )
+
+
+def test_the_gpu_script_passes_only_the_benchmarks_flags():
+  """experiments/bench/gpu_check.sh (the next GPU session's one call)
+  names flags that exist."""
+  import re
+
+  from experiments.bench import measured_vs_planned as mvp
+
+  text = open(os.path.join(ROOT, "experiments/bench/gpu_check.sh")).read()
+  calls = re.findall(r"\$bench[^\n]*(?:\\\n[^\n]*)*", text)
+  used = {f for call in calls for f in re.findall(r"--(\w+)=", call)}
+  assert len(calls) == 3 and {"decode_attention", "profile_top"} <= used
+  assert used <= set(mvp.FLAGS), used - set(mvp.FLAGS)
