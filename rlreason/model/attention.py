@@ -409,9 +409,8 @@ def _ragged(q, k_cache, v_cache, slot_pos, index, dt):
   caches [N, K, S, Dh]; index [] or [N]. Returns [N, 1, K, G, Dh] in dt."""
   from jax.experimental.pallas.ops.gpu import decode_attention as kernels  # noqa: PLC0415 - Pallas GPU module, loaded on use
 
-  n, _, k, g, dh = q.shape
-  s = k_cache.shape[2]
-  block, splits = _ragged_blocks(s)
+  n, dh = q.shape[0], q.shape[-1]
+  block, splits = _ragged_blocks(k_cache.shape[2])
   where = platform()
   if where == "tpu":
     raise ValueError(
