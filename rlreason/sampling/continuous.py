@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason import mesh as mesh_lib
-from rlreason.model import attention
+from rlreason.model import attention_kernels
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 from rlreason.sampling import sampler as sampler_lib
@@ -267,7 +267,7 @@ def _init(params, tokens, positions, rng, row_offset, limits, **static):
     keys=batch(row_keys(rng, m, row_offset)),
     limits=batch(limits.astype(jnp.int32)),
   )
-  slots = attention.cache_slots(p + t_max - 1, cfg.decode_attention)
+  slots = attention_kernels.cache_slots(p + t_max - 1, cfg.decode_attention)
   cache = transformer.init_cache(cfg, ns, slots)
   cache = constrain_cache(
     cache._replace(index=jnp.zeros((ns,), jnp.int32)), mesh

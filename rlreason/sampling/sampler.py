@@ -35,7 +35,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import stops
-from rlreason.model import attention
+from rlreason.model import attention_kernels
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 from rlreason.sampling.draw import Sampling
@@ -391,7 +391,9 @@ def _sample(
     )
 
   # Prefill: the whole prompt in one call; its last logits give token 0.
-  slots = attention.cache_slots(p + t_max - 1, model_cfg.decode_attention)
+  slots = attention_kernels.cache_slots(
+    p + t_max - 1, model_cfg.decode_attention
+  )
   cache = constrain_cache(transformer.init_cache(model_cfg, n, slots), mesh)
   logits, cache = forward(tokens, positions, cache)
   zeros = lambda dtype: batch(jnp.zeros((n, t_max), dtype))

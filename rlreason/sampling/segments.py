@@ -38,17 +38,10 @@ from rlreason.model import policy
 from rlreason.sampling import stops
 from rlreason.model import transformer
 from rlreason.sampling.sampler import constrain
+from rlreason.sampling.sampler import compute_params
 from rlreason.sampling.sampler import constrain_cache
 from rlreason.sampling.draw import row_keys
 from rlreason.sampling.draw import step_keys
-
-
-def _cast(params, model_cfg):
-  dt = model_cfg.compute_dtype
-  return jax.tree.map(
-    lambda w: w.astype(dt) if jnp.issubdtype(w.dtype, jnp.floating) else w,
-    params,
-  )
 
 
 def _batch(x, mesh):
@@ -78,7 +71,7 @@ def extend(params, cache, tokens, positions, *, model_cfg, mesh=None):
   Returns the logits [N, V] after the last column (the next token's
   distribution for rows whose last column is real) and the cache.
   """
-  params = _cast(params, model_cfg)
+  params = compute_params(params, model_cfg)
   hidden, cache = transformer.hidden_states(
     params, _batch(tokens, mesh), _batch(positions, mesh), model_cfg, cache
   )
@@ -174,7 +167,7 @@ def decode(
     (Segment, cache).
   """
   n, t_max = logits.shape[0], max_new_tokens
-  cparams = _cast(params, model_cfg)
+  cparams = compute_params(params, model_cfg)
   batch = lambda x: _batch(x, mesh)
   stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
   start_pos = batch(start_pos)

@@ -12,6 +12,7 @@ import pytest
 
 from rlreason import testing
 from rlreason.model import attention
+from rlreason.model import attention_kernels as kernels
 from rlreason.model import policy
 from rlreason.model import transformer
 
@@ -105,7 +106,7 @@ def test_kernels_equal_dense_on_real_tokens(impl, monkeypatch):
   (run with XLA here: no GPU) == dense attention, values and gradients."""
   if impl == "cudnn":
     monkeypatch.setattr(
-      attention, "_cudnn", functools.partial(attention._cudnn, backend="xla")
+      kernels, "cudnn", functools.partial(kernels.cudnn, backend="xla")
     )
   q, kk, vv, kc, vc, pos, index = _full_case()
   weights = (
@@ -190,8 +191,8 @@ def test_permute_rows_backward_is_the_inverse_gather():
   order = jnp.asarray(np.stack([rng.permutation(10) for _ in range(3)]))
   inverse = jnp.argsort(order, axis=-1)
   w = jnp.asarray(rng.standard_normal(x.shape), jnp.float32)
-  mine = lambda x: (attention.permute_rows(x, order, inverse) * w).sum()  # noqa: E731
-  plain = lambda x: (attention._take_rows(x, order) * w).sum()  # noqa: E731
+  mine = lambda x: (kernels.permute_rows(x, order, inverse) * w).sum()  # noqa: E731
+  plain = lambda x: (kernels.take_rows(x, order) * w).sum()  # noqa: E731
   np.testing.assert_array_equal(jax.grad(mine)(x), jax.grad(plain)(x))
   prims = lambda f: {e.primitive.name for e in testing.jaxpr_eqns(f, x)}  # noqa: E731
   assert "scatter-add" in prims(jax.grad(plain))
@@ -199,11 +200,11 @@ def test_permute_rows_backward_is_the_inverse_gather():
 
 
 def test_ragged_decode_needs_whole_blocks_of_cache_slots(monkeypatch):
-  assert attention.cache_slots(1535, "ragged") == 1536
-  assert attention.cache_slots(1535, "dense") == 1535
-  assert attention.cache_slots(128, "ragged") == 128
+  assert kernels.cache_slots(1535, "ragged") == 1536
+  assert kernels.cache_slots(1535, "dense") == 1535
+  assert kernels.cache_slots(128, "ragged") == 128
   # Other caches (the init's one-slot trace, say) decode densely.
-  monkeypatch.setattr(attention, "_ragged", None)  # not called
+  monkeypatch.setattr(kernels, "ragged", None)  # not called
   args = _case(n=2, nq=1, s=20, index=9)
   np.testing.assert_array_equal(
     attention.attend(*args, jnp.float32, decode="ragged")[0],
