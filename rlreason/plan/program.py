@@ -65,11 +65,32 @@ _BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
 _BYTES.update({"u8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8})
 
 
+_FUSED = re.compile(r"\bfusion\(.*\bcalls=%([\w.\-]+)")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{$")
+
+
+def materialized(hlo_text: str) -> str:
+  """The HLO text less the bodies of fused computations: their values
+  live in a kernel's registers or VMEM, not in HBM (a [1, D] x [D, V]
+  product rewritten to a fused multiply + reduce names an f32[D, V]
+  there that is never stored)."""
+  fused = set(_FUSED.findall(hlo_text))
+  kept, skip = [], False
+  for line in hlo_text.splitlines():
+    head = _COMPUTATION.match(line)
+    if head:
+      skip = head.group(1) in fused
+    if not skip:
+      kept.append(line)
+  return "\n".join(kept)
+
+
 def largest_buffers(hlo_text: str, k: int = 10):
-  """The k largest arrays the optimized per-device HLO produces:
-  (bytes, "dtype[dims]", the ops producing it), one per distinct shape."""
+  """The k largest arrays the optimized per-device HLO stores (outside
+  fused computations, `materialized`): (bytes, "dtype[dims]", the ops
+  producing it), one per distinct shape."""
   seen: dict[str, tuple[int, set]] = {}
-  for dtype, dims, op in _SHAPE.findall(hlo_text):
+  for dtype, dims, op in _SHAPE.findall(materialized(hlo_text)):
     if dtype not in _BYTES:
       continue
     size = _BYTES[dtype]

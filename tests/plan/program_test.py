@@ -1,0 +1,22 @@
+"""plan/program.py's reading of a compiled program's HLO."""
+
+import jax
+import jax.numpy as jnp
+
+from rlreason.plan import program
+
+
+def test_largest_buffers_skip_values_inside_fused_computations():
+  """A [1, D] x [D, V] product XLA strength-reduces to a fused multiply +
+  reduce names an f32[D, V] inside the fusion, which is never stored (a
+  7B sampler's listing showed it as its largest buffer, 2 GiB); the
+  listing keeps the stored bf16[D, V] weights and the [V] result."""
+  d, v = 64, 1024
+  f = jax.jit(lambda x, w: (x[:, None] * w.astype(jnp.float32)).sum(0))
+  x = jax.ShapeDtypeStruct((d,), jnp.float32)
+  w = jax.ShapeDtypeStruct((d, v), jnp.bfloat16)
+  text = f.lower(x, w).compile().as_text()
+  every = {s for _, s, _ in program.largest_buffers(text + "\n", k=100)}
+  assert "f32[64,1024]" in text  # the fused computation's value exists
+  assert "f32[64,1024]" not in every, every
+  assert {"bf16[64,1024]", "f32[1024]"} <= every, every
