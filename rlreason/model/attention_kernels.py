@@ -255,4 +255,7 @@ def ragged(q, k_cache, v_cache, slot_pos, index, dt):
     slot_pos,
     end,
   )
-  return out[:, None]
+  # The kernel returns fp32 whatever its inputs: left so, the residual
+  # stream after the first layer was fp32 and every later product of the
+  # step an fp32 GEMM (the H100's ragged decode, session 29's HLO dump).
+  return out[:, None].astype(dt)

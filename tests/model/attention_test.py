@@ -236,3 +236,35 @@ def test_ragged_decode_equals_dense(per_row):
   np.testing.assert_allclose(ragged[0], dense[0], rtol=1e-5, atol=1e-5)
   for a, b in zip(ragged[1:], dense[1:]):  # the same caches written
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("impl", ["dense", "blockwise", "splash", "cudnn"])
+def test_full_forwards_keep_the_compute_dtype(impl, monkeypatch):
+  """Every implementation returns the compute dtype (bf16 here), so the
+  residual stream stays in it (test_ragged_decode_keeps_the_compute_dtype:
+  the one that did not)."""
+  monkeypatch.setattr(
+    kernels, "cudnn", functools.partial(kernels.cudnn, backend="xla")
+  )
+  q, kk, vv, kc, vc, pos, index = _full_case()
+  bf16 = [x.astype(jnp.bfloat16) for x in (q, kk, vv, kc, vc)]
+  out = attention.attend(*bf16, pos, index, jnp.bfloat16, impl=impl, block=128)
+  assert [x.dtype for x in out] == [jnp.bfloat16] * 3
+
+
+def test_ragged_decode_keeps_the_compute_dtype():
+  """bf16 in, bf16 out, as dense attention: the Pallas kernel's own output
+  is fp32, which would carry the residual stream (and every later product
+  of the decode step) to fp32."""
+  q, kk, vv, kc, vc, pos, index = _case(n=2, nq=1, s=128, index=40)
+  bf16 = [x.astype(jnp.bfloat16) for x in (q, kk, vv, kc, vc)]
+  args = (*bf16, pos, index, jnp.bfloat16)
+  dense = attention.attend(*args, decode="dense")
+  ragged = attention.attend(*args, decode="ragged")
+  assert dense[0].dtype == ragged[0].dtype == jnp.bfloat16
+  np.testing.assert_allclose(
+    np.asarray(ragged[0], np.float32),
+    np.asarray(dense[0], np.float32),
+    rtol=2e-2,
+    atol=2e-2,
+  )
