@@ -231,9 +231,14 @@ def smallest_fit(slices, try_slice, start: int = 0):
     map(summary.out_of_memory, row.get("errors", {}).values())
   ) and i + 1 < len(slices):
     i += 1
-    row = attempt(i)
+    miss, row = row, attempt(i)
     if row["fits"]:
       break
+    if not all(map(summary.out_of_memory, row.get("errors", {}).values())):
+      # A larger slice that cannot run it at all (its batch does not split
+      # over the chips, say): the answer is the miss below it.
+      error = next(iter(row["errors"].values()))
+      return {**miss, "beyond": f"{row['slice']}: {error}"}, tried
   return row, tried
 
 
@@ -361,7 +366,11 @@ def markdown(results: dict, families) -> str:
         error = next(iter(r["errors"].values()))
         cells.append(f"not planned: {error[:60]}")
       elif not r.get("fits"):
-        cells.append(f"no fit up to {r['slice']}")
+        beyond = ""
+        if r.get("beyond"):  # "slice: error"; a sharding error's point
+          where, why = r["beyond"].split(": ", 1)
+          beyond = f" ({where}: {why.split(' implies that ')[-1][:70]})"
+        cells.append(f"no fit up to {r['slice']}{beyond}")
       else:
         flags = " ".join(
           f"--{flag}={r[flag]}"

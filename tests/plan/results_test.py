@@ -59,7 +59,11 @@ def test_a_searched_cell_is_its_tried_slice(key):
     pytest.skip("a search stopped midway (the next run resumes it)")
   row = dict(RESULTS_JSON[key])
   row.pop("killed", None)  # added by the search, not by the compile
+  beyond = row.pop("beyond", None)  # likewise: the next slice's error
   assert TRIED_JSON[key][row["slice"]] == row
+  if beyond:
+    where, why = beyond.split(": ", 1)
+    assert why in TRIED_JSON[key][where]["errors"].values()
   if not row["fits"]:
     return
   # The search recorded a smaller slice than its answer only as a miss.

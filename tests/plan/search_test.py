@@ -71,6 +71,25 @@ def test_an_error_a_larger_slice_keeps_stops_the_search():
   assert not row["fits"] and calls == [4]
 
 
+def test_a_larger_slice_that_cannot_run_it_leaves_the_miss_below():
+  """Out of memory up to 16 chips, then an error no larger slice changes
+  (dr_grpo on v5e-256: its 128-row micro-batch does not split over 256
+  chips): the answer is the miss at 16 chips, the error noted."""
+  split = "ValueError: dimension 128 does not split 256 ways"
+
+  def try_slice(s):
+    if s.chips > 16:
+      return {"slice": s.name, "fits": False, "errors": {"train_step": split}}
+    return {"slice": s.name, "fits": False, "errors": {"train_step": OOM}}
+
+  row, tried = plan_cli.smallest_fit(V4, try_slice, 1)
+  assert tried == ["v4-16", "v4-32", "v4-64"]
+  assert not row["fits"] and row["slice"] == "v4-32", row
+  assert row["beyond"] == f"v4-64: {split}"
+  cell = plan_cli.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
+  assert cell == f"| x | no fit up to v4-32 (v4-64: {split}) |"
+
+
 def test_stepping_down_stops_at_the_first_miss():
   # Not monotone (the TPU scheduler: dler, treerl): 4 chips fit, 8 do not,
   # 16 do. From 16 the search stops at the miss at 8, as documented.
