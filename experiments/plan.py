@@ -206,6 +206,12 @@ def start_index(slices, known) -> int:
   return len(slices) - 1
 
 
+def _misses_by_memory(row) -> bool:
+  """Whether a row that does not fit failed only for memory (or compiled
+  over the fit: no errors), so a larger slice may fit."""
+  return all(map(summary.out_of_memory, row.get("errors", {}).values()))
+
+
 def smallest_fit(slices, try_slice, start: int = 0):
   """(row, names tried): the smallest of `slices` (smallest first) whose
   `try_slice(slice)` row fits, searching from `start`: down while the next
@@ -227,18 +233,16 @@ def smallest_fit(slices, try_slice, start: int = 0):
         break
       row, i = smaller, i - 1
     return row, tried
-  while all(
-    map(summary.out_of_memory, row.get("errors", {}).values())
-  ) and i + 1 < len(slices):
+  while _misses_by_memory(row) and i + 1 < len(slices):
     i += 1
     miss, row = row, attempt(i)
     if row["fits"]:
       break
-    if not all(map(summary.out_of_memory, row.get("errors", {}).values())):
+    if not _misses_by_memory(row):
       # A larger slice that cannot run it at all (its batch does not split
       # over the chips, say): the answer is the miss below it.
       error = next(iter(row["errors"].values()))
-      return {**miss, "beyond": f"{row['slice']}: {error}"}, tried
+      return {**miss, "beyond": {"slice": row["slice"], "error": error}}, tried
   return row, tried
 
 
@@ -360,16 +364,14 @@ def markdown(results: dict, families) -> str:
       r = results.get(f"{name}/{family}")
       if not r:
         cells.append("-")
-      elif r.get("errors") and not all(
-        map(summary.out_of_memory, r["errors"].values())
-      ):
+      elif not _misses_by_memory(r):
         error = next(iter(r["errors"].values()))
         cells.append(f"not planned: {error[:60]}")
       elif not r.get("fits"):
         beyond = ""
-        if r.get("beyond"):  # "slice: error"; a sharding error's point
-          where, why = r["beyond"].split(": ", 1)
-          beyond = f" ({where}: {why.split(' implies that ')[-1][:70]})"
+        if r.get("beyond"):  # a sharding error's point is after "implies"
+          why = r["beyond"]["error"].split(" implies that ")[-1][:70]
+          beyond = f" ({r['beyond']['slice']}: {why})"
         cells.append(f"no fit up to {r['slice']}{beyond}")
       else:
         flags = " ".join(

@@ -62,8 +62,8 @@ def test_a_searched_cell_is_its_tried_slice(key):
   beyond = row.pop("beyond", None)  # likewise: the next slice's error
   assert TRIED_JSON[key][row["slice"]] == row
   if beyond:
-    where, why = beyond.split(": ", 1)
-    assert why in TRIED_JSON[key][where]["errors"].values()
+    errors = TRIED_JSON[key][beyond["slice"]]["errors"]
+    assert beyond["error"] in errors.values()
   if not row["fits"]:
     return
   # The search recorded a smaller slice than its answer only as a miss.

@@ -85,7 +85,7 @@ def test_a_larger_slice_that_cannot_run_it_leaves_the_miss_below():
   row, tried = plan_cli.smallest_fit(V4, try_slice, 1)
   assert tried == ["v4-16", "v4-32", "v4-64"]
   assert not row["fits"] and row["slice"] == "v4-32", row
-  assert row["beyond"] == f"v4-64: {split}"
+  assert row["beyond"] == {"slice": "v4-64", "error": split}
   cell = plan_cli.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
   assert cell == f"| x | no fit up to v4-32 (v4-64: {split}) |"
 
