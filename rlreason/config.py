@@ -12,6 +12,11 @@ import os
 
 # Compute / parameter dtypes a run may name.
 DTYPES = ("float32", "bfloat16", "float16")
+# The model's choices, named here so this module imports no JAX; a test
+# keeps them equal to attention.DECODE_IMPLEMENTATIONS and transformer's
+# remat policies.
+DECODE_ATTENTIONS = ("dense", "ragged")
+REMAT_POLICIES = ("full", "dots")
 # Fields a resumed run may change without --allow_config_change: they decide
 # how long the run goes on and what it records, not what it computes.
 RESUMABLE_CHANGES = (
@@ -260,12 +265,13 @@ class BaseConfig:
       "continuous",
     )
     check(
-      self.decode_attention in ("dense", "ragged"),
-      f"--decode_attention={self.decode_attention!r}; expected dense or ragged",
+      self.decode_attention in DECODE_ATTENTIONS,
+      f"--decode_attention={self.decode_attention!r}; expected one of "
+      f"{DECODE_ATTENTIONS}",
     )
     check(
-      self.remat_policy in ("full", "dots"),
-      f"--remat_policy={self.remat_policy!r}; expected full or dots",
+      self.remat_policy in REMAT_POLICIES,
+      f"--remat_policy={self.remat_policy!r}; expected one of {REMAT_POLICIES}",
     )
     for name in ("train_temp_budget_mib", "rollout_temp_budget_mib"):
       value = getattr(self, name)

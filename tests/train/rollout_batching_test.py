@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from experiments import grpo
+from rlreason import config
 from rlreason import testing
 from rlreason.data import sources as data_lib
+from rlreason.model import attention
+from rlreason.model import transformer
 from rlreason.sampling import draw
 from rlreason.sampling import rollout as rollout_lib
 
@@ -78,3 +81,10 @@ def test_ragged_decode_attention_samples_as_dense(monkeypatch):
   np.testing.assert_allclose(ragged.logp, dense.logp, rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="--decode_attention='paged'"):
     dataclasses.replace(grpo.TinyConfig(), decode_attention="paged").validate()
+
+
+def test_config_choices_are_the_models():
+  """config.py names the model's choices without importing JAX; they must
+  stay the ones the model accepts."""
+  assert config.DECODE_ATTENTIONS == attention.DECODE_IMPLEMENTATIONS
+  assert config.REMAT_POLICIES == tuple(transformer._REMAT_POLICIES)
