@@ -105,9 +105,13 @@ BASE = dict(max_new_tokens=32, max_response_len=128, eval_max_new_tokens=128)
 # The paper trains a 32B base model on math with long CoT and evaluates on
 # AIME 2024; its window, budget, batch and learning rates are not restated
 # here: the values below are assumptions in ppo.py's PAPER style (an 8k
-# window of a 24k budget).
+# window of a 24k budget). Four micro-batches of 128 rows (ppo.py's 128
+# micro-batches gave 4 rows, which the 16 chips of v5p-32, the smallest
+# slice holding the policy's and the critic's train state, do not split:
+# 117.8 GB of temporaries per chip there, activations replicated).
 PAPER = dict(
   ppo.PAPER,
+  micro_batches=4,
   model="/ckpt/Qwen2.5-32B",  # no preset; a local HF checkpoint
   eval_data="hf:HuggingFaceH4/aime_2024:split=train",
   eval_size=30,
