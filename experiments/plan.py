@@ -173,7 +173,15 @@ def _row(s: summary.Summary, topology: str) -> dict:
     "mfu": round(s.mfu, 3),
     "errors": s.errors,
     **budget,
+    **({"unsplit": s.unsplit} if s.unsplit else {}),
   }
+
+
+def unsplit_on(name: str, slice_name: str, overrides=None) -> str:
+  """summary.unsplit for a PAPER preset on a slice, without compiling."""
+  cfg = experiment_config(name, "paper", overrides or {})[0]
+  shards = chips.parse(slice_name).chips // max(cfg.mesh_tensor, 1)
+  return summary.unsplit(cfg, shards)
 
 
 def candidate_slices(name: str, family: str, overrides: dict):
@@ -388,6 +396,7 @@ def markdown(results: dict, families) -> str:
             if r.get("killed")
             else ""
           )
+          + (f" ({r['unsplit']}: replicated)" if r.get("unsplit") else "")
         )
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"

@@ -204,3 +204,40 @@ def test_a_child_killed_is_a_miss_and_one_stopped_stops_the_search(
   else:  # SIGTERM / SIGINT: stopped by hand, nothing to record
     with pytest.raises(KeyboardInterrupt):
       plan_cli.slice_row("grpo", "v4-8", ("train_step",), "")
+
+
+def test_a_micro_batch_that_does_not_split_is_named_in_the_cell():
+  """4 rows per micro-batch on 16 chips: XLA keeps activations whole on
+  groups of chips (adacl's v4-32 cell, train MFU 29%); the row says so,
+  and the cell too. 16 rows on the same chips split."""
+  cfg = plan_cli.experiment_config("grpo", "paper", {})[0]
+  rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+  assert summary.unsplit(cfg, rows) == ""
+  assert summary.unsplit(cfg, 1) == ""
+  why = summary.unsplit(cfg, 2 * rows)
+  assert (
+    why == f"{rows} rows per micro-batch do not split over {2 * rows} chips"
+  )
+  slice_name = f"v4-{4 * rows}"  # 2 * rows chips (two cores per chip)
+  assert plan_cli.unsplit_on("grpo", slice_name) == why
+  assert plan_cli.unsplit_on("grpo", f"v4-{2 * rows}") == ""
+  row = {"slice": slice_name, "fits": True, "errors": {}, "peak_gib": 20.0}
+  row.update(step_s=2.0, mfu=0.3, unsplit=why)
+  cell = plan_cli.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
+  assert cell.endswith(f"MFU 30% ({why}: replicated) |"), cell
+
+
+def test_a_fitting_plan_is_told_its_micro_batch_does_not_split():
+  from rlreason.plan import program as program_lib
+
+  cfg = plan_cli.experiment_config("grpo", "paper", {})[0]
+  rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+  fits = {
+    "train_step": program_lib.Program("train_step", 1, 0, 0, 1, 0, 0, 0, [])
+  }
+  knob = (
+    f"train_step: {summary.unsplit(cfg, 2 * rows)} (activations replicated)"
+  )
+  advice = summary.advice(fits, {}, cfg, 100 << 30, 2 * rows)
+  assert [a for a in advice if a.startswith(knob)], advice
+  assert summary.advice(fits, {}, cfg, 100 << 30, rows) == []
