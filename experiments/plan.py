@@ -53,6 +53,7 @@ from rlreason.plan import state as plan_state  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
 from rlreason.rl import objective  # noqa: E402
 from rlreason.train import run_info  # noqa: E402
+from rlreason.train import train_step as ts  # noqa: E402
 
 import experiments  # noqa: E402
 
@@ -178,10 +179,10 @@ def _row(s: summary.Summary, topology: str) -> dict:
 
 
 def unsplit_on(name: str, slice_name: str, overrides=None) -> str:
-  """summary.unsplit for a PAPER preset on a slice, without compiling."""
+  """train_step.unsplit for a PAPER preset on a slice, without compiling."""
   cfg = experiment_config(name, "paper", overrides or {})[0]
   shards = chips.parse(slice_name).chips // max(cfg.mesh_tensor, 1)
-  return summary.unsplit(cfg, shards)
+  return ts.unsplit(cfg, shards)
 
 
 def candidate_slices(name: str, family: str, overrides: dict):

@@ -24,6 +24,7 @@ upper bound, as a roofline is.
 import dataclasses
 
 from rlreason.plan import program as program_lib
+from rlreason.train import train_step as ts
 
 GIB = 1 << 30
 FIT_MARGIN = 0.15  # a plan fits when its peak leaves this much HBM free
@@ -41,7 +42,7 @@ class Summary:
   errors: dict[str, str]
   programs: dict[str, program_lib.Program]
   advice: list[str]
-  unsplit: str = ""  # unsplit(cfg, ...): "" when the micro-batch splits
+  unsplit: str = ""  # train_step.unsplit: "" when the micro-batch splits
 
 
 def model_flops_per_token(model_cfg, context: int) -> float:
@@ -80,18 +81,6 @@ def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
   return out
 
 
-def unsplit(cfg, shards: int) -> str:
-  """Why the train step's micro-batch does not split over `shards` batch
-  shards, or "". XLA then keeps its activations whole on groups of chips:
-  the v4 cells at 4-30 rows over 8-32 chips have a train MFU of 13-53%
-  (their compiled bytes), and truncated_ppo's 4 rows of 9k tokens took
-  117.8 GB of temporaries per chip on v5p-32."""
-  rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
-  if shards <= 1 or rows % shards == 0:
-    return ""
-  return f"{rows} rows per micro-batch do not split over {shards} chips"
-
-
 def summarize(
   programs, cfg, model_cfg, *, hbm_bytes, devices, peak_flops, hbm_bandwidth
 ) -> Summary:
@@ -123,7 +112,7 @@ def summarize(
     errors=errors,
     programs=ok,
     advice=advice(ok, errors, cfg, hbm_bytes, devices // cfg.mesh_tensor),
-    unsplit=unsplit(cfg, devices // cfg.mesh_tensor) if devices else "",
+    unsplit=ts.unsplit(cfg, devices // cfg.mesh_tensor) if devices else "",
   )
 
 
@@ -141,7 +130,7 @@ def advice(programs, errors, cfg, hbm_bytes, devices=0) -> list[str]:
   budget = (1 - FIT_MARGIN) * hbm_bytes
   for name, err in errors.items():
     out.append(f"{name} did not compile: {err}")
-  why = unsplit(cfg, devices) if devices and "train_step" in programs else ""
+  why = ts.unsplit(cfg, devices) if devices and "train_step" in programs else ""
   if why:
     out.append(
       f"train_step: {why} (activations replicated): --micro_batches so "

@@ -108,6 +108,12 @@ def train(
       f" sequences cannot be split over {shards} batch shards of mesh "
       f"{dict(mesh.shape)}"
     )
+  if why := ts.unsplit(cfg, shards):
+    logging.warning(
+      "%s: XLA keeps each micro-batch's activations whole on groups of "
+      "chips (more memory and time); --micro_batches so that they split",
+      why,
+    )
   tok = context_lib.load_tokenizer(cfg)
   model_cfg, params = context_lib.load_model(cfg, mesh)
   if tok.vocab_size > model_cfg.vocab_size:

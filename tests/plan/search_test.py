@@ -8,6 +8,7 @@ import pytest
 
 from rlreason.plan import chips
 from rlreason.plan import summary
+from rlreason.train import train_step as ts
 
 _env = dict(os.environ)
 from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
@@ -212,9 +213,9 @@ def test_a_micro_batch_that_does_not_split_is_named_in_the_cell():
   and the cell too. 16 rows on the same chips split."""
   cfg = plan_cli.experiment_config("grpo", "paper", {})[0]
   rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
-  assert summary.unsplit(cfg, rows) == ""
-  assert summary.unsplit(cfg, 1) == ""
-  why = summary.unsplit(cfg, 2 * rows)
+  assert ts.unsplit(cfg, rows) == ""
+  assert ts.unsplit(cfg, 1) == ""
+  why = ts.unsplit(cfg, 2 * rows)
   assert (
     why == f"{rows} rows per micro-batch do not split over {2 * rows} chips"
   )
@@ -235,9 +236,7 @@ def test_a_fitting_plan_is_told_its_micro_batch_does_not_split():
   fits = {
     "train_step": program_lib.Program("train_step", 1, 0, 0, 1, 0, 0, 0, [])
   }
-  knob = (
-    f"train_step: {summary.unsplit(cfg, 2 * rows)} (activations replicated)"
-  )
+  knob = f"train_step: {ts.unsplit(cfg, 2 * rows)} (activations replicated)"
   advice = summary.advice(fits, {}, cfg, 100 << 30, 2 * rows)
   assert [a for a in advice if a.startswith(knob)], advice
   assert summary.advice(fits, {}, cfg, 100 << 30, rows) == []

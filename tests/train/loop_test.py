@@ -141,3 +141,32 @@ def test_sigterm_during_the_warm_start_checkpoints_and_resumes_it(
   assert a.keys() == b.keys()
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+class _Stop(Exception):
+  pass
+
+
+@pytest.mark.parametrize("micro_batches, warned", [(4, True), (2, False)])
+def test_a_micro_batch_that_does_not_split_is_warned_before_the_model(
+  tmp_path, monkeypatch, caplog, micro_batches, warned
+):
+  """16 rows in one minibatch over 8 batch shards: 4 micro-batches of 4
+  rows do not split (activations replicated), 2 of 8 do."""
+
+  def stop(*a, **kw):
+    raise _Stop
+
+  monkeypatch.setattr("rlreason.train.loop.context_lib.load_model", stop)
+  cfg = _cfg(
+    tmp_path,
+    mesh_fsdp=-1,
+    minibatches=1,
+    micro_batches=micro_batches,
+    warm_start_steps=0,
+  )
+  assert cfg.num_sequences == 16
+  with pytest.raises(_Stop):
+    grpo.run(cfg)
+  line = "4 rows per micro-batch do not split over 8 chips"
+  assert (line in caplog.text) == warned, caplog.text
