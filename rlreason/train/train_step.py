@@ -350,9 +350,8 @@ def setup(
 def unsplit(cfg, shards: int) -> str:
   """Why the train step's micro-batch does not split over `shards` batch
   shards, or "". XLA then keeps its activations whole on groups of chips:
-  the v4 cells at 4-30 rows over 8-32 chips have a train MFU of 13-53%
-  (their compiled bytes), and truncated_ppo's 4 rows of 9k tokens took
-  117.8 GB of temporaries per chip on v5p-32."""
+  the planner's v4 cells at 4-30 rows over 8-32 chips have a roofline
+  train MFU of 13-53% (their compiled bytes), every other v4 cell 75%."""
   rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
   if shards <= 1 or rows % shards == 0:
     return ""
