@@ -178,11 +178,26 @@ def _row(s: summary.Summary, topology: str) -> dict:
   }
 
 
+def _shards(cfg, slice_name: str) -> int:
+  """Batch shards on a slice: its chips over the tensor axis."""
+  return chips.parse(slice_name).chips // max(cfg.mesh_tensor, 1)
+
+
 def unsplit_on(name: str, slice_name: str, overrides=None) -> str:
   """train_step.unsplit for a PAPER preset on a slice, without compiling."""
   cfg = experiment_config(name, "paper", overrides or {})[0]
-  shards = chips.parse(slice_name).chips // max(cfg.mesh_tensor, 1)
-  return ts.unsplit(cfg, shards)
+  return ts.unsplit(cfg, _shards(cfg, slice_name))
+
+
+def split_overrides(name, scale, slice_name, overrides: dict) -> dict:
+  """`overrides`, plus the micro-batches that split over the slice's chips
+  (train_step.splitting_micro_batches) where the preset's do not: fewer
+  weight re-reads, and no activations kept whole on groups of chips."""
+  cfg = experiment_config(name, scale, overrides)[0]
+  mb = ts.splitting_micro_batches(cfg, _shards(cfg, slice_name))
+  if mb and mb != cfg.micro_batches:
+    return {**overrides, "micro_batches": mb}
+  return overrides
 
 
 def candidate_slices(name: str, family: str, overrides: dict):
@@ -279,6 +294,7 @@ def slice_row(name, slice_name, programs, set_text) -> dict:
         f"--programs={','.join(programs)}",
         f"--set={set_text}",
         "--stop_over_fit",
+        "--split_micro_batches",
         f"--row_out={out}",
       ],
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -296,6 +312,12 @@ def slice_row(name, slice_name, programs, set_text) -> dict:
 
 
 FAMILIES = ("v4", "v5p", "v5e", "v6e")  # the table's columns
+# The flags a row records (the run needs them): set by the planner.
+ROW_FLAGS = (
+  "micro_batches",
+  *program_lib.TEMP_BUDGETS.values(),
+  "rollout_rows",
+)
 
 
 def plan_all(out_dir, families, programs, set_text="", names=()):
@@ -384,9 +406,7 @@ def markdown(results: dict, families) -> str:
         cells.append(f"no fit up to {r['slice']}{beyond}")
       else:
         flags = " ".join(
-          f"--{flag}={r[flag]}"
-          for flag in (*program_lib.TEMP_BUDGETS.values(), "rollout_rows")
-          if flag in r
+          f"--{flag}={r[flag]}" for flag in ROW_FLAGS if flag in r
         )
         cells.append(
           f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
@@ -426,11 +446,15 @@ def main(argv):
     names = tuple(n for n in f.experiments.split(",") if n)
     print(plan_all(f.out, f.families.split(","), programs, f.set, names))
     return
+  split = {}
+  if f.split_micro_batches and f.topology != "local":
+    split = split_overrides(f.experiment, f.scale, f.topology, overrides)
+    split = {k: v for k, v in split.items() if overrides.get(k) != v}
   s, secs = plan(
     f.experiment,
     f.scale,
     f.topology,
-    overrides,
+    {**overrides, **split},
     programs,
     f.rollout_rows,
     f.score_rows,
@@ -439,12 +463,14 @@ def main(argv):
   if f.row_out:  # plan_all's child (slice_row)
     # The results' own files do not make the code dirty.
     commit = run_info.current_commit(ignore=("experiments/plan_results",))
-    row = {**_row(s, f.topology), "commit": commit}
+    row = {**_row(s, f.topology), **split, "commit": commit}
     with open(f.row_out, "w") as out:
       json.dump(row, out)
   title = (
     f"{f.experiment} ({f.scale}) on {f.topology}: compiled in {secs:.0f} s"
   )
+  if split:  # the preset's micro-batch does not split over these chips
+    title += f" with --micro_batches={split['micro_batches']}"
   print(summary.text(s, title))
   sys.exit(0 if s.fits else 1)
 
@@ -468,6 +494,13 @@ if __name__ == "__main__":
   flags.DEFINE_bool("all", False, "plan every PAPER preset")
   flags.DEFINE_bool(
     "stop_over_fit", False, "compile nothing after a program over the fit"
+  )
+  flags.DEFINE_bool(
+    "split_micro_batches",
+    False,
+    "where the preset's train micro-batch does not split over the slice's "
+    "chips, plan it with the fewest micro-batches that do (the row records "
+    "--micro_batches)",
   )
   flags.DEFINE_string("row_out", "", "write the plan's row here (json)")
   flags.DEFINE_string("families", ",".join(FAMILIES), "chip families (--all)")

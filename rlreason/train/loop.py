@@ -111,8 +111,9 @@ def train(
   if why := ts.unsplit(cfg, shards):
     logging.warning(
       "%s: XLA keeps each micro-batch's activations whole on groups of "
-      "chips (more memory and time); --micro_batches so that they split",
+      "chips (more memory and time); --micro_batches=%d splits them",
       why,
+      ts.splitting_micro_batches(cfg, shards),
     )
   tok = context_lib.load_tokenizer(cfg)
   model_cfg, params = context_lib.load_model(cfg, mesh)

@@ -358,6 +358,23 @@ def unsplit(cfg, shards: int) -> str:
   return f"{rows} rows per micro-batch do not split over {shards} chips"
 
 
+def splitting_micro_batches(cfg, shards: int) -> int:
+  """The fewest micro-batches whose rows split over `shards` batch shards
+  and are no more than max(rows now, shards): the config's own count when
+  its rows split already, 0 when the minibatch itself does not split."""
+  m = cfg.num_sequences // cfg.minibatches  # rows per minibatch
+  rows = m // cfg.micro_batches
+  if shards <= 1 or rows % shards == 0:
+    return cfg.micro_batches
+  if m % shards:
+    return 0
+  cap = max(rows, shards)
+  per_shard = m // shards
+  return min(
+    d for d in range(1, per_shard + 1) if per_shard % d == 0 and m // d <= cap
+  )
+
+
 def score_rows(cfg, mesh) -> int:
   """Rows per whole-rollout forward: the train step's micro-batch, which
   the run already sized to fit memory, rounded up to a multiple of the

@@ -240,3 +240,21 @@ def test_a_fitting_plan_is_told_its_micro_batch_does_not_split():
   advice = summary.advice(fits, {}, cfg, 100 << 30, 2 * rows)
   assert [a for a in advice if a.startswith(knob)], advice
   assert summary.advice(fits, {}, cfg, 100 << 30, rows) == []
+
+
+def test_a_slice_that_does_not_split_the_micro_batch_is_planned_with_fewer():
+  cfg = plan_cli.experiment_config("grpo", "paper", {})[0]
+  rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+  two_rows = f"v4-{4 * rows}"  # 2 * rows chips: one row each
+  fewer = cfg.micro_batches // 2
+  assert plan_cli.split_overrides("grpo", "paper", two_rows, {}) == {
+    "micro_batches": fewer
+  }
+  assert plan_cli.unsplit_on("grpo", two_rows, {"micro_batches": fewer}) == ""
+  # Where the preset's split, the overrides are left as they are.
+  seed = {"seed": 3}
+  assert plan_cli.split_overrides("grpo", "paper", "v4-8", seed) == seed
+  row = {"slice": two_rows, "fits": True, "errors": {}, "peak_gib": 20.0}
+  row.update(step_s=2.0, mfu=0.7, micro_batches=fewer)
+  cell = plan_cli.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
+  assert cell.endswith(f"MFU 70% (--micro_batches={fewer}) |"), cell

@@ -170,3 +170,4 @@ def test_a_micro_batch_that_does_not_split_is_warned_before_the_model(
     grpo.run(cfg)
   line = "4 rows per micro-batch do not split over 8 chips"
   assert (line in caplog.text) == warned, caplog.text
+  assert ("--micro_batches=2 splits them" in caplog.text) == warned

@@ -159,6 +159,39 @@ def test_score_rows_is_a_micro_batch_rounded_up_to_the_batch_shards():
   assert ts.score_rows(dataclasses.replace(cfg, micro_batches=1), eight) == 16
 
 
+@pytest.mark.parametrize(
+  "sequences, micro_batches, shards, why, fewest",
+  [
+    # 16 rows, 4 micro-batches of 4 on 8 shards: 2 of 8 split.
+    (16, 4, 8, "4 rows per micro-batch do not split over 8 chips", 2),
+    (16, 2, 8, "", 2),  # already split: the config's own count
+    (16, 16, 1, "", 16),  # one shard: anything splits
+    # 960 rows in 32 micro-batches of 30: over 32 chips, 30 of 32 rows
+    # (one per chip); over 4 chips, 40 of 24 (6 per chip, <= 30 rows).
+    (960, 32, 32, "30 rows per micro-batch do not split over 32 chips", 30),
+    (960, 32, 4, "30 rows per micro-batch do not split over 4 chips", 40),
+    (12, 4, 8, "3 rows per micro-batch do not split over 8 chips", 0),
+  ],
+)
+def test_micro_batches_that_split_over_the_batch_shards(
+  sequences, micro_batches, shards, why, fewest
+):
+  from rlreason import config as config_lib
+
+  cfg = dataclasses.replace(
+    config_lib.BaseConfig(),
+    batch_size=sequences // 4,
+    group_size=4,
+    micro_batches=micro_batches,
+  )
+  assert cfg.num_sequences == sequences and cfg.minibatches == 1
+  assert ts.unsplit(cfg, shards) == why
+  assert ts.splitting_micro_batches(cfg, shards) == fewest
+  if fewest:
+    fixed = dataclasses.replace(cfg, micro_batches=fewest)
+    assert ts.unsplit(fixed, shards) == ""
+
+
 def test_the_temporaries_budget_is_a_tpu_only_compile_option():
   """--train_temp_budget_mib reaches libtpu (tests/plan/plan_test.py); on
   other backends the step compiles as without it, and a bad value is
