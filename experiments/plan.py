@@ -15,8 +15,10 @@ family, the smallest slice that fits (among those whose HBM holds the
 parameters and Adam moments; starting where the preset's fits on other
 families put its total memory, stepping down while a smaller slice fits
 and up while out of memory; a miss compiles only up to its first program
-over the fit), and writes results.json (resumable: finished cells are
-reused) and table.md.
+over the fit; a slice over whose chips the preset's train micro-batch does
+not split is planned with the fewest micro-batches that do,
+--split_micro_batches), and writes results.json (resumable: finished cells
+are reused) and table.md.
 """
 
 import dataclasses
