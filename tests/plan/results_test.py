@@ -12,7 +12,6 @@ import os
 import pytest
 
 from rlreason.plan import chips
-from rlreason.plan import program as program_lib
 
 _env = dict(os.environ)
 from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
@@ -48,7 +47,7 @@ def test_each_fit_is_in_the_readme(key):
   assert f"step {row['step_s']} s" in line, line
   assert f"MFU {100 * row['mfu']:.0f}%" in line, line
   # The flags the run needs (budgets, rows per call) are in the cell too.
-  for flag in (*program_lib.TEMP_BUDGETS.values(), "rollout_rows"):
+  for flag in plan_cli.ROW_FLAGS:
     if flag in row:
       assert f"--{flag}={row[flag]}" in line, (flag, line)
 
@@ -76,3 +75,18 @@ def test_a_searched_cell_is_its_tried_slice(key):
 def test_table_md_is_the_results_table():
   with open(os.path.join(RESULTS, "table.md")) as f:
     assert f.read() == plan_cli.markdown(RESULTS_JSON, plan_cli.FAMILIES)
+
+
+@pytest.mark.parametrize("key", sorted(RESULTS_JSON))
+def test_a_cell_says_whether_its_micro_batch_splits(key):
+  """`unsplit` is derived from the preset (and the row's --micro_batches),
+  not compiled: a cell whose preset's micro-batch changed since it was
+  planned fails here."""
+  row = RESULTS_JSON[key]
+  name = key.split("/")[0]
+  overrides = (
+    {"micro_batches": row["micro_batches"]} if "micro_batches" in row else {}
+  )
+  assert row.get("unsplit", "") == plan_cli.unsplit_on(
+    name, row["slice"], overrides
+  )
