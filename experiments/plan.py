@@ -419,7 +419,7 @@ def markdown(results: dict, families) -> str:
             if r.get("killed")
             else ""
           )
-          + (f" ({r['unsplit']}: replicated)" if r.get("unsplit") else "")
+          + (f" ({r['unsplit']})" if r.get("unsplit") else "")
         )
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"

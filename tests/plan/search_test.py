@@ -225,7 +225,7 @@ def test_a_micro_batch_that_does_not_split_is_named_in_the_cell():
   row = {"slice": slice_name, "fits": True, "errors": {}, "peak_gib": 20.0}
   row.update(step_s=2.0, mfu=0.3, unsplit=why)
   cell = plan_cli.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
-  assert cell.endswith(f"MFU 30% ({why}: replicated) |"), cell
+  assert cell.endswith(f"MFU 30% ({why}) |"), cell
 
 
 def test_a_fitting_plan_is_told_its_micro_batch_does_not_split():
