@@ -105,10 +105,12 @@ BASE = dict(max_new_tokens=32, max_response_len=128, eval_max_new_tokens=128)
 # The paper trains a 32B base model on math with long CoT and evaluates on
 # AIME 2024; its window, budget, batch and learning rates are not restated
 # here: the values below are assumptions in ppo.py's PAPER style (an 8k
-# window of a 24k budget). Four micro-batches of 128 rows (ppo.py's 128
-# micro-batches gave 4 rows, which the 16 chips of v5p-32, the smallest
-# slice holding the policy's and the critic's train state, do not split:
-# 117.8 GB of temporaries per chip there, activations replicated).
+# window of a 24k budget). Four micro-batches of 128 rows, which split up
+# to v5p-256's 128 chips (ppo.py's 128 micro-batches gave 4 rows, which
+# the 16 chips of v5p-32, the smallest slice holding the policy's and the
+# critic's train state, do not split). Even so no v5p slice up to v5p-256
+# fits it: 131.5 GB of train-step temporaries at one row of 34k tokens per
+# chip (the planner's table in README.md).
 PAPER = dict(
   ppo.PAPER,
   micro_batches=4,

@@ -133,8 +133,9 @@ def advice(programs, errors, cfg, hbm_bytes, devices=0) -> list[str]:
   why = ts.unsplit(cfg, devices) if devices and "train_step" in programs else ""
   if why:
     out.append(
-      f"train_step: {why} (activations replicated): --micro_batches so "
-      "that they do, or --mesh_tensor > 1"
+      f"train_step: {why} (activations kept whole on groups of chips): "
+      f"--micro_batches={ts.splitting_micro_batches(cfg, devices)}, or "
+      "--mesh_tensor > 1"
     )
   for name, p in programs.items():
     if p.peak_bytes <= budget:

@@ -236,7 +236,10 @@ def test_a_fitting_plan_is_told_its_micro_batch_does_not_split():
   fits = {
     "train_step": program_lib.Program("train_step", 1, 0, 0, 1, 0, 0, 0, [])
   }
-  knob = f"train_step: {ts.unsplit(cfg, 2 * rows)} (activations replicated)"
+  knob = (
+    f"train_step: {ts.unsplit(cfg, 2 * rows)} (activations kept whole on "
+    f"groups of chips): --micro_batches={cfg.micro_batches // 2}, or"
+  )
   advice = summary.advice(fits, {}, cfg, 100 << 30, 2 * rows)
   assert [a for a in advice if a.startswith(knob)], advice
   assert summary.advice(fits, {}, cfg, 100 << 30, rows) == []

@@ -152,7 +152,7 @@ def test_a_micro_batch_that_does_not_split_is_warned_before_the_model(
   tmp_path, monkeypatch, caplog, micro_batches, warned
 ):
   """16 rows in one minibatch over 8 batch shards: 4 micro-batches of 4
-  rows do not split (activations replicated), 2 of 8 do."""
+  rows do not split (activations kept whole on groups of chips), 2 of 8 do."""
 
   def stop(*a, **kw):
     raise _Stop
