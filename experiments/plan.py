@@ -181,8 +181,7 @@ def _row(s: summary.Summary, topology: str) -> dict:
 
 
 def _shards(cfg, slice_name: str) -> int:
-  """Batch shards on a slice: its chips over the tensor axis."""
-  return chips.parse(slice_name).chips // max(cfg.mesh_tensor, 1)
+  return ts.batch_shards(cfg, chips.parse(slice_name).chips)
 
 
 def unsplit_on(name: str, slice_name: str, overrides=None) -> str:
@@ -192,14 +191,14 @@ def unsplit_on(name: str, slice_name: str, overrides=None) -> str:
 
 
 def split_overrides(name, scale, slice_name, overrides: dict) -> dict:
-  """`overrides`, plus the micro-batches that split over the slice's chips
-  (train_step.splitting_micro_batches) where the preset's do not: fewer
-  weight re-reads, and no activations kept whole on groups of chips."""
+  """{"micro_batches": n} where the config's micro-batch (the preset's,
+  with `overrides`) does not split over the slice's chips and n does
+  (train_step.splitting_micro_batches): fewer weight re-reads, and no
+  activations kept whole on groups of chips. {} where it splits already
+  (or no count would)."""
   cfg = experiment_config(name, scale, overrides)[0]
   mb = ts.splitting_micro_batches(cfg, _shards(cfg, slice_name))
-  if mb and mb != cfg.micro_batches:
-    return {**overrides, "micro_batches": mb}
-  return overrides
+  return {"micro_batches": mb} if mb and mb != cfg.micro_batches else {}
 
 
 def candidate_slices(name: str, family: str, overrides: dict):
@@ -451,7 +450,6 @@ def main(argv):
   split = {}
   if f.split_micro_batches and f.topology != "local":
     split = split_overrides(f.experiment, f.scale, f.topology, overrides)
-    split = {k: v for k, v in split.items() if overrides.get(k) != v}
   s, secs = plan(
     f.experiment,
     f.scale,

@@ -111,8 +111,8 @@ def summarize(
     mfu=mfu,
     errors=errors,
     programs=ok,
-    advice=advice(ok, errors, cfg, hbm_bytes, devices // cfg.mesh_tensor),
-    unsplit=ts.unsplit(cfg, devices // cfg.mesh_tensor) if devices else "",
+    advice=advice(ok, errors, cfg, hbm_bytes, ts.batch_shards(cfg, devices)),
+    unsplit=ts.unsplit(cfg, ts.batch_shards(cfg, devices)) if devices else "",
   )
 
 

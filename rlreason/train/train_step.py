@@ -347,6 +347,12 @@ def setup(
   return state, step, batch_sh
 
 
+def batch_shards(cfg, devices: int) -> int:
+  """The batch shards of the config's mesh over `devices` chips: all but
+  the tensor axis (mesh_lib.batch_divisor's count, without a mesh)."""
+  return devices // max(cfg.mesh_tensor, 1)
+
+
 def unsplit(cfg, shards: int) -> str:
   """Why the train step's micro-batch does not split over `shards` batch
   shards, or "". XLA then keeps its activations whole on groups of chips:

@@ -254,9 +254,14 @@ def test_a_slice_that_does_not_split_the_micro_batch_is_planned_with_fewer():
     "micro_batches": fewer
   }
   assert plan_cli.unsplit_on("grpo", two_rows, {"micro_batches": fewer}) == ""
-  # Where the preset's split, the overrides are left as they are.
-  seed = {"seed": 3}
-  assert plan_cli.split_overrides("grpo", "paper", "v4-8", seed) == seed
+  # Where the preset's split, nothing is added to the overrides.
+  assert plan_cli.split_overrides("grpo", "paper", "v4-8", {"seed": 3}) == {}
+  assert (
+    plan_cli.split_overrides(
+      "grpo", "paper", two_rows, {"micro_batches": fewer}
+    )
+    == {}
+  )
   row = {"slice": two_rows, "fits": True, "errors": {}, "peak_gib": 20.0}
   row.update(step_s=2.0, mfu=0.7, micro_batches=fewer)
   cell = plan_cli.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]

@@ -192,6 +192,17 @@ def test_micro_batches_that_split_over_the_batch_shards(
     assert ts.unsplit(fixed, shards) == ""
 
 
+@pytest.mark.parametrize("data,tensor", [(1, 1), (2, 1), (1, 2), (2, 4)])
+def test_batch_shards_is_the_meshs_batch_divisor(data, tensor):
+  from rlreason import config as config_lib
+
+  cfg = dataclasses.replace(
+    config_lib.BaseConfig(), mesh_data=data, mesh_tensor=tensor
+  )
+  mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
+  assert ts.batch_shards(cfg, 8) == mesh_lib.batch_divisor(mesh) == 8 // tensor
+
+
 def test_the_temporaries_budget_is_a_tpu_only_compile_option():
   """--train_temp_budget_mib reaches libtpu (tests/plan/plan_test.py); on
   other backends the step compiles as without it, and a bad value is
