@@ -101,6 +101,7 @@ def summarize(
   mfu = (
     useful * ok["train_step"].decoders / (train * peak_flops) if train else 0.0
   )
+  shards = ts.batch_shards(cfg, devices)  # 0 devices: none, nothing split
   return Summary(
     peak_bytes=peak,
     hbm_bytes=hbm_bytes,
@@ -111,8 +112,8 @@ def summarize(
     mfu=mfu,
     errors=errors,
     programs=ok,
-    advice=advice(ok, errors, cfg, hbm_bytes, ts.batch_shards(cfg, devices)),
-    unsplit=ts.unsplit(cfg, ts.batch_shards(cfg, devices)) if devices else "",
+    advice=advice(ok, errors, cfg, hbm_bytes, shards),
+    unsplit=ts.unsplit(cfg, shards),
   )
 
 
@@ -124,17 +125,18 @@ def out_of_memory(error: str) -> bool:
   )
 
 
-def advice(programs, errors, cfg, hbm_bytes, devices=0) -> list[str]:
-  """Which knob to turn, for the program that needs the most memory."""
+def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
+  """Which knob to turn, for the program that needs the most memory
+  (`shards`: the train batch's shards, train_step.batch_shards)."""
   out = []
   budget = (1 - FIT_MARGIN) * hbm_bytes
   for name, err in errors.items():
     out.append(f"{name} did not compile: {err}")
-  why = ts.unsplit(cfg, devices) if devices and "train_step" in programs else ""
+  why = ts.unsplit(cfg, shards) if "train_step" in programs else ""
   if why:
     out.append(
       f"train_step: {why} (activations kept whole on groups of chips): "
-      f"--micro_batches={ts.splitting_micro_batches(cfg, devices)}, or "
+      f"--micro_batches={ts.splitting_micro_batches(cfg, shards)}, or "
       "--mesh_tensor > 1"
     )
   for name, p in programs.items():
