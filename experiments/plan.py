@@ -14,7 +14,8 @@ fit. `--all` searches, for every experiment's PAPER preset and each chip
 family, the smallest slice that fits (among those whose HBM holds the
 parameters and Adam moments; starting where the preset's fits on other
 families put its total memory, stepping down while a smaller slice fits
-and up while out of memory; a miss compiles only up to its first program
+and up while out of memory, until two misses at one row per chip show the
+peak tending over the fit; a miss compiles only up to its first program
 over the fit; a slice over whose chips the preset's train micro-batch does
 not split is planned with the fewest micro-batches that do,
 --split_micro_batches), and writes results.json (resumable: finished cells
@@ -22,6 +23,7 @@ are reused) and table.md.
 """
 
 import dataclasses
+import functools
 import importlib
 import json
 import os
@@ -201,6 +203,17 @@ def split_overrides(name, scale, slice_name, overrides: dict) -> dict:
   return {"micro_batches": mb} if mb and mb != cfg.micro_batches else {}
 
 
+def one_row_per_chip(name: str, s: chips.Slice, overrides=None) -> bool:
+  """Whether the PAPER preset's train micro-batch (split for the slice, as
+  --split_micro_batches plans it) holds at most one row per batch shard
+  there: then a larger slice cannot hold fewer."""
+  overrides = overrides or {}
+  split = split_overrides(name, "paper", s.name, overrides)
+  cfg = experiment_config(name, "paper", {**overrides, **split})[0]
+  rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+  return rows <= _shards(cfg, s.name)
+
+
 def candidate_slices(name: str, family: str, overrides: dict):
   """The family's slices, from the smallest whose HBM (less the fit margin)
   holds fp32 parameters and two Adam moments (of the policy and whatever
@@ -237,12 +250,34 @@ def _misses_by_memory(row) -> bool:
   return all(map(summary.out_of_memory, row.get("errors", {}).values()))
 
 
-def smallest_fit(slices, try_slice, start: int = 0):
+def peak_floor(small, big) -> float:
+  """Where the per-chip peak tends as the slice grows, from two slices'
+  (chips, peak): the model peak = a + b / chips (the train state and
+  whatever is split over all chips fall as 1 / chips; what each chip
+  holds whatever the slice, one row's activations once a micro-batch is
+  one row per chip, stays), so the floor is a."""
+  (n1, p1), (n2, p2) = small, big
+  b = (p1 - p2) / (1 / n1 - 1 / n2)
+  return p2 - b / n2
+
+
+def _train_step_only(row) -> bool:
+  """Whether a miss's peak is its train step's: compiled first, and over
+  the fit it stops the slice (the other programs have no time)."""
+  return row.get("peak_gib", 0) > 0 and row["step_s"] == row["train_s"]
+
+
+def smallest_fit(slices, try_slice, start: int = 0, steady=None):
   """(row, names tried): the smallest of `slices` (smallest first) whose
   `try_slice(slice)` row fits, searching from `start`: down while the next
   smaller one fits, else up while a larger one may help (the misses are
   out of memory, not errors a larger slice keeps). Without a fit, the last
-  row tried."""
+  row tried.
+
+  `steady(slice)`: whether the train step's rows per chip cannot fall on
+  that slice or larger ones (one row per chip). Two such misses whose
+  train-step peaks tend (peak_floor) over the fit stop the search: no
+  larger slice fits; the row says the floor (floor_gib)."""
   tried = []
 
   def attempt(i):
@@ -263,6 +298,18 @@ def smallest_fit(slices, try_slice, start: int = 0):
     miss, row = row, attempt(i)
     if row["fits"]:
       break
+    if (
+      steady
+      and all(map(_train_step_only, (miss, row)))
+      and steady(slices[i - 1])
+      and steady(slices[i])
+    ):
+      floor = peak_floor(
+        (slices[i - 1].chips, miss["peak_gib"]),
+        (slices[i].chips, row["peak_gib"]),
+      )
+      if floor * summary.GIB > (1 - summary.FIT_MARGIN) * slices[i].hbm_bytes:
+        return {**row, "floor_gib": round(floor, 2)}, tried
     if not _misses_by_memory(row):
       # A larger slice that cannot run it at all (its batch does not split
       # over the chips, say): the answer is the miss below it.
@@ -370,7 +417,10 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
         if k.split("/")[0] == name and r.get("fits")
       ]
       row, names_tried = smallest_fit(
-        slices, try_slice, start_index(slices, known)
+        slices,
+        try_slice,
+        start_index(slices, known),
+        functools.partial(one_row_per_chip, name, overrides=overrides),
       )
       errors = [cell[n].get("errors", {}) for n in names_tried]
       killed = [n for n, e in zip(names_tried, errors) if KILLED in e.values()]
@@ -404,7 +454,13 @@ def markdown(results: dict, families) -> str:
         if r.get("beyond"):  # a sharding error's point is after "implies"
           why = r["beyond"]["error"].split(" implies that ")[-1][:70]
           beyond = f" ({r['beyond']['slice']}: {why})"
-        cells.append(f"no fit up to {r['slice']}{beyond}")
+        floor = ""
+        if r.get("floor_gib"):
+          floor = (
+            f" (one row per chip: the peak tends to {r['floor_gib']} GiB,"
+            " over the fit)"
+          )
+        cells.append(f"no fit up to {r['slice']}{beyond}{floor}")
       else:
         flags = " ".join(
           f"--{flag}={r[flag]}" for flag in ROW_FLAGS if flag in r

@@ -59,10 +59,19 @@ def test_a_searched_cell_is_its_tried_slice(key):
   row = dict(RESULTS_JSON[key])
   row.pop("killed", None)  # added by the search, not by the compile
   beyond = row.pop("beyond", None)  # likewise: the next slice's error
+  floor = row.pop("floor_gib", None)  # likewise: the misses' extrapolation
   assert TRIED_JSON[key][row["slice"]] == row
   if beyond:
     errors = TRIED_JSON[key][beyond["slice"]]["errors"]
     assert beyond["error"] in errors.values()
+  if floor is not None:  # from this miss and the one below it
+    misses = sorted(
+      (chips.parse(n).chips, r["peak_gib"])
+      for n, r in TRIED_JSON[key].items()
+      if not r["fits"] and r.get("peak_gib")
+    )
+    assert misses[-1] == (chips.parse(row["slice"]).chips, row["peak_gib"])
+    assert round(plan_cli.peak_floor(*misses[-2:]), 2) == floor
   if not row["fits"]:
     return
   # The search recorded a smaller slice than its answer only as a miss.

@@ -1,5 +1,6 @@
 """`plan --all`'s slice search, on a fake compiler (no libtpu needed)."""
 
+import functools
 import json
 import os
 import subprocess
@@ -89,6 +90,76 @@ def test_a_larger_slice_that_cannot_run_it_leaves_the_miss_below():
   assert row["beyond"] == {"slice": "v4-64", "error": split}
   cell = plan_cli.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
   assert cell == f"| x | no fit up to v4-32 (v4-64: {split}) |"
+
+
+def test_the_peak_floor_is_what_stays_per_chip():
+  # knowrl on v5e (tried.json): 18.29 GiB on 16 chips, 16.27 on 32. With
+  # peak = a + b / chips: b / 32 = 18.29 - 16.27 = 2.02, a = 14.25.
+  assert plan_cli.peak_floor((16, 18.29), (32, 16.27)) == pytest.approx(
+    14.25, rel=1e-9, abs=1e-9
+  )
+  # All of it split over the chips: the floor is 0.
+  assert plan_cli.peak_floor((8, 40.0), (16, 20.0)) == pytest.approx(
+    0.0, rel=1e-9, abs=1e-9
+  )
+
+
+def _compiled_misses(peaks):
+  """try_slice whose every slice compiles its train step over the fit,
+  at peaks[chips] GiB."""
+  calls = []
+
+  def try_slice(s):
+    calls.append(s.chips)
+    peak = peaks[s.chips]
+    return {
+      "slice": s.name,
+      "fits": False,
+      "errors": {},
+      "peak_gib": peak,
+      "step_s": 1.0,
+      "train_s": 1.0,
+    }
+
+  return try_slice, calls
+
+
+def test_misses_whose_peak_tends_over_the_fit_stop_the_search():
+  """One row per chip from 8 chips up: 30 GiB at 8 chips and 29 at 16
+  tend to 28 GiB, over a v4 chip's 27.2 GiB fit, so 32 chips and more
+  are not compiled."""
+  try_slice, calls = _compiled_misses({4: 32.0, 8: 30.0, 16: 29.0, 32: 1.0})
+  row, tried = plan_cli.smallest_fit(
+    V4, try_slice, 0, steady=lambda s: s.chips >= 8
+  )
+  assert calls == [4, 8, 16], calls
+  assert row["slice"] == "v4-32" and not row["fits"]  # 16 chips
+  assert row["floor_gib"] == pytest.approx(28.0, rel=1e-9, abs=1e-9)
+  cell = plan_cli.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
+  assert "no fit up to v4-32 (one row per chip: the peak tends to 28.0 GiB" in cell
+
+
+def test_misses_are_extrapolated_only_where_rows_per_chip_cannot_fall():
+  peaks = {4: 32.0, 8: 30.0, 16: 29.0, 32: 28.5, 64: 20.0}
+  # Not steady: rows per chip still fall on larger slices.
+  try_slice, calls = _compiled_misses(peaks)
+  row, _ = plan_cli.smallest_fit(V4[:5], try_slice, 0, steady=lambda s: False)
+  assert calls == [4, 8, 16, 32, 64] and "floor_gib" not in row
+  # A floor under the fit (30 and 20 GiB tend to 10) goes on as well.
+  try_slice, calls = _compiled_misses({4: 30.0, 8: 20.0, 16: 15.0})
+  plan_cli.smallest_fit(V4[:3], try_slice, 0, steady=lambda s: True)
+  assert calls == [4, 8, 16]
+
+
+def test_one_row_per_chip_follows_the_split_micro_batch():
+  # grpo's preset: 1024 rows in 32 micro-batches of 32.
+  steady = functools.partial(plan_cli.one_row_per_chip, "grpo")
+  assert not steady(chips.parse("v4-16"))  # 8 chips: 4 rows each
+  assert not steady(chips.parse("v4-32"))  # 16 chips: 2 each
+  assert steady(chips.parse("v4-64"))  # 32 chips: 1 each
+  # 64 chips: split into 16 micro-batches of 64 rows, one per chip.
+  assert steady(chips.parse("v5p-128"))
+  assert not steady(chips.parse("v4-64"), overrides={"micro_batches": 16})
 
 
 def test_stepping_down_stops_at_the_first_miss():
