@@ -153,8 +153,12 @@ def make_batch(rollout, examples, ctx):
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   """The baseline's loss + the selective, anchored entropy term."""
   mask = batch["mask"]
-  logp, entropy, logits = objective.completion_forward(
-    params, batch, cfg=cfg, model_cfg=model_cfg, logits=True
+  logp, entropy, h = objective.completion_forward(  # h: (1)
+    params,
+    batch,
+    cfg=cfg,
+    model_cfg=model_cfg,
+    per_token=(lambda z, _: entropy_reg.nucleus_entropy(z, cfg.siren_top_p),),
   )
   loss, metrics = objective.pg_loss(
     params,
@@ -164,7 +168,6 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     model_cfg=model_cfg,
     forward=(logp, entropy),
   )
-  h = entropy_reg.nucleus_entropy(logits, cfg.siren_top_p)  # (1)
   peak = entropy_reg.peak_entropy_mask(h, mask, quantile=cfg.siren_quantile)
   if cfg.self_anchored:  # (3)
     reg, h_bar = entropy_reg.anchored_entropy_penalty(

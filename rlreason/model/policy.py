@@ -4,10 +4,12 @@ Shapes: N sequences, S tokens, P prompt length, T = S - P completion length,
 V vocab. Prompts are left padded; padding has position -1 (see
 model/transformer.py).
 
-`completion_logprobs` never materialises the [N, T, V] logits unless asked
-for them: above LOGITS_CHUNK_BYTES it scores the completion in chunks of
-tokens under remat (the peak is one [N, chunk, V] block, in the forward and
-the backward pass), with the same numbers as one block. The jitted
+`completion_logprobs` holds at most LOGITS_CHUNK_BYTES of logits: above
+that it scores the completion in chunks of tokens under remat
+(the peak is one [N, chunk, V] block, in the forward and the backward
+pass), with the same numbers as one block. What else a loss needs from the
+whole distribution (a nucleus entropy, a proxy's log-prob) is a `per_token`
+function of each block, computed the same way. The jitted
 functions are keyed on the active activation mesh (mesh.activation_mesh),
 so a trace with sharding constraints is never reused without them.
 """
@@ -43,6 +45,11 @@ def positions_from_mask(mask: jax.Array) -> jax.Array:
 
 # Above this many bytes of float32 [N, T, V] logits, score in token chunks.
 LOGITS_CHUNK_BYTES = 1 << 30
+# A per_token function's intermediate tagged with this name
+# (jax.ad_checkpoint.checkpoint_name) is kept by the chunks' remat instead
+# of recomputed in the backward pass: small [N, chunk] values that cost
+# many passes over the block (entropy_reg's nucleus threshold).
+SAVED = "per_token_saved"
 
 
 def logits(
@@ -100,7 +107,7 @@ def completion_logprobs(
   *,
   temperature: float = 1.0,
   with_entropy: bool = False,
-  with_logits: bool = False,
+  per_token: tuple = (),
 ):
   """Log-prob of every completion token under the policy.
 
@@ -113,20 +120,21 @@ def completion_logprobs(
     temperature: the losses score under logits / temperature, as the peers
       do (research/peers.md).
     with_entropy: also return the per-token entropy [N, T].
-    with_logits: also return the scored logits, logits / temperature in
-      float32 [N, T, V], for losses that need the whole distribution (e.g.
-      entropy_reg.py). Call it inside a jitted loss or reduction: [N, T, V]
-      is large.
+    per_token: functions f(z, targets) -> [...] of the scored logits z =
+      logits / temperature (float32 [..., V]) and the completion tokens
+      [...], for losses that need the whole distribution (entropy_reg.py),
+      computed block by block as logp is. Each reduces over V only (and
+      picks targets by masked sums, not gathers: V may be split over
+      devices). Hashable (a jit static argument): inside a jitted loss any
+      function will do; called outside one, pass the same objects each
+      time or each call compiles anew.
 
   Returns:
     logp [N, T] with logp[:, t] = log pi(tokens[:, P + t] | tokens[:, :P + t]),
-    then entropy [N, T] if asked, then logits [N, T, V] if asked: a tuple
-    when more than logp is asked for.
+    then entropy [N, T] if asked, then one [N, T] per `per_token` function:
+    a tuple when more than logp is asked for.
   """
   n, t = tokens.shape[0], tokens.shape[1] - prompt_len
-  chunk = None
-  if not with_logits:
-    chunk = logits_chunk(n, t, model_cfg.vocab_size)
   return _completion_logprobs(
     params,
     tokens,
@@ -135,8 +143,8 @@ def completion_logprobs(
     prompt_len,
     temperature=temperature,
     with_entropy=with_entropy,
-    with_logits=with_logits,
-    chunk=chunk,
+    per_token=tuple(per_token),
+    chunk=logits_chunk(n, t, model_cfg.vocab_size),
     act_mesh=mesh_lib.active_mesh(),
   )
 
@@ -186,7 +194,7 @@ def logits_chunk(n: int, t: int, vocab: int) -> int | None:
     "model_cfg",
     "prompt_len",
     "with_entropy",
-    "with_logits",
+    "per_token",
     "chunk",
     "act_mesh",
   ),
@@ -200,7 +208,7 @@ def _completion_logprobs(
   *,
   temperature,
   with_entropy,
-  with_logits,
+  per_token,
   chunk,
   act_mesh,
 ):
@@ -211,24 +219,50 @@ def _completion_logprobs(
     hidden = hidden[:, prompt_len - 1 : -1]
     targets = tokens[:, prompt_len:]
     if chunk is not None:
-      return _chunked_scores(
-        params, hidden, targets, model_cfg, temperature, with_entropy, chunk
+      out = _chunked_scores(
+        params,
+        hidden,
+        targets,
+        model_cfg,
+        temperature,
+        with_entropy,
+        per_token,
+        chunk,
       )
-    step_logits = transformer.unembed(params, hidden, model_cfg)  # [N, T, V]
-    logp = log_softmax_at(step_logits, targets, temperature)
-    out = (logp,)
-    if with_entropy:
-      out += (entropy(step_logits, temperature),)
-    if with_logits:
-      out += (step_logits.astype(jnp.float32) / temperature,)
-    return out if len(out) > 1 else logp
+    else:
+      step_logits = transformer.unembed(params, hidden, model_cfg)
+      out = _block_scores(
+        step_logits, targets, temperature, with_entropy, per_token
+      )
+    return out if len(out) > 1 else out[0]
+
+
+def _block_scores(
+  block, targets, temperature, with_entropy, per_token, onehot=False
+):
+  """(logp, [entropy], *per_token) of a block of logits [N, c, V]."""
+  out = (log_softmax_at(block, targets, temperature, onehot=onehot),)
+  if with_entropy:
+    out += (entropy(block, temperature),)
+  if per_token:
+    z = block.astype(jnp.float32) / temperature
+    out += tuple(f(z, targets) for f in per_token)
+  return out
 
 
 def _chunked_scores(
-  params, hidden, targets, model_cfg, temperature, with_entropy, chunk
+  params,
+  hidden,
+  targets,
+  model_cfg,
+  temperature,
+  with_entropy,
+  per_token,
+  chunk,
 ):
-  """logp (and entropy) [N, T] from hidden [N, T, D], `chunk` tokens at a
-  time: a scan whose rematerialised body holds one [N, chunk, V] block."""
+  """_block_scores' [N, T] outputs from hidden [N, T, D], `chunk` tokens at
+  a time: a scan whose rematerialised body holds one [N, chunk, V] block
+  (and keeps what per_token tags SAVED)."""
   n, t, d = hidden.shape
   pad = -t % chunk
   hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
@@ -246,7 +280,10 @@ def _chunked_scores(
   if model_cfg.tie_embeddings:
     name, w_spec = "embedding", P(split, None)
 
-  @jax.checkpoint
+  @functools.partial(
+    jax.checkpoint,
+    policy=jax.checkpoint_policies.save_only_these_names(SAVED),
+  )
   def body(carry, xs):
     h, y = xs
     head = params
@@ -257,12 +294,9 @@ def _chunked_scores(
     block = transformer.unembed(head, h, model_cfg)  # [N, chunk, V]
     if split:
       block = mesh_lib.constrain_spec(block, P(None, None, split))
-    logp = log_softmax_at(block, y, temperature, onehot=bool(split))
-    ent = entropy(block, temperature) if with_entropy else jnp.zeros_like(logp)
-    return carry, (logp, ent)
+    return carry, _block_scores(
+      block, y, temperature, with_entropy, per_token, onehot=bool(split)
+    )
 
-  _, (logp, ent) = jax.lax.scan(body, None, (hs, ys))
-  logp = logp.swapaxes(0, 1).reshape(n, c * chunk)[:, :t]
-  if not with_entropy:
-    return logp
-  return logp, ent.swapaxes(0, 1).reshape(n, c * chunk)[:, :t]
+  _, outs = jax.lax.scan(body, None, (hs, ys))
+  return tuple(o.swapaxes(0, 1).reshape(n, c * chunk)[:, :t] for o in outs)

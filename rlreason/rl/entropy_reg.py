@@ -1,9 +1,10 @@
 """Selective entropy regularisers that need the whole next-token distribution.
 
 Shapes: N sequences, T completion length, V vocab. `logits` are the scored
-logits (logits / temperature, as policy.completion_logprobs(...,
-with_logits=True) returns them), [N, T, V] or [..., V]; per-token arrays are
-[N, T] with `mask` [N, T].
+logits (logits / temperature), [..., V]: the functions of them are
+policy.completion_logprobs' `per_token` functions, computed in chunks of
+tokens (no [N, T, V] is ever whole); per-token arrays are [N, T] with `mask`
+[N, T].
 
 SIREN (2025, "Rethinking Entropy Regularization in Large
 Reasoning Models", arXiv:2509.25133; authors' code Linn3a/siren):
@@ -34,6 +35,7 @@ import functools
 
 import chex
 import jax
+from jax.ad_checkpoint import checkpoint_name
 import jax.numpy as jnp
 
 from rlreason.rl import aggregation
@@ -41,6 +43,7 @@ from rlreason.rl import kl
 from rlreason.rl import losses
 from rlreason.model import policy
 from rlreason.model.transformer import ModelConfig
+from rlreason.sampling import vocab_scan
 
 sg = jax.lax.stop_gradient
 
@@ -58,6 +61,13 @@ def nucleus_entropy(logits: jax.Array, top_p: float = 0.8) -> jax.Array:
   p >= top_p leaves the head empty and H = 0), and
     q = p / sum_head p,   H^p = -sum_head q log q.
   The head is chosen without gradient; the gradient flows through q.
+  top_p >= 1: the whole vocabulary (the plain entropy).
+
+  No sort: the crossing token's logit t is the nucleus threshold (the
+  largest t with mass(z >= t) >= top_p, vocab_scan.nucleus_threshold: a
+  bisection of masked sums over V, which stays split when V is split over
+  devices), and the head is z > t. Tokens tied with the crossing token are
+  all out of the head (a sort keeps those ranked before it).
 
   Args:
     logits: [..., V] scored logits.
@@ -66,15 +76,21 @@ def nucleus_entropy(logits: jax.Array, top_p: float = 0.8) -> jax.Array:
   Returns:
     [...] entropy of the head (0 where the head is empty).
   """
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  logp = -jnp.sort(-logp, axis=-1)  # decreasing
-  cum = jnp.cumsum(jnp.exp(sg(logp)), axis=-1)
-  head = cum < top_p
-  # The head is a prefix; normalising an empty one over the top token keeps
-  # log Z finite (and its gradient free of NaN), and H = 0 there anyway.
-  head_or_top = head.at[..., 0].set(True)
-  log_z = jax.nn.logsumexp(jnp.where(head_or_top, logp, -jnp.inf), axis=-1)
-  logq = jnp.where(head, logp - log_z[..., None], 0.0)
+  z = logits.astype(jnp.float32)
+  if top_p >= 1:
+    head = jnp.ones(z.shape, bool)
+  else:
+    t = vocab_scan.nucleus_threshold(sg(z).reshape(-1, z.shape[-1]), top_p)
+    # Kept by policy's chunked remat: the bisection is 32 passes over V.
+    t = checkpoint_name(t.reshape(z.shape[:-1] + (1,)), policy.SAVED)
+    head = z > t
+  # Normalising an empty head over the top token keeps log Z finite (and
+  # its gradient free of NaN), and H = 0 there anyway.
+  empty = ~jnp.any(head, axis=-1, keepdims=True)
+  top = sg(z) >= jnp.max(sg(z), axis=-1, keepdims=True)
+  norm = head | (empty & top)
+  log_z = jax.nn.logsumexp(jnp.where(norm, z, -jnp.inf), axis=-1)
+  logq = jnp.where(head, z - log_z[..., None], 0.0)
   return -jnp.sum(jnp.where(head, jnp.exp(logq) * logq, 0.0), axis=-1)
 
 
@@ -150,18 +166,17 @@ def completion_peak_nucleus_entropy(
   """Hbar of SIREN (masked nucleus entropy) of `params` on a rollout, [].
 
   The anchor: the statistic `anchored_entropy_penalty` compares against,
-  computed without gradient and without returning the [N, T, V] logits.
+  computed without gradient, the nucleus entropy in chunks of tokens.
   """
-  _, logits = policy.completion_logprobs(
+  _, h = policy.completion_logprobs(
     params,
     tokens,
     positions,
     model_cfg,
     prompt_len,
     temperature=temperature,
-    with_logits=True,
+    per_token=(lambda z, _: nucleus_entropy(z, top_p),),
   )
-  h = nucleus_entropy(logits, top_p)
   peak = peak_entropy_mask(h, mask, quantile=quantile)
   return aggregation.aggregate(h, peak, "seq-mean-token-mean")
 
@@ -191,8 +206,11 @@ def minp_proxy_logprobs(
   logp = jax.nn.log_softmax(sg(logits).astype(jnp.float32), axis=-1)
   keep = logp >= jnp.log(kappa) + logp.max(-1, keepdims=True)
   log_z = jax.nn.logsumexp(jnp.where(keep, logp, -jnp.inf), axis=-1)
-  picked = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-  kept = jnp.take_along_axis(keep, targets[..., None], axis=-1)[..., 0]
+  # The target by masked sums (no gather: V may be split over devices).
+  vocab = jnp.arange(logp.shape[-1]).reshape((1,) * targets.ndim + (-1,))
+  hit = vocab == targets[..., None]
+  picked = jnp.sum(jnp.where(hit, logp, 0.0), axis=-1)
+  kept = jnp.any(hit & keep, axis=-1)
   return jnp.where(kept, picked - log_z, -jnp.inf)
 
 
@@ -210,18 +228,18 @@ def completion_minp_proxy_logprobs(
   """`minp_proxy_logprobs` of the completion tokens under `params`, [N, T].
 
   Computed on the host side from the rollout policy (the authors'
-  minp_old_log_prob=True), so the [N, T, V] logits never leave the jit.
+  minp_old_log_prob=True), in chunks of tokens as the log-probs are.
   """
-  _, logits = policy.completion_logprobs(
+  _, proxy = policy.completion_logprobs(
     params,
     tokens,
     positions,
     model_cfg,
     prompt_len,
     temperature=temperature,
-    with_logits=True,
+    per_token=(functools.partial(minp_proxy_logprobs, kappa=kappa),),
   )
-  return minp_proxy_logprobs(logits, tokens[:, prompt_len:], kappa=kappa)
+  return proxy
 
 
 def _lowest_k(logp: jax.Array, candidate: jax.Array, frac: float) -> jax.Array:

@@ -335,13 +335,13 @@ def policy_loss_fn(cfg) -> losses.PolicyLoss:
   return fn
 
 
-def completion_forward(params, batch: dict, *, cfg, model_cfg, logits=False):
+def completion_forward(params, batch: dict, *, cfg, model_cfg, per_token=()):
   """(logp [N, T], entropy [N, T]) of the batch's completions under `params`.
 
-  Scored at cfg.temperature, as `pg_loss` scores them; with `logits`, also
-  the scored logits [N, T, V] (policy.completion_logprobs), for a loss that
-  needs the whole distribution and passes (logp, entropy) to pg_loss's
-  `forward`.
+  Scored at cfg.temperature, as `pg_loss` scores them; with `per_token`
+  functions of the scored logits (policy.completion_logprobs), also their
+  [N, T] values, for a loss that needs the whole distribution and passes
+  (logp, entropy) to pg_loss's `forward`.
   """
   return policy.completion_logprobs(
     params,
@@ -351,7 +351,7 @@ def completion_forward(params, batch: dict, *, cfg, model_cfg, logits=False):
     batch["tokens"].shape[1] - batch["mask"].shape[1],
     temperature=cfg.temperature,
     with_entropy=True,
-    with_logits=logits,
+    per_token=per_token,
   )
 
 

@@ -10,6 +10,7 @@ from rlreason import mesh as mesh_lib
 from rlreason import testing
 from rlreason.model import policy
 from rlreason.model import transformer
+from rlreason.rl import entropy_reg
 
 
 def _inputs(n=3, p=4, t=7, seed=0):
@@ -31,27 +32,45 @@ def test_logits_chunk_size():
   assert policy.logits_chunk(1, 10**6, 10**9) == 1  # at least one token
 
 
+# Functions of the whole distribution (entropy_reg's, as SIREN and Lp-Reg
+# use them): the nucleus entropy keeps its threshold through the remat
+# (policy.SAVED), the min-p proxy is -inf where it filters the target.
+PER_TOKEN = (
+  lambda z, _: entropy_reg.nucleus_entropy(z, 0.8),
+  lambda z, y: jnp.maximum(
+    entropy_reg.minp_proxy_logprobs(z, y, kappa=0.3), -30.0
+  ),
+)
+
+
 @pytest.mark.parametrize("chunk_tokens", [1, 3, 5])
 def test_chunked_scores_equal_one_block(monkeypatch, chunk_tokens):
   cfg, params, tokens, positions, p = _inputs()
   n, t, v = tokens.shape[0], tokens.shape[1] - p, cfg.vocab_size
 
   def scores(params):
-    logp, ent = policy.completion_logprobs(
-      params, tokens, positions, cfg, p, temperature=0.7, with_entropy=True
+    logp, ent, nucleus, proxy = policy.completion_logprobs(
+      params,
+      tokens,
+      positions,
+      cfg,
+      p,
+      temperature=0.7,
+      with_entropy=True,
+      per_token=PER_TOKEN,
     )
     weights = jnp.linspace(0.5, 1.5, t)[None]
-    return (logp * weights).sum() + ent.sum(), (logp, ent)
+    loss = (logp * weights).sum() + ent.sum() + (nucleus * weights).sum()
+    return loss, (logp, ent, nucleus, proxy)
 
-  (loss, (logp, ent)), grads = jax.value_and_grad(scores, has_aux=True)(params)
+  (loss, outs), grads = jax.value_and_grad(scores, has_aux=True)(params)
+  assert outs[2].shape == (n, t) and float(outs[2].max()) > 0.1
   # A budget of chunk_tokens tokens per block (T = 7: 3 and 5 pad the end).
   monkeypatch.setattr(policy, "LOGITS_CHUNK_BYTES", n * chunk_tokens * v * 4)
   assert policy.logits_chunk(n, t, v) == chunk_tokens
-  (loss_c, (logp_c, ent_c)), grads_c = jax.value_and_grad(scores, has_aux=True)(
-    params
-  )
-  np.testing.assert_allclose(logp_c, logp, rtol=1e-6, atol=1e-6)
-  np.testing.assert_allclose(ent_c, ent, rtol=1e-6, atol=1e-6)
+  (loss_c, outs_c), grads_c = jax.value_and_grad(scores, has_aux=True)(params)
+  for a, b in zip(outs_c, outs, strict=True):  # logp, entropy, per_token
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(loss_c, loss, rtol=1e-6, atol=1e-5)
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
@@ -112,10 +131,18 @@ def test_vocab_parallel_chunks_on_a_mesh_equal_one_device(monkeypatch, tie):
   weights = jnp.linspace(0.5, 1.5, t)[None]
 
   def loss(params):
-    logp, ent = policy.completion_logprobs(
-      params, tokens, positions, cfg, p, temperature=0.7, with_entropy=True
+    logp, ent, nucleus, proxy = policy.completion_logprobs(
+      params,
+      tokens,
+      positions,
+      cfg,
+      p,
+      temperature=0.7,
+      with_entropy=True,
+      per_token=PER_TOKEN,
     )
-    return (logp * weights).sum() + ent.sum()
+    per_token = nucleus + 0.1 * proxy  # the proxy has no gradient
+    return (logp * weights).sum() + ent.sum() + (per_token * weights).sum()
 
   plain, g_plain = jax.value_and_grad(loss)(params)
   shardings = mesh_lib.shardings(

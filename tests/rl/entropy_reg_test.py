@@ -76,6 +76,52 @@ class NucleusEntropyTest(testing.FastCompileTestCase):
     np.testing.assert_array_equal(g0, np.zeros(4))
 
 
+def _sorted_nucleus_entropy(logits, top_p):
+  """The head by a sort (this module's definition, as the authors): the
+  reference for the sort-free nucleus_entropy."""
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  logp = -jnp.sort(-logp, axis=-1)
+  head = jnp.cumsum(jnp.exp(jax.lax.stop_gradient(logp)), axis=-1) < top_p
+  log_z = jax.nn.logsumexp(
+    jnp.where(head.at[..., 0].set(True), logp, -jnp.inf), axis=-1
+  )
+  logq = jnp.where(head, logp - log_z[..., None], 0.0)
+  return -jnp.sum(jnp.where(head, jnp.exp(logq) * logq, 0.0), axis=-1)
+
+
+class SortFreeNucleusTest(absltest.TestCase):
+  def test_equals_the_sorted_head_on_random_logits(self):
+    # 3 x 7 rows of 300 logits; the sorted and the bisected heads agree
+    # unless a cumulative mass lands within rounding of top_p.
+    z = 2.5 * jax.random.normal(jax.random.key(4), (3, 7, 300))
+    for top_p in (0.3, 0.8, 0.95):
+      np.testing.assert_allclose(
+        entropy_reg.nucleus_entropy(z, top_p),
+        _sorted_nucleus_entropy(z, top_p),
+        rtol=1e-5,
+        atol=1e-6,
+      )
+      # The entropy is a function of the head's logits only: so is the
+      # gradient (sorting permutes it back).
+      weights = jnp.linspace(0.5, 1.5, 21).reshape(3, 7)
+      g = jax.grad(
+        lambda z: (weights * entropy_reg.nucleus_entropy(z, top_p)).sum()
+      )(z)
+      g_ref = jax.grad(
+        lambda z: (weights * _sorted_nucleus_entropy(z, top_p)).sum()
+      )(z)
+      np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-6)
+
+  def test_top_p_one_is_the_plain_entropy(self):
+    z = jax.random.normal(jax.random.key(5), (4, 50))
+    np.testing.assert_allclose(
+      entropy_reg.nucleus_entropy(z, 1.0),
+      policy.entropy_from_logits(z),
+      rtol=1e-6,
+      atol=1e-6,
+    )
+
+
 class PeakEntropyMaskTest(testing.FastCompileTestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
@@ -199,8 +245,17 @@ class CompletionStatsTest(absltest.TestCase):
     self.mask = jnp.ones((2, 5)).at[1, 3:].set(0.0)
     self.params = transformer.init(MODEL, jax.random.key(0))
 
-  def test_with_logits_matches_logp_and_entropy(self):
-    logp, ent, logits = policy.completion_logprobs(
+  def _full_logits(self, temperature=1.0):
+    """The scored logits [N, T, V] of a full forward (the reference)."""
+    full = policy.logits(self.params, self.tokens, MODEL, self.positions)
+    return full[:, self.p - 1 : -1] / temperature
+
+  def test_per_token_functions_see_the_scored_logits(self):
+    def picked(z, y):  # by a masked sum, as per_token functions must
+      hit = jnp.arange(z.shape[-1]).reshape(1, 1, -1) == y[..., None]
+      return jnp.sum(jnp.where(hit, jax.nn.log_softmax(z), 0.0), axis=-1)
+
+    logp, ent, again, ent_again, z5 = policy.completion_logprobs(
       self.params,
       self.tokens,
       self.positions,
@@ -208,15 +263,16 @@ class CompletionStatsTest(absltest.TestCase):
       self.p,
       temperature=0.7,
       with_entropy=True,
-      with_logits=True,
+      per_token=(
+        picked,
+        lambda z, _: policy.entropy_from_logits(z),
+        lambda z, _: z[..., 5],
+      ),
     )
-    self.assertEqual(logits.shape, (2, 5, 32))
-    picked = jnp.take_along_axis(
-      jax.nn.log_softmax(logits), self.tokens[:, self.p :, None], axis=-1
-    )[..., 0]
-    np.testing.assert_allclose(picked, logp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(again, logp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ent_again, ent, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(
-      policy.entropy_from_logits(logits), ent, rtol=1e-5, atol=1e-6
+      z5, self._full_logits(0.7)[..., 5], rtol=1e-5, atol=1e-5
     )
     only = policy.completion_logprobs(
       self.params,
@@ -229,14 +285,7 @@ class CompletionStatsTest(absltest.TestCase):
     np.testing.assert_allclose(only, logp, rtol=1e-5, atol=1e-5)
 
   def test_jitted_reductions_equal_their_composition(self):
-    _, logits = policy.completion_logprobs(
-      self.params,
-      self.tokens,
-      self.positions,
-      MODEL,
-      self.p,
-      with_logits=True,
-    )
+    logits = self._full_logits()
     h = entropy_reg.nucleus_entropy(logits, 0.5)
     peak = entropy_reg.peak_entropy_mask(h, self.mask, quantile=0.5)
     np.testing.assert_allclose(
