@@ -42,7 +42,6 @@ from rlreason import config
 from rlreason.rl import entropy_reg
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
-from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
 
 
@@ -97,7 +96,8 @@ PAPER = dict(
 def train_fields(cfg: Config) -> dict:
   """Per-row shapes of the batch fields the loss reads beyond
   objective.loss_fn's (the planner's abstract batch, experiments/plan.py;
-  make_batch's proxy forward over the whole rollout is not planned)."""
+  make_batch's proxy forward runs as the reference's, one train micro-batch
+  of rows at a time: the ref_logp program plans it)."""
   return {"proxy_logp": (cfg.max_new_tokens,)}
 
 
@@ -105,16 +105,8 @@ def make_batch(rollout, examples, ctx):
   """objective.make_batch + (1): the proxy log-probs of the rollout."""
   cfg = ctx.cfg
   batch, metrics = objective.make_batch(rollout, examples, ctx)
-  batch["proxy_logp"] = mesh_lib.to_host(
-    entropy_reg.completion_minp_proxy_logprobs(
-      ctx.params,
-      rollout.tokens,
-      rollout.positions,
-      ctx.model_cfg,
-      rollout.prompt_len,
-      temperature=cfg.temperature,
-      kappa=cfg.minp_kappa,
-    )
+  (batch["proxy_logp"],) = ctx.per_token(
+    rollout, (entropy_reg.minp_proxy_fn(cfg.minp_kappa),)
   )
   return batch, metrics
 

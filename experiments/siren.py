@@ -44,6 +44,7 @@ from etils import epath
 
 from experiments import grpo
 from rlreason import config
+from rlreason.rl import aggregation
 from rlreason.rl import entropy_reg
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
@@ -115,21 +116,12 @@ def _anchor(rollout, ctx) -> float:
   if saved is not None:
     return float(saved["anchor"])
   # The first batch under the policy that sampled it: the initial policy.
-  anchor = float(
-    mesh_lib.to_host(
-      entropy_reg.completion_peak_nucleus_entropy(
-        ctx.params,
-        rollout.tokens,
-        rollout.positions,
-        rollout.mask,
-        ctx.model_cfg,
-        rollout.prompt_len,
-        temperature=cfg.temperature,
-        top_p=cfg.siren_top_p,
-        quantile=cfg.siren_quantile,
-      )
-    )
+  (h,) = ctx.per_token(
+    rollout, (entropy_reg.nucleus_entropy_fn(cfg.siren_top_p),)
   )
+  mask = mesh_lib.to_host(rollout.mask)
+  peak = entropy_reg.peak_entropy_mask(h, mask, quantile=cfg.siren_quantile)
+  anchor = float(aggregation.aggregate(h, peak, "seq-mean-token-mean"))
   if jax.process_index() == 0:
     path.write_text(json.dumps({"anchor": anchor}))
   return anchor

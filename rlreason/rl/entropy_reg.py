@@ -42,7 +42,6 @@ from rlreason.rl import aggregation
 from rlreason.rl import kl
 from rlreason.rl import losses
 from rlreason.model import policy
-from rlreason.model.transformer import ModelConfig
 from rlreason.sampling import vocab_scan
 
 sg = jax.lax.stop_gradient
@@ -148,37 +147,12 @@ def anchored_entropy_penalty(
   return coef * jnp.square(h_bar - anchor), h_bar
 
 
-@functools.partial(
-  jax.jit, static_argnames=("model_cfg", "prompt_len", "top_p", "quantile")
-)
-def completion_peak_nucleus_entropy(
-  params,
-  tokens: jax.Array,
-  positions: jax.Array,
-  mask: jax.Array,
-  model_cfg: ModelConfig,
-  prompt_len: int,
-  *,
-  temperature: float = 1.0,
-  top_p: float = 0.8,
-  quantile: float = 0.8,
-) -> jax.Array:
-  """Hbar of SIREN (masked nucleus entropy) of `params` on a rollout, [].
-
-  The anchor: the statistic `anchored_entropy_penalty` compares against,
-  computed without gradient, the nucleus entropy in chunks of tokens.
-  """
-  _, h = policy.completion_logprobs(
-    params,
-    tokens,
-    positions,
-    model_cfg,
-    prompt_len,
-    temperature=temperature,
-    per_token=(lambda z, _: nucleus_entropy(z, top_p),),
-  )
-  peak = peak_entropy_mask(h, mask, quantile=quantile)
-  return aggregation.aggregate(h, peak, "seq-mean-token-mean")
+@functools.cache
+def nucleus_entropy_fn(top_p: float):
+  """`nucleus_entropy` at top_p as a policy.completion_logprobs per_token
+  function: one object per top_p, so calls outside a jit reuse their
+  compiled program."""
+  return lambda z, _: nucleus_entropy(z, top_p)
 
 
 # ----------------------------------------------------------------------------
@@ -214,32 +188,11 @@ def minp_proxy_logprobs(
   return jnp.where(kept, picked - log_z, -jnp.inf)
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg", "prompt_len"))
-def completion_minp_proxy_logprobs(
-  params,
-  tokens: jax.Array,
-  positions: jax.Array,
-  model_cfg: ModelConfig,
-  prompt_len: int,
-  *,
-  temperature: float = 1.0,
-  kappa: float = 0.02,
-) -> jax.Array:
-  """`minp_proxy_logprobs` of the completion tokens under `params`, [N, T].
-
-  Computed on the host side from the rollout policy (the authors'
-  minp_old_log_prob=True), in chunks of tokens as the log-probs are.
-  """
-  _, proxy = policy.completion_logprobs(
-    params,
-    tokens,
-    positions,
-    model_cfg,
-    prompt_len,
-    temperature=temperature,
-    per_token=(functools.partial(minp_proxy_logprobs, kappa=kappa),),
-  )
-  return proxy
+@functools.cache
+def minp_proxy_fn(kappa: float):
+  """`minp_proxy_logprobs` at kappa as a policy.completion_logprobs
+  per_token function (one object per kappa, as nucleus_entropy_fn)."""
+  return functools.partial(minp_proxy_logprobs, kappa=kappa)
 
 
 def _lowest_k(logp: jax.Array, candidate: jax.Array, frac: float) -> jax.Array:

@@ -182,7 +182,15 @@ class Context:
       )
     return self._logp(self.ref_params, rollout)
 
-  def _logp(self, params, rollout: Rollout) -> np.ndarray:
+  def per_token(self, rollout: Rollout, fns: tuple) -> tuple[np.ndarray, ...]:
+    """[N, T] of each policy.completion_logprobs `per_token` function of
+    the scored logits under the current params (e.g. entropy_reg's nucleus
+    entropy, min-p proxy), one train micro-batch of rows at a time. `fns`
+    are called outside a jit: the same objects each call (entropy_reg's
+    *_fn constructors cache theirs), or each call compiles anew."""
+    return self._logp(self.params, rollout, tuple(fns))[1:]
+
+  def _logp(self, params, rollout: Rollout, per_token=()):
     with mesh_lib.activation_mesh(self.mesh):
       return mesh_lib.to_host(
         policy.completion_logprobs_by_rows(
@@ -193,6 +201,7 @@ class Context:
           rollout.prompt_len,
           rows=self.score_rows,
           temperature=self.cfg.temperature,
+          per_token=per_token,
         )
       )
 

@@ -136,7 +136,9 @@ def test_misses_whose_peak_tends_over_the_fit_stop_the_search():
   assert row["slice"] == "v4-32" and not row["fits"]  # 16 chips
   assert row["floor_gib"] == pytest.approx(28.0, rel=1e-9, abs=1e-9)
   cell = plan_cli.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
-  assert "no fit up to v4-32 (one row per chip: the peak tends to 28.0 GiB" in cell
+  assert (
+    "no fit up to v4-32 (one row per chip: the peak tends to 28.0 GiB" in cell
+  )
 
 
 def test_misses_are_extrapolated_only_where_rows_per_chip_cannot_fall():

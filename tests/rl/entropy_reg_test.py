@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlreason.rl import aggregation
 from rlreason.rl import entropy_reg
 from rlreason.rl import losses
 from rlreason.model import policy
@@ -104,13 +103,16 @@ class SortFreeNucleusTest(absltest.TestCase):
       # The entropy is a function of the head's logits only: so is the
       # gradient (sorting permutes it back).
       weights = jnp.linspace(0.5, 1.5, 21).reshape(3, 7)
-      g = jax.grad(
-        lambda z: (weights * entropy_reg.nucleus_entropy(z, top_p)).sum()
-      )(z)
-      g_ref = jax.grad(
-        lambda z: (weights * _sorted_nucleus_entropy(z, top_p)).sum()
-      )(z)
-      np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-6)
+
+      def weighted(fn, z, top_p=top_p, weights=weights):
+        return (weights * fn(z, top_p)).sum()
+
+      np.testing.assert_allclose(
+        jax.grad(functools.partial(weighted, entropy_reg.nucleus_entropy))(z),
+        jax.grad(functools.partial(weighted, _sorted_nucleus_entropy))(z),
+        rtol=1e-4,
+        atol=1e-6,
+      )
 
   def test_top_p_one_is_the_plain_entropy(self):
     z = jax.random.normal(jax.random.key(5), (4, 50))
@@ -284,32 +286,31 @@ class CompletionStatsTest(absltest.TestCase):
     )
     np.testing.assert_allclose(only, logp, rtol=1e-5, atol=1e-5)
 
-  def test_jitted_reductions_equal_their_composition(self):
-    logits = self._full_logits()
-    h = entropy_reg.nucleus_entropy(logits, 0.5)
-    peak = entropy_reg.peak_entropy_mask(h, self.mask, quantile=0.5)
-    np.testing.assert_allclose(
-      entropy_reg.completion_peak_nucleus_entropy(
-        self.params,
-        self.tokens,
-        self.positions,
-        self.mask,
-        MODEL,
-        self.p,
-        top_p=0.5,
-        quantile=0.5,
-      ),
-      aggregation.aggregate(h, peak, "seq-mean-token-mean"),
-      rtol=1e-5,
-      atol=1e-5,
+  def test_cached_per_token_functions_equal_their_definitions(self):
+    logits = self._full_logits(0.7)
+    targets = self.tokens[:, self.p :]
+    nucleus = entropy_reg.nucleus_entropy_fn(0.5)
+    proxy = entropy_reg.minp_proxy_fn(0.5)
+    # One object per argument: outside a jit, calls reuse one program.
+    self.assertIs(entropy_reg.nucleus_entropy_fn(0.5), nucleus)
+    self.assertIs(entropy_reg.minp_proxy_fn(0.5), proxy)
+    _, h, q = policy.completion_logprobs_by_rows(
+      self.params,
+      self.tokens,
+      self.positions,
+      MODEL,
+      self.p,
+      rows=1,
+      temperature=0.7,
+      per_token=(nucleus, proxy),
     )
     np.testing.assert_allclose(
-      entropy_reg.completion_minp_proxy_logprobs(
-        self.params, self.tokens, self.positions, MODEL, self.p, kappa=0.5
-      ),
-      entropy_reg.minp_proxy_logprobs(
-        logits, self.tokens[:, self.p :], kappa=0.5
-      ),
+      h, entropy_reg.nucleus_entropy(logits, 0.5), rtol=1e-5, atol=1e-5
+    )
+    self.assertGreater(float(h.max()), 0.1)
+    np.testing.assert_allclose(
+      q,
+      entropy_reg.minp_proxy_logprobs(logits, targets, kappa=0.5),
       rtol=1e-5,
       atol=1e-5,
     )
