@@ -380,7 +380,7 @@ def pg_loss(
     policy_loss: overrides `policy_loss_fn(cfg)`.
     forward: optional (logp [N, T], entropy [N, T]) already computed from
       `params` by the caller (`completion_forward`), e.g. together with the
-      logits a regulariser needs; the hooks may close over them.
+      per_token values a regulariser needs; the hooks may close over them.
 
   Returns:
     (scalar loss, metrics) with entropy, clipfrac, approx_kl (and kl).
