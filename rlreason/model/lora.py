@@ -11,7 +11,7 @@ LoRA (Hu et al. 2021): a target weight W [in..., out...] is used as
 W + (alpha / r) A B, A [in..., r] and B [r, out...], with B = 0 at init so
 the adapted model starts as the base. `combine` puts {"base", "a", "b"}
 dicts at the targets' leaves (a pure tree join, nothing is computed); the
-model (transformer._param -> `effective`) forms each effective weight at
+model (blocks.param -> `effective`) forms each effective weight at
 use, one layer at a time, dequantising a quantised base on the way. So the
 train step differentiates the adapters alone, the base is never copied,
 and the reference policy for KL is the base itself (`combine` without
@@ -189,7 +189,7 @@ def _quantized(leaf) -> bool:
 
 def effective(leaf: Any, dtype=None) -> jax.Array:
   """The weight a params leaf stands for: itself, a quantised base
-  dequantised, or base + A B (transformer._param calls this)."""
+  dequantised, or base + A B (blocks.param calls this)."""
   if not isinstance(leaf, dict):
     return leaf
   if _quantized(leaf):

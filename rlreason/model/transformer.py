@@ -3,6 +3,8 @@
 RMSNorm, grouped-query attention (rotary embeddings, llama3 rope scaling and
 the masked attention over the cache are in attention.py), SwiGLU MLP and,
 optionally, q/k/v bias (Qwen2), per-head q/k RMSNorm (Qwen3), tied embeddings.
+The layers are in blocks.py; here the config, the cache, the stack and the
+functional API.
 
 The forward is a pure function of (params, tokens, positions, cache):
 
@@ -32,15 +34,9 @@ import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import attention
-from rlreason.model import lora
+from rlreason.model import blocks
 
 Params = Any
-
-_DTYPES = {
-  "float32": jnp.float32,
-  "bfloat16": jnp.bfloat16,
-  "float16": jnp.float16,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,14 +96,15 @@ class ModelConfig:
         f"{', '.join(attention.DECODE_IMPLEMENTATIONS)}"
       )
     for name in ("dtype", "param_dtype"):
-      if getattr(self, name) not in _DTYPES:
+      if getattr(self, name) not in blocks.DTYPES:
         raise ValueError(
-          f"{name}={getattr(self, name)!r}; expected one of {sorted(_DTYPES)}"
+          f"{name}={getattr(self, name)!r}; expected one of "
+          f"{sorted(blocks.DTYPES)}"
         )
 
   @property
   def compute_dtype(self):
-    return _DTYPES[self.dtype]
+    return blocks.DTYPES[self.dtype]
 
   def num_params(self) -> int:
     attn = (
@@ -149,163 +146,6 @@ def init_cache(
   )
 
 
-def _param(module, name, axes, shape, init, dtype):
-  # A LoRA-adapted or quantised kernel is a dict leaf (lora.combine /
-  # lora.quantize): the weight it stands for is formed here, at use.
-  if module.has_variable("params", name):
-    return lora.effective(module.get_variable("params", name))
-  return module.param(
-    name, nn.with_logical_partitioning(init, axes), shape, dtype
-  )
-
-
-_KERNEL_INIT = nn.initializers.normal(stddev=0.02)
-
-
-class RMSNorm(nn.Module):
-  """y = x / sqrt(mean(x^2) + eps) * scale, normalised in fp32 (as HF)."""
-
-  eps: float
-  param_dtype: Any
-  axis_name: str = "norm"
-
-  @nn.compact
-  def __call__(self, x):
-    scale = _param(
-      self,
-      "scale",
-      (self.axis_name,),
-      (x.shape[-1],),
-      nn.initializers.ones,
-      self.param_dtype,
-    )
-    x32 = x.astype(jnp.float32)
-    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + self.eps)
-    scale = scale.reshape((1,) * (x.ndim - 1) + scale.shape)
-    return scale.astype(x.dtype) * x32.astype(x.dtype)
-
-
-class Attention(nn.Module):
-  """Grouped-query attention over an explicit cache."""
-
-  cfg: ModelConfig
-
-  @nn.compact
-  def __call__(self, x, positions, k_cache, v_cache, slot_pos, index):
-    cfg = self.cfg
-    dt, pdt = cfg.compute_dtype, _DTYPES[cfg.param_dtype]
-    d, h, k, dh = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-
-    def proj(name, heads, axes):
-      w = _param(
-        self,
-        f"{name}_kernel",
-        ("embed", axes, "head_dim"),
-        (d, heads, dh),
-        _KERNEL_INIT,
-        pdt,
-      )
-      y = jnp.einsum("nqd,dhk->nqhk", x, w.astype(dt))
-      if cfg.qkv_bias:
-        b = _param(
-          self,
-          f"{name}_bias",
-          (axes, "head_dim"),
-          (heads, dh),
-          nn.initializers.zeros,
-          pdt,
-        )
-        y = y + b.astype(dt)[None, None]
-      return y
-
-    q = proj("q", h, "heads")  # [N, Q, H, Dh]
-    kk = proj("k", k, "kv_heads")  # [N, Q, K, Dh]
-    vv = proj("v", k, "kv_heads")
-    if cfg.qk_norm:  # Qwen3: per-head RMSNorm before rotary.
-      q = RMSNorm(cfg.rms_eps, pdt, "head_dim", name="q_norm")(q)
-      kk = RMSNorm(cfg.rms_eps, pdt, "head_dim", name="k_norm")(kk)
-    inv_freq = attention.rope_frequencies(cfg)
-    rope_pos = jnp.maximum(positions, 0)
-    q = attention.apply_rope(q, rope_pos, inv_freq)
-    kk = attention.apply_rope(kk, rope_pos, inv_freq)
-    out, k_cache, v_cache = attention.attend(
-      q,
-      kk,
-      vv,
-      k_cache,
-      v_cache,
-      slot_pos,
-      index,
-      dt,
-      impl=cfg.attention,
-      block=cfg.attention_block,
-      decode=cfg.decode_attention,
-    )
-    wo = _param(
-      self,
-      "o_kernel",
-      ("heads", "head_dim", "embed"),
-      (h, dh, d),
-      _KERNEL_INIT,
-      pdt,
-    )
-    y = jnp.einsum("nqhk,hkd->nqd", out, wo.astype(dt))
-    if cfg.o_bias:
-      y = (
-        y
-        + _param(
-          self, "o_bias", ("embed",), (d,), nn.initializers.zeros, pdt
-        ).astype(dt)[None, None]
-      )
-    return y, k_cache, v_cache
-
-
-class Mlp(nn.Module):
-  """SwiGLU: down(silu(gate(x)) * up(x))."""
-
-  cfg: ModelConfig
-
-  @nn.compact
-  def __call__(self, x):
-    cfg = self.cfg
-    dt, pdt = cfg.compute_dtype, _DTYPES[cfg.param_dtype]
-    d, f = cfg.d_model, cfg.mlp_dim
-    gate = _param(
-      self, "gate_kernel", ("embed", "mlp"), (d, f), _KERNEL_INIT, pdt
-    )
-    up = _param(self, "up_kernel", ("embed", "mlp"), (d, f), _KERNEL_INIT, pdt)
-    down = _param(
-      self, "down_kernel", ("mlp", "embed"), (f, d), _KERNEL_INIT, pdt
-    )
-    hidden = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
-    hidden = mesh_lib.constrain(hidden, ("batch", "seq", "mlp"))
-    return hidden @ down.astype(dt)
-
-
-_RESIDUAL = ("batch", "seq", "embed")  # the residual stream's layout
-_REMAT_POLICIES = {
-  "full": None,
-  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
-
-
-class Block(nn.Module):
-  cfg: ModelConfig
-
-  @nn.compact
-  def __call__(self, x, positions, k_cache, v_cache, slot_pos, index):
-    cfg = self.cfg
-    pdt = _DTYPES[cfg.param_dtype]
-    h = RMSNorm(cfg.rms_eps, pdt, name="input_norm")(x)
-    h, k_cache, v_cache = Attention(cfg, name="attn")(
-      h, positions, k_cache, v_cache, slot_pos, index
-    )
-    x = mesh_lib.constrain(x + h, _RESIDUAL)
-    h = RMSNorm(cfg.rms_eps, pdt, name="post_attn_norm")(x)
-    x = mesh_lib.constrain(x + Mlp(cfg, name="mlp")(h), _RESIDUAL)
-    return x, k_cache, v_cache
-
-
 class Transformer(nn.Module):
   """The decoder. `__call__` returns hidden states; `unembed` the logits."""
 
@@ -313,33 +153,35 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.cfg
-    pdt = _DTYPES[cfg.param_dtype]
-    self.embedding = _param(
+    pdt = blocks.DTYPES[cfg.param_dtype]
+    self.embedding = blocks.param(
       self,
       "embedding",
       ("vocab", "embed"),
       (cfg.vocab_size, cfg.d_model),
-      _KERNEL_INIT,
+      blocks.KERNEL_INIT,
       pdt,
     )
     if not cfg.tie_embeddings:
-      self.lm_head = _param(
+      self.lm_head = blocks.param(
         self,
         "lm_head",
         ("embed", "vocab"),
         (cfg.d_model, cfg.vocab_size),
-        _KERNEL_INIT,
+        blocks.KERNEL_INIT,
         pdt,
       )
-    block = Block
+    block = blocks.Block
     if cfg.remat:
-      block = nn.remat(Block, policy=_REMAT_POLICIES[cfg.remat_policy])
+      block = nn.remat(
+        blocks.Block, policy=blocks.REMAT_POLICIES[cfg.remat_policy]
+      )
     self.layers = [block(cfg, name=f"layer_{i}") for i in range(cfg.n_layers)]
-    self.final_norm = RMSNorm(cfg.rms_eps, pdt)
+    self.final_norm = blocks.RMSNorm(cfg.rms_eps, pdt)
 
   def __call__(self, tokens, positions, cache: Cache):
     x = jnp.take(self.embedding, tokens, axis=0).astype(self.cfg.compute_dtype)
-    x = mesh_lib.constrain(x, _RESIDUAL)
+    x = mesh_lib.constrain(x, blocks.RESIDUAL)
     slot_pos = attention.write_slots(
       cache.pos, positions.astype(jnp.int32), cache.index, axis=1
     )

@@ -14,7 +14,7 @@ from rlreason import config
 from rlreason import testing
 from rlreason.data import sources as data_lib
 from rlreason.model import attention
-from rlreason.model import transformer
+from rlreason.model import blocks
 from rlreason.sampling import draw
 from rlreason.sampling import rollout as rollout_lib
 
@@ -87,4 +87,4 @@ def test_config_choices_are_the_models():
   """config.py names the model's choices without importing JAX; they must
   stay the ones the model accepts."""
   assert config.DECODE_ATTENTIONS == attention.DECODE_IMPLEMENTATIONS
-  assert config.REMAT_POLICIES == tuple(transformer._REMAT_POLICIES)
+  assert config.REMAT_POLICIES == tuple(blocks.REMAT_POLICIES)

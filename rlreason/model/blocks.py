@@ -1,0 +1,180 @@
+"""The decoder's layers in Flax linen: RMSNorm, grouped-query attention, the
+SwiGLU MLP and the pre-norm block (transformer.py stacks them).
+
+Each layer reads its architecture from a transformer.ModelConfig (`cfg`);
+shapes as in transformer.py. A parameter is created by `param`, which also
+forms a LoRA-adapted or quantised kernel's weight at use (lora.effective).
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from rlreason import mesh as mesh_lib
+from rlreason.model import attention
+from rlreason.model import lora
+
+DTYPES = {
+  "float32": jnp.float32,
+  "bfloat16": jnp.bfloat16,
+  "float16": jnp.float16,
+}
+
+
+def param(module, name, axes, shape, init, dtype):
+  # A LoRA-adapted or quantised kernel is a dict leaf (lora.combine /
+  # lora.quantize): the weight it stands for is formed here, at use.
+  if module.has_variable("params", name):
+    return lora.effective(module.get_variable("params", name))
+  return module.param(
+    name, nn.with_logical_partitioning(init, axes), shape, dtype
+  )
+
+
+KERNEL_INIT = nn.initializers.normal(stddev=0.02)
+
+
+class RMSNorm(nn.Module):
+  """y = x / sqrt(mean(x^2) + eps) * scale, normalised in fp32 (as HF)."""
+
+  eps: float
+  param_dtype: Any
+  axis_name: str = "norm"
+
+  @nn.compact
+  def __call__(self, x):
+    scale = param(
+      self,
+      "scale",
+      (self.axis_name,),
+      (x.shape[-1],),
+      nn.initializers.ones,
+      self.param_dtype,
+    )
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + self.eps)
+    scale = scale.reshape((1,) * (x.ndim - 1) + scale.shape)
+    return scale.astype(x.dtype) * x32.astype(x.dtype)
+
+
+class Attention(nn.Module):
+  """Grouped-query attention over an explicit cache."""
+
+  cfg: Any  # a transformer.ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, k_cache, v_cache, slot_pos, index):
+    cfg = self.cfg
+    dt, pdt = cfg.compute_dtype, DTYPES[cfg.param_dtype]
+    d, h, k, dh = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+
+    def proj(name, heads, axes):
+      w = param(
+        self,
+        f"{name}_kernel",
+        ("embed", axes, "head_dim"),
+        (d, heads, dh),
+        KERNEL_INIT,
+        pdt,
+      )
+      y = jnp.einsum("nqd,dhk->nqhk", x, w.astype(dt))
+      if cfg.qkv_bias:
+        b = param(
+          self,
+          f"{name}_bias",
+          (axes, "head_dim"),
+          (heads, dh),
+          nn.initializers.zeros,
+          pdt,
+        )
+        y = y + b.astype(dt)[None, None]
+      return y
+
+    q = proj("q", h, "heads")  # [N, Q, H, Dh]
+    kk = proj("k", k, "kv_heads")  # [N, Q, K, Dh]
+    vv = proj("v", k, "kv_heads")
+    if cfg.qk_norm:  # Qwen3: per-head RMSNorm before rotary.
+      q = RMSNorm(cfg.rms_eps, pdt, "head_dim", name="q_norm")(q)
+      kk = RMSNorm(cfg.rms_eps, pdt, "head_dim", name="k_norm")(kk)
+    inv_freq = attention.rope_frequencies(cfg)
+    rope_pos = jnp.maximum(positions, 0)
+    q = attention.apply_rope(q, rope_pos, inv_freq)
+    kk = attention.apply_rope(kk, rope_pos, inv_freq)
+    out, k_cache, v_cache = attention.attend(
+      q,
+      kk,
+      vv,
+      k_cache,
+      v_cache,
+      slot_pos,
+      index,
+      dt,
+      impl=cfg.attention,
+      block=cfg.attention_block,
+      decode=cfg.decode_attention,
+    )
+    wo = param(
+      self,
+      "o_kernel",
+      ("heads", "head_dim", "embed"),
+      (h, dh, d),
+      KERNEL_INIT,
+      pdt,
+    )
+    y = jnp.einsum("nqhk,hkd->nqd", out, wo.astype(dt))
+    if cfg.o_bias:
+      y = (
+        y
+        + param(
+          self, "o_bias", ("embed",), (d,), nn.initializers.zeros, pdt
+        ).astype(dt)[None, None]
+      )
+    return y, k_cache, v_cache
+
+
+class Mlp(nn.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  cfg: Any  # a transformer.ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.cfg
+    dt, pdt = cfg.compute_dtype, DTYPES[cfg.param_dtype]
+    d, f = cfg.d_model, cfg.mlp_dim
+    gate = param(
+      self, "gate_kernel", ("embed", "mlp"), (d, f), KERNEL_INIT, pdt
+    )
+    up = param(self, "up_kernel", ("embed", "mlp"), (d, f), KERNEL_INIT, pdt)
+    down = param(
+      self, "down_kernel", ("mlp", "embed"), (f, d), KERNEL_INIT, pdt
+    )
+    hidden = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
+    hidden = mesh_lib.constrain(hidden, ("batch", "seq", "mlp"))
+    return hidden @ down.astype(dt)
+
+
+RESIDUAL = ("batch", "seq", "embed")  # the residual stream's layout
+REMAT_POLICIES = {
+  "full": None,
+  "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class Block(nn.Module):
+  cfg: Any  # a transformer.ModelConfig
+
+  @nn.compact
+  def __call__(self, x, positions, k_cache, v_cache, slot_pos, index):
+    cfg = self.cfg
+    pdt = DTYPES[cfg.param_dtype]
+    h = RMSNorm(cfg.rms_eps, pdt, name="input_norm")(x)
+    h, k_cache, v_cache = Attention(cfg, name="attn")(
+      h, positions, k_cache, v_cache, slot_pos, index
+    )
+    x = mesh_lib.constrain(x + h, RESIDUAL)
+    h = RMSNorm(cfg.rms_eps, pdt, name="post_attn_norm")(x)
+    x = mesh_lib.constrain(x + Mlp(cfg, name="mlp")(h), RESIDUAL)
+    return x, k_cache, v_cache
