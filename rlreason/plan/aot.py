@@ -50,6 +50,7 @@ from rlreason.rl import value
 from rlreason.model import lora
 from rlreason.sampling import continuous
 from rlreason.sampling import draw
+from rlreason.sampling import engine
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler
 from rlreason.train import adapters as adapters_lib
@@ -220,7 +221,7 @@ def compile_rollout(
       jnp.int32,
       sharding=mesh_lib.batch_sharding(mesh, 1, mesh_lib.ROLLOUT_RULES),
     )
-    run = sampler.jitted(
+    run = engine.jitted(
       continuous._run,  # noqa: SLF001 - the jitted body
       options,
       **continuous._RUN_JIT,  # noqa: SLF001
@@ -235,7 +236,7 @@ def compile_rollout(
     )  # fmt: skip
   else:
     ids = jax.ShapeDtypeStruct((rows, p), jnp.int32, sharding=sh)
-    run = sampler.jitted(
+    run = engine.jitted(
       sampler._sample,  # noqa: SLF001 - the jitted body
       options,
       **sampler._SAMPLE_JIT,  # noqa: SLF001

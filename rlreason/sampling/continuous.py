@@ -40,12 +40,11 @@ from rlreason import mesh as mesh_lib
 from rlreason.model import attention_kernels
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
+from rlreason.sampling import engine
 from rlreason.sampling import sampler as sampler_lib
 from rlreason.sampling import stops
 from rlreason.sampling.draw import Sampling
 from rlreason.sampling.draw import row_keys
-from rlreason.sampling.sampler import constrain
-from rlreason.sampling.sampler import constrain_cache
 
 REFILL_MODES = ("loop", "host")
 
@@ -156,7 +155,7 @@ def sample(
     A sampler.SampleOutput for the M rows (logits are not recorded), and
     the Stats when asked.
   """
-  stop_ids, stop_sequences = sampler_lib.check_inputs(
+  stop_ids, stop_sequences = engine.check_inputs(
     tokens,
     positions,
     model_cfg,
@@ -198,11 +197,11 @@ def sample(
   )
   args = (params, tokens, positions, rng, row_offset, limits)
   if refill == "loop":
-    run = sampler_lib.jitted(_run, compiler_options, **_RUN_JIT)
+    run = engine.jitted(_run, compiler_options, **_RUN_JIT)
     state = run(*args, **static)
   else:
     state, params, rows = _start(*args, **static)
-    round_ = sampler_lib.jitted(_round_jit, compiler_options, **_ROUND_JIT)
+    round_ = engine.jitted(_round_jit, compiler_options, **_ROUND_JIT)
     more = True
     while more:
       state, more = round_(state, params, rows, **static)
@@ -269,7 +268,7 @@ def _init(params, tokens, positions, rng, row_offset, limits, **static):
   )
   slots = attention_kernels.cache_slots(p + t_max - 1, cfg.decode_attention)
   cache = transformer.init_cache(cfg, ns, slots)
-  cache = constrain_cache(
+  cache = engine.constrain_cache(
     cache._replace(index=jnp.zeros((ns,), jnp.int32)), mesh
   )
   out = lambda dtype, fill: batch(jnp.full((m, t_max), fill, dtype))
@@ -293,12 +292,12 @@ def _init(params, tokens, positions, rng, row_offset, limits, **static):
     lengths=batch(jnp.zeros((m,), jnp.int32)),
     eos=batch(jnp.zeros((m,), bool)),
   )
-  return state, sampler_lib.compute_params(params, cfg), rows
+  return state, engine.compute_params(params, cfg), rows
 
 
 def _batch(x, mesh):
   """x split by its leading (row or slot) axis over the rollout batch axes."""
-  return constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
+  return engine.constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
 
 
 def _advance(state, which, live, logits, next_pos, rows: _Rows, **static):
@@ -345,14 +344,14 @@ def _refill(state, params, rows: _Rows, **static):
   ok = state.free[which] & (row < m)
   row = jnp.minimum(row, m - 1)
   tok, pos = rows.tokens[row], rows.positions[row]  # [R, P]
-  logits, pre = sampler_lib.last_logits(
+  logits, pre = engine.last_logits(
     params, tok, pos, transformer.init_cache(cfg, r, p), cfg, mesh
   )
   s = jnp.where(ok, which, ns)  # out of range: dropped
   put = lambda buf, x: buf.at[s, :, :p].set(x.astype(buf.dtype), mode="drop")  # noqa: E731
   cache = state.cache
   empty = jnp.full((r, cache.pos.shape[1] - p), -1, jnp.int32)
-  cache = constrain_cache(
+  cache = engine.constrain_cache(
     transformer.Cache(
       k=tuple(put(a, b) for a, b in zip(cache.k, pre.k, strict=True)),
       v=tuple(put(a, b) for a, b in zip(cache.v, pre.v, strict=True)),
@@ -382,7 +381,7 @@ def _decode(state, params, rows: _Rows, **static):
   live = ~state.free
   tok = jnp.where(live, state.last_token, static["pad_id"])
   pos = jnp.where(live, state.last_pos, -1)
-  logits, cache = sampler_lib.last_logits(
+  logits, cache = engine.last_logits(
     params,
     tok[:, None],
     pos[:, None],

@@ -35,18 +35,16 @@ import jax
 import jax.numpy as jnp
 
 from rlreason.model import policy
+from rlreason.sampling import engine
 from rlreason.sampling import stops
 from rlreason.model import transformer
-from rlreason.sampling.sampler import constrain
-from rlreason.sampling.sampler import compute_params
-from rlreason.sampling.sampler import constrain_cache
 from rlreason.sampling.draw import row_keys
 from rlreason.sampling.draw import step_keys
 
 
 def _batch(x, mesh):
   """[N, ...] constrained to the rollout batch sharding (no-op: no mesh)."""
-  return constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
+  return engine.constrain(x, ("batch",) + (None,) * (x.ndim - 1), mesh)
 
 
 @functools.partial(
@@ -61,7 +59,9 @@ def init_cache(model_cfg, n, length, *, mesh=None) -> transformer.Cache:
       f"decode_attention={model_cfg.decode_attention!r}: the multi-turn "
       "and tree samplers decode with dense attention"
     )
-  return constrain_cache(transformer.init_cache(model_cfg, n, length), mesh)
+  return engine.constrain_cache(
+    transformer.init_cache(model_cfg, n, length), mesh
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("model_cfg", "mesh"))
@@ -71,12 +71,12 @@ def extend(params, cache, tokens, positions, *, model_cfg, mesh=None):
   Returns the logits [N, V] after the last column (the next token's
   distribution for rows whose last column is real) and the cache.
   """
-  params = compute_params(params, model_cfg)
+  params = engine.compute_params(params, model_cfg)
   hidden, cache = transformer.hidden_states(
     params, _batch(tokens, mesh), _batch(positions, mesh), model_cfg, cache
   )
   logits = transformer.unembed(params, hidden[:, -1], model_cfg)
-  return _batch(logits, mesh), constrain_cache(cache, mesh)
+  return _batch(logits, mesh), engine.constrain_cache(cache, mesh)
 
 
 @jax.jit
@@ -167,7 +167,7 @@ def decode(
     (Segment, cache).
   """
   n, t_max = logits.shape[0], max_new_tokens
-  cparams = compute_params(params, model_cfg)
+  cparams = engine.compute_params(params, model_cfg)
   batch = lambda x: _batch(x, mesh)
   stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
   start_pos = batch(start_pos)
@@ -207,7 +207,7 @@ def decode(
     policy_logp=z(jnp.float32),
     entropy=z(jnp.float32),
     window=jax.tree.map(batch, stops.init_window(n, stop_sequences)),
-    cache=constrain_cache(cache, mesh),
+    cache=engine.constrain_cache(cache, mesh),
   )
   carry = record(carry, batch(logits))
 
@@ -221,7 +221,9 @@ def decode(
       cparams, c.last[:, None], pos[:, None], model_cfg, c.cache
     )
     logits = transformer.unembed(cparams, hidden[:, -1], model_cfg)
-    return record(c._replace(cache=constrain_cache(cache, mesh)), batch(logits))
+    return record(
+      c._replace(cache=engine.constrain_cache(cache, mesh)), batch(logits)
+    )
 
   c = jax.lax.while_loop(cond, body, carry)
   stopped = c.done & active

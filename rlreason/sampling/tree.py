@@ -61,8 +61,8 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
-from rlreason.sampling import sampler as sampling_lib
 from rlreason.sampling import draw
+from rlreason.sampling import engine
 from rlreason.sampling import segments
 from rlreason.sampling import tree_forks
 from rlreason.sampling import stops
@@ -114,7 +114,7 @@ def _fork_cache(cache, rows, hide_from, *, mesh=None):
     pos=pos,
     index=cache.index,
   )
-  return sampling_lib.constrain_cache(out, mesh)
+  return engine.constrain_cache(out, mesh)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh",))
@@ -128,7 +128,7 @@ def _concat_caches(caches, *, mesh=None):
     pos=cat([c.pos for c in caches]),
     index=jnp.max(jnp.stack([c.index for c in caches])),
   )
-  return sampling_lib.constrain_cache(out, mesh)
+  return engine.constrain_cache(out, mesh)
 
 
 class _Rows:
