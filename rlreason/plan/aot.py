@@ -49,6 +49,7 @@ from rlreason.model import transformer
 from rlreason.rl import value
 from rlreason.model import lora
 from rlreason.sampling import continuous
+from rlreason.sampling import continuous_loop
 from rlreason.sampling import draw
 from rlreason.sampling import engine
 from rlreason.sampling import rollout_memory
@@ -222,9 +223,9 @@ def compile_rollout(
       sharding=mesh_lib.batch_sharding(mesh, 1, mesh_lib.ROLLOUT_RULES),
     )
     run = engine.jitted(
-      continuous._run,  # noqa: SLF001 - the jitted body
+      continuous_loop.run,
       options,
-      **continuous._RUN_JIT,  # noqa: SLF001
+      **continuous_loop.RUN_JIT,
     )
     lowered = run.lower(
       params, ids, ids, jax.random.key(0), 0, limits, slots=rows,
