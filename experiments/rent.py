@@ -119,6 +119,7 @@ def make_batch(rollout, examples, ctx):
     ctx.model_cfg,
     temperature=ctx.cfg.temperature,
     rows=ctx.score_rows,
+    mesh=ctx.mesh,
   )
   selected = select_tokens(rollout, ctx)
   r = label_free.neg_entropy(

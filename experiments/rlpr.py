@@ -118,6 +118,7 @@ def make_batch(rollout, examples, ctx, *, std_filter=None):
       temperature=cfg.temperature,
       max_prompt_len=cfg.max_prompt_len,
       rows=ctx.score_rows,
+      mesh=ctx.mesh,
     )
     return likelihood.mean_token_prob(logp, mask)
 

@@ -30,8 +30,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason.rl import losses
-from rlreason import mesh as mesh_lib
-from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
 
 
@@ -98,16 +96,11 @@ def trace_batch(
     max_new_tokens=cfg.max_new_tokens,
   )
   if behavior == "policy":
-    logp = mesh_lib.to_host(
-      policy.completion_logprobs_by_rows(
-        ctx.params,
-        jnp.asarray(batch["tokens"]),
-        jnp.asarray(batch["positions"]),
-        ctx.model_cfg,
-        batch["tokens"].shape[1] - cfg.max_new_tokens,
-        rows=ctx.score_rows,
-        temperature=cfg.temperature,
-      )
+    logp = ctx.completion_scores(
+      ctx.params,
+      jnp.asarray(batch["tokens"]),
+      jnp.asarray(batch["positions"]),
+      batch["tokens"].shape[1] - cfg.max_new_tokens,
     )
   elif behavior == "one":
     logp = np.zeros_like(batch["mask"])

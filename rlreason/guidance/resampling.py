@@ -42,26 +42,18 @@ import numpy as np
 from rlreason.data import allocation
 from rlreason.guidance import offpolicy as guidance
 from rlreason.guidance import hints
-from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
-from rlreason.model import policy
 
 # (example, ctx) -> a hinted copy, or None for no hint.
 HintFn = Callable[..., object]
 
 
 def _logp(batch: dict, ctx, params) -> np.ndarray:
-  mask = batch["mask"]
-  return mesh_lib.to_host(
-    policy.completion_logprobs_by_rows(
-      params,
-      batch["tokens"],
-      batch["positions"],
-      ctx.model_cfg,
-      batch["tokens"].shape[1] - mask.shape[1],
-      rows=ctx.score_rows,
-      temperature=ctx.cfg.temperature,
-    )
+  return ctx.completion_scores(
+    params,
+    batch["tokens"],
+    batch["positions"],
+    batch["tokens"].shape[1] - batch["mask"].shape[1],
   )
 
 

@@ -22,24 +22,33 @@ from rlreason.data import extract
 
 
 def token_entropy(
-  params, rollout, model_cfg, *, temperature: float = 1.0, rows: int = 0
+  params,
+  rollout,
+  model_cfg,
+  *,
+  temperature: float = 1.0,
+  rows: int = 0,
+  mesh=None,
 ) -> np.ndarray:
   """[N, T] entropy (nats) of the policy at every completion position.
 
   The distribution is softmax(logits / temperature), the one the rollout
   was sampled from (before top-k / top-p filters). 0 where mask is 0.
-  `rows` per forward (0 = all; Context.score_rows: a train micro-batch).
+  `rows` per forward (0 = all; Context.score_rows: a train micro-batch);
+  `mesh`: the run's, activations split by batch on it (as
+  Context.completion_scores).
   """
-  _, ent = policy.completion_logprobs_by_rows(
-    params,
-    rollout.tokens,
-    rollout.positions,
-    model_cfg,
-    rollout.prompt_len,
-    rows=rows,
-    temperature=temperature,
-    with_entropy=True,
-  )
+  with mesh_lib.activation_mesh(mesh):
+    _, ent = policy.completion_logprobs_by_rows(
+      params,
+      rollout.tokens,
+      rollout.positions,
+      model_cfg,
+      rollout.prompt_len,
+      rows=rows,
+      temperature=temperature,
+      with_entropy=True,
+    )
   ent, mask = mesh_lib.to_host((ent, rollout.mask))
   return np.where(mask > 0, ent, 0.0).astype(np.float32)
 
@@ -159,6 +168,7 @@ def reference_logprobs(
   max_prompt_len: int | None = None,
   bucket: int = 16,
   rows: int = 0,
+  mesh=None,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Log-probs of reference answers after given prefixes, under the policy.
 
@@ -179,6 +189,8 @@ def reference_logprobs(
     bucket: the completion width is rounded up to a multiple of this, so
       that batches of similar lengths share one compiled forward.
     rows: sequences per forward (0 = all at once).
+    mesh: the run's; activations split by batch on it (as
+      Context.completion_scores).
 
   Returns:
     (logp [N, A], mask [N, A]): per-token log-probs of the reference tokens,
@@ -203,15 +215,16 @@ def reference_logprobs(
     width,
   )
   prompt_len = batch["tokens"].shape[1] - width
-  logp = policy.completion_logprobs_by_rows(
-    params,
-    batch["tokens"],
-    batch["positions"],
-    model_cfg,
-    prompt_len,
-    rows=rows,
-    temperature=temperature,
-  )
+  with mesh_lib.activation_mesh(mesh):
+    logp = policy.completion_logprobs_by_rows(
+      params,
+      batch["tokens"],
+      batch["positions"],
+      model_cfg,
+      prompt_len,
+      rows=rows,
+      temperature=temperature,
+    )
   logp = mesh_lib.to_host(logp)
   a = max(map(len, ref))
   out = np.zeros((n, a), np.float32)

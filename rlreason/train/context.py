@@ -191,17 +191,32 @@ class Context:
     return self._logp(self.params, rollout, tuple(fns))[1:]
 
   def _logp(self, params, rollout: Rollout, per_token=()):
+    return self.completion_scores(
+      params,
+      rollout.tokens,
+      rollout.positions,
+      rollout.prompt_len,
+      per_token=per_token,
+    )
+
+  def completion_scores(self, params, tokens, positions, prompt_len, **kw):
+    """policy.completion_logprobs (its `with_entropy` / `per_token` in `kw`)
+    of a whole batch on the host: one train micro-batch of rows per forward
+    (score_rows), at cfg.temperature, activations split by batch on the
+    run's mesh as the train step's are (what the planner's ref_logp program
+    compiles). Every whole-rollout forward of the loop and of make_batch
+    functions goes through here."""
     with mesh_lib.activation_mesh(self.mesh):
       return mesh_lib.to_host(
         policy.completion_logprobs_by_rows(
           params,
-          rollout.tokens,
-          rollout.positions,
+          tokens,
+          positions,
           self.model_cfg,
-          rollout.prompt_len,
+          prompt_len,
           rows=self.score_rows,
           temperature=self.cfg.temperature,
-          per_token=per_token,
+          **kw,
         )
       )
 

@@ -1,0 +1,62 @@
+"""Every whole-rollout forward of make_batch functions runs with the
+activations split by batch on the run's mesh (mesh.activation_mesh), as
+the train step and the planner's ref_logp program do: without it, XLA lays
+the activations out after the parameters (issue 23's first finding)."""
+
+import jax
+import numpy as np
+
+from experiments import lp_reg
+from experiments import rent
+from experiments import rlpr
+from experiments import siren
+from rlreason import mesh as mesh_lib
+from rlreason import testing
+from rlreason.data import sources as data_lib
+from rlreason.model import policy
+from rlreason.sampling import draw as sampling_lib
+
+
+def test_make_batch_forwards_run_on_the_runs_mesh(monkeypatch):
+  seen = []
+  forward = policy.completion_logprobs_by_rows
+
+  def spy(*args, **kwargs):
+    seen.append(mesh_lib.active_mesh())
+    return forward(*args, **kwargs)
+
+  monkeypatch.setattr(policy, "completion_logprobs_by_rows", spy)
+  calls = {}
+  for module in (rent, rlpr, lp_reg, siren):
+    cfg = module.Config(
+      batch_size=4,
+      group_size=2,
+      max_new_tokens=8,
+      max_prompt_len=64,
+      warm_start_steps=0,
+    )
+    ctx = testing.tiny_context(cfg)
+    ctx.ref_params = ctx.params  # the KL presets' reference
+    assert ctx.mesh is not None
+    examples = data_lib.load(cfg.data, "train")[:4]
+    rollout = ctx.generate(
+      ctx.params,
+      examples,
+      jax.random.key(0),
+      0,
+      group_size=2,
+      sampling=sampling_lib.Sampling(),
+    )
+    before = len(seen)
+    if module is siren:  # its anchor, the first batch's nucleus statistic
+      nucleus = siren.entropy_reg.nucleus_entropy_fn(cfg.siren_top_p)
+      (h,) = ctx.per_token(rollout, (nucleus,))
+      assert h.shape == rollout.mask.shape
+    else:
+      batch, _ = module.make_batch(rollout, examples, ctx)
+      assert np.isfinite(batch["adv"]).all(), module.__name__
+    calls[module.__name__] = len(seen) - before
+    assert seen[before:] and all(m is ctx.mesh for m in seen[before:]), (
+      module.__name__
+    )
+  assert all(calls.values()), calls  # each scored the rollout
