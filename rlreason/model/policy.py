@@ -218,27 +218,21 @@ def _completion_logprobs(
     # projection everywhere else.
     hidden = hidden[:, prompt_len - 1 : -1]
     targets = tokens[:, prompt_len:]
+    score = functools.partial(
+      _block_scores,
+      temperature=temperature,
+      with_entropy=with_entropy,
+      per_token=per_token,
+    )
     if chunk is not None:
-      out = _chunked_scores(
-        params,
-        hidden,
-        targets,
-        model_cfg,
-        temperature,
-        with_entropy,
-        per_token,
-        chunk,
-      )
+      out = _chunked_scores(params, hidden, targets, model_cfg, score, chunk)
     else:
-      step_logits = transformer.unembed(params, hidden, model_cfg)
-      out = _block_scores(
-        step_logits, targets, temperature, with_entropy, per_token
-      )
+      out = score(transformer.unembed(params, hidden, model_cfg), targets)
     return out if len(out) > 1 else out[0]
 
 
 def _block_scores(
-  block, targets, temperature, with_entropy, per_token, onehot=False
+  block, targets, *, temperature, with_entropy, per_token, onehot=False
 ):
   """(logp, [entropy], *per_token) of a block of logits [N, c, V]."""
   out = (log_softmax_at(block, targets, temperature, onehot=onehot),)
@@ -250,19 +244,10 @@ def _block_scores(
   return out
 
 
-def _chunked_scores(
-  params,
-  hidden,
-  targets,
-  model_cfg,
-  temperature,
-  with_entropy,
-  per_token,
-  chunk,
-):
-  """_block_scores' [N, T] outputs from hidden [N, T, D], `chunk` tokens at
-  a time: a scan whose rematerialised body holds one [N, chunk, V] block
-  (and keeps what per_token tags SAVED)."""
+def _chunked_scores(params, hidden, targets, model_cfg, score, chunk):
+  """`score`'s (_block_scores') [N, T] outputs from hidden [N, T, D],
+  `chunk` tokens at a time: a scan whose rematerialised body holds one
+  [N, chunk, V] block (and keeps what per_token tags SAVED)."""
   n, t, d = hidden.shape
   pad = -t % chunk
   hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
@@ -294,9 +279,7 @@ def _chunked_scores(
     block = transformer.unembed(head, h, model_cfg)  # [N, chunk, V]
     if split:
       block = mesh_lib.constrain_spec(block, P(None, None, split))
-    return carry, _block_scores(
-      block, y, temperature, with_entropy, per_token, onehot=bool(split)
-    )
+    return carry, score(block, y, onehot=bool(split))
 
   _, outs = jax.lax.scan(body, None, (hs, ys))
   return tuple(o.swapaxes(0, 1).reshape(n, c * chunk)[:, :t] for o in outs)

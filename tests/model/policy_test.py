@@ -43,22 +43,27 @@ PER_TOKEN = (
 )
 
 
+def _all_scores(params, tokens, positions, cfg, p):
+  """(logp, entropy, nucleus entropy, proxy log-prob), each [N, T]."""
+  return policy.completion_logprobs(
+    params,
+    tokens,
+    positions,
+    cfg,
+    p,
+    temperature=0.7,
+    with_entropy=True,
+    per_token=PER_TOKEN,
+  )
+
+
 @pytest.mark.parametrize("chunk_tokens", [1, 3, 5])
 def test_chunked_scores_equal_one_block(monkeypatch, chunk_tokens):
   cfg, params, tokens, positions, p = _inputs()
   n, t, v = tokens.shape[0], tokens.shape[1] - p, cfg.vocab_size
 
   def scores(params):
-    logp, ent, nucleus, proxy = policy.completion_logprobs(
-      params,
-      tokens,
-      positions,
-      cfg,
-      p,
-      temperature=0.7,
-      with_entropy=True,
-      per_token=PER_TOKEN,
-    )
+    logp, ent, nucleus, proxy = _all_scores(params, tokens, positions, cfg, p)
     weights = jnp.linspace(0.5, 1.5, t)[None]
     loss = (logp * weights).sum() + ent.sum() + (nucleus * weights).sum()
     return loss, (logp, ent, nucleus, proxy)
@@ -131,16 +136,7 @@ def test_vocab_parallel_chunks_on_a_mesh_equal_one_device(monkeypatch, tie):
   weights = jnp.linspace(0.5, 1.5, t)[None]
 
   def loss(params):
-    logp, ent, nucleus, proxy = policy.completion_logprobs(
-      params,
-      tokens,
-      positions,
-      cfg,
-      p,
-      temperature=0.7,
-      with_entropy=True,
-      per_token=PER_TOKEN,
-    )
+    logp, ent, nucleus, proxy = _all_scores(params, tokens, positions, cfg, p)
     per_token = nucleus + 0.1 * proxy  # the proxy has no gradient
     return (logp * weights).sum() + ent.sum() + (per_token * weights).sum()
 
