@@ -9,7 +9,8 @@ nothing after it); temporaries fall as the micro-batch
 shrinks and as the slice grows; LoRA over an nf4 base compiles for one
 chip with a train state of the adapters alone; PPO's critic (train state,
 batch fields, its values forward) and T-PPO's window batch are planned
-through the experiments' hooks (experiments/plan.py); remat cuts the
+through the experiments' hooks (experiments/plan.py), and SIREN's loss of
+the whole distribution holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
 analysis shows the same bytes with and without it); the train step's
 temporaries budget (--train_temp_budget_mib) reaches libtpu, and a step
@@ -188,11 +189,12 @@ res["options"] = [ts.compiler_options(0, mesh1), ts.compiler_options(7, mesh1)]
 from experiments import plan as plan_cli
 small = dict(model="tiny", batch_size=4, group_size=4, micro_batches=1,
              steps=1, dtype="float32")
-for name in ("grpo", "ppo", "truncated_ppo"):
+for name in ("grpo", "ppo", "truncated_ppo", "siren"):
   cfg, loss_fn, extras = plan_cli.experiment_config(name, "laptop", small)
   res[name] = run(cfg, "v5e-4", ("train_step", "ref_logp", "values"),
                   loss_fn=loss_fn, extras=extras)
   res[name]["prompt"] = cfg.max_prompt_len
+  res[name]["completion"] = cfg.max_new_tokens
 print("RESULT" + json.dumps(res))
 """
 
@@ -385,6 +387,15 @@ def test_lora_plans_hold_only_the_adapters_state(results):
   assert r["fits"] and not r["errors"], r
   state = results["state_bytes"]
   assert 0 < state["lora"] < state["full"] / 4, state
+
+
+def test_a_loss_of_the_whole_distribution_holds_no_full_logits(results):
+  """SIREN's loss reads the nucleus entropy of every token's distribution:
+  a per_token function of each logits chunk, not [N, T, V] logits."""
+  r = results["siren"]
+  assert not r["errors"], r["errors"]
+  assert r["shapes"], r
+  assert not _has_logits(r["shapes"], t=r["completion"]), r["shapes"]
 
 
 def test_a_critic_is_planned_with_its_state_batch_fields_and_forward(
