@@ -164,6 +164,9 @@ REMAT_POLICIES = {
 
 
 class Block(nn.Module):
+  """Pre-norm decoder layer: x + attn(norm(x)), then + mlp(norm(x)), the
+  residual stream constrained to its batch layout after each."""
+
   cfg: Any  # a transformer.ModelConfig
 
   @nn.compact
