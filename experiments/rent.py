@@ -7,7 +7,7 @@ experiments/grpo.py in exactly:
       per-token entropy over the selected tokens,
         r_i = - sum_t H_{i,t} s_{i,t} / sum_t s_{i,t},
       H under the policy that sampled the rollout (softmax(logits / T);
-      self_scoring.token_entropy, one extra forward in make_batch) and
+      Context.completion_scores, one extra forward in make_batch) and
       rewards/label_free.py `neg_entropy`;
   (2) the selected tokens s are the final answer's tokens
       (--token_selection=answer; self_scoring.answer_token_mask): the
@@ -113,14 +113,14 @@ def select_tokens(rollout, ctx):
 
 def make_batch(rollout, examples, ctx):
   """Negative answer-token entropy as the reward (1, 2); GRPO advantages."""
-  entropy = self_scoring.token_entropy(
+  _, entropy = ctx.completion_scores(
     ctx.params,
-    rollout,
-    ctx.model_cfg,
-    temperature=ctx.cfg.temperature,
-    rows=ctx.score_rows,
-    mesh=ctx.mesh,
+    rollout.tokens,
+    rollout.positions,
+    rollout.prompt_len,
+    with_entropy=True,
   )
+  entropy = np.where(mesh_lib.to_host(rollout.mask) > 0, entropy, 0.0)
   selected = select_tokens(rollout, ctx)
   r = label_free.neg_entropy(
     rollout.texts, token_entropy=entropy, mask=selected

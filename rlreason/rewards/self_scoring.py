@@ -2,7 +2,8 @@
 
 Label-free and confidence rewards need more than the sampled tokens'
 log-probs: RENT (arXiv:2505.22660) the per-token entropy of the answer
-tokens, RLPR (arXiv:2506.18254) the policy's probability of the *reference*
+tokens (Context.completion_scores gives it) and which tokens are the
+answer, RLPR (arXiv:2506.18254) the policy's probability of the *reference*
 answer after its own reasoning. The functions here compute those on the
 host side of make_batch, from `ctx.params` (the policy that sampled the
 rollout); the reward math itself is in rewards/label_free.py.
@@ -19,38 +20,6 @@ from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.data import extract
-
-
-def token_entropy(
-  params,
-  rollout,
-  model_cfg,
-  *,
-  temperature: float = 1.0,
-  rows: int = 0,
-  mesh=None,
-) -> np.ndarray:
-  """[N, T] entropy (nats) of the policy at every completion position.
-
-  The distribution is softmax(logits / temperature), the one the rollout
-  was sampled from (before top-k / top-p filters). 0 where mask is 0.
-  `rows` per forward (0 = all; Context.score_rows: a train micro-batch);
-  `mesh`: the run's, activations split by batch on it (as
-  Context.completion_scores).
-  """
-  with mesh_lib.activation_mesh(mesh):
-    _, ent = policy.completion_logprobs_by_rows(
-      params,
-      rollout.tokens,
-      rollout.positions,
-      model_cfg,
-      rollout.prompt_len,
-      rows=rows,
-      temperature=temperature,
-      with_entropy=True,
-    )
-  ent, mask = mesh_lib.to_host((ent, rollout.mask))
-  return np.where(mask > 0, ent, 0.0).astype(np.float32)
 
 
 def answer_char_spans(
