@@ -15,7 +15,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 # The model's choices, named here so this module imports no JAX; a test
 # keeps them equal to attention.DECODE_IMPLEMENTATIONS and transformer's
 # remat policies.
-DECODE_ATTENTIONS = ("dense", "ragged")
+DECODE_ATTENTIONS = ("auto", "dense", "ragged")
 REMAT_POLICIES = ("full", "dots")
 # Fields a resumed run may change without --allow_config_change: they decide
 # how long the run goes on and what it records, not what it computes.
@@ -114,8 +114,9 @@ class BaseConfig:
   rollout_batching: str = "continuous"
   # A decode step's attention (model/attention.py): dense reads every cache
   # slot of every row; ragged, each row's filled slots only (the Pallas GPU
-  # decode kernel; not on TPU).
-  decode_attention: str = "dense"
+  # decode kernel; not on TPU); auto, ragged on CUDA GPUs of compute
+  # capability >= 8.0 and dense elsewhere (attention.resolve_decode).
+  decode_attention: str = "auto"
 
   # Optimisation.
   lr: float = 1e-3

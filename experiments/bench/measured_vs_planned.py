@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason import mesh as mesh_lib
+from rlreason.model import attention
 from rlreason.plan import aot
 from rlreason.plan import program as program_lib
 from rlreason.plan import chips
@@ -82,8 +83,9 @@ flags.DEFINE_string("remat_policy", "dots", "full | dots | none (no remat)")
 flags.DEFINE_float("temperature", 1.0, "the sampler's (0: greedy)")
 flags.DEFINE_string(
   "decode_attention",
-  "dense",
-  "dense | ragged (attention.DECODE_IMPLEMENTATIONS)",
+  "auto",
+  "auto | dense | ragged (attention.resolve_decode: auto is ragged on a "
+  "CUDA GPU of compute capability >= 8.0)",
 )
 flags.DEFINE_string("attention", "auto", "attention.IMPLEMENTATIONS")
 flags.DEFINE_integer("repeats", 3, "timed calls per program")
@@ -375,7 +377,8 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   short = FLAGS.short_tokens
   t0 = time.perf_counter()
   decoding = dataclasses.replace(  # as the planned rollout's
-    model_cfg, decode_attention=cfg.decode_attention
+    model_cfg,
+    decode_attention=attention.resolve_decode(cfg.decode_attention, mesh),
   )
   short_exe = sampler._sample.lower(  # noqa: SLF001 - the jitted body
     params, ids, pos, key,
@@ -396,6 +399,7 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   del state
   return {
     "compile_s": compile_s,
+    "decode_attention": decoding.decode_attention,
     "rows": rows,
     "generated_tokens": generated,
     "planned_peak_bytes": prog.peak_bytes,
@@ -485,7 +489,8 @@ def report(results: list[dict]) -> str:
       )
     else:
       lines.append(
-        f"  decode {1e3 * r['decode_step_s']:.2f} ms/step vs bound "
+        f"  decode ({r.get('decode_attention', '?')} attention) "
+        f"{1e3 * r['decode_step_s']:.2f} ms/step vs bound "
         f"{1e3 * r['bound_step_s']:.2f} ms: "
         f"{100 * (r['decode_fraction_of_bound'] or 0):.1f}% of the "
         f"HBM-bandwidth bound (target >= 50%); {r['generated_tokens']} "

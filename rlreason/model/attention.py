@@ -219,6 +219,30 @@ def resolve(impl: str, nq: int, s: int, block: int) -> str:
   return "blockwise"
 
 
+def resolve_decode(decode: str, mesh=None) -> str:
+  """The decode attention a sampler's --decode_attention means on `mesh`'s
+  devices (else JAX's default backend's): "auto" is "ragged" on CUDA GPUs
+  of compute capability >= 8.0 (Triton's Pallas kernel; on an H100 it
+  decodes 1.31x faster than dense: README's measured_vs_planned row) and
+  "dense" elsewhere (TPU, where the kernel does not run; CPU, where the
+  kernel runs interpreted; older GPUs, unmeasured)."""
+  if decode not in ("auto",) + DECODE_IMPLEMENTATIONS:
+    raise ValueError(
+      f"decode_attention={decode!r}; expected one of auto, "
+      f"{', '.join(DECODE_IMPLEMENTATIONS)}"
+    )
+  if decode != "auto":
+    return decode
+  device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+  if device.platform != "gpu":
+    return "dense"
+  try:
+    major = float(getattr(device, "compute_capability", "0") or 0)
+  except ValueError:  # a ROCm name such as gfx90a
+    return "dense"
+  return "ragged" if major >= 8.0 else "dense"
+
+
 def _blockwise(q, k_cache, v_cache, slot_pos, index, dt, block):
   """Online-softmax attention. q [N, Q, K, G, Dh]; caches [N, K, S, Dh];
   slot_pos [N, S]. Returns [N, Q, K, G, Dh] in dt."""

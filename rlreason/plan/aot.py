@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
+from rlreason.model import attention
 from rlreason.model import policy
 from rlreason.plan import program as program_lib
 from rlreason.plan import state as state_lib
@@ -187,7 +188,10 @@ def compile_rollout(
   cfg, model_cfg, mesh, rows, hbm_bytes=None
 ) -> program_lib.Program:
   model_cfg = dataclasses.replace(  # as Context.rollout_model_cfg
-    model_cfg, decode_attention=getattr(cfg, "decode_attention", "dense")
+    model_cfg,
+    decode_attention=attention.resolve_decode(
+      getattr(cfg, "decode_attention", "auto"), mesh
+    ),
   )
   params = state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
   frozen = state_lib.lora_base(cfg, model_cfg, mesh)

@@ -24,6 +24,7 @@ from rlreason.data import sources as data_lib
 from rlreason.sampling import scoring as evaluation
 from rlreason.guidance import hints
 from rlreason import mesh as mesh_lib
+from rlreason.model import attention
 from rlreason.model import policy
 from rlreason import rewards as rewards_lib
 from rlreason.sampling import rollout as rollout_lib
@@ -120,9 +121,12 @@ class Context:
   @property
   def rollout_model_cfg(self):
     """The single-turn sampler's architecture: the model in
-    cfg.rollout_dtype, decoding with cfg.decode_attention."""
+    cfg.rollout_dtype, decoding with cfg.decode_attention (its "auto"
+    resolved for the mesh's devices)."""
     dtype = getattr(self.cfg, "rollout_dtype", "") or self.model_cfg.dtype
-    decode = getattr(self.cfg, "decode_attention", "dense")
+    decode = attention.resolve_decode(
+      getattr(self.cfg, "decode_attention", "auto"), self.mesh
+    )
     return dataclasses.replace(
       self.model_cfg, dtype=dtype, decode_attention=decode
     )

@@ -214,6 +214,44 @@ def test_ragged_decode_needs_whole_blocks_of_cache_slots(monkeypatch):
     dataclasses.replace(testing.tiny_model_config(), decode_attention="flash")
 
 
+class _Device:
+  def __init__(self, platform, compute_capability=None):
+    self.platform = platform
+    if compute_capability is not None:
+      self.compute_capability = compute_capability
+
+
+class _Mesh:
+  def __init__(self, device):
+    self.devices = np.asarray([device], dtype=object)
+
+
+@pytest.mark.parametrize(
+  "device, expected",
+  [
+    (_Device("gpu", "9.0"), "ragged"),  # H100: measured faster
+    (_Device("gpu", "8.0"), "ragged"),
+    (_Device("gpu", "7.5"), "dense"),  # T4: unmeasured
+    (_Device("gpu", "gfx90a"), "dense"),  # ROCm
+    (_Device("gpu"), "dense"),
+    (_Device("tpu"), "dense"),  # the kernel is Triton's
+    (_Device("cpu"), "dense"),  # the kernel would run interpreted
+  ],
+)
+def test_auto_decode_attention_by_device(device, expected):
+  assert attention.resolve_decode("auto", _Mesh(device)) == expected
+  for named in attention.DECODE_IMPLEMENTATIONS:  # named: as named
+    assert attention.resolve_decode(named, _Mesh(device)) == named
+
+
+def test_auto_decode_attention_without_a_mesh_is_this_backends():
+  expected = "dense" if jax.default_backend() != "gpu" else None
+  got = attention.resolve_decode("auto")
+  assert got == expected or (expected is None and got in ("dense", "ragged"))
+  with pytest.raises(ValueError, match="decode_attention='flash'"):
+    attention.resolve_decode("flash")
+
+
 def test_multiturn_segments_refuse_ragged_decode():
   from rlreason.sampling import segments
 

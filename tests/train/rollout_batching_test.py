@@ -83,8 +83,28 @@ def test_ragged_decode_attention_samples_as_dense(monkeypatch):
     dataclasses.replace(grpo.TinyConfig(), decode_attention="paged").validate()
 
 
+def test_auto_decode_attention_is_resolved_for_the_runs_mesh(monkeypatch):
+  """The default --decode_attention=auto reaches the single-turn sampler as
+  the implementation attention.resolve_decode picks for the context's
+  mesh: dense on this CPU, ragged where that says so (a GPU)."""
+  assert grpo.TinyConfig().decode_attention == "auto"
+  ctx = testing.tiny_context(dataclasses.replace(grpo.TinyConfig()))
+  assert ctx.rollout_model_cfg.decode_attention == "dense"
+  seen = []
+
+  def resolve(decode, mesh=None):
+    seen.append((decode, mesh))
+    return "ragged"
+
+  monkeypatch.setattr(attention, "resolve_decode", resolve)
+  assert ctx.rollout_model_cfg.decode_attention == "ragged"
+  assert seen == [("auto", ctx.mesh)]
+
+
 def test_config_choices_are_the_models():
   """config.py names the model's choices without importing JAX; they must
   stay the ones the model accepts."""
-  assert config.DECODE_ATTENTIONS == attention.DECODE_IMPLEMENTATIONS
+  assert config.DECODE_ATTENTIONS == ("auto",) + (
+    attention.DECODE_IMPLEMENTATIONS
+  )
   assert config.REMAT_POLICIES == tuple(blocks.REMAT_POLICIES)
