@@ -96,6 +96,21 @@ def tiny_context(cfg, **fields):
   )
 
 
+def tiny_rollout(ctx, examples, step: int = 0, group_size: int = 0):
+  """ctx.generate of `examples` as the loop samples a step: the policy's
+  params, key `step`, cfg's group size (or `group_size`) and temperature."""
+  from rlreason.sampling import draw  # Deferred, as in tiny_context.
+
+  return ctx.generate(
+    ctx.params,
+    examples,
+    jax.random.key(step),
+    step,
+    group_size=group_size or ctx.cfg.group_size,
+    sampling=draw.Sampling(temperature=ctx.cfg.temperature),
+  )
+
+
 # Config overrides for a run of seconds on CPU that keeps each method's
 # algorithmic choices: 2 steps, a 2-step warm start, 4 eval problems, a
 # checkpoint every step. tests/experiments_test.py smoke-runs every

@@ -11,7 +11,6 @@ from rlreason.data import sources as data_lib
 from rlreason.guidance import offpolicy as guidance
 from rlreason.guidance import resampling as guided
 from rlreason.guidance import hints
-from rlreason.sampling import draw as sampling_lib
 from rlreason import testing
 
 
@@ -131,14 +130,7 @@ def test_guided_rollouts_resample_only_the_hinted_prompts(monkeypatch):
   )
   ctx = testing.tiny_context(cfg)
   examples = data_lib.load(cfg.data, "train")[:6]
-  rollout = ctx.generate(
-    ctx.params,
-    examples,
-    jax.random.key(0),
-    0,
-    group_size=2,
-    sampling=sampling_lib.Sampling(),
-  )
+  rollout = testing.tiny_rollout(ctx, examples)
   before = ctx.batch_from_rollout(rollout)
   r0, _ = ctx.score(rollout, examples)
   sampled = []

@@ -5,7 +5,6 @@ agree with the trainer."""
 
 import dataclasses
 
-import jax
 import numpy as np
 import pytest
 
@@ -13,7 +12,6 @@ from experiments import grpo
 from rlreason import testing
 from rlreason.data import sources as data_lib
 from rlreason.rl import objective
-from rlreason.sampling import draw
 
 
 def _batch(**overrides):
@@ -27,14 +25,7 @@ def _batch(**overrides):
   )
   ctx = testing.tiny_context(cfg)
   examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "train")
-  rollout = ctx.generate(
-    ctx.params,
-    examples,
-    jax.random.key(0),
-    0,
-    group_size=cfg.group_size,
-    sampling=draw.Sampling(temperature=cfg.temperature),
-  )
+  rollout = testing.tiny_rollout(ctx, examples)
   return objective.outcome_batch(rollout, examples, ctx)
 
 

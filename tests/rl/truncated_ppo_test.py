@@ -8,7 +8,6 @@ from absl.testing import absltest
 from experiments import truncated_ppo
 from rlreason.data import sources as data_lib
 from rlreason.model import policy
-from rlreason.sampling import draw as sampling_lib
 from rlreason import testing
 from rlreason.rl import value
 
@@ -44,14 +43,7 @@ def _step(ctx, examples, slots, step):
   cfg = ctx.cfg
   ctx.step = step
   batch_examples = examples[step * cfg.batch_size :][: cfg.batch_size]
-  rollout = ctx.generate(
-    ctx.params,
-    batch_examples,
-    jax.random.key(step),
-    step,
-    group_size=cfg.group_size,
-    sampling=sampling_lib.Sampling(temperature=cfg.temperature),
-  )
+  rollout = testing.tiny_rollout(ctx, batch_examples, step)
   return truncated_ppo.make_batch(rollout, batch_examples, ctx, slots=slots)
 
 

@@ -5,7 +5,6 @@ static sampler."""
 
 import dataclasses
 
-import jax
 import numpy as np
 import pytest
 
@@ -15,7 +14,6 @@ from rlreason import testing
 from rlreason.data import sources as data_lib
 from rlreason.model import attention
 from rlreason.model import blocks
-from rlreason.sampling import draw
 from rlreason.sampling import rollout as rollout_lib
 
 
@@ -38,14 +36,7 @@ def _rollout(monkeypatch, **overrides):
     lambda *a, **k: slots.append(k.get("slots", 0)) or real(*a, **k),
   )
   examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "train")
-  ro = ctx.generate(
-    ctx.params,
-    examples,
-    jax.random.key(0),
-    0,
-    group_size=cfg.group_size,
-    sampling=draw.Sampling(temperature=cfg.temperature),
-  )
+  ro = testing.tiny_rollout(ctx, examples)
   return ro, slots
 
 

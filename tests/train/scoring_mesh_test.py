@@ -3,7 +3,6 @@ activations split by batch on the run's mesh (mesh.activation_mesh), as
 the train step and the planner's ref_logp program do: without it, XLA lays
 the activations out after the parameters (issue 23's first finding)."""
 
-import jax
 import numpy as np
 
 from experiments import lp_reg
@@ -14,7 +13,6 @@ from rlreason import mesh as mesh_lib
 from rlreason import testing
 from rlreason.data import sources as data_lib
 from rlreason.model import policy
-from rlreason.sampling import draw as sampling_lib
 
 
 def test_make_batch_forwards_run_on_the_runs_mesh(monkeypatch):
@@ -39,14 +37,7 @@ def test_make_batch_forwards_run_on_the_runs_mesh(monkeypatch):
     ctx.ref_params = ctx.params  # the KL presets' reference
     assert ctx.mesh is not None
     examples = data_lib.load(cfg.data, "train")[:4]
-    rollout = ctx.generate(
-      ctx.params,
-      examples,
-      jax.random.key(0),
-      0,
-      group_size=2,
-      sampling=sampling_lib.Sampling(),
-    )
+    rollout = testing.tiny_rollout(ctx, examples)
     before = len(seen)
     if module is siren:  # its anchor, the first batch's nucleus statistic
       nucleus = siren.entropy_reg.nucleus_entropy_fn(cfg.siren_top_p)
