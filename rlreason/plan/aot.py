@@ -29,8 +29,9 @@ Each program's peak adds the bytes that stay resident beside it
 during the rollout and the reference forward, and the reference parameters
 of KL runs during the rollout and the train step.
 cost_analysis() counts a while-loop body once: `flops` is XLA's count as
-is (see plan/summary.py for the step time), `bytes_accessed` multiplies the
-train step's by micro_batches (each micro-batch re-reads the weights).
+is (see plan/summary.py for the step time), `bytes_accessed` multiplies
+each loop body's bytes by its trip count (program.analyse, hlo_loops: the
+micro-batch scan, and the loops nested in it such as the logits chunks).
 """
 
 import dataclasses

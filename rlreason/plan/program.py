@@ -10,6 +10,8 @@ prints; `largest_buffers` reads the optimized HLO's ten largest arrays.
 import dataclasses
 import re
 
+from rlreason.plan import hlo_loops
+
 
 # The config field that bounds each program's temporaries on TPU (libtpu's
 # xla_tpu_max_hbm_size_mib; Program.temp_budget_mib).
@@ -30,7 +32,9 @@ class Program:
   temp_bytes: int
   code_bytes: int
   flops: float  # per device, as XLA counts them (a loop body once)
-  bytes_accessed: float  # per device, the micro-batch loop multiplied out
+  # Per device, each loop body times its trip count (nested loops too):
+  # XLA's count scaled by hlo_loops.estimate's looped / flat bytes.
+  bytes_accessed: float
   largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
   kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
   resident_bytes: int = 0  # other live arrays beside it, per device
@@ -106,11 +110,16 @@ def largest_buffers(hlo_text: str, k: int = 10):
 
 
 def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
+  """The program's memory and cost. XLA counts each loop body's bytes once;
+  they are scaled by the loops' trip counts read from the HLO
+  (hlo_loops), or by `loop_trips` where a loop's count cannot be read."""
   mem = compiled.memory_analysis()
   cost = compiled.cost_analysis() or {}
   if isinstance(cost, list):  # older JAX: one dict per device
     cost = cost[0] if cost else {}
   text = compiled.as_text()
+  loops = hlo_loops.estimate(text)
+  factor = loop_trips if loops.unknown else max(loops.factor, 1.0)
   return Program(
     name=name,
     argument_bytes=int(mem.argument_size_in_bytes),
@@ -119,7 +128,7 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     temp_bytes=int(mem.temp_size_in_bytes),
     code_bytes=int(mem.generated_code_size_in_bytes),
     flops=float(cost.get("flops", 0.0)),
-    bytes_accessed=float(cost.get("bytes accessed", 0.0)) * loop_trips,
+    bytes_accessed=float(cost.get("bytes accessed", 0.0)) * factor,
     largest=largest_buffers(text),
     kernels=tuple(sorted(set(_CUSTOM_CALL.findall(text)))),
     executable=compiled,

@@ -8,7 +8,9 @@ Memory comes from the compiled programs. Time is an analytic roofline per
 device, because XLA's cost_analysis counts a loop body once (and nested
 loops, such as blockwise attention inside the micro-batch scan, not at
 all):
-  train step  max(FLOPs / peak, compiled bytes / bandwidth), FLOPs = 6 *
+  train step  max(FLOPs / peak, compiled bytes / bandwidth), the bytes
+              XLA's with each loop body times its trip count
+              (plan/hlo_loops.py), FLOPs = 6 *
               params * tokens + causal attention (PaLM, appendix B), times
               4/3 with remat (the forward runs twice);
   rollout     prefill FLOPs / peak + T decode steps, each reading the
@@ -178,7 +180,8 @@ def text(s: Summary, title: str = "") -> str:
       f"{p.resident_bytes / GIB:.2f} + args "
       f"{p.argument_bytes / GIB:.2f} + out {p.output_bytes / GIB:.2f} - "
       f"alias {p.alias_bytes / GIB:.2f} + temp {p.temp_bytes / GIB:.2f}; "
-      f"XLA-counted {p.flops / 1e12:.1f} TFLOP, {p.bytes_accessed / 1e9:.1f} GB"
+      f"XLA-counted {p.flops / 1e12:.1f} TFLOP (a loop body once), "
+      f"{p.bytes_accessed / 1e9:.1f} GB (loops multiplied out)"
       f"{rows}"
     )
     if p.rows_flag:

@@ -1,0 +1,220 @@
+"""Bytes a compiled program moves, with its loops' trip counts multiplied.
+
+XLA's cost_analysis counts a while loop's body once, whatever its trip
+count: the micro-batch scan of a train step, and the loops nested in it
+(the logits chunks, blockwise attention, SIREN's nucleus bisection) not
+at all beyond their first pass. This reads the optimized HLO text and
+estimates each instruction's bytes the way XLA's cost model does (operands
+read + result written; a fusion reads only the slices it takes of an
+operand and writes only the update of an in-place dynamic-update-slice),
+once with every loop body counted once (`flat`, what cost_analysis counts)
+and once with each body times its trip count (`looped`, nested loops
+multiplied):
+
+  est = hlo_loops.estimate(compiled.as_text())
+  bytes_per_step = xla_bytes * est.looped / est.flat
+
+A loop's trip count is read from its condition (`counter < N`, as
+lax.scan and fori_loop lower); a condition of another form counts once
+(`est.unknown` names those loops).
+"""
+
+import dataclasses
+import functools
+import math
+import re
+
+_DTYPE_BYTES = {
+  "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2,
+  "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8,
+  "f64": 8, "c64": 8, "c128": 16,
+}  # fmt: skip
+_ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) .*\{$")
+_INSTRUCTION = re.compile(r"^\s*(ROOT )?%(\S+) = (.+?) ([a-z][\w-]*)\((.*)$")
+_NAME = re.compile(r"%([^\s,(){}]+)")
+# Instructions that move no bytes of their own (or whose called
+# computations are counted instead).
+_FREE = {
+  "parameter", "constant", "get-tuple-element", "tuple", "bitcast",
+  "after-all", "partition-id", "replica-id", "opt-barrier",
+  "add-dependency", "while", "call", "conditional",
+}  # fmt: skip
+_SLICES = {"slice", "dynamic-slice"}
+
+
+def shape_bytes(shape: str) -> float:
+  """Bytes of an HLO shape's arrays (a tuple's summed; f8 types 1 byte)."""
+  total = 0.0
+  for dtype, dims in _ARRAY.findall(shape):
+    size = _DTYPE_BYTES.get(dtype, 1 if dtype.startswith("f8") else 0)
+    total += size * math.prod(int(d) for d in dims.split(",") if d)
+  return total
+
+
+@dataclasses.dataclass(frozen=True)
+class _Instruction:
+  name: str
+  shape: str
+  op: str
+  operands: tuple[str, ...]
+  attrs: str
+  root: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+  flat: float  # every loop body once (as cost_analysis counts)
+  looped: float  # each body times its trip count
+  loops: tuple[tuple[str, int], ...]  # (body, trip count) of each while
+  unknown: tuple[str, ...]  # bodies whose trip count was not read
+
+  @property
+  def factor(self) -> float:
+    """looped / flat (1 without loops)."""
+    return self.looped / self.flat if self.flat else 1.0
+
+
+def parse(text: str) -> tuple[dict[str, list[_Instruction]], str]:
+  """{computation: instructions} of an HLO module's text, and ENTRY's name."""
+  comps: dict[str, list[_Instruction]] = {}
+  entry, current = "", None
+  for line in text.splitlines():
+    m = _COMPUTATION.match(line)
+    if m and not line.startswith(" "):
+      current = comps.setdefault(m.group(1), [])
+      if line.startswith("ENTRY"):
+        entry = m.group(1)
+      continue
+    m = _INSTRUCTION.match(line)
+    if m is None or current is None:
+      continue
+    root, name, shape, op, rest = m.groups()
+    close = rest.find(")")
+    args = rest[: close if close >= 0 else len(rest)]
+    current.append(
+      _Instruction(
+        name, shape, op, tuple(_NAME.findall(args)), rest, bool(root)
+      )
+    )
+  return comps, entry
+
+
+def _attr(inst: _Instruction, key: str) -> list[str]:
+  m = re.search(rf"\b{key}=(\{{[^}}]*\}}|%[^\s,]+)", inst.attrs)
+  return _NAME.findall(m.group(1)) if m else []
+
+
+def _trips(comps, loop: _Instruction) -> int | None:
+  """A while loop's trip count: XLA's known_trip_count where it annotated
+  one (CPU, GPU), else N of a condition `counter < N` (TPU's programs
+  carry no annotation): compare(counter, constant(N)), direction=LT, or a
+  fusion of that compare."""
+  m = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', loop.attrs)
+  if m:
+    return int(m.group(1))
+  insts = {
+    i.name: i for i in comps.get((_attr(loop, "condition") or [""])[0], [])
+  }
+  root = next((i for i in insts.values() if i.root), None)
+  bound = None
+  if root is not None and root.op == "compare" and len(root.operands) == 2:
+    if "direction=LT" in root.attrs:
+      bound = insts.get(root.operands[1])
+  elif root is not None and root.op == "fusion":
+    fused = comps.get((_attr(root, "calls") or [""])[0], [])
+    cmp = next((i for i in fused if i.root), None)
+    params = {
+      i.name: int(re.match(r"\s*(\d+)", i.attrs).group(1))
+      for i in fused
+      if i.op == "parameter"
+    }
+    if (
+      cmp is not None
+      and cmp.op == "compare"
+      and "direction=LT" in cmp.attrs
+      and len(cmp.operands) == 2
+      and params.get(cmp.operands[1], len(root.operands)) < len(root.operands)
+    ):
+      bound = insts.get(root.operands[params[cmp.operands[1]]])
+  if bound is None or bound.op != "constant":
+    return None
+  m = re.match(r"\s*(-?\d+)\s*\)", bound.attrs)
+  return int(m.group(1)) if m else None
+
+
+def estimate(text: str) -> Estimate:
+  comps, entry = parse(text)
+  loops, unknown = [], []
+
+  def fusion_bytes(inst, shapes) -> float:
+    """Operands as read inside the fused computation, and its result
+    (an in-place dynamic-update-slice writes only its update)."""
+    called = (_attr(inst, "calls") or [""])[0]
+    body = comps.get(called, [])
+    params, users = {}, {}
+    for i in body:
+      if i.op == "parameter":
+        m = re.match(r"\s*(\d+)", i.attrs)
+        params[i.name] = int(m.group(1)) if m else -1
+      for o in i.operands:
+        users.setdefault(o, []).append(i)
+    by_name = {i.name: i for i in body}
+    root = next((i for i in body if i.root), None)
+    in_place = set()
+    out = shape_bytes(inst.shape)
+    if root is not None and root.op == "dynamic-update-slice":
+      target = root.operands[0] if root.operands else ""
+      if target in params and len(root.operands) > 1:
+        in_place.add(params[target])
+        update = by_name.get(root.operands[1])
+        out = shape_bytes(update.shape) if update else out
+    total = out
+    for name, index in params.items():
+      if index in in_place or index >= len(inst.operands):
+        continue
+      uses = users.get(name, [])
+      if uses and all(u.op in _SLICES and u.operands[0] == name for u in uses):
+        total += sum(shape_bytes(u.shape) for u in uses)
+      else:
+        total += shapes.get(inst.operands[index], 0.0)
+    return total
+
+  @functools.cache
+  def computation_bytes(name: str, looped: bool) -> float:
+    shapes = {}
+    total = 0.0
+    for inst in comps.get(name, []):
+      shapes[inst.name] = shape_bytes(inst.shape)
+      if inst.op == "while":
+        body = (_attr(inst, "body") or [""])[0]
+        cond = (_attr(inst, "condition") or [""])[0]
+        n = _trips(comps, inst)
+        if not looped:
+          if n is None:
+            unknown.append(body)
+          loops.append((body, n or 1))
+        each = computation_bytes(body, looped) + computation_bytes(cond, looped)
+        total += each * ((n or 1) if looped else 1)
+      elif inst.op == "call":
+        total += sum(
+          computation_bytes(c, looped) for c in _attr(inst, "to_apply")
+        )
+      elif inst.op == "conditional":
+        branches = _attr(inst, "branch_computations") or (
+          _attr(inst, "true_computation") + _attr(inst, "false_computation")
+        )
+        total += max(
+          (computation_bytes(c, looped) for c in branches), default=0
+        )
+      elif inst.op == "fusion":
+        total += fusion_bytes(inst, shapes)
+      elif inst.op not in _FREE and not inst.op.endswith("-done"):
+        total += shapes[inst.name] + sum(
+          shapes.get(o, 0.0) for o in inst.operands
+        )
+    return total
+
+  flat = computation_bytes(entry, False)
+  looped = computation_bytes(entry, True)
+  return Estimate(flat, looped, tuple(loops), tuple(unknown))
