@@ -37,6 +37,7 @@ class Program:
   bytes_accessed: float
   largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
   kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
+  loop_trips: tuple[int, ...] = ()  # each while loop's trip count (0: unread)
   resident_bytes: int = 0  # other live arrays beside it, per device
   rows: int = 0  # sequences per call (rollout, ref_logp)
   # The --rollout_rows the run needs (0: as the loop sizes its calls).
@@ -131,5 +132,6 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     bytes_accessed=float(cost.get("bytes accessed", 0.0)) * factor,
     largest=largest_buffers(text),
     kernels=tuple(sorted(set(_CUSTOM_CALL.findall(text)))),
+    loop_trips=tuple(0 if b in loops.unknown else n for b, n in loops.loops),
     executable=compiled,
   )

@@ -83,6 +83,14 @@ def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
   return out
 
 
+def _loops(trips) -> str:
+  """How the bytes count loops: "loops x8, x32 multiplied out"."""
+  if not trips:
+    return "no loops"
+  each = ", ".join(f"x{n}" if n else "x? (counted once)" for n in trips)
+  return f"loops {each} multiplied out"
+
+
 def summarize(
   programs, cfg, model_cfg, *, hbm_bytes, devices, peak_flops, hbm_bandwidth
 ) -> Summary:
@@ -181,7 +189,7 @@ def text(s: Summary, title: str = "") -> str:
       f"{p.argument_bytes / GIB:.2f} + out {p.output_bytes / GIB:.2f} - "
       f"alias {p.alias_bytes / GIB:.2f} + temp {p.temp_bytes / GIB:.2f}; "
       f"XLA-counted {p.flops / 1e12:.1f} TFLOP (a loop body once), "
-      f"{p.bytes_accessed / 1e9:.1f} GB (loops multiplied out)"
+      f"{p.bytes_accessed / 1e9:.1f} GB ({_loops(p.loop_trips)})"
       f"{rows}"
     )
     if p.rows_flag:

@@ -78,6 +78,7 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "shapes": [sh for _, sh, _ in p.largest] if p else [],
     "mfu": out.mfu,
     "kernels": list(p.kernels) if p else [],
+    "loops": list(p.loop_trips) if p else [],
     "programs": sorted(out.programs),
     "compiled": sorted(progs),
     "decoders": p.decoders if p else None,
@@ -396,6 +397,10 @@ def test_a_loss_of_the_whole_distribution_holds_no_full_logits(results):
   assert not r["errors"], r["errors"]
   assert r["shapes"], r
   assert not _has_logits(r["shapes"], t=r["completion"]), r["shapes"]
+  # Its bisection (vocab_scan.nucleus_threshold's 32 masked sums) is a
+  # loop whose trip count the bytes read from this TPU program's HLO
+  # (plan/hlo_loops.py): its passes over the logits are counted 32 times.
+  assert 32 in r["loops"], r["loops"]
 
 
 def test_a_critic_is_planned_with_its_state_batch_fields_and_forward(
