@@ -77,6 +77,16 @@ def test_xlas_trip_count_annotation_wins_and_an_unread_loop_counts_once():
     "body=%body", 'body=%body, backend_config={"known_trip_count":{"n":"3"}}'
   )
   assert hlo_loops.estimate(annotated).looped == ENTRY_BYTES + 3 * ITERATION
+  # A loop XLA's partitioner made (a windowed einsum) counts once, as
+  # cost_analysis counts it; one lowered from lax.scan / fori_loop
+  # (op_name ".../while") is multiplied.
+  made = MODULE.replace(
+    "body=%body", 'body=%body, metadata={op_name="jit(f)/layer/dot_general"}'
+  )
+  e = hlo_loops.estimate(made)
+  assert e.looped == e.flat and e.loops == () and e.partitioner_loops == 1
+  own = MODULE.replace("body=%body", 'body=%body, metadata={op_name="a/while"}')
+  assert hlo_loops.estimate(own).looped == ENTRY_BYTES + 8 * ITERATION
   unread = MODULE.replace("direction=LT", "direction=NE")
   e = hlo_loops.estimate(unread)
   assert e.looped == e.flat == ENTRY_BYTES + ITERATION
