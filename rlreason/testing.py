@@ -96,9 +96,9 @@ def tiny_context(cfg, **fields):
   )
 
 
-def tiny_rollout(ctx, examples, step: int = 0, group_size: int = 0):
+def tiny_rollout(ctx, examples, step: int = 0):
   """ctx.generate of `examples` as the loop samples a step: the policy's
-  params, key `step`, cfg's group size (or `group_size`) and temperature."""
+  params, key `step`, cfg's group size and temperature."""
   from rlreason.sampling import draw  # Deferred, as in tiny_context.
 
   return ctx.generate(
@@ -106,7 +106,7 @@ def tiny_rollout(ctx, examples, step: int = 0, group_size: int = 0):
     examples,
     jax.random.key(step),
     step,
-    group_size=group_size or ctx.cfg.group_size,
+    group_size=ctx.cfg.group_size,
     sampling=draw.Sampling(temperature=ctx.cfg.temperature),
   )
 

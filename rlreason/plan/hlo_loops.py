@@ -20,9 +20,11 @@ condition of another form counts once (`est.unknown` names those loops).
 Only the program's own loops are multiplied (lax.scan / fori_loop /
 while_loop, whose op_name ends in "while"): the loops XLA's partitioner
 makes itself (a windowed einsum's collective matmul over a sharded
-weight) count once, as cost_analysis counts them; multiplying those too
-gave a 7B train step on v6e-16 2.6x the bytes, more than its tensors can
-account for, so they are left as XLA counts them (an undercount, if any).
+weight) count once, as cost_analysis counts them. Multiplying those too
+gave grpo's 7B train step on v6e-16 2.6x the bytes (47 vs 18 TB of this
+estimate per step); whether such a body, as counted, is one window's
+share or more is not settled without a TPU to measure, so they stay as
+XLA counts them.
 """
 
 import dataclasses

@@ -32,12 +32,13 @@ class Program:
   temp_bytes: int
   code_bytes: int
   flops: float  # per device, as XLA counts them (a loop body once)
-  # Per device, each loop body times its trip count (nested loops too):
-  # XLA's count scaled by hlo_loops.estimate's looped / flat bytes.
+  # Per device, each of the program's own loops (lax.scan, fori_loop;
+  # nested ones too) times its trip count: XLA's count scaled by
+  # hlo_loops.estimate's looped / flat bytes.
   bytes_accessed: float
   largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
   kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
-  loop_trips: tuple[int, ...] = ()  # each while loop's trip count (0: unread)
+  loop_trips: tuple[int, ...] = ()  # each own loop's trip count (0: unread)
   resident_bytes: int = 0  # other live arrays beside it, per device
   rows: int = 0  # sequences per call (rollout, ref_logp)
   # The --rollout_rows the run needs (0: as the loop sizes its calls).

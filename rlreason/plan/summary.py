@@ -9,7 +9,7 @@ device, because XLA's cost_analysis counts a loop body once (and nested
 loops, such as blockwise attention inside the micro-batch scan, not at
 all):
   train step  max(FLOPs / peak, compiled bytes / bandwidth), the bytes
-              XLA's with each loop body times its trip count
+              XLA's with each of its own loops times its trip count
               (plan/hlo_loops.py), FLOPs = 6 *
               params * tokens + causal attention (PaLM, appendix B), times
               4/3 with remat (the forward runs twice);
