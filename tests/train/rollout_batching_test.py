@@ -79,7 +79,7 @@ def test_auto_decode_attention_is_resolved_for_the_runs_mesh(monkeypatch):
   the implementation attention.resolve_decode picks for the context's
   mesh: dense on this CPU, ragged where that says so (a GPU)."""
   assert grpo.TinyConfig().decode_attention == "auto"
-  ctx = testing.tiny_context(dataclasses.replace(grpo.TinyConfig()))
+  ctx = testing.tiny_context(grpo.TinyConfig())
   assert ctx.rollout_model_cfg.decode_attention == "dense"
   seen = []
 
