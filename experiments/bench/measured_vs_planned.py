@@ -88,6 +88,12 @@ flags.DEFINE_string(
   "CUDA GPU of compute capability >= 8.0)",
 )
 flags.DEFINE_string("attention", "auto", "attention.IMPLEMENTATIONS")
+flags.DEFINE_bool(
+  "stack_gate_up",
+  True,
+  "the sampler's parameters hold each MLP's gate and up kernels stacked "
+  "(ModelConfig.stack_gate_up; --nostack_gate_up: the two, as trained)",
+)
 flags.DEFINE_integer("repeats", 3, "timed calls per program")
 flags.DEFINE_integer(
   "ceiling_n", 8192, "the measured ceilings' matmul size (bf16 n x n x n)"
@@ -137,7 +143,9 @@ def config():
   )
   cfg, loss_fn, _ = plan_cli.experiment_config("grpo", "laptop", overrides)
   model_cfg = dataclasses.replace(
-    aot.model_config(cfg), attention=FLAGS.attention
+    aot.model_config(cfg),
+    attention=FLAGS.attention,
+    stack_gate_up=FLAGS.stack_gate_up,
   )
   return cfg, loss_fn, model_cfg
 
@@ -400,6 +408,7 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   return {
     "compile_s": compile_s,
     "decode_attention": decoding.decode_attention,
+    "stack_gate_up": decoding.stack_gate_up,
     "rows": rows,
     "generated_tokens": generated,
     "planned_peak_bytes": prog.peak_bytes,
@@ -489,7 +498,8 @@ def report(results: list[dict]) -> str:
       )
     else:
       lines.append(
-        f"  decode ({r.get('decode_attention', '?')} attention) "
+        f"  decode ({r.get('decode_attention', '?')} attention, gate/up "
+        f"{'stacked' if r.get('stack_gate_up') else 'two kernels'}) "
         f"{1e3 * r['decode_step_s']:.2f} ms/step vs bound "
         f"{1e3 * r['bound_step_s']:.2f} ms: "
         f"{100 * (r['decode_fraction_of_bound'] or 0):.1f}% of the "

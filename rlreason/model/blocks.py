@@ -134,6 +134,30 @@ class Attention(nn.Module):
     return y, k_cache, v_cache
 
 
+GATE_UP = "gate_up_kernel"
+
+
+def stack_gate_up(tree, combine=None):
+  """Each MLP's gate_kernel and up_kernel [D, F] in `tree` (parameters, or
+  any tree of their structure) replaced by one GATE_UP kernel
+  combine(gate, up), by default stacked as [D, 2, F]: Mlp then makes one
+  product of the two (the sampler's layout, ModelConfig.stack_gate_up).
+  LoRA-adapted or quantised kernels (dict leaves) are left as they are."""
+  if combine is None:
+    combine = lambda g, u: jnp.stack([g, u], axis=1)  # noqa: E731
+  if not isinstance(tree, dict):
+    return tree
+  out = {k: stack_gate_up(v, combine) for k, v in tree.items()}
+  gate, up = out.get("gate_kernel"), out.get("up_kernel")
+  if (
+    gate is None or up is None or isinstance(gate, dict) or isinstance(up, dict)
+  ):
+    return out
+  del out["gate_kernel"], out["up_kernel"]
+  out[GATE_UP] = combine(gate, up)
+  return out
+
+
 class Mlp(nn.Module):
   """SwiGLU: down(silu(gate(x)) * up(x))."""
 
@@ -144,14 +168,19 @@ class Mlp(nn.Module):
     cfg = self.cfg
     dt, pdt = cfg.compute_dtype, DTYPES[cfg.param_dtype]
     d, f = cfg.d_model, cfg.mlp_dim
-    gate = param(
-      self, "gate_kernel", ("embed", "mlp"), (d, f), KERNEL_INIT, pdt
-    )
-    up = param(self, "up_kernel", ("embed", "mlp"), (d, f), KERNEL_INIT, pdt)
+    if self.has_variable("params", GATE_UP):  # the sampler's layout
+      both = self.get_variable("params", GATE_UP).astype(dt)
+      y = jnp.einsum("...d,dtf->...tf", x, both)
+      hidden = jax.nn.silu(y[..., 0, :]) * y[..., 1, :]
+    else:
+      gate = param(
+        self, "gate_kernel", ("embed", "mlp"), (d, f), KERNEL_INIT, pdt
+      )
+      up = param(self, "up_kernel", ("embed", "mlp"), (d, f), KERNEL_INIT, pdt)
+      hidden = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
     down = param(
       self, "down_kernel", ("mlp", "embed"), (f, d), KERNEL_INIT, pdt
     )
-    hidden = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
     hidden = mesh_lib.constrain(hidden, ("batch", "seq", "mlp"))
     return hidden @ down.astype(dt)
 

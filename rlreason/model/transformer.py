@@ -78,6 +78,11 @@ class ModelConfig:
   # reads each row's filled slots only; set by the static and continuous
   # samplers (their cache layout), not for other forwards.
   decode_attention: str = "dense"
+  # The sampler's parameter layout (rollout.on_mesh) stacks each MLP's gate
+  # and up kernels into one [D, 2, F] kernel: one product per decode step
+  # instead of two, 1.5x faster at 256 rows on an H100
+  # (bench.decode_gemms). Training's parameters keep HF's two kernels.
+  stack_gate_up: bool = True
 
   def __post_init__(self):
     if self.n_heads % self.n_kv_heads:
@@ -279,6 +284,17 @@ def param_axes(model_cfg: ModelConfig) -> Params:
 def param_shapes(model_cfg: ModelConfig) -> Params:
   """Pytree of jax.ShapeDtypeStruct, with the structure of the params."""
   return jax.eval_shape(functools.partial(init, model_cfg), jax.random.key(0))
+
+
+def rollout_param_tree(model_cfg: ModelConfig) -> tuple[Params, Params]:
+  """(shapes, logical axes) of the parameters as the sampler holds them
+  (rollout.on_mesh): param_shapes / param_axes, each MLP's gate and up
+  kernels stacked when model_cfg.stack_gate_up (blocks.stack_gate_up)."""
+  shapes, axes = param_shapes(model_cfg), param_axes(model_cfg)
+  if model_cfg.stack_gate_up:
+    shapes = jax.eval_shape(blocks.stack_gate_up, shapes)
+    axes = blocks.stack_gate_up(axes, lambda g, u: (g[0], None, g[1]))
+  return shapes, axes
 
 
 def hidden_states(

@@ -123,15 +123,20 @@ def train_state(cfg, model_cfg, mesh, extra_params=None):
   return abstract(state, state_sh), state_sh, optimizer
 
 
-def layout(model_cfg, mesh, rules):
-  axes = transformer.param_axes(model_cfg)
-  shapes = transformer.param_shapes(model_cfg)
+def layout(model_cfg, mesh, rules, tree=None):
+  """Abstract parameters laid out by `rules`; `tree` (shapes, axes)
+  defaults to the model's (transformer.param_shapes, param_axes)."""
+  shapes, axes = tree or (
+    transformer.param_shapes(model_cfg),
+    transformer.param_axes(model_cfg),
+  )
   return abstract(shapes, mesh_lib.shardings(mesh, axes, rules, shapes))
 
 
 def rollout_params(model_cfg, mesh, hbm_bytes=None):
   """Abstract parameters as rollout.on_mesh lays them out: compute dtype,
-  mesh.rollout_rules for the slice's HBM."""
+  gate and up stacked (ModelConfig.stack_gate_up), mesh.rollout_rules for
+  the slice's HBM."""
   compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
   rules = mesh_lib.rollout_rules(
     mesh, compute_bytes * model_cfg.num_params(), hbm_bytes
@@ -140,7 +145,7 @@ def rollout_params(model_cfg, mesh, hbm_bytes=None):
     lambda s: jax.ShapeDtypeStruct(
       s.shape, model_cfg.compute_dtype, sharding=s.sharding
     ),
-    layout(model_cfg, mesh, rules),
+    layout(model_cfg, mesh, rules, transformer.rollout_param_tree(model_cfg)),
   )
 
 

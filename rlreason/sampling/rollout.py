@@ -41,6 +41,7 @@ from rlreason.sampling import sampler as sampling_lib
 from rlreason.sampling import draw
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import stops
+from rlreason.model import blocks
 from rlreason.model import transformer
 from rlreason.model.tokenizer import Tokenizer
 from rlreason.model.transformer import ModelConfig
@@ -116,14 +117,11 @@ def pad_prompts(
 def rollout_shardings(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
   """NamedShardings of the parameters in the rollout layout (cached):
   replicated over data / fsdp when they fit (mesh.rollout_rules)."""
-  shapes = transformer.param_shapes(model_cfg)
+  shapes, axes = transformer.rollout_param_tree(model_cfg)
   compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
   param_bytes = sum(compute_bytes * x.size for x in jax.tree.leaves(shapes))
   return mesh_lib.shardings(
-    mesh,
-    transformer.param_axes(model_cfg),
-    mesh_lib.rollout_rules(mesh, param_bytes),
-    shapes,
+    mesh, axes, mesh_lib.rollout_rules(mesh, param_bytes), shapes
   )
 
 
@@ -144,22 +142,33 @@ def _plain(params, mesh, model_cfg) -> bool:
   """Whether `params` is the model's plain tree. A LoRA-combined or
   quantised one (model/lora.py) samples where it is: relaid out, its
   dequantised weights would not fit beside it."""
-  layout = rollout_shardings(mesh, model_cfg)
-  return jax.tree.structure(params) == jax.tree.structure(layout)
+  del mesh
+  return jax.tree.structure(params) == _plain_structure(model_cfg)
 
 
-def _cast(params, dtype):
-  return jax.tree.map(
+@functools.lru_cache(maxsize=8)
+def _plain_structure(model_cfg: ModelConfig):
+  return jax.tree.structure(transformer.param_shapes(model_cfg))
+
+
+def _to_rollout(params, model_cfg: ModelConfig):
+  """Cast to the compute dtype; gate and up stacked (stack_gate_up)."""
+  dtype = model_cfg.compute_dtype
+  params = jax.tree.map(
     lambda w: w.astype(dtype) if jnp.issubdtype(w.dtype, jnp.floating) else w,
     params,
   )
+  if model_cfg.stack_gate_up:
+    params = blocks.stack_gate_up(params)
+  return params
 
 
 @functools.lru_cache(maxsize=8)
 def _rollout_caster(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
-  """params -> params in the compute dtype and the rollout layout."""
+  """params -> params in the rollout layout (compute dtype, gate and up
+  stacked, mesh.rollout_rules)."""
   return jax.jit(
-    functools.partial(_cast, dtype=model_cfg.compute_dtype),
+    functools.partial(_to_rollout, model_cfg=model_cfg),
     out_shardings=rollout_shardings(mesh, model_cfg),
   )
 
@@ -256,7 +265,7 @@ def generate(
     rng, step = jax.device_put(scalars)
   else:
     if _plain(params, mesh, model_cfg):
-      params = jax.device_put(params, rollout_shardings(mesh, model_cfg))
+      params = _rollout_caster(mesh, model_cfg)(params)
     rng, step = mesh_lib.put_global(scalars, mesh_lib.replicated(mesh))
   per_call = rollout_memory.call_rows(
     rows_per_call,

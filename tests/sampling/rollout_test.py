@@ -1,5 +1,7 @@
 """Rollouts: padding, groups, replay, resharding, sharded == single device."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -164,6 +166,40 @@ def test_sharded_equals_single_device(params, ro):
     sharded.policy_logp, ro.policy_logp, rtol=1e-5, atol=1e-5
   )
   assert sharded.texts == ro.texts
+
+
+def test_rollout_layout_stacks_gate_and_up(params):
+  """on_mesh stacks each MLP's gate and up kernels [D, F] into one [D, 2, F]
+  (bf16, split over tensor by F, as the two were); the logits of the
+  stacked layout equal the two kernels'; stack_gate_up=False keeps them."""
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  laid, _ = rollout.on_mesh(params, jax.random.key(0), mesh, CFG)
+  mlp = laid["layer_0"]["mlp"]
+  assert sorted(mlp) == ["down_kernel", "gate_up_kernel"]
+  gate_up = mlp["gate_up_kernel"]
+  assert gate_up.shape == (CFG.d_model, 2, CFG.mlp_dim)
+  assert gate_up.dtype == CFG.compute_dtype
+  assert gate_up.sharding.spec == jax.sharding.PartitionSpec(
+    None, None, "tensor"
+  )
+  src = params["layer_0"]["mlp"]
+  np.testing.assert_array_equal(gate_up[:, 0], src["gate_kernel"])
+  np.testing.assert_array_equal(gate_up[:, 1], src["up_kernel"])
+  tokens = jnp.asarray([[5, 6, 7, 8], [9, 10, 11, 12]])
+  positions = jnp.broadcast_to(jnp.arange(4), tokens.shape)
+  stacked, _ = transformer.apply(laid, tokens, positions, CFG)
+  plain, _ = transformer.apply(params, tokens, positions, CFG)
+  np.testing.assert_allclose(stacked, plain, rtol=1e-5, atol=1e-5)
+  split_cfg = dataclasses.replace(CFG, stack_gate_up=False)
+  laid, _ = rollout.on_mesh(params, jax.random.key(0), mesh, split_cfg)
+  assert sorted(laid["layer_0"]["mlp"]) == [
+    "down_kernel",
+    "gate_kernel",
+    "up_kernel",
+  ]
+  assert jax.tree.structure(laid) == jax.tree.structure(
+    rollout.rollout_shardings(mesh, split_cfg)
+  )
 
 
 def _assert_same_rollout(a, b):
