@@ -3,19 +3,21 @@ r"""A decode step's products alone: device time per product vs its bound.
   python -m experiments.bench.decode_gemms                  # a GPU: 1.5B
   XLA_FLAGS=--xla_gpu_exhaustive_tiling_search=true \
       python -m experiments.bench.decode_gemms              # XLA's search
-  python -m experiments.bench.decode_gemms --model=tiny --rows=8  # CPU
+  python -m experiments.bench.decode_gemms --gemm_model=tiny \
+      --gemm_rows=8                                         # CPU smoke run
 
-One decode step multiplies --rows activations (one per sequence, bf16) by
+One decode step multiplies --gemm_rows activations (one per sequence, bf16) by
 every weight matrix of each layer, then by the unembedding. At a few
 hundred rows these products sit near the ridge of a GPU's roofline, so
 each is timed against both bounds: its weights read at the published HBM
 bandwidth and its FLOPs at the published bf16 peak (plan/chips.py). The
 gate and up products are timed both as the model writes them (two dots,
-silu(a) * b) and over one concatenated [D, 2F] weight, to see whether the
-fused layout is worth carrying. Times are the device's kernel time from a
-profiler trace of --repeats calls (on CPU: the host's XLA threads), so
-Python's dispatch does not count. Flags for XLA's GEMM autotuning go in
-XLA_FLAGS, one process each (experiments/bench/gpu_check.sh runs them).
+silu(a) * b) and over one stacked [D, 2, F] weight (the sampler's layout,
+ModelConfig.stack_gate_up), and q, k, v as three products and as one.
+Times are the device's kernel time from a profiler trace of --gemm_repeats
+calls (on CPU: the host's XLA threads), so Python's dispatch does not
+count. Flags for XLA's GEMM autotuning go in XLA_FLAGS, one process each
+(experiments/bench/gpu_check.sh runs the defaults).
 """
 
 import json
@@ -40,7 +42,7 @@ FLAGS = flags.FLAGS
 
 def products(cfg, rows: int) -> dict:
   """name -> (fn, args, weight bytes, flops): one layer's products in the
-  model's form, the concatenated gate/up form, and the unembedding."""
+  model's form, the stacked forms, and the unembedding."""
   d, f, v = cfg.d_model, cfg.mlp_dim, cfg.vocab_size
   q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
   keys = iter(jax.random.split(jax.random.key(0), 16))
@@ -50,21 +52,34 @@ def products(cfg, rows: int) -> dict:
 
   x, h = normal(rows, d), normal(rows, f)
   w_gate, w_up = normal(d, f), normal(d, f)
-  w_gate_up = jnp.concatenate([w_gate, w_up], axis=1)
+  w_gate_up = jnp.stack([w_gate, w_up], axis=1)  # blocks.stack_gate_up
 
   def gate_up(x, g, u):  # blocks.Mlp's form
     return jax.nn.silu(x @ g) * (x @ u)
 
-  def gate_up_concat(x, gu):
-    a, b = jnp.split(x @ gu, 2, axis=-1)
-    return jax.nn.silu(a) * b
+  def gate_up_stacked(x, gu):  # blocks.Mlp's form in the sampler's layout
+    y = jnp.einsum("nd,dtf->ntf", x, gu)
+    return jax.nn.silu(y[:, 0]) * y[:, 1]
+
+  def qkv(x, wq, wk, wv):  # blocks.Attention's form (heads flattened)
+    return x @ wq, x @ wk, x @ wv
 
   table = {
+    "q,k,v": (
+      qkv,
+      (x, normal(d, q), normal(d, kv), normal(d, kv)),
+      d * (q + 2 * kv),
+    ),
+    "q|k|v stacked": (
+      lambda x, w: x @ w,
+      (x, normal(d, q + 2 * kv)),
+      d * (q + 2 * kv),
+    ),
     "q": (lambda x, w: x @ w, (x, normal(d, q)), d * q),
     "k+v": (lambda x, w: x @ w, (x, normal(d, 2 * kv)), d * 2 * kv),
     "o": (lambda x, w: x @ w, (normal(rows, q), normal(q, d)), q * d),
     "gate,up": (gate_up, (x, w_gate, w_up), 2 * d * f),
-    "gate|up concat": (gate_up_concat, (x, w_gate_up), 2 * d * f),
+    "gate|up stacked": (gate_up_stacked, (x, w_gate_up), 2 * d * f),
     "down": (lambda h, w: h @ w, (h, normal(f, d)), f * d),
     "unembed (fp32 out)": (transformer.logits_dot, (x, normal(d, v)), d * v),
   }

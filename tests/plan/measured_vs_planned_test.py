@@ -79,14 +79,56 @@ def test_the_planned_programs_run_and_are_reported(tmp_path):
 
 def test_the_gpu_script_passes_only_the_benchmarks_flags():
   """experiments/bench/gpu_check.sh (the next GPU session's one call)
-  names flags that exist."""
+  names flags that exist, in each benchmark it runs."""
   import re
 
+  from experiments.bench import decode_gemms
   from experiments.bench import measured_vs_planned as mvp
 
   text = open(os.path.join(ROOT, "experiments/bench/gpu_check.sh")).read()
   text = text.replace("\\\n", " ")  # continuation lines joined
-  calls = re.findall(r"\$bench[^\n]*", text)
-  used = {f for call in calls for f in re.findall(r"--(\w+)=", call)}
-  assert len(calls) == 3 and {"decode_attention", "profile_top"} <= used
-  assert used <= set(mvp.FLAGS), used - set(mvp.FLAGS)
+  text = re.sub(r"(?m)^#.*$", "", text)  # comments
+  calls = re.findall(
+    r"(?:\$bench|-m experiments.bench.decode_gemms)[^\n]*", text
+  )
+  used = {f for call in calls for f in re.findall(r" --(\w+)", call)}
+  assert len(calls) == 4, calls
+  assert {"phase", "profile_top", "nostack_gate_up", "gemm_out"} <= used
+  known = set(mvp.FLAGS) | {"no" + name for name in mvp.FLAGS}
+  assert decode_gemms.FLAGS is mvp.FLAGS  # absl's one registry
+  assert used <= known, used - known
+
+
+def test_decode_gemms_forms_agree_and_run(tmp_path):
+  """bench.decode_gemms: the stacked gate/up form computes the two
+  kernels' product (from the same weights), bytes and FLOPs by hand, and a
+  CPU run writes one timed row per product."""
+  import numpy as np
+
+  from experiments.bench import decode_gemms
+  from rlreason.model import presets
+
+  cfg = presets.get("tiny")
+  d, f, rows = cfg.d_model, cfg.mlp_dim, 4
+  products = decode_gemms.products(cfg, rows)
+  fn, args, nbytes, flops = products["gate,up"]
+  assert (nbytes, flops) == (2 * 2 * d * f, 2 * rows * 2 * d * f)
+  stacked_fn, stacked_args, stacked_bytes, _ = products["gate|up stacked"]
+  assert stacked_bytes == nbytes
+  np.testing.assert_allclose(
+    np.float32(fn(*args)),
+    np.float32(stacked_fn(*stacked_args)),
+    rtol=2e-2,
+    atol=1e-4,
+  )
+  out = tmp_path / "gemms.json"
+  subprocess.run(
+    [sys.executable, "-m", "experiments.bench.decode_gemms",
+     "--gemm_model=tiny", "--gemm_rows=4", "--gemm_repeats=2",
+     f"--gemm_out={out}"],
+    check=True, cwd=ROOT, timeout=300,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+  )  # fmt: skip
+  rows_out = json.loads(out.read_text())["rows"]
+  assert [r["product"] for r in rows_out] == list(products)
+  assert all(r["us"] > 0 for r in rows_out)
