@@ -133,16 +133,15 @@ def on_mesh(params, rng: jax.Array, mesh, model_cfg: ModelConfig):
   # Cast to the compute dtype while resharding: a bf16 rollout of fp32
   # master weights holds half the bytes per replica (the sampler would cast
   # them anyway).
-  if _plain(params, mesh, model_cfg):
+  if _plain(params, model_cfg):
     params = _rollout_caster(mesh, model_cfg)(params)
   return params, mesh_lib.put_global(rng, mesh_lib.replicated(mesh))
 
 
-def _plain(params, mesh, model_cfg) -> bool:
+def _plain(params, model_cfg) -> bool:
   """Whether `params` is the model's plain tree. A LoRA-combined or
   quantised one (model/lora.py) samples where it is: relaid out, its
   dequantised weights would not fit beside it."""
-  del mesh
   return jax.tree.structure(params) == _plain_structure(model_cfg)
 
 
@@ -264,7 +263,7 @@ def generate(
   if mesh is None:
     rng, step = jax.device_put(scalars)
   else:
-    if _plain(params, mesh, model_cfg):
+    if _plain(params, model_cfg):
       params = _rollout_caster(mesh, model_cfg)(params)
     rng, step = mesh_lib.put_global(scalars, mesh_lib.replicated(mesh))
   per_call = rollout_memory.call_rows(
