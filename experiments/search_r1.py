@@ -93,6 +93,8 @@ PAPER = dict(
   kl_coef=0.001,
   warm_start_steps=0,
 )
+# experiments/plan.py plans rows of P + T tokens, T the episode's budget.
+plan_config = multiturn.plan_config
 
 
 def generate_fn(cfg: Config):

@@ -77,10 +77,15 @@ PAPER = dict(
   max_turns=4,  # assumed
   turn_tokens=1024,  # assumed
   obs_tokens=512,  # assumed
+  # assumed: the tools' descriptions and the query (the laptop's 32 tokens
+  # would refuse any real prompt: rollout.pad_prompts)
+  max_prompt_len=1024,
   lr=1e-6,
   kl_coef=0.0,
   warm_start_steps=0,
 )
+# experiments/plan.py plans rows of P + T tokens, T the episode's budget.
+plan_config = multiturn.plan_config
 
 
 def _calls(actions) -> list[tuple[str, dict]]:

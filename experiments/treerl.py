@@ -75,6 +75,9 @@ PAPER = dict(
   forks=2,
   fork_levels=1,
   fork_branches=2,
+  # assumed: a GSM8K question in the template (grpo.TinyConfig's 32 tokens
+  # would refuse any real one: rollout.pad_prompts)
+  max_prompt_len=512,
   max_new_tokens=4096,  # assumed
   # 32 rows of 4k tokens per micro-batch (the planner's: with one micro-
   # batch of 480 rows the train step needed 155 GB of temporaries per chip

@@ -46,6 +46,7 @@ Shapes: N = B * G rows, P prompt length, K = max_turns, Tt = turn_tokens,
 O = obs_tokens, T = K * Tt + (K - 1) * O completion budget.
 """
 
+import dataclasses
 import functools
 from concurrent import futures
 from typing import Any, Callable, NamedTuple, Sequence
@@ -166,7 +167,7 @@ def generate(
     params, jax.random.fold_in(rng, step), mesh, model_cfg
   )
   k_max, o = max_turns, obs_tokens
-  t_total = k_max * turn_tokens + (k_max - 1) * o
+  t_total = completion_budget(k_max, turn_tokens, o)
   cache = segments.init_cache(
     model_cfg,
     n,
@@ -355,6 +356,23 @@ def _assemble(
     actions=actions,
     observations=observations,
   )
+
+
+def completion_budget(max_turns: int, turn_tokens: int, obs_tokens: int):
+  """T, the completion columns of an episode: K actions of up to Tt tokens
+  and the K - 1 observations of up to O between them."""
+  return max_turns * turn_tokens + (max_turns - 1) * obs_tokens
+
+
+def plan_config(cfg):
+  """The config at the shapes a multi-turn run's programs take, for
+  experiments/plan.py (an experiment's `plan_config` hook): its train
+  batch is P + T tokens, T = completion_budget, where max_new_tokens is
+  not read. Its rollout is then planned as one sampler call decoding all
+  T tokens: the same cache, though an episode decodes only the K * Tt
+  action tokens and prefills the observations."""
+  t = completion_budget(cfg.max_turns, cfg.turn_tokens, cfg.obs_tokens)
+  return dataclasses.replace(cfg, max_new_tokens=t)
 
 
 def make_generate_fn(

@@ -21,8 +21,9 @@ Two implementations of the same function (`impl`):
              rematerialised: activations O(S), never [.., Q, S]; the
              reference for the TPU / GPU kernels, and what CPUs run;
   splash     Pallas splash attention, the TPU kernel (interpret mode on
-             other backends: tests), for a full forward (Q == S, a multiple
-             of 128): causal mask + segment ids (real tokens vs padding);
+             other backends: tests), for a full forward (Q == S; S padded
+             up to a multiple of 128 with padding slots after the last):
+             causal mask + segment ids (real tokens vs padding);
   cudnn      jax.nn.dot_product_attention's cuDNN flash kernel (GPUs), for
              a full forward: each row is rolled so its real tokens come
              first (left padding -> right padding; attention depends only
@@ -205,14 +206,12 @@ def resolve(impl: str, nq: int, s: int, block: int) -> str:
     raise ValueError(
       f"attention={impl!r} needs a full forward (Q == S); got Q={nq}, S={s}"
     )
-  if impl == "splash" and not kernels.splash_block(s, block):
-    raise ValueError(f"attention='splash' needs S % 128 == 0; got S={s}")
   if impl != "auto":
     return impl
   if not (1 < nq and nq * s > block**2):
     return "dense"
   where = platform()
-  if full and where == "tpu" and kernels.splash_block(s, block):
+  if full and where == "tpu":
     return "splash"
   if full and where == "gpu":
     return "cudnn"

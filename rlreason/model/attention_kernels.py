@@ -38,6 +38,10 @@ def platform() -> str:
   return jax.default_backend()
 
 
+# Splash's blocks are multiples of this; `splash` pads S up to one.
+SPLASH_SLOTS = 128
+
+
 def splash_block(s: int, block: int) -> int:
   """The largest of block, 512, 256, 128 dividing s (0: none does)."""
   for b in (block, 512, 256, 128):
@@ -92,13 +96,17 @@ def _splash_kernel(s: int, g: int, b: int, interpret: bool):
     block_q_dq=b,
     block_kv_dq=b,
   )
-  kernel = sk.make_splash_mqa(
-    mask,
-    head_shards=1,
-    q_seq_shards=1,
-    block_sizes=sizes,
-    interpret=interpret,
-  )
+  # Its mask arrays are made eagerly: made inside the first caller's trace
+  # they would be that trace's values, and the cached kernel would leak
+  # them into the next trace at the same shapes.
+  with jax.ensure_compile_time_eval():
+    kernel = sk.make_splash_mqa(
+      mask,
+      head_shards=1,
+      q_seq_shards=1,
+      block_sizes=sizes,
+      interpret=interpret,
+    )
   return kernel, sk.SegmentIds
 
 
@@ -106,9 +114,22 @@ def splash(q, k_cache, v_cache, slot_pos, index, dt, block):
   """Splash attention: q [N, S, K, G, Dh] (Q == S, index 0); caches
   [N, K, S, Dh]. One MQA kernel per (row, kv head) over its G query heads;
   real tokens and padding are separate segments, so no query row is
-  empty. Returns [N, S, K, G, Dh] in dt."""
+  empty. S not a multiple of SPLASH_SLOTS is padded up to one with
+  padding slots after the last (no real query sees them: they come after
+  it) and the output cut back. Returns [N, S, K, G, Dh] in dt."""
   del index  # a full forward starts at slot 0
   n, s, k, g, dh = q.shape
+  extra = -s % SPLASH_SLOTS
+  if extra:
+    pad = lambda x, axis, value=0: jnp.pad(  # noqa: E731
+      x, [(0, extra if a == axis else 0) for a in range(x.ndim)],
+      constant_values=value,
+    )
+    out = splash(
+      pad(q, 1), pad(k_cache, 2), pad(v_cache, 2), pad(slot_pos, 1, -1),
+      0, dt, block,
+    )  # fmt: skip
+    return out[:, :s]
   interpret = platform() != "tpu"
   kernel, segment_ids = _splash_kernel(s, g, splash_block(s, block), interpret)
   # The kernel does not scale the scores.

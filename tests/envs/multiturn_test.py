@@ -66,6 +66,7 @@ def rollout():
 def test_shapes_and_turns(rollout):
   _, ro = rollout
   t = 3 * 6 + 2 * 8
+  assert multiturn.completion_budget(3, 6, 8) == t
   assert ro.mask.shape == (4, t) and ro.tokens.shape[1] == ro.prompt_len + t
   np.testing.assert_array_equal(ro.num_turns, [1, 2, 3, 3])
   np.testing.assert_array_equal(ro.turn_rewards[1], [1, 2, 0])

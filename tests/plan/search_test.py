@@ -339,3 +339,15 @@ def test_a_slice_that_does_not_split_the_micro_batch_is_planned_with_fewer():
   row.update(step_s=2.0, mfu=0.7, micro_batches=fewer)
   cell = plan_cli.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
   assert cell.endswith(f"MFU 70% (--micro_batches={fewer}) |"), cell
+
+
+@pytest.mark.parametrize(
+  "name, prompt, completion",
+  # 4 turns of 500 tokens and 3 observations of 500; 4 x 1024 and 3 x 512.
+  [("search_r1", 2048, 3500), ("igpo", 2048, 3500), ("toolrl", 1024, 5632)],
+)
+def test_multi_turn_presets_are_planned_at_their_episode_length(
+  name, prompt, completion
+):
+  cfg, _, _ = plan_cli.experiment_config(name, "paper", {})
+  assert (cfg.max_prompt_len, cfg.max_new_tokens) == (prompt, completion)
