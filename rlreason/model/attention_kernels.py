@@ -122,7 +122,8 @@ def splash(q, k_cache, v_cache, slot_pos, index, dt, block):
   extra = -s % SPLASH_SLOTS
   if extra:
     pad = lambda x, axis, value=0: jnp.pad(  # noqa: E731
-      x, [(0, extra if a == axis else 0) for a in range(x.ndim)],
+      x,
+      [(0, extra if a == axis else 0) for a in range(x.ndim)],
       constant_values=value,
     )
     out = splash(
