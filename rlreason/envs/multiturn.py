@@ -30,7 +30,11 @@ Sharding: with a mesh, the parameters are moved to the rollout layout and
 every [N, ...] array (prompts, the cache, each turn's start positions and
 observation block, the outputs) is split over the mesh's batch axes as in
 rollout.generate (replicated when N is not a multiple of their size);
-the host steps the environments between turns on gathered copies.
+the host steps the environments between turns on gathered copies. As in
+rollout.generate, the rows run their episodes in calls of as many as the
+devices' free memory holds (`rows_per_call`; each call its own cache):
+a paper-scale batch's caches do not fit at once (search_r1's 2560 rows
+of 5.5k slots of a 3B model hold 1.6 TB).
 
 The result is a `MultiTurnRollout`: the fields of `types.Rollout` (so the
 loop, make_batch and the losses take it unchanged) plus turn bookkeeping.
@@ -56,6 +60,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import rollout_memory
 from rlreason.sampling import draw as sampling_lib
 from rlreason.sampling import segments
 from rlreason.sampling import stops
@@ -117,6 +122,7 @@ def generate(
   env_workers: int = 8,
   mesh: jax.sharding.Mesh | None = None,
   stop_strings: Sequence[str] = (),
+  rows_per_call: int = 0,
 ) -> MultiTurnRollout:
   """Runs one episode per row: G rows per prompt, envs already reset.
 
@@ -142,6 +148,10 @@ def generate(
     stop_strings: texts that end a turn (e.g. an env's "</search>"),
       checked as token sequences on device and as text on the host (see
       the module docstring).
+    rows_per_call: rows whose episodes run at once, each call in a cache
+      of its own (> 0), else as many as the devices' free memory holds
+      (rollout_memory.call_rows; all N where it is not known). Each row
+      draws with its batch index's key, so calls of any size sample alike.
 
   Returns:
     A MultiTurnRollout with T = K * Tt + (K - 1) * O.
@@ -168,12 +178,85 @@ def generate(
   )
   k_max, o = max_turns, obs_tokens
   t_total = completion_budget(k_max, turn_tokens, o)
-  cache = segments.init_cache(
-    model_cfg,
-    n,
-    p + k_max * turn_tokens + (k_max - 1) * (o + 1),
+  slots = p + k_max * turn_tokens + (k_max - 1) * (o + 1)
+  per_call = rollout_memory.call_rows(
+    rows_per_call, n, model_cfg, p, slots - p, mesh, params
+  )
+  episodes = functools.partial(
+    _episodes,
+    params,
+    rng,
+    model_cfg=model_cfg,
+    tokenizer=tokenizer,
+    max_turns=k_max,
+    turn_tokens=turn_tokens,
+    obs_tokens=o,
+    slots=slots,
+    sampling=sampling,
+    stop_ids=stop_ids,
+    stop_seqs=stop_seqs,
+    stop_strings=stop_strings,
+    env_workers=env_workers,
     mesh=mesh,
   )
+  calls = [
+    episodes(
+      tokens[lo : lo + per_call],
+      positions[lo : lo + per_call],
+      envs[lo : lo + per_call],
+      lo,
+    )
+    for lo in range(0, n, per_call)
+  ]
+  rows, actions, observations = (
+    sum((c[i] for c in calls), []) for i in (0, 2, 3)
+  )
+  turn_rewards = np.concatenate([c[1] for c in calls])
+  finish = np.concatenate([c[4] for c in calls])
+  return _assemble(
+    tokens,
+    positions,
+    rows,
+    t_total,
+    turn_rewards,
+    actions,
+    observations,
+    finish,
+    tokenizer,
+    group_size,
+    rows_on,
+  )
+
+
+def _episodes(
+  params,
+  rng,
+  tokens,
+  positions,
+  envs,
+  row_offset,
+  *,
+  model_cfg,
+  tokenizer,
+  max_turns,
+  turn_tokens,
+  obs_tokens,
+  slots,
+  sampling,
+  stop_ids,
+  stop_seqs,
+  stop_strings,
+  env_workers,
+  mesh,
+):
+  """One sampler call's episodes: rows [n, P] of the batch from row
+  `row_offset` on, in a cache of `slots` slots. Returns each row's
+  segments (kind, turn, ids, logp, policy_logp), its turn rewards [n, K],
+  action and observation texts, and finish reasons."""
+  n = len(tokens)
+  k_max, o = max_turns, obs_tokens
+  rows_on = functools.partial(mesh_lib.put_rows, mesh)
+  cache = segments.init_cache(model_cfg, n, slots, mesh=mesh)
   logits, cache = segments.extend(
     params, cache, *rows_on((tokens, positions)), model_cfg=model_cfg, mesh=mesh
   )
@@ -190,6 +273,7 @@ def generate(
       logits,
       *rows_on((pos.astype(np.int32), active)),
       jax.random.fold_in(rng, k),
+      row_offset,
       model_cfg=model_cfg,
       max_new_tokens=turn_tokens,
       sampling=sampling,
@@ -254,19 +338,7 @@ def generate(
       model_cfg=model_cfg,
       mesh=mesh,
     )
-  return _assemble(
-    tokens,
-    positions,
-    rows,
-    t_total,
-    turn_rewards,
-    actions,
-    observations,
-    finish,
-    tokenizer,
-    group_size,
-    rows_on,
-  )
+  return rows, turn_rewards, actions, observations, finish
 
 
 def _stop_cut(tokenizer, ids: np.ndarray, strings: tuple[str, ...]) -> int:
@@ -418,6 +490,7 @@ def make_generate_fn(
       sampling=sampling,
       stop_strings=strings,
       max_prompt_len=ctx.cfg.max_prompt_len,
+      rows_per_call=getattr(ctx.cfg, "rollout_rows", 0),
       mesh=ctx.mesh,
     )
 

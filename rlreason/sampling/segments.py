@@ -135,6 +135,7 @@ def decode(
   start_pos,
   active,
   rng,
+  row_offset=0,
   *,
   model_cfg,
   max_new_tokens,
@@ -149,8 +150,9 @@ def decode(
   Token j of row n has position start_pos[n] + j. Unlike sampling.sample,
   a row's last token (its stop token, or token Tt - 1) is never fed to the
   model: the caller feeds it in front of the next observation (`extend`).
-  Row n's step j draws with fold_in(fold_in(rng, n), j), as in
-  sampling.sample (sampling.row_keys).
+  Row n's step j draws with fold_in(fold_in(rng, row_offset + n), j), as
+  in sampling.sample (sampling.row_keys): rows decoded in several calls
+  draw as in one.
 
   Args:
     params, cache: the model and its cache (already holding the context).
@@ -158,6 +160,7 @@ def decode(
     start_pos: [N] int32 position of token 0.
     active: [N] bool; inactive rows sample nothing (length 0).
     rng: a key.
+    row_offset: the batch index of row 0 (a call of a chunked batch).
     model_cfg, max_new_tokens, sampling, stop_ids, pad_id: static.
     stop_sequences: static tuple of id tuples (>= 2 ids each, see
       stops.split) that end a row when its last tokens equal one.
@@ -171,7 +174,7 @@ def decode(
   batch = lambda x: _batch(x, mesh)
   stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
   start_pos = batch(start_pos)
-  keys = batch(row_keys(rng, n))
+  keys = batch(row_keys(rng, n, row_offset))
 
   def record(c: _Carry, logits) -> _Carry:
     new, lp, plp = sampling.draw(logits, step_keys(keys, c.step))

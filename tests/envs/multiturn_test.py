@@ -38,16 +38,18 @@ class EchoEnv:
     return StepResult(obs, float(self.k), done)
 
 
-@pytest.fixture(scope="module")
-def rollout():
-  params = transformer.init(CFG, jax.random.key(0))
-  prompts = [TOK.encode("Q: 1+2?\n"), TOK.encode("Q: ab\n")]
-  envs = [EchoEnv(t) for t in (1, 2, 3, 3)]  # ragged episode lengths
+PROMPTS = ("Q: 1+2?\n", "Q: ab\n")
+
+
+def _generate(params, turns=(1, 2, 3, 3), prompts=PROMPTS, **kw):
+  """Episodes of EchoEnv(t) for t in `turns` (ragged episode lengths),
+  G = 2 rows per prompt."""
+  envs = [EchoEnv(t) for t in turns]
   for e in envs:
     e.reset(Example("u", "q", "a"))
-  ro = multiturn.generate(
+  return multiturn.generate(
     params,
-    prompts,
+    [TOK.encode(p) for p in prompts],
     envs,
     jax.random.key(1),
     0,
@@ -59,8 +61,29 @@ def rollout():
     group_size=2,
     turn_stop_ids=TOK.encode("\n"),
     bucket=1,
+    **kw,
   )
-  return params, ro
+
+
+@pytest.fixture(scope="module")
+def rollout():
+  params = transformer.init(CFG, jax.random.key(0))
+  return params, _generate(params)
+
+
+def _assert_same_episodes(a, b):
+  np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+  np.testing.assert_array_equal(a.num_turns, b.num_turns)
+  np.testing.assert_array_equal(a.turn_rewards, b.turn_rewards)
+  np.testing.assert_array_equal(a.finish_reasons, b.finish_reasons)
+  assert a.texts == b.texts and a.observations == b.observations
+  for name in ("logp", "policy_logp"):
+    np.testing.assert_allclose(
+      np.asarray(getattr(a, name)),
+      np.asarray(getattr(b, name)),
+      rtol=1e-5,
+      atol=1e-5,
+    )
 
 
 def test_shapes_and_turns(rollout):
@@ -225,40 +248,49 @@ def test_sharded_rollout_matches_single_device(rollout):
   params, ro = rollout
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
   assert mesh.devices.size == 8
-  envs = [EchoEnv(t) for t in (1, 2, 3, 3)]
-  sharded = multiturn.generate(
-    params,
-    [TOK.encode("Q: 1+2?\n"), TOK.encode("Q: ab\n")],
-    envs,
-    jax.random.key(1),
-    0,
-    model_cfg=CFG,
-    tokenizer=TOK,
-    max_turns=3,
-    turn_tokens=6,
-    obs_tokens=8,
-    group_size=2,
-    turn_stop_ids=TOK.encode("\n"),
-    bucket=1,
-    mesh=mesh,
-  )
-  np.testing.assert_array_equal(
-    np.asarray(sharded.tokens), np.asarray(ro.tokens)
-  )
-  np.testing.assert_array_equal(sharded.num_turns, ro.num_turns)
-  for name in ("logp", "policy_logp"):
-    np.testing.assert_allclose(
-      np.asarray(getattr(sharded, name)),
-      np.asarray(getattr(ro, name)),
-      rtol=1e-5,
-      atol=1e-5,
-    )
+  sharded = _generate(params, mesh=mesh)
+  _assert_same_episodes(sharded, ro)
   for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
     x = getattr(sharded, name)
     assert x.sharding.spec[0] == ("data", "fsdp"), name
     assert len(x.sharding.device_set) == 8, name
     shapes = {sh.data.shape for sh in x.addressable_shards}
     assert shapes == {(1, x.shape[1])}, (name, shapes)
+
+
+def test_episodes_in_calls_of_fewer_rows_equal_one_call(rollout):
+  """4 rows in calls of 3 + 1, each with a cache of its own: each row
+  draws with its batch index's key, so the episodes are those of one
+  call."""
+  params, ro = rollout
+  _assert_same_episodes(_generate(params, rows_per_call=3), ro)
+
+
+def test_calls_are_sized_from_the_devices_free_memory(rollout, monkeypatch):
+  """On a mesh whose devices hold 1.5 sequences each (rows split over
+  data x fsdp = 4), 8 rows run in calls of 4, with the samples of one
+  call on one device."""
+  from rlreason import mesh as mesh_lib
+  from rlreason.sampling import rollout_memory
+
+  params, _ = rollout
+  turns, prompts = (1, 2, 3, 3, 3, 1, 2, 2), PROMPTS + ("Q: c\n", "Q: 99\n")
+  one = _generate(params, turns, prompts)
+  p = max(len(TOK.encode(x)) for x in prompts)
+  t = 3 * 6 + 2 * (8 + 1)  # the cache's slots past the prompt
+  seq = rollout_memory.sequence_bytes(CFG, p, t)
+  free = int(1.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
+  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
+  calls = []
+  real = multiturn._episodes
+  monkeypatch.setattr(
+    multiturn,
+    "_episodes",
+    lambda *a, **k: calls.append((a[5], len(a[2]))) or real(*a, **k),
+  )
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  _assert_same_episodes(_generate(params, turns, prompts, mesh=mesh), one)
+  assert calls == [(0, 4), (4, 4)]
 
 
 def test_segments_run_split_over_the_mesh():
