@@ -57,10 +57,9 @@ def make_batch(rollout, examples, ctx):
   outcome, parts = ctx.score(rollout, examples)
   answers = [examples[i].answer for i in rollout.prompt_ids]
   probs = turn_credit.answer_prob_at_turns(
-    ctx.params,
+    lambda *seqs: ctx.completion_scores(ctx.params, *seqs, temperature=1.0),
     rollout,
     answers,
-    model_cfg=ctx.model_cfg,
     tokenizer=ctx.tokenizer,
   )
   turn_r = turn_credit.information_gain_rewards(

@@ -38,10 +38,8 @@ import numpy as np
 from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
-from rlreason import mesh as mesh_lib
 from rlreason.envs import multiturn
 from rlreason.rl import objective
-from rlreason.model import policy
 from rlreason.envs import search
 
 search.register_task()
@@ -111,16 +109,7 @@ def make_batch(rollout, examples, ctx):
   batch, metrics = objective.outcome_batch(rollout, examples, ctx)
   if not ctx.cfg.mask_observations:  # ablation of (2)
     batch["mask"] = (rollout.segment > 0).astype(np.float32)
-    batch["old_logp"] = mesh_lib.to_host(
-      policy.completion_logprobs(
-        ctx.params,
-        rollout.tokens,
-        rollout.positions,
-        ctx.model_cfg,
-        rollout.prompt_len,
-        temperature=ctx.cfg.temperature,
-      )
-    )
+    batch["old_logp"] = ctx.trainer_logp(rollout)
   metrics["turns"] = rollout.num_turns.mean()
   metrics["searches"] = sum(a.count("result: ") for a in rollout.texts) / len(
     rollout.texts

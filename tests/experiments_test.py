@@ -154,3 +154,19 @@ def test_kdrl_tells_the_planner_every_field_its_kd_term_reads():
   # k2 = (logp - teacher_logp)^2 / 2 = 1.125, weighted by kd_weight 0.5.
   np.testing.assert_allclose(per_token, 0.5625, rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose(metrics["kd"], 1.125, rtol=1e-6, atol=1e-7)
+
+
+def test_search_r1_ablation_trains_on_the_retrieved_tokens(tmp_path):
+  """mask_observations=False: the mask covers observation tokens too, and
+  their old log-probs come from the trainer's forward (Context.trainer_logp,
+  one micro-batch at a time)."""
+  from experiments import search_r1
+
+  cfg = dataclasses.replace(
+    search_r1.Config(),
+    **SMOKE,
+    mask_observations=False,
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+  _check_smoke_run(search_r1, tmp_path, search_r1.run(cfg))

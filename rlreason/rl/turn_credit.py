@@ -13,10 +13,8 @@ advantage is the discounted sum of the normalised rewards from it on.
 Shapes: N rows, K max turns, T completion length (multiturn.py).
 """
 
-import jax
 import numpy as np
 
-from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
 
 
@@ -35,11 +33,10 @@ def turn_token_rewards(
 
 
 def answer_prob_at_turns(
-  params,
+  score,
   rollout,
   answers: list[str],
   *,
-  model_cfg,
   tokenizer,
   answer_format: str = "answer: {}",
 ) -> np.ndarray:
@@ -49,6 +46,11 @@ def answer_prob_at_turns(
   prompt alone). p is the geometric-mean token probability of
   `answer_format.format(answer)`, exp(mean log-prob) (assumed: the paper's
   per-token normalisation is not restated here). Turns not taken are 0.
+
+  `score(tokens, positions, prompt_len)` is the policy's [M, T] log-probs
+  of the M <= N * K sequences' last T tokens on the host: at scale, one
+  micro-batch of rows per forward (Context.completion_scores), never all M
+  at once.
   """
   n, k_max = rollout.turn_end.shape
   p = rollout.prompt_len
@@ -69,13 +71,7 @@ def answer_prob_at_turns(
   # Right-aligned answers: left padding puts every answer at the end.
   toks, pos = rollout_lib.pad_prompts(seqs, tokenizer.pad_id, bucket=16)
   a_max = max(a for _, _, a in where)
-  logp = np.asarray(
-    jax.device_get(
-      policy.completion_logprobs(
-        params, toks, pos, model_cfg, toks.shape[1] - a_max
-      )
-    )
-  )
+  logp = np.asarray(score(toks, pos, toks.shape[1] - a_max))
   for row, (i, k, a) in enumerate(where):
     out[i, k] = np.exp(logp[row, a_max - a :].mean())
   return out

@@ -203,10 +203,13 @@ class Context:
       per_token=per_token,
     )
 
-  def completion_scores(self, params, tokens, positions, prompt_len, **kw):
+  def completion_scores(
+    self, params, tokens, positions, prompt_len, temperature=None, **kw
+  ):
     """policy.completion_logprobs (its `with_entropy` / `per_token` in `kw`)
     of a whole batch on the host: one train micro-batch of rows per forward
-    (score_rows), at cfg.temperature, activations split by batch on the
+    (score_rows), at `temperature` (None: cfg.temperature), activations
+    split by batch on the
     run's mesh as the train step's are (what the planner's ref_logp program
     compiles). The whole-rollout forwards of the loop and of make_batch
     functions run here, or as here with the mesh passed (self_scoring's,
@@ -220,7 +223,9 @@ class Context:
           self.model_cfg,
           prompt_len,
           rows=self.score_rows,
-          temperature=self.cfg.temperature,
+          temperature=self.cfg.temperature
+          if temperature is None
+          else temperature,
           **kw,
         )
       )

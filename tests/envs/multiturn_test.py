@@ -1,5 +1,7 @@
 """Multi-turn rollouts: cache continuation, observation masking, returns."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -223,8 +225,12 @@ def test_information_gain_and_turn_advantages_hand_computed():
 def test_answer_prob_at_turn_zero_is_the_prompt_alone(rollout):
   params, ro = rollout
   answers = ["3", "3", "xy", "xy"]
+  # Two of its 9 (prompt, turn) sequences per forward.
+  score = functools.partial(
+    policy.completion_logprobs_by_rows, params, model_cfg=CFG, rows=2
+  )
   probs = turn_credit.answer_prob_at_turns(
-    params, ro, answers, model_cfg=CFG, tokenizer=TOK
+    lambda t, p, n: score(t, p, prompt_len=n), ro, answers, tokenizer=TOK
   )
   assert (probs[ro.num_turns == 1, 1:] == 0).all()
   ids = TOK.encode("Q: 1+2?\n") + TOK.encode("answer: 3")
