@@ -19,7 +19,7 @@ Then the same compiled executables run on random-init parameters:
             attention, no remat) / (seconds * peak bf16 FLOP/s), and the
             device's peak bytes in use vs the plan's peak.
   rollout   the static sampler at --rollout_rows sequences (bf16
-            parameters as rollout.on_mesh lays them out, the train state
+            parameters as rollout_layout.on_mesh lays them out, the train state
             resident), --temperature, --new_tokens steps; then the same
             sampler compiled for --short_tokens steps. Decode seconds per
             step = the difference / the steps between; the bound is the

@@ -61,6 +61,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import rollout_layout
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import draw as sampling_lib
 from rlreason.sampling import segments
@@ -142,7 +143,7 @@ def generate(
   tokens = np.repeat(tokens, group_size, axis=0)
   positions = np.repeat(positions, group_size, axis=0)
   rows_on = functools.partial(mesh_lib.put_rows, mesh)
-  params, rng = rollout_lib.on_mesh(
+  params, rng = rollout_layout.on_mesh(
     params, jax.random.fold_in(rng, step), mesh, model_cfg
   )
   k_max, o = max_turns, obs_tokens

@@ -78,9 +78,9 @@ class ModelConfig:
   # reads each row's filled slots only; set by the static and continuous
   # samplers (their cache layout), not for other forwards.
   decode_attention: str = "dense"
-  # The sampler's parameter layout (rollout.on_mesh) stacks each MLP's gate
-  # and up kernels into one [D, 2, F] kernel: one product per decode step
-  # instead of two, 1.5x faster at 256 rows on an H100
+  # The sampler's parameter layout (rollout_layout.on_mesh) stacks each
+  # MLP's gate and up kernels into one [D, 2, F] kernel: one product per
+  # decode step instead of two, 1.5x faster at 256 rows on an H100
   # (bench.decode_gemms). Training's parameters keep HF's two kernels.
   stack_gate_up: bool = True
 
@@ -288,7 +288,7 @@ def param_shapes(model_cfg: ModelConfig) -> Params:
 
 def rollout_param_tree(model_cfg: ModelConfig) -> tuple[Params, Params]:
   """(shapes, logical axes) of the parameters as the sampler holds them
-  (rollout.on_mesh): param_shapes / param_axes, each MLP's gate and up
+  (rollout_layout.on_mesh): param_shapes / param_axes, each MLP's gate and up
   kernels stacked when model_cfg.stack_gate_up (blocks.stack_gate_up)."""
   shapes, axes = param_shapes(model_cfg), param_axes(model_cfg)
   if model_cfg.stack_gate_up:

@@ -134,7 +134,7 @@ def layout(model_cfg, mesh, rules, tree=None):
 
 
 def rollout_params(model_cfg, mesh, hbm_bytes=None):
-  """Abstract parameters as rollout.on_mesh lays them out: compute dtype,
+  """Abstract parameters as rollout_layout.on_mesh lays them out: compute dtype,
   gate and up stacked (ModelConfig.stack_gate_up), mesh.rollout_rules for
   the slice's HBM."""
   compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize

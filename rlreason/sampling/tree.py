@@ -61,6 +61,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import rollout_layout
 from rlreason.sampling import draw
 from rlreason.sampling import engine
 from rlreason.sampling import segments
@@ -254,7 +255,7 @@ def generate(
   stop_ids, stop_seqs = stops.split((tokenizer.eos_id,), stop_sequences)
   stops.check_vocab(stop_ids, stop_seqs, model_cfg.vocab_size)
   rows_on = functools.partial(mesh_lib.put_rows, mesh)
-  params, rng = rollout_lib.on_mesh(
+  params, rng = rollout_layout.on_mesh(
     params, jax.random.fold_in(rng, step), mesh, model_cfg
   )
   t = int(max_new_tokens)

@@ -306,7 +306,7 @@ def test_segments_run_split_over_the_mesh():
 
   params = transformer.init(CFG, jax.random.key(0))
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
-  params, _ = multiturn.rollout_lib.on_mesh(
+  params, _ = multiturn.rollout_layout.on_mesh(
     params, jax.random.key(0), mesh, CFG
   )
   tokens, positions = _prompt_rows(8)

@@ -10,6 +10,7 @@ import pytest
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout
+from rlreason.sampling import rollout_layout
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler as sampling
 from rlreason.sampling import draw
@@ -173,7 +174,7 @@ def test_rollout_layout_stacks_gate_and_up(params):
   (bf16, split over tensor by F, as the two were); the logits of the
   stacked layout equal the two kernels'; stack_gate_up=False keeps them."""
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
-  laid, _ = rollout.on_mesh(params, jax.random.key(0), mesh, CFG)
+  laid, _ = rollout_layout.on_mesh(params, jax.random.key(0), mesh, CFG)
   mlp = laid["layer_0"]["mlp"]
   assert sorted(mlp) == ["down_kernel", "gate_up_kernel"]
   gate_up = mlp["gate_up_kernel"]
@@ -191,14 +192,14 @@ def test_rollout_layout_stacks_gate_and_up(params):
   plain, _ = transformer.apply(params, tokens, positions, CFG)
   np.testing.assert_allclose(stacked, plain, rtol=1e-5, atol=1e-5)
   split_cfg = dataclasses.replace(CFG, stack_gate_up=False)
-  laid, _ = rollout.on_mesh(params, jax.random.key(0), mesh, split_cfg)
+  laid, _ = rollout_layout.on_mesh(params, jax.random.key(0), mesh, split_cfg)
   assert sorted(laid["layer_0"]["mlp"]) == [
     "down_kernel",
     "gate_kernel",
     "up_kernel",
   ]
   assert jax.tree.structure(laid) == jax.tree.structure(
-    rollout.rollout_shardings(mesh, split_cfg)
+    rollout_layout.rollout_shardings(mesh, split_cfg)
   )
 
 
