@@ -49,6 +49,7 @@ class Config(search_r1.Config):
 
 PAPER = dict(search_r1.PAPER, turn_gamma=1.0)
 plan_config = search_r1.plan_config
+decode_tokens = search_r1.decode_tokens
 
 
 def make_batch(rollout, examples, ctx):

@@ -79,7 +79,9 @@ def experiment_config(name: str, scale: str, overrides: dict):
   policy: `critic(cfg)`, its loop hook for parameters trained beside the
   policy; `train_fields(cfg)`, {batch field: per-row shape} its loss reads
   beyond objective.loss_fn's; `plan_config(cfg)`, the config whose shapes
-  its programs run at (when they are not the flags' own). `extras` are
+  its programs run at (when they are not the flags' own); and, read by
+  `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
+  (when not all). `extras` are
   aot.compile_run's keywords for the first two.
   """
   module = importlib.import_module(f"experiments.{name}")
@@ -155,8 +157,18 @@ def plan(
     devices=n_dev,
     peak_flops=peak,
     hbm_bandwidth=bw,
+    decode_tokens=decode_tokens(name, cfg),
   )
   return s, time.time() - t0
+
+
+def decode_tokens(name: str, cfg) -> int:
+  """Completion tokens per row the rollout decodes: the experiment's
+  `decode_tokens(cfg)` hook (multi-turn: the actions'), else 0 (all)."""
+  hook = getattr(
+    importlib.import_module(f"experiments.{name}"), "decode_tokens", None
+  )
+  return hook(cfg) if hook else 0
 
 
 def _row(s: summary.Summary, topology: str) -> dict:

@@ -91,8 +91,10 @@ PAPER = dict(
   kl_coef=0.001,
   warm_start_steps=0,
 )
-# experiments/plan.py plans rows of P + T tokens, T the episode's budget.
+# experiments/plan.py plans rows of P + T tokens, T the episode's budget,
+# of which the rollout decodes the actions'.
 plan_config = multiturn.plan_config
+decode_tokens = multiturn.decode_tokens
 
 
 def generate_fn(cfg: Config):

@@ -84,8 +84,10 @@ PAPER = dict(
   kl_coef=0.0,
   warm_start_steps=0,
 )
-# experiments/plan.py plans rows of P + T tokens, T the episode's budget.
+# experiments/plan.py plans rows of P + T tokens, T the episode's budget,
+# of which the rollout decodes the actions'.
 plan_config = multiturn.plan_config
+decode_tokens = multiturn.decode_tokens
 
 
 def _calls(actions) -> list[tuple[str, dict]]:

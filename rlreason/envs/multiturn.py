@@ -335,11 +335,17 @@ def plan_config(cfg):
   """The config at the shapes a multi-turn run's programs take, for
   experiments/plan.py (an experiment's `plan_config` hook): its train
   batch is P + T tokens, T = completion_budget, where max_new_tokens is
-  not read. Its rollout is then planned as one sampler call decoding all
-  T tokens: the same cache, though an episode decodes only the K * Tt
-  action tokens and prefills the observations."""
+  not read. Its rollout is compiled as the single-turn sampler over the
+  same cache (P + T slots per row); `decode_tokens` times it."""
   t = completion_budget(cfg.max_turns, cfg.turn_tokens, cfg.obs_tokens)
   return dataclasses.replace(cfg, max_new_tokens=t)
+
+
+def decode_tokens(cfg) -> int:
+  """Of an episode's T tokens, those decoded (its K actions'); the
+  observations are prefilled (experiments/plan.py's `decode_tokens`
+  hook: the rollout's roofline time, plan/summary.times)."""
+  return cfg.max_turns * cfg.turn_tokens
 
 
 def make_generate_fn(

@@ -53,8 +53,14 @@ def model_flops_per_token(model_cfg, context: int) -> float:
   return 6 * model_cfg.num_params() + attn * context / 2
 
 
-def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
-  """Roofline seconds per device of each program's share of one RL step."""
+def times(
+  cfg, model_cfg, programs, devices, peak, bandwidth, decode_tokens=0
+) -> dict:
+  """Roofline seconds per device of each program's share of one RL step.
+
+  decode_tokens: how many of a row's T completion tokens the rollout
+  decodes (0: all), the rest prefilled (multi-turn episodes: their
+  actions decoded, their observations written into the cache)."""
   n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
   context = p + t
   params = model_cfg.num_params()
@@ -69,14 +75,15 @@ def times(cfg, model_cfg, programs, devices, peak, bandwidth) -> dict:
     out["train_step"] = max(flops / peak, memory / bandwidth)
   if "rollout" in programs:
     dtype_bytes = 2 if model_cfg.dtype == "bfloat16" else 4
-    prefill = 2 * params * n * p / devices / peak
+    decoded = min(decode_tokens, t) if decode_tokens > 0 else t
+    prefill = 2 * params * n * (p + t - decoded) / devices / peak
     kv = 2 * model_cfg.n_layers * model_cfg.n_kv_heads * model_cfg.head_dim
     cache = kv * dtype_bytes * n * (p + t / 2) / devices
     prog = programs["rollout"]
     calls = -(-n // prog.rows) if prog.rows else 1
     weights = prog.argument_bytes  # per device, as laid out
     # Each call's decode steps re-read the weights; the caches add up to N.
-    out["rollout"] = prefill + t * (calls * weights + cache) / bandwidth
+    out["rollout"] = prefill + decoded * (calls * weights + cache) / bandwidth
   for name in ("ref_logp", "values"):
     if name in programs:
       out[name] = 2 * params * n * context / devices / peak
@@ -92,7 +99,15 @@ def _loops(trips) -> str:
 
 
 def summarize(
-  programs, cfg, model_cfg, *, hbm_bytes, devices, peak_flops, hbm_bandwidth
+  programs,
+  cfg,
+  model_cfg,
+  *,
+  hbm_bytes,
+  devices,
+  peak_flops,
+  hbm_bandwidth,
+  decode_tokens=0,
 ) -> Summary:
   ok = {k: p for k, p in programs.items() if isinstance(p, program_lib.Program)}
   errors = {
@@ -102,7 +117,9 @@ def summarize(
   }
   peak = max((p.peak_bytes for p in ok.values()), default=0)
   fits = not errors and peak <= (1 - FIT_MARGIN) * hbm_bytes
-  per = times(cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth)
+  per = times(
+    cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth, decode_tokens
+  )
   step = sum(per.values())
   train = per.get("train_step", 0.0)
   context = cfg.max_prompt_len + cfg.max_new_tokens

@@ -342,12 +342,19 @@ def test_a_slice_that_does_not_split_the_micro_batch_is_planned_with_fewer():
 
 
 @pytest.mark.parametrize(
-  "name, prompt, completion",
-  # 4 turns of 500 tokens and 3 observations of 500; 4 x 1024 and 3 x 512.
-  [("search_r1", 2048, 3500), ("igpo", 2048, 3500), ("toolrl", 1024, 5632)],
+  "name, prompt, completion, decoded",
+  # 4 turns of 500 tokens and 3 observations of 500; 4 x 1024 and 3 x 512;
+  # the rollout decodes the actions (0: all of a single-turn completion).
+  [
+    ("search_r1", 2048, 3500, 2000),
+    ("igpo", 2048, 3500, 2000),
+    ("toolrl", 1024, 5632, 4096),
+    ("grpo", 512, 1024, 0),
+  ],
 )
 def test_multi_turn_presets_are_planned_at_their_episode_length(
-  name, prompt, completion
+  name, prompt, completion, decoded
 ):
   cfg, _, _ = plan_cli.experiment_config(name, "paper", {})
   assert (cfg.max_prompt_len, cfg.max_new_tokens) == (prompt, completion)
+  assert plan_cli.decode_tokens(name, cfg) == decoded

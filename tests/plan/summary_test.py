@@ -1,0 +1,53 @@
+"""plan/summary.py's roofline times, by hand."""
+
+import types
+
+import numpy as np
+import pytest
+
+from rlreason.plan import program
+from rlreason.plan import summary
+
+
+class _Model:
+  dtype = "bfloat16"
+  n_layers, n_kv_heads, head_dim = 2, 1, 4
+
+  def num_params(self):
+    return 1000
+
+
+def _rollout(rows):
+  return program.Program(
+    name="rollout",
+    argument_bytes=500,
+    output_bytes=0,
+    alias_bytes=0,
+    temp_bytes=0,
+    code_bytes=0,
+    flops=0.0,
+    bytes_accessed=0.0,
+    largest=[],
+    rows=rows,
+  )
+
+
+@pytest.mark.parametrize("decode_tokens", [0, 6])
+def test_rollout_time_decodes_only_the_tokens_it_samples(decode_tokens):
+  """N = 8 rows of P = 4 + T = 10 tokens over 2 chips, calls of 4 rows:
+  prefill 2 * params * N * (P + T - decoded) / chips / peak, then per
+  decoded token each call re-reads its 500 weight bytes and the caches
+  (2 * 2 layers * 1 head * 4 dims = 16 values of 2 bytes per slot, at
+  P + T / 2 = 9 slots) stream once."""
+  cfg = types.SimpleNamespace(
+    num_sequences=8, max_prompt_len=4, max_new_tokens=10
+  )
+  peak, bw = 1e6, 1e3
+  got = summary.times(
+    cfg, _Model(), {"rollout": _rollout(4)}, 2, peak, bw, decode_tokens
+  )["rollout"]
+  decoded = decode_tokens or 10
+  prefill = 2 * 1000 * 8 * (4 + 10 - decoded) / 2 / peak
+  cache = 16 * 2 * 8 * 9 / 2
+  want = prefill + decoded * (2 * 500 + cache) / bw
+  np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
