@@ -223,6 +223,7 @@ def generate(
   bucket: int = 32,
   mesh: jax.sharding.Mesh | None = None,
   stop_sequences: Sequence[Sequence[int]] = (),
+  row_offsets: Sequence[int] = (),
 ) -> TreeRollout:
   """EPTree(roots, forks, levels, branches) per prompt (module docstring).
 
@@ -242,6 +243,10 @@ def generate(
       count does not divide); None: where the parameters are, unsplit.
     stop_sequences: token-id sequences that end a row (besides EOS) once
       its completion ends with one; a branch's shared prefix counts.
+    row_offsets: per round (0 = the roots, then levels 1..L), the index
+      its first row would have in that round of one call over a larger
+      batch (default 0s): rows draw with their key there, so a batch's
+      prompts sampled in several calls draw as in one (tree_loop).
 
   Returns:
     A TreeRollout with N = B * roots * leaves_per_tree(...) rows.
@@ -275,6 +280,11 @@ def generate(
     max_new_tokens=t,
     mesh=mesh,
   )
+  offsets = tuple(row_offsets) or (0,) * (1 + levels)
+  if len(offsets) != 1 + levels:
+    raise ValueError(
+      f"tree.generate: {len(offsets)} row_offsets for {1 + levels} rounds"
+    )
   cache = segments.init_cache(model_cfg, n0, p + (1 + levels) * t, mesh=mesh)
   logits, cache = segments.extend(
     params, cache, *rows_on((tokens, positions)), model_cfg=model_cfg, mesh=mesh
@@ -286,6 +296,7 @@ def generate(
     logits,
     *rows_on((start.astype(np.int32), np.ones(n0, bool))),
     jax.random.fold_in(rng, 0),
+    offsets[0],
     **kw,
   )
   rows = _Rows(mesh_lib.to_host(seg), t)
@@ -342,6 +353,7 @@ def generate(
         ((start[root] + fork).astype(np.int32), np.ones(len(parent), bool))
       ),
       jax.random.fold_in(rng, level),
+      offsets[level],
       **kw,
     )
     rows.add(

@@ -9,7 +9,12 @@
 `make_generate_fn` samples each training group as EPTree forests
 (tree.generate) and returns them `prompt_major`, each prompt's tree
 contiguous as the loop's group statistics expect; evaluation group sizes
-sample plain chains (rollout.generate). `tree_shape` reads (forks, levels,
+sample plain chains (rollout.generate). The prompts' trees are sampled in
+calls of as many as the devices' free memory holds (--rollout_rows, else
+rollout_memory.call_rows; a prompt counts its leaves and its roots'
+cache copy), each round's rows drawing with their keys in one call
+(tree.generate's row_offsets), so the forest does not depend on the call
+size; `concat` joins the calls. `tree_shape` reads (forks, levels,
 branches) off an experiment Config, `check_shape` checks that its
 group_size is a whole number of trees. experiments/treerl.py and
 experiments/ettrl.py train with it.
@@ -23,6 +28,8 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import rollout_layout
+from rlreason.sampling import rollout_memory
 from rlreason.sampling import tree
 
 
@@ -109,22 +116,77 @@ def make_generate_fn(
       return rollout_lib.generate(
         params, prompts, rng, step, group_size=group_size, **kw
       )
-    tr = tree.generate(
+    roots = group_size // k
+    if ctx.mesh is not None:  # placed once, for the sizing and every call
+      params = rollout_layout.to_layout(params, ctx.mesh, ctx.model_cfg)
+    # One prompt length for every call: the batch's (rollout.pad_prompts).
+    p = rollout_lib.bucket_length(max(map(len, prompts)), 32)
+    p = min(p, cfg.max_prompt_len) if cfg.max_prompt_len else p
+    per_prompt = group_size + roots  # its leaves, and its roots' copy
+    rows = rollout_memory.call_rows(
+      getattr(cfg, "rollout_rows", 0),
+      len(prompts) * per_prompt,
+      ctx.model_cfg,
+      p,
+      (1 + levels) * cfg.max_new_tokens,
+      ctx.mesh,
       params,
-      prompts,
-      rng,
-      step,
-      roots=group_size // k,
-      forks=forks,
-      levels=levels,
-      branches=branches,
-      fork_at=fork_at,
-      depths=depths,
-      **kw,
     )
-    out = prompt_major(tr)
+    step_prompts = max(1, rows // per_prompt)
+    offsets = np.zeros(1 + levels, np.int64)
+    calls = []
+    for lo in range(0, len(prompts), step_prompts):
+      tr = tree.generate(
+        params,
+        prompts[lo : lo + step_prompts],
+        rng,
+        step,
+        roots=roots,
+        forks=forks,
+        levels=levels,
+        branches=branches,
+        fork_at=fork_at,
+        depths=depths,
+        bucket=p,
+        row_offsets=tuple(int(x) for x in offsets),
+        **kw,
+      )
+      offsets += np.bincount(tr.level, minlength=1 + levels)
+      calls.append(prompt_major(tr))
+    out = concat(calls, ctx.mesh)
     if whole_leaves:
       out = out._replace(mask=_like(out.mask_full, out.mask))
     return out
 
   return fn
+
+
+def concat(calls: Sequence[tree.TreeRollout], mesh) -> tree.TreeRollout:
+  """Prompt-major tree rollouts of consecutive prompts as one: prompt ids
+  and parents shifted past the earlier calls', device arrays split by rows
+  over `mesh` (mesh_lib.put_rows)."""
+  if len(calls) == 1:
+    return calls[0]
+  first = calls[0]
+  fields = {}
+  for k, v in first._asdict().items():
+    parts = [getattr(c, k) for c in calls]
+    if k == "prompt_len":
+      fields[k] = v
+    elif k == "texts":
+      fields[k] = sum((list(x) for x in parts), [])
+    elif isinstance(v, np.ndarray):
+      fields[k] = np.concatenate(parts)
+    else:  # device arrays
+      fields[k] = mesh_lib.put_rows(
+        mesh, np.concatenate([mesh_lib.to_host(x) for x in parts])
+      )
+  rows = np.cumsum([0] + [len(c.lengths) for c in calls[:-1]])
+  prompts = np.cumsum([0] + [int(c.prompt_ids.max()) + 1 for c in calls[:-1]])
+  fields["parent"] = np.concatenate(
+    [np.where(c.parent >= 0, c.parent + r, -1) for c, r in zip(calls, rows)]
+  )
+  fields["prompt_ids"] = np.concatenate(
+    [c.prompt_ids + q for c, q in zip(calls, prompts)]
+  )
+  return tree.TreeRollout(**fields)

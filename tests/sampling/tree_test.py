@@ -287,6 +287,98 @@ def test_make_generate_fn_builds_l_level_trees():
   assert not hasattr(plain, "parent")
 
 
+def _tree_fn_run(rollout_rows=0, mesh=None):
+  """tree_loop's generate_fn: 3 prompts, group 6 = 2 roots x 3 leaves
+  (forks 1, levels 2), per prompt 6 leaves + 2 roots' copies = 8 rows."""
+  import types
+
+  cfg = types.SimpleNamespace(
+    forks=1,
+    fork_levels=2,
+    fork_branches=1,
+    max_new_tokens=6,
+    max_prompt_len=16,
+    rollout_rows=rollout_rows,
+  )
+  ctx = types.SimpleNamespace(
+    encode_prompts=lambda ex: [TOK.encode(e) for e in ex],
+    model_cfg=CFG,
+    tokenizer=TOK,
+    mesh=mesh,
+  )
+  params = transformer.init(CFG, jax.random.key(0))
+  return tree_loop.make_generate_fn(cfg)(
+    ctx,
+    params,
+    ["Q: 1+1=", "Q: 2", "Q: 345*"],
+    jax.random.key(1),
+    0,
+    group_size=6,
+    sampling=draw.Sampling(),
+  )
+
+
+def _assert_same_trees(a, b):
+  for k in ("tokens", "positions", "mask"):
+    np.testing.assert_array_equal(np.asarray(getattr(a, k)), getattr(b, k))
+  for k in ("parent", "prompt_ids", "level", "fork_col", "lengths"):
+    np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+  assert a.texts == b.texts
+  for k in ("logp", "policy_logp"):
+    np.testing.assert_allclose(
+      np.asarray(getattr(a, k)),
+      np.asarray(getattr(b, k)),
+      rtol=1e-5,
+      atol=1e-6,
+    )
+
+
+@pytest.fixture(scope="module")
+def one_call():
+  return _tree_fn_run()
+
+
+def test_trees_sampled_a_prompt_per_call_equal_one_call(one_call, monkeypatch):
+  """--rollout_rows=8 holds one prompt's tree per call: 3 calls, each
+  round's rows drawing with their keys in one call (row_offsets), so the
+  forest is the one call's."""
+  calls = []
+  real = tree.generate
+  monkeypatch.setattr(
+    tree,
+    "generate",
+    lambda *a, **k: calls.append(k["row_offsets"]) or real(*a, **k),
+  )
+  _assert_same_trees(_tree_fn_run(rollout_rows=8), one_call)
+  # 2 roots, then 2 branches per level, per prompt.
+  assert calls == [(0, 0, 0), (2, 2, 2), (4, 4, 4)]
+
+
+def test_tree_calls_are_sized_from_the_devices_free_memory(
+  one_call, monkeypatch
+):
+  """On 8 devices (rows over data x fsdp = 4) with room for 5 sequences
+  per device, a call holds 20 rows: two prompts' 8, then the third's."""
+  from rlreason import mesh as mesh_lib
+  from rlreason.sampling import rollout_memory
+
+  # Prompts bucketed to 32 tokens, capped at max_prompt_len = 16; 3
+  # rounds of 6 tokens.
+  seq = rollout_memory.sequence_bytes(CFG, 16, 3 * 6)
+  free = int(5.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
+  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
+  sizes = []
+  real = tree.generate
+  monkeypatch.setattr(
+    tree,
+    "generate",
+    lambda *a, **k: sizes.append(len(a[1])) or real(*a, **k),
+  )
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  _assert_same_trees(_tree_fn_run(mesh=mesh), one_call)
+  assert sizes == [2, 1]
+
+
 def test_pooled_fork_points_hand_made_tree():
   # Root 0 (len 6) and its round-1 branch 1 (forked at col 2, len 6).
   ent = np.array(
