@@ -96,6 +96,32 @@ def tiny_context(cfg, **fields):
   )
 
 
+def room_for(monkeypatch, model_cfg, prompt_len, new_tokens, sequences):
+  """Makes every device report free memory for `sequences` (a float)
+  sequences of prompt_len + new_tokens (rollout_memory.sequence_bytes), so
+  a sampler sizing its calls from free memory fits floor(sequences) per
+  device."""
+  from rlreason import mesh as mesh_lib  # Deferred, as in tiny_context.
+  from rlreason.sampling import rollout_memory
+
+  seq = rollout_memory.sequence_bytes(model_cfg, prompt_len, new_tokens)
+  free = int(sequences * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
+  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
+
+
+def spy(monkeypatch, owner, name: str, record) -> list:
+  """Wraps owner.name so each call first appends record(*args, **kwargs)
+  to the list returned."""
+  seen, real = [], getattr(owner, name)
+
+  def wrapped(*args, **kwargs):
+    seen.append(record(*args, **kwargs))
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(owner, name, wrapped)
+  return seen
+
+
 def tiny_rollout(ctx, examples, step: int = 0):
   """ctx.generate of `examples` as the loop samples a step: the policy's
   params, key `step`, cfg's group size and temperature."""

@@ -277,22 +277,15 @@ def test_calls_are_sized_from_the_devices_free_memory(rollout, monkeypatch):
   data x fsdp = 4), 8 rows run in calls of 4, with the samples of one
   call on one device."""
   from rlreason import mesh as mesh_lib
-  from rlreason.sampling import rollout_memory
 
   params, _ = rollout
   turns, prompts = (1, 2, 3, 3, 3, 1, 2, 2), PROMPTS + ("Q: c\n", "Q: 99\n")
   one = _generate(params, turns, prompts)
   p = max(len(TOK.encode(x)) for x in prompts)
   t = 3 * 6 + 2 * (8 + 1)  # the cache's slots past the prompt
-  seq = rollout_memory.sequence_bytes(CFG, p, t)
-  free = int(1.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
-  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
-  calls = []
-  real = multiturn._episodes
-  monkeypatch.setattr(
-    multiturn,
-    "_episodes",
-    lambda *a, **k: calls.append((a[5], len(a[2]))) or real(*a, **k),
+  testing.room_for(monkeypatch, CFG, p, t, 1.5)
+  calls = testing.spy(
+    monkeypatch, multiturn, "_episodes", lambda *a, **k: (a[5], len(a[2]))
   )
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
   _assert_same_episodes(_generate(params, turns, prompts, mesh=mesh), one)

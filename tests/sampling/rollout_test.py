@@ -227,15 +227,9 @@ def test_chunked_sharded_calls_from_free_memory(params, ro, monkeypatch):
   room for one sequence per device gives calls of 4 rows (the batch splits
   over data x fsdp = 4), with the samples of one call."""
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
-  seq = rollout_memory.sequence_bytes(CFG, 8, T)
-  free = int(1.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
-  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
-  calls = []
-  real = rollout._sample_rows
-  monkeypatch.setattr(
-    rollout,
-    "_sample_rows",
-    lambda *a, **k: calls.append((len(a[1]), k["rows"])) or real(*a, **k),
+  testing.room_for(monkeypatch, CFG, 8, T, 1.5)
+  calls = testing.spy(
+    monkeypatch, rollout, "_sample_rows", lambda *a, **k: (len(a[1]), k["rows"])
   )
   chunked = _generate(params, step=3, mesh=mesh)
   assert calls == [(4, 4), (4, 4)]

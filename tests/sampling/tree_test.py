@@ -255,41 +255,9 @@ def test_level_two_branch_equals_independent_sample():
   )
 
 
-def test_make_generate_fn_builds_l_level_trees():
-  import types
-
-  cfg = types.SimpleNamespace(
-    forks=1,
-    fork_levels=2,
-    fork_branches=1,
-    max_new_tokens=6,
-    max_prompt_len=16,
-  )
-  fn = tree_loop.make_generate_fn(cfg)
-  ctx = types.SimpleNamespace(
-    encode_prompts=lambda ex: [TOK.encode(e) for e in ex],
-    model_cfg=CFG,
-    tokenizer=TOK,
-    mesh=None,
-  )
-  params = transformer.init(CFG, jax.random.key(0))
-  kw = dict(group_size=6, sampling=draw.Sampling())
-  out = fn(ctx, params, ["Q: 1+1=", "Q: 2"], jax.random.key(1), 0, **kw)
-  # 6 leaves per prompt = 2 roots x (1 + 2 * 1 * 1), prompt-major.
-  np.testing.assert_array_equal(out.prompt_ids, np.repeat([0, 1], 6))
-  np.testing.assert_array_equal(np.bincount(out.level), [4, 4, 4])
-  # ETTRL's whole leaves: each row's mask is its own whole response.
-  whole = tree_loop.make_generate_fn(cfg, whole_leaves=True)
-  out = whole(ctx, params, ["Q: 1+1=", "Q: 2"], jax.random.key(1), 0, **kw)
-  np.testing.assert_array_equal(out.mask, out.mask_full)
-  kw["group_size"] = 1  # not a multiple of 3: plain chains (evaluation)
-  plain = fn(ctx, params, ["Q: 1+1="], jax.random.key(1), 0, **kw)
-  assert not hasattr(plain, "parent")
-
-
-def _tree_fn_run(rollout_rows=0, mesh=None):
-  """tree_loop's generate_fn: 3 prompts, group 6 = 2 roots x 3 leaves
-  (forks 1, levels 2), per prompt 6 leaves + 2 roots' copies = 8 rows."""
+def _tree_loop_setup(rollout_rows=0, mesh=None):
+  """(cfg, ctx, params) for tree_loop's generate_fn: forks 1, levels 2
+  (3 leaves per root), 6 new tokens per round."""
   import types
 
   cfg = types.SimpleNamespace(
@@ -306,7 +274,30 @@ def _tree_fn_run(rollout_rows=0, mesh=None):
     tokenizer=TOK,
     mesh=mesh,
   )
-  params = transformer.init(CFG, jax.random.key(0))
+  return cfg, ctx, transformer.init(CFG, jax.random.key(0))
+
+
+def test_make_generate_fn_builds_l_level_trees():
+  cfg, ctx, params = _tree_loop_setup()
+  fn = tree_loop.make_generate_fn(cfg)
+  kw = dict(group_size=6, sampling=draw.Sampling())
+  out = fn(ctx, params, ["Q: 1+1=", "Q: 2"], jax.random.key(1), 0, **kw)
+  # 6 leaves per prompt = 2 roots x (1 + 2 * 1 * 1), prompt-major.
+  np.testing.assert_array_equal(out.prompt_ids, np.repeat([0, 1], 6))
+  np.testing.assert_array_equal(np.bincount(out.level), [4, 4, 4])
+  # ETTRL's whole leaves: each row's mask is its own whole response.
+  whole = tree_loop.make_generate_fn(cfg, whole_leaves=True)
+  out = whole(ctx, params, ["Q: 1+1=", "Q: 2"], jax.random.key(1), 0, **kw)
+  np.testing.assert_array_equal(out.mask, out.mask_full)
+  kw["group_size"] = 1  # not a multiple of 3: plain chains (evaluation)
+  plain = fn(ctx, params, ["Q: 1+1="], jax.random.key(1), 0, **kw)
+  assert not hasattr(plain, "parent")
+
+
+def _tree_fn_run(rollout_rows=0, mesh=None):
+  """tree_loop's generate_fn: 3 prompts, group 6 = 2 roots x 3 leaves,
+  per prompt 6 leaves + 2 roots' copies = 8 rows."""
+  cfg, ctx, params = _tree_loop_setup(rollout_rows, mesh)
   return tree_loop.make_generate_fn(cfg)(
     ctx,
     params,
@@ -342,12 +333,8 @@ def test_trees_sampled_a_prompt_per_call_equal_one_call(one_call, monkeypatch):
   """--rollout_rows=8 holds one prompt's tree per call: 3 calls, each
   round's rows drawing with their keys in one call (row_offsets), so the
   forest is the one call's."""
-  calls = []
-  real = tree.generate
-  monkeypatch.setattr(
-    tree,
-    "generate",
-    lambda *a, **k: calls.append(k["row_offsets"]) or real(*a, **k),
+  calls = testing.spy(
+    monkeypatch, tree, "generate", lambda *a, **k: k["row_offsets"]
   )
   _assert_same_trees(_tree_fn_run(rollout_rows=8), one_call)
   # 2 roots, then 2 branches per level, per prompt.
@@ -360,20 +347,11 @@ def test_tree_calls_are_sized_from_the_devices_free_memory(
   """On 8 devices (rows over data x fsdp = 4) with room for 5 sequences
   per device, a call holds 20 rows: two prompts' 8, then the third's."""
   from rlreason import mesh as mesh_lib
-  from rlreason.sampling import rollout_memory
 
   # Prompts bucketed to 32 tokens, capped at max_prompt_len = 16; 3
   # rounds of 6 tokens.
-  seq = rollout_memory.sequence_bytes(CFG, 16, 3 * 6)
-  free = int(5.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
-  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
-  sizes = []
-  real = tree.generate
-  monkeypatch.setattr(
-    tree,
-    "generate",
-    lambda *a, **k: sizes.append(len(a[1])) or real(*a, **k),
-  )
+  testing.room_for(monkeypatch, CFG, 16, 3 * 6, 5.5)
+  sizes = testing.spy(monkeypatch, tree, "generate", lambda *a, **k: len(a[1]))
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
   _assert_same_trees(_tree_fn_run(mesh=mesh), one_call)
   assert sizes == [2, 1]
