@@ -80,6 +80,10 @@ PAPER = dict(
   # assumed: the tools' descriptions and the query (the laptop's 32 tokens
   # would refuse any real prompt: rollout.pad_prompts)
   max_prompt_len=1024,
+  # 16 rows of 1024 + 5632 tokens per micro-batch: one micro-batch of all
+  # 2048 rows asked for 1.17 TB of temporaries per chip on v6e-4
+  # (experiments.plan, session 35).
+  micro_batches=128,
   lr=1e-6,
   kl_coef=0.0,
   warm_start_steps=0,
