@@ -104,8 +104,10 @@ class BaseConfig:
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0  # 0 = off
-  # Sequences per sampler call (rollout.generate): 0 sizes calls from the
-  # devices' free memory (all N where the backend reports none).
+  # Sequences per sampler call (rollout.generate; multi-turn episodes and
+  # tree rollouts too, a tree's prompt counting its leaves and its roots'
+  # cache copy): 0 sizes calls from the devices' free memory (all N where
+  # the backend reports none).
   rollout_rows: int = 0
   # continuous: when the N rows are more than --rollout_rows (or what memory
   # holds), those are decode slots refilled as rows finish
