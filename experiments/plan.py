@@ -81,8 +81,8 @@ def experiment_config(name: str, scale: str, overrides: dict):
   beyond objective.loss_fn's; `plan_config(cfg)`, the config whose shapes
   its programs run at (when they are not the flags' own); and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
-  (when not all). `extras` are
-  aot.compile_run's keywords for the first two.
+  (when not all). `extras` are aot.compile_run's keywords for the first
+  two.
   """
   module = importlib.import_module(f"experiments.{name}")
   cfg = module.Config()

@@ -209,11 +209,11 @@ class Context:
     """policy.completion_logprobs (its `with_entropy` / `per_token` in `kw`)
     of a whole batch on the host: one train micro-batch of rows per forward
     (score_rows), at `temperature` (None: cfg.temperature), activations
-    split by batch on the
-    run's mesh as the train step's are (what the planner's ref_logp program
-    compiles). The whole-rollout forwards of the loop and of make_batch
-    functions run here, or as here with the mesh passed (self_scoring's,
-    value.completion_values_by_rows under the activation mesh)."""
+    split by batch on the run's mesh as the train step's are (what the
+    planner's ref_logp program compiles). The whole-rollout forwards of
+    the loop and of make_batch functions run here, or as here with the
+    mesh passed (self_scoring's, value.completion_values_by_rows under the
+    activation mesh)."""
     with mesh_lib.activation_mesh(self.mesh):
       return mesh_lib.to_host(
         policy.completion_logprobs_by_rows(
