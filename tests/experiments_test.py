@@ -157,9 +157,9 @@ def test_kdrl_tells_the_planner_every_field_its_kd_term_reads():
 
 
 def test_search_r1_ablation_trains_on_the_retrieved_tokens(tmp_path):
-  """mask_observations=False: the mask covers observation tokens too, and
-  their old log-probs come from the trainer's forward (Context.trainer_logp,
-  one micro-batch at a time)."""
+  """mask_observations=False runs end to end: its batch's old log-probs
+  (observation tokens included) come from Context.trainer_logp, one
+  micro-batch at a time."""
   from experiments import search_r1
 
   cfg = dataclasses.replace(

@@ -57,6 +57,13 @@ def bucket_length(n: int, bucket: int) -> int:
   return -(-n // bucket) * bucket
 
 
+def prompt_length(longest: int, bucket: int, max_len: int | None) -> int:
+  """P of pad_prompts for a batch whose longest prompt has `longest`
+  tokens: rounded up to `bucket`, capped at max_len."""
+  p = bucket_length(longest, bucket)
+  return p if max_len is None else min(p, max_len)
+
+
 def pad_prompts(
   prompts: Sequence[Sequence[int]],
   pad_id: int,
@@ -100,9 +107,7 @@ def pad_prompts(
       f"budget max_len={max_len}; truncate it or raise "
       "max_prompt_len"
     )
-  p = bucket_length(longest, bucket)
-  if max_len is not None:
-    p = min(p, max_len)
+  p = prompt_length(longest, bucket, max_len)
   tokens = np.full((len(prompts), p), pad_id, np.int32)
   positions = np.full((len(prompts), p), -1, np.int32)
   for i, ids in enumerate(prompts):

@@ -120,8 +120,9 @@ def make_generate_fn(
     if ctx.mesh is not None:  # placed once, for the sizing and every call
       params = rollout_layout.to_layout(params, ctx.mesh, ctx.model_cfg)
     # One prompt length for every call: the batch's (rollout.pad_prompts).
-    p = rollout_lib.bucket_length(max(map(len, prompts)), 32)
-    p = min(p, cfg.max_prompt_len) if cfg.max_prompt_len else p
+    p = rollout_lib.prompt_length(
+      max(map(len, prompts)), 32, cfg.max_prompt_len
+    )
     per_prompt = group_size + roots  # its leaves, and its roots' copy
     rows = rollout_memory.call_rows(
       getattr(cfg, "rollout_rows", 0),
