@@ -44,16 +44,24 @@ def _check_smoke_run(module, tmp_path, out) -> list[dict]:
   return train
 
 
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory):
+  """One cache directory per test process (each xdist worker has its own):
+  the smoke runs whose warm-start settings agree (24 of them) train it
+  once and load it after, as a user's reruns do."""
+  return str(tmp_path_factory.mktemp("cache"))
+
+
 @pytest.mark.parametrize(
   "name", [n for n in EXPERIMENTS if n not in OWN_SMOKE_TEST]
 )
-def test_smoke(name, tmp_path):
+def test_smoke(name, tmp_path, shared_cache):
   module = importlib.import_module(f"experiments.{name}")
   cfg = dataclasses.replace(
     module.Config(),
     **SMOKE,
     workdir=str(tmp_path / "run"),
-    cache_dir=str(tmp_path / "cache"),
+    cache_dir=shared_cache,
   )
   _check_smoke_run(module, tmp_path, module.run(cfg))
 

@@ -222,7 +222,9 @@ def quantize(params: dict, lcfg: LoraConfig) -> dict:
   """The layers' kernels of `params` held as lcfg.quantize (no-op for "")."""
   if not lcfg.quantize:
     return params
-  fn = {"int8": _int8, "nf4": _nf4}[lcfg.quantize]
+  # One compiled program per kernel shape: eager ops would compile each op
+  # on first use and hold nf4's [..., 16] code distances in memory.
+  fn = jax.jit({"int8": _int8, "nf4": _nf4}[lcfg.quantize], static_argnums=1)
   return _replaced(
     params,
     {
