@@ -38,10 +38,11 @@ def fake(fits_from: int, error: str = OOM, fits_also=()):
 @pytest.mark.parametrize(
   "start, expected",
   [
-    # From below it steps up to the first fit; from above it steps down
-    # until the first miss.
+    # From below it steps up to the first fit (after one step down from a
+    # miss above the smallest slice); from above it steps down until the
+    # first miss.
     (0, [4, 8, 16]),
-    (1, [8, 16]),
+    (1, [8, 4, 16]),
     (2, [16, 8]),
     (3, [32, 16, 8]),
     (5, [128, 64, 32, 16, 8]),
@@ -64,7 +65,7 @@ def test_a_fit_at_the_start_with_no_smaller_slice_costs_one_compile():
 def test_no_fit_reports_the_largest_slice_tried():
   try_slice, calls = fake(fits_from=10**6)
   row, _ = plan_cli.smallest_fit(V4[:3], try_slice, 1)
-  assert not row["fits"] and row["slice"] == "v4-32" and calls == [8, 16]
+  assert not row["fits"] and row["slice"] == "v4-32" and calls == [8, 4, 16]
 
 
 def test_an_error_a_larger_slice_keeps_stops_the_search():
@@ -85,7 +86,7 @@ def test_a_larger_slice_that_cannot_run_it_leaves_the_miss_below():
     return {"slice": s.name, "fits": False, "errors": {"train_step": OOM}}
 
   row, tried = plan_cli.smallest_fit(V4, try_slice, 1)
-  assert tried == ["v4-16", "v4-32", "v4-64"]
+  assert tried == ["v4-16", "v4-8", "v4-32", "v4-64"]
   assert not row["fits"] and row["slice"] == "v4-32", row
   assert row["beyond"] == {"slice": "v4-64", "error": split}
   cell = plan_cli.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
@@ -170,6 +171,18 @@ def test_stepping_down_stops_at_the_first_miss():
   try_slice, calls = fake(fits_from=16, fits_also=(4,))
   row, _ = plan_cli.smallest_fit(V4, try_slice, 2)
   assert row["slice"] == "v4-32" and calls == [16, 8]
+
+
+def test_a_miss_at_the_start_tries_the_slice_below_first():
+  # Not monotone the other way (igpo on v6e): 16 chips miss where 8 fit.
+  # From 16 the search steps down once, finds 8, and goes on down from it.
+  try_slice, calls = fake(fits_from=32, fits_also=(4, 8))
+  row, _ = plan_cli.smallest_fit(V4, try_slice, 2)
+  assert calls == [16, 8, 4] and row["slice"] == "v4-8", (calls, row)
+  # The slice below misses too: up from the start, as before.
+  try_slice, calls = fake(fits_from=16)
+  row, _ = plan_cli.smallest_fit(V4, try_slice, 1)
+  assert calls == [8, 4, 16] and row["slice"] == "v4-32"
 
 
 def test_the_start_holds_the_least_memory_a_fit_used_elsewhere():
