@@ -180,6 +180,10 @@ def _row(s: summary.Summary, topology: str) -> dict:
   rollout = s.programs.get("rollout")
   if rollout is not None and rollout.rows_flag:
     budget["rollout_rows"] = rollout.rows_flag
+  # Which program holds the peak, and why a budget did not take (a
+  # miss's notes say what the compiler refused).
+  peak_of = max(s.programs, key=lambda k: s.programs[k].peak_bytes, default="")
+  notes = {k: p.note[:300] for k, p in s.programs.items() if p.note}
   return {
     "slice": topology,
     "fits": s.fits,
@@ -191,6 +195,8 @@ def _row(s: summary.Summary, topology: str) -> dict:
     "errors": s.errors,
     **budget,
     **({"unsplit": s.unsplit} if s.unsplit else {}),
+    **({"peak_of": peak_of} if peak_of else {}),
+    **({"notes": notes} if notes else {}),
   }
 
 

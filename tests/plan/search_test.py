@@ -371,3 +371,26 @@ def test_multi_turn_presets_are_planned_at_their_episode_length(
   cfg, _, _ = plan_cli.experiment_config(name, "paper", {})
   assert (cfg.max_prompt_len, cfg.max_new_tokens) == (prompt, completion)
   assert plan_cli.decode_tokens(name, cfg) == decoded
+
+
+def test_a_row_names_its_peak_program_and_the_budgets_refused():
+  from rlreason.plan import program as program_lib
+
+  def prog(name, temp_mib, note=""):
+    return program_lib.Program(
+      name, 1 << 20, 0, 0, temp_mib << 20, 0, 0, 0, [], note=note
+    )
+
+  refused = "with --train_temp_budget_mib=100: RESOURCE_EXHAUSTED: no"
+  s = summary.Summary(
+    peak_bytes=301 << 20, hbm_bytes=1 << 30, fits=True, margin=0.7,
+    step_seconds=2.0, train_seconds=1.0, mfu=0.5, errors={},
+    programs={"rollout": prog("rollout", 100),
+              "train_step": prog("train_step", 300, refused)},
+    advice=[],
+  )  # fmt: skip
+  row = plan_cli._row(s, "v5e-4")
+  assert row["peak_of"] == "train_step"
+  assert row["notes"] == {"train_step": refused}
+  s.programs["train_step"].note = ""
+  assert "notes" not in plan_cli._row(s, "v5e-4")
