@@ -52,6 +52,19 @@ plan_config = search_r1.plan_config
 decode_tokens = search_r1.decode_tokens
 
 
+def train_fields(cfg) -> dict:
+  """(2) token-level advantages: [T] per row, where the planner's batch
+  holds one per row (experiments/plan.py)."""
+  return {"adv": (cfg.max_new_tokens,)}
+
+
+def score_forwards(cfg) -> int:
+  """(1) answer probabilities: up to one forward of the batch per turn
+  (rows cut before each turn's action, at most the episode's length),
+  beside the reference's (experiments/plan.py times them)."""
+  return cfg.max_turns
+
+
 def make_batch(rollout, examples, ctx):
   """(1) information-gain turn rewards; (2) turn advantages."""
   cfg = ctx.cfg

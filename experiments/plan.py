@@ -81,8 +81,9 @@ def experiment_config(name: str, scale: str, overrides: dict):
   beyond objective.loss_fn's; `plan_config(cfg)`, the config whose shapes
   its programs run at (when they are not the flags' own); and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
-  (when not all). `extras` are aot.compile_run's keywords for the first
-  two.
+  (when not all), and `score_forwards(cfg)`, the whole-batch forwards
+  per step beyond the reference's (IGPO's answer probabilities).
+  `extras` are aot.compile_run's keywords for the first two.
   """
   module = importlib.import_module(f"experiments.{name}")
   cfg = module.Config()
@@ -157,18 +158,19 @@ def plan(
     devices=n_dev,
     peak_flops=peak,
     hbm_bandwidth=bw,
-    decode_tokens=decode_tokens(name, cfg),
+    decode_tokens=_hook(name, "decode_tokens", cfg),
+    score_forwards=_hook(name, "score_forwards", cfg),
   )
   return s, time.time() - t0
 
 
-def decode_tokens(name: str, cfg) -> int:
-  """Completion tokens per row the rollout decodes: the experiment's
-  `decode_tokens(cfg)` hook (multi-turn: the actions'), else 0 (all)."""
-  hook = getattr(
-    importlib.import_module(f"experiments.{name}"), "decode_tokens", None
-  )
-  return hook(cfg) if hook else 0
+def _hook(name: str, hook: str, cfg) -> int:
+  """The experiment's `hook(cfg)` (decode_tokens: the completion tokens
+  per row its rollout decodes, multi-turn: the actions'; score_forwards:
+  its extra whole-batch forwards), else 0 (decode_tokens: all; no extra
+  forwards)."""
+  fn = getattr(importlib.import_module(f"experiments.{name}"), hook, None)
+  return fn(cfg) if fn else 0
 
 
 def _row(s: summary.Summary, topology: str) -> dict:

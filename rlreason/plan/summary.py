@@ -54,13 +54,23 @@ def model_flops_per_token(model_cfg, context: int) -> float:
 
 
 def times(
-  cfg, model_cfg, programs, devices, peak, bandwidth, decode_tokens=0
+  cfg,
+  model_cfg,
+  programs,
+  devices,
+  peak,
+  bandwidth,
+  decode_tokens=0,
+  score_forwards=0,
 ) -> dict:
   """Roofline seconds per device of each program's share of one RL step.
 
   decode_tokens: how many of a row's T completion tokens the rollout
   decodes (0: all), the rest prefilled (multi-turn episodes: their
-  actions decoded, their observations written into the cache)."""
+  actions decoded, their observations written into the cache).
+  score_forwards: whole-batch forwards beyond the reference's, at the
+  ref_logp program's shape (IGPO's answer probabilities, one per turn),
+  timed as "scores"."""
   n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
   context = p + t
   params = model_cfg.num_params()
@@ -84,9 +94,12 @@ def times(
     weights = prog.argument_bytes  # per device, as laid out
     # Each call's decode steps re-read the weights; the caches add up to N.
     out["rollout"] = prefill + decoded * (calls * weights + cache) / bandwidth
+  forward = 2 * params * n * context / devices / peak
   for name in ("ref_logp", "values"):
     if name in programs:
-      out[name] = 2 * params * n * context / devices / peak
+      out[name] = forward
+  if score_forwards and "ref_logp" in programs:
+    out["scores"] = score_forwards * forward
   return out
 
 
@@ -108,6 +121,7 @@ def summarize(
   peak_flops,
   hbm_bandwidth,
   decode_tokens=0,
+  score_forwards=0,
 ) -> Summary:
   ok = {k: p for k, p in programs.items() if isinstance(p, program_lib.Program)}
   errors = {
@@ -118,7 +132,14 @@ def summarize(
   peak = max((p.peak_bytes for p in ok.values()), default=0)
   fits = not errors and peak <= (1 - FIT_MARGIN) * hbm_bytes
   per = times(
-    cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth, decode_tokens
+    cfg,
+    model_cfg,
+    ok,
+    devices,
+    peak_flops,
+    hbm_bandwidth,
+    decode_tokens,
+    score_forwards,
   )
   step = sum(per.values())
   train = per.get("train_step", 0.0)

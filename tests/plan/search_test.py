@@ -370,7 +370,14 @@ def test_multi_turn_presets_are_planned_at_their_episode_length(
 ):
   cfg, _, _ = plan_cli.experiment_config(name, "paper", {})
   assert (cfg.max_prompt_len, cfg.max_new_tokens) == (prompt, completion)
-  assert plan_cli.decode_tokens(name, cfg) == decoded
+  assert plan_cli._hook(name, "decode_tokens", cfg) == decoded
+
+
+def test_igpo_plans_token_advantages_and_its_answer_forwards():
+  cfg, _, extras = plan_cli.experiment_config("igpo", "paper", {})
+  assert extras["fields"] == {"adv": (cfg.max_new_tokens,)}
+  assert plan_cli._hook("igpo", "score_forwards", cfg) == cfg.max_turns == 4
+  assert plan_cli._hook("search_r1", "score_forwards", cfg) == 0
 
 
 def test_a_row_names_its_peak_program_and_the_budgets_refused():

@@ -1,5 +1,6 @@
 """plan/summary.py's roofline times, by hand."""
 
+import dataclasses
 import types
 
 import numpy as np
@@ -51,3 +52,18 @@ def test_rollout_time_decodes_only_the_tokens_it_samples(decode_tokens):
   cache = 16 * 2 * 8 * 9 / 2
   want = prefill + decoded * (2 * 500 + cache) / bw
   np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_extra_score_forwards_are_timed_at_the_reference_forward():
+  """IGPO's answer probabilities: 3 more whole-batch forwards of
+  2 * params * N * (P + T) / chips / peak each, beside ref_logp's one."""
+  cfg = types.SimpleNamespace(
+    num_sequences=8, max_prompt_len=4, max_new_tokens=10
+  )
+  ref = dataclasses.replace(_rollout(4), name="ref_logp")
+  got = summary.times(cfg, _Model(), {"ref_logp": ref}, 2, 1e6, 1e3, 0, 3)
+  forward = 2 * 1000 * 8 * 14 / 2 / 1e6
+  np.testing.assert_allclose(got["ref_logp"], forward, rtol=1e-12, atol=0)
+  np.testing.assert_allclose(got["scores"], 3 * forward, rtol=1e-12, atol=0)
+  # Without a reference program there is no shape to time them at.
+  assert "scores" not in summary.times(cfg, _Model(), {}, 2, 1e6, 1e3, 0, 3)
