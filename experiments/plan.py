@@ -294,7 +294,7 @@ def smallest_fit(slices, try_slice, start: int = 0, steady=None):
   out of memory, not errors a larger slice keeps). A miss at a start above
   the smallest slice tries the one below it first: the TPU scheduler can
   make a larger slice hold more per chip than a smaller one (igpo: v6e-16
-  missed at 33.39 GiB where v6e-8 fits at 23.74). Without a fit, the last
+  missed at 33.39 GiB where v6e-8 fits at 23.72). Without a fit, the last
   row tried.
 
   `steady(slice)`: whether the train step's rows per chip cannot fall on
