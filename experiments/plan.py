@@ -78,7 +78,8 @@ def experiment_config(name: str, scale: str, overrides: dict):
   An experiment module tells the planner what its run holds beyond the
   policy: `critic(cfg)`, its loop hook for parameters trained beside the
   policy; `train_fields(cfg)`, {batch field: per-row shape} its loss reads
-  beyond objective.loss_fn's; `plan_config(cfg)`, the config whose shapes
+  beyond objective.loss_fn's, or at another shape (IGPO's token-level
+  adv); `plan_config(cfg)`, the config whose shapes
   its programs run at (when they are not the flags' own); and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
   (when not all), and `score_forwards(cfg)`, the whole-batch forwards

@@ -36,7 +36,8 @@ def abstract(tree, shardings):
 def train_batch(cfg, rows: int, fields=None) -> dict:
   """Abstract [rows, ...] batch with the fields objective.loss_fn reads,
   and `fields` ({name: per-row shape}, float32) that an experiment's loss
-  reads beyond them (a critic's returns and old values)."""
+  reads beyond them (a critic's returns and old values) or at another
+  per-row shape (IGPO's token-level adv replaces the [rows] one)."""
   p, t = cfg.max_prompt_len, cfg.max_new_tokens
   f32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)  # noqa: E731
   batch = {
