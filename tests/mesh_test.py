@@ -78,6 +78,27 @@ def test_sharded_forward_equals_single_device(rules):
   np.testing.assert_allclose(out, single, rtol=1e-5, atol=1e-5)
 
 
+def test_a_layers_weights_wait_for_its_input_on_a_mesh():
+  # blocks.gathered_at: each weight a layer multiplies by (q, k, v, o,
+  # gate, up, down) passes an optimization barrier with the layer's input,
+  # so FSDP's gather of it cannot be hoisted ahead of the layer (a 32B
+  # train step for v5p-256 held all 64 layers' gathered weights at once).
+  # Not without a mesh, and not for a decode step (one token per row).
+  params = transformer.init(CFG, jax.random.key(0))
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+
+  def barriers(q_len, act_mesh):
+    tokens = jnp.zeros((8, q_len), jnp.int32)
+    hlo = policy._logits.lower(  # noqa: SLF001 - the jitted forward
+      params, tokens, CFG, None, act_mesh
+    ).as_text()
+    return hlo.count("optimization_barrier")
+
+  assert barriers(12, mesh) == 7 * CFG.n_layers
+  assert barriers(12, None) == 0
+  assert barriers(1, mesh) == 0
+
+
 def test_rollout_rules_replicate_only_what_fits():
   mesh = mesh_lib.make_mesh(1, 4, 2)
   gib = 1 << 30

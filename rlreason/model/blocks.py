@@ -37,16 +37,18 @@ KERNEL_INIT = nn.initializers.normal(stddev=0.02)
 
 
 def gathered_at(w, x):
-  """Weight w (in the compute dtype) tied to the layer input x it meets.
+  """Weight w (in the compute dtype), not to be read before x exists.
 
   On a mesh, an FSDP-split weight is gathered where it is used. A layer's
   weights depend on nothing computed, so XLA may gather every layer's at
-  the start of a forward (the latency-hiding scheduler does: a 32B
-  truncated_ppo train step held all 64 layers' gathered weights, policy
-  and critic, 119 GiB per chip at the peak). Tied to the layer's input
-  (an optimization barrier), a weight is gathered once its layer's input
-  exists. Identity without a mesh, and when x is one token per row (the
-  decode step: its weights are laid out by mesh.ROLLOUT_RULES)."""
+  the start of a forward (its scheduler did: a 32B truncated_ppo train
+  step for v5p-256 held all 64 layers' gathered weights, policy and
+  critic, at its peak). Tied to the layer's input x (an optimization
+  barrier), a layer's weights are gathered when it starts: the MLP's
+  while the attention computes. Identity without a mesh, and when x is
+  one token per row (a decode step: mesh.ROLLOUT_RULES lay its weights
+  out, and a barrier would keep XLA from hoisting anything out of the
+  decode loop)."""
   mesh = mesh_lib.active_mesh()
   if mesh is None or mesh.size == 1 or x.ndim < 2 or x.shape[-2] == 1:
     return w
@@ -83,10 +85,14 @@ class Attention(nn.Module):
   cfg: Any  # a transformer.ModelConfig
 
   @nn.compact
-  def __call__(self, x, positions, k_cache, v_cache, slot_pos, index):
+  def __call__(
+    self, x, positions, k_cache, v_cache, slot_pos, index, ready=None
+  ):
+    """`ready`: the weights wait for it (gathered_at; default x)."""
     cfg = self.cfg
     dt, pdt = cfg.compute_dtype, DTYPES[cfg.param_dtype]
     d, h, k, dh = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    ready = x if ready is None else ready
 
     def proj(name, heads, axes):
       w = param(
@@ -97,7 +103,7 @@ class Attention(nn.Module):
         KERNEL_INIT,
         pdt,
       )
-      y = jnp.einsum("nqd,dhk->nqhk", x, gathered_at(w.astype(dt), x))
+      y = jnp.einsum("nqd,dhk->nqhk", x, gathered_at(w.astype(dt), ready))
       if cfg.qkv_bias:
         b = param(
           self,
@@ -141,7 +147,7 @@ class Attention(nn.Module):
       KERNEL_INIT,
       pdt,
     )
-    y = jnp.einsum("nqhk,hkd->nqd", out, gathered_at(wo.astype(dt), x))
+    y = jnp.einsum("nqhk,hkd->nqd", out, gathered_at(wo.astype(dt), ready))
     if cfg.o_bias:
       y = (
         y
@@ -182,10 +188,12 @@ class Mlp(nn.Module):
   cfg: Any  # a transformer.ModelConfig
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, ready=None):
+    """`ready`: the weights wait for it (gathered_at; default x)."""
     cfg = self.cfg
     dt, pdt = cfg.compute_dtype, DTYPES[cfg.param_dtype]
     d, f = cfg.d_model, cfg.mlp_dim
+    ready = x if ready is None else ready
     if self.has_variable("params", GATE_UP):  # the sampler's layout
       both = self.get_variable("params", GATE_UP).astype(dt)
       y = jnp.einsum("...d,dtf->...tf", x, both)
@@ -195,13 +203,13 @@ class Mlp(nn.Module):
         self, "gate_kernel", ("embed", "mlp"), (d, f), KERNEL_INIT, pdt
       )
       up = param(self, "up_kernel", ("embed", "mlp"), (d, f), KERNEL_INIT, pdt)
-      gate, up = (gathered_at(w.astype(dt), x) for w in (gate, up))
+      gate, up = (gathered_at(w.astype(dt), ready) for w in (gate, up))
       hidden = jax.nn.silu(x @ gate) * (x @ up)
     down = param(
       self, "down_kernel", ("mlp", "embed"), (f, d), KERNEL_INIT, pdt
     )
     hidden = mesh_lib.constrain(hidden, ("batch", "seq", "mlp"))
-    return hidden @ gathered_at(down.astype(dt), x)
+    return hidden @ gathered_at(down.astype(dt), ready)
 
 
 RESIDUAL = ("batch", "seq", "embed")  # the residual stream's layout
@@ -221,11 +229,12 @@ class Block(nn.Module):
   def __call__(self, x, positions, k_cache, v_cache, slot_pos, index):
     cfg = self.cfg
     pdt = DTYPES[cfg.param_dtype]
+    start = x  # the layer's weights are gathered once it exists
     h = RMSNorm(cfg.rms_eps, pdt, name="input_norm")(x)
     h, k_cache, v_cache = Attention(cfg, name="attn")(
-      h, positions, k_cache, v_cache, slot_pos, index
+      h, positions, k_cache, v_cache, slot_pos, index, ready=start
     )
     x = mesh_lib.constrain(x + h, RESIDUAL)
     h = RMSNorm(cfg.rms_eps, pdt, name="post_attn_norm")(x)
-    x = mesh_lib.constrain(x + Mlp(cfg, name="mlp")(h), RESIDUAL)
+    x = mesh_lib.constrain(x + Mlp(cfg, name="mlp")(h, ready=start), RESIDUAL)
     return x, k_cache, v_cache
