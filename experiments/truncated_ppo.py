@@ -293,9 +293,13 @@ critic = ppo.critic  # (the planner's hooks, experiments/plan.py)
 def plan_config(cfg: Config) -> Config:
   """The shapes a window's programs run at: a response's earlier windows
   are prompt context (`_window_batch`), up to the continuation call's
-  prompt budget of max_prompt_len + max_response_len tokens."""
+  prompt budget of max_prompt_len + max_response_len tokens. The rollout
+  planned is that call's, a static one (rollout.generate's default;
+  the fresh rows' continuous one has the short prompts)."""
   prompt = cfg.max_prompt_len + cfg.max_response_len
-  return dataclasses.replace(cfg, max_prompt_len=prompt)
+  return dataclasses.replace(
+    cfg, max_prompt_len=prompt, rollout_batching="static"
+  )
 
 
 def train_fields(cfg: Config) -> dict:
