@@ -11,6 +11,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from rlreason import mesh as mesh_lib
 from rlreason.model import attention_kernels
 from rlreason.model import transformer
 from rlreason.sampling import engine
@@ -169,16 +170,21 @@ def _refill(state, params, rows: Rows, **static):
   cfg, mesh = static["model_cfg"], static["mesh"]
   ns, r = state.row.shape[0], static["refill_rows"]
   m, p = rows.tokens.shape
-  which = jnp.argsort(~state.free, stable=True)[:r]  # free slots first
-  row = state.next_row + jnp.arange(r)
-  ok = state.free[which] & (row < m)
-  row = jnp.minimum(row, m - 1)
+  shards = _refill_shards(mesh, ns, r)
+  local, free = _free_slots(state.free, r, shards)  # [shards, R / shards]
+  which = (local + ns // shards * jnp.arange(shards)[:, None]).reshape(r)
+  free = free.reshape(r)
+  # The waiting prompts in order, one per free slot taken.
+  row = state.next_row + jnp.cumsum(free) - 1
+  ok = free & (row < m)
+  row = jnp.clip(row, 0, m - 1)
   tok, pos = rows.tokens[row], rows.positions[row]  # [R, P]
   logits, pre = engine.last_logits(
     params, tok, pos, transformer.init_cache(cfg, r, p), cfg, mesh
   )
   s = jnp.where(ok, which, ns)  # out of range: dropped
-  put = lambda buf, x: buf.at[s, :, :p].set(x.astype(buf.dtype), mode="drop")  # noqa: E731
+  into = jnp.where(ok.reshape(shards, -1), local, ns // shards)
+  put = functools.partial(_put_local, into=into, p=p, mesh=mesh)
   cache = state.cache
   empty = jnp.full((r, cache.pos.shape[1] - p), -1, jnp.int32)
   cache = engine.constrain_cache(
@@ -204,6 +210,46 @@ def _refill(state, params, rows: Rows, **static):
     prefills=state.prefills + 1,
   )
   return _advance(state, which, ok, logits, pos[:, -1] + 1, rows, **static)
+
+
+def _refill_shards(mesh, slots: int, refill_rows: int) -> int:
+  """The rollout batch shards a refill writes each on its own device: the
+  slots' and the refill rows' (1 where either is not split evenly)."""
+  if mesh is None:
+    return 1
+  k = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+  return k if slots % k == 0 and refill_rows % k == 0 else 1
+
+
+def _free_slots(free, r: int, shards: int):
+  """r free slots, r / shards from each shard's slots (its block of the
+  batch-split cache), the lowest-numbered first: ([shards, r / shards]
+  slot indices within the shard, whether each is free). Refill row j, on
+  shard j // (r / shards) like its prefill, goes into a slot on the same
+  device, so the refill writes the cache where it lies: with slots chosen
+  across shards, XLA gathered every refill row's K / V on every device
+  (800 GiB per chip for a 32B model's 128-row refill of 25.6k-token
+  prompts on v5p-256)."""
+  f = free.reshape(shards, -1)
+  local = jnp.argsort(~f, axis=1, stable=True)[:, : r // shards]
+  return local, jnp.take_along_axis(f, local, axis=1)
+
+
+def _put_local(buf, x, *, into, p: int, mesh):
+  """buf [slots, ...] with x [R, ...] written at columns [:p] of slots
+  `into` [shards, R / shards] (slot within the shard; out of range:
+  dropped), shard by shard."""
+  shards = into.shape[0]
+  axes = ("batch", None) + transformer.CACHE_AXES[1:]
+  split = (
+    lambda a: engine.constrain(  # noqa: E731
+      a.reshape(shards, -1, *a.shape[1:]), axes, mesh
+    )
+  )
+  out = jax.vmap(
+    lambda b, u, s: b.at[s, :, :p].set(u, mode="drop"),
+  )(split(buf), split(x.astype(buf.dtype)), into)
+  return out.reshape(buf.shape)
 
 
 def _decode(state, params, rows: Rows, **static):
