@@ -7,7 +7,7 @@ the decode step's buffers (sequence_bytes); a call may fill
 ROLLOUT_FREE_FRACTION of the memory left free once the rollout parameters
 are in place (the rest covers XLA temporaries the estimate leaves out).
 Continuous batching holds more per slot (continuous_bytes: a second copy
-of the cache, and the refill's prefilled cache on every device).
+of the cache, and the refill's prefilled cache).
 rollout.generate sizes its calls (static batching) or its decode slots
 (continuous batching) with `call_rows`; the planner (plan/aot.py) with
 `rows_per_call`.
@@ -50,14 +50,17 @@ def continuous_bytes(model_cfg, prompt_len, new_tokens, slots, shards):
   """Device bytes of continuous batching with `slots` decode slots split
   over `shards`: each slot's sequence_bytes and a second copy of its KV
   cache (the refill's scatter into the cache is not in place), plus the
-  refill prefill's KV cache twice on every device (its rows go to free
-  slots on any shard, so an all-reduce gathers them everywhere: its input
-  and its output). Checked by AOT compilation for Qwen3-8B, 2048 + 16384
-  tokens on v5p-128 (experiments/plan.py): with the refill counted once,
-  448 slots compiled to 89 GiB per chip, 11 GiB above the estimate;
-  with it counted twice, 256 slots compile to 66.5 GiB, 12 GiB below."""
+  refill prefill's KV cache twice (its input and its output): the
+  device's own refill rows where the slots and the refill rows split
+  evenly over the shards (each row goes into a slot on its own device,
+  continuous_loop._free_slots), else every refill row (gathered to every
+  device). With the refill gathered and counted twice, Qwen3-8B's 256
+  slots of 2048 + 16384 tokens compiled to 66.5 GiB per chip on v5p-128,
+  12 GiB below this estimate (once: 448 slots, 89 GiB, 11 above)."""
   per_shard = -(-slots // shards)
   refill = continuous.default_refill_rows(slots, shards)
+  if slots % shards == 0 and refill % shards == 0:
+    refill //= shards
   return per_shard * (
     sequence_bytes(model_cfg, prompt_len, new_tokens)
     + cache_bytes(model_cfg, prompt_len + new_tokens)

@@ -301,13 +301,20 @@ def test_rows_per_call_by_hand():
     rollout_memory.rows_per_call(cfg, 3, 5, 10, 4) == 4
   )  # at least 1 per shard
   # Continuous batching: per slot a second cache copy (2*2*1*2*8*4 = 256),
-  # and twice the refill's prompt caches (4 rows, the shards, of
-  # 2*2*1*2*3*4 = 96) on every device: 3 slots per shard take
-  # 3 * (1168 + 256) + 2 * 4 * 96 = 5040 bytes, 4 would take 6464.
-  assert rollout_memory.continuous_bytes(cfg, 3, 5, 12, 4) == 5040
-  free = 6300  # 0.8 * 6300 = 5040
-  assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4) == 16
+  # and twice the refill's prompt caches (2*2*1*2*3*4 = 96 each) of the
+  # device's own refill rows (4 rows over the 4 shards: 1): 3 slots per
+  # shard take 3 * (1168 + 256) + 2 * 1 * 96 = 4464 bytes, 4 would take
+  # 5888.
+  assert rollout_memory.continuous_bytes(cfg, 3, 5, 12, 4) == 4464
+  # Slots the shards do not split: all 4 refill rows on every device.
+  assert (
+    rollout_memory.continuous_bytes(cfg, 3, 5, 10, 4)
+    == 3 * (1168 + 256) + 2 * 4 * 96
+  )
+  free = 5580  # 0.8 * 5580 = 4464
+  assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4) == 12
   assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4, "continuous") == 12
+  assert rollout_memory.rows_per_call(cfg, 3, 5, 7360, 4, "continuous") == 16
 
 
 def test_stop_strings_as_token_sequences(params, ro):
