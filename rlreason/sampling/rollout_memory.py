@@ -54,9 +54,12 @@ def continuous_bytes(model_cfg, prompt_len, new_tokens, slots, shards):
   device's own refill rows where the slots and the refill rows split
   evenly over the shards (each row goes into a slot on its own device,
   continuous_loop._free_slots), else every refill row (gathered to every
-  device). With the refill gathered and counted twice, Qwen3-8B's 256
-  slots of 2048 + 16384 tokens compiled to 66.5 GiB per chip on v5p-128,
-  12 GiB below this estimate (once: 448 slots, 89 GiB, 11 above)."""
+  device). Checked by AOT compilation for Qwen3-8B (gspo), 2048 + 16384
+  tokens on v5p-128: 640 slots, estimated at 58.96 GiB, compile to 54.9
+  GiB per chip beside the parameters and resident arrays. (With the
+  refill gathered to every chip, before refills wrote in place, and
+  counted twice: 256 slots, 66.5 GiB in all, 12 GiB below the estimate;
+  counted once: 448 slots, 89 GiB, 11 above.)"""
   per_shard = -(-slots // shards)
   refill = continuous.default_refill_rows(slots, shards)
   if slots % shards == 0 and refill % shards == 0:
