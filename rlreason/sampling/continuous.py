@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlreason import mesh as mesh_lib
 from rlreason.model.transformer import ModelConfig
 from rlreason.sampling import continuous_loop as loop
 from rlreason.sampling import engine
@@ -137,7 +136,7 @@ def sample(
     stop_sequences=stop_sequences,
     slots=slots,
     refill_rows=int(refill_rows)
-    or default_refill_rows(slots, _batch_shards(mesh)),
+    or default_refill_rows(slots, loop.batch_shards(mesh)),
     refill_every=int(refill_every),
   )
   limits = (
@@ -172,12 +171,6 @@ def default_refill_rows(slots: int, shards: int = 1) -> int:
   them, 128 GB per chip for gspo's preset on v5p-128), at most the slots."""
   rows = -(-max(1, slots // 8) // shards) * shards
   return min(rows, slots)
-
-
-def _batch_shards(mesh) -> int:
-  if mesh is None:
-    return 1
-  return mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
 
 
 def cache_size() -> int:

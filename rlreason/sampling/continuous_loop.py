@@ -212,13 +212,23 @@ def _refill(state, params, rows: Rows, **static):
   return _advance(state, which, ok, logits, pos[:, -1] + 1, rows, **static)
 
 
-def _refill_shards(mesh, slots: int, refill_rows: int) -> int:
-  """The rollout batch shards a refill writes each on its own device: the
-  slots' and the refill rows' (1 where either is not split evenly)."""
+def batch_shards(mesh) -> int:
+  """How many shards the rollout's batch (rows, slots) is split into."""
   if mesh is None:
     return 1
-  k = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-  return k if slots % k == 0 and refill_rows % k == 0 else 1
+  return mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+
+
+def refill_in_place(slots: int, refill_rows: int, shards: int) -> bool:
+  """Whether a refill writes each row on its own device (_free_slots):
+  the slots and the refill rows split evenly over the shards."""
+  return slots % shards == 0 and refill_rows % shards == 0
+
+
+def _refill_shards(mesh, slots: int, refill_rows: int) -> int:
+  """The shards a refill writes each on its own device (1: it cannot)."""
+  k = batch_shards(mesh)
+  return k if refill_in_place(slots, refill_rows, k) else 1
 
 
 def _free_slots(free, r: int, shards: int):

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import continuous
+from rlreason.sampling import continuous_loop
 from rlreason.model.transformer import ModelConfig
 
 # A sampler call may fill this much of the memory left free on a device
@@ -62,7 +63,7 @@ def continuous_bytes(model_cfg, prompt_len, new_tokens, slots, shards):
   counted once: 448 slots, 89 GiB, 11 above.)"""
   per_shard = -(-slots // shards)
   refill = continuous.default_refill_rows(slots, shards)
-  if slots % shards == 0 and refill % shards == 0:
+  if continuous_loop.refill_in_place(slots, refill, shards):
     refill //= shards
   return per_shard * (
     sequence_bytes(model_cfg, prompt_len, new_tokens)
