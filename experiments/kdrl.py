@@ -107,9 +107,15 @@ def make_batch_fn(teacher):
 
 def train_fields(cfg) -> dict:
   """Per-row shapes of the batch fields kd_term reads (the planner's
-  abstract batch, experiments/plan.py; the teacher's own forward is not
-  planned)."""
+  abstract batch, experiments/plan.py)."""
   return {"teacher_logp": (cfg.max_new_tokens,), "kd_weight": ()}
+
+
+def teacher_model(cfg) -> str:
+  """The teacher's --model name for the planner (experiments/plan.py): its
+  forward is a program and its parameters stay resident. The warm-start
+  teacher has the policy's architecture."""
+  return cfg.model if cfg.teacher == "warm_start" else cfg.teacher
 
 
 def kd_term(logp, entropy, batch, *, cfg):

@@ -80,11 +80,14 @@ def experiment_config(name: str, scale: str, overrides: dict):
   policy; `train_fields(cfg)`, {batch field: per-row shape} its loss reads
   beyond objective.loss_fn's, or at another shape (IGPO's token-level
   adv); `plan_config(cfg)`, the config whose shapes
-  its programs run at (when they are not the flags' own); and, read by
+  its programs run at (when they are not the flags' own);
+  `teacher_model(cfg)`, the --model name of a frozen teacher it scores
+  the rollout with (KDRL's); and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
   (when not all), and `score_forwards(cfg)`, the whole-batch forwards
   per step beyond the reference's (IGPO's answer probabilities).
-  `extras` are aot.compile_run's keywords for the first two.
+  `extras` are aot.compile_run's keywords for the first two and the
+  teacher.
   """
   module = importlib.import_module(f"experiments.{name}")
   cfg = module.Config()
@@ -100,6 +103,8 @@ def experiment_config(name: str, scale: str, overrides: dict):
     extras["extra_params"] = module.critic(cfg)
   if hasattr(module, "train_fields"):
     extras["fields"] = module.train_fields(cfg)
+  if hasattr(module, "teacher_model"):
+    extras["teacher"] = module.teacher_model(cfg)
   return cfg, getattr(module, "loss_fn", objective.loss_fn), extras
 
 
@@ -565,8 +570,9 @@ if __name__ == "__main__":
   flags.DEFINE_string("topology", "v5p-32", "a TPU slice name, or local")
   flags.DEFINE_string(
     "programs",
-    "train_step,rollout,ref_logp,values",
-    "to compile (values: a critic's forward, where there is one)",
+    ",".join(aot.PROGRAMS),
+    "to compile (values: a critic's forward, teacher: a teacher's, where "
+    "the run has one)",
   )
   flags.DEFINE_string("set", "", "k=v,... Config overrides")
   flags.DEFINE_integer(

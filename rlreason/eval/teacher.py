@@ -22,8 +22,6 @@ log-probs of the same token ids).
 
 import dataclasses
 
-from rlreason import mesh as mesh_lib
-from rlreason.model import policy
 from rlreason.sampling import draw as sampling_lib
 
 
@@ -54,7 +52,10 @@ class Teacher:
     return self.model_cfg, self.params
 
   def logp(self, ctx, rollout, *, tokens=None, positions=None):
-    """[N, T] teacher log-probs of the completions (host numpy).
+    """[N, T] teacher log-probs of the completions (host numpy), scored as
+    the loop scores the reference (Context.completion_scores: one train
+    micro-batch of rows per forward, activations split by batch on the
+    run's mesh; the planner's `teacher` program).
 
     tokens / positions [N, P + T] default to the rollout's (pass a
     rebased context, e.g. hints.unhinted_batch's, to score it instead).
@@ -63,15 +64,8 @@ class Teacher:
     tokens = rollout.tokens if tokens is None else tokens
     positions = rollout.positions if positions is None else positions
     prompt_len = tokens.shape[1] - rollout.mask.shape[1]
-    return mesh_lib.to_host(
-      policy.completion_logprobs(
-        params,
-        tokens,
-        positions,
-        model_cfg,
-        prompt_len,
-        temperature=ctx.cfg.temperature,
-      )
+    return ctx.completion_scores(
+      params, tokens, positions, prompt_len, model_cfg=model_cfg
     )
 
   def generate(self, ctx, examples, rng, *, group_size: int):
@@ -104,5 +98,9 @@ def _load(spec: str, cfg, mesh, teacher):
       warm_start_steps=teacher.steps or cfg.warm_start_steps,
     )
     spec = sft.warm_start(base)
-  pol = trained.load(spec, mesh=mesh, seed=cfg.seed)
+  # Frozen, so kept in the compute dtype as the loop keeps the reference
+  # (half the bytes of float32 weights in bf16 runs).
+  pol = trained.load(
+    spec, mesh=mesh, seed=cfg.seed, dtype=cfg.dtype, param_dtype=cfg.dtype
+  )
   return pol.model_cfg, pol.params

@@ -8,7 +8,7 @@ plan/state.py): nothing is materialised, so a 32B model plans on a laptop.
 The mesh is usually an abstract TPU slice (chips.devices), compiled by
 libtpu on this CPU host; with jax.devices() it plans for the local backend.
 
-Up to four programs are compiled at the sizes the loop runs them:
+Up to five programs are compiled at the sizes the loop runs them:
   train_step  one minibatch (N / minibatches rows) through loss, gradient
               (micro_batches scanned) and optimizer update, state donated;
   rollout     the sampler (prefill + decode loop) at --rollout_rows
@@ -19,7 +19,11 @@ Up to four programs are compiled at the sizes the loop runs them:
   ref_logp    the reference / old-logp forward over --score_rows rows
               (default: one train micro-batch, as Context.score_rows);
   values      with a critic (ppo's extra_params): its rollout-time forward
-              over as many rows.
+              over as many rows;
+  teacher     with a frozen teacher (`teacher`, a model name: KDRL's): its
+              forward over as many rows (eval/teacher.py's Teacher.logp),
+              its parameters in the compute dtype resident beside every
+              program.
 An experiment that trains more than the policy passes its loop hook
 (`extra_params`, e.g. ppo.critic(cfg)) and the per-row shapes of the batch
 fields its loss reads beyond the policy's (`fields`); the train state, the
@@ -58,6 +62,11 @@ from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import train_step as ts
+
+
+# Every program a run may execute (compile_run's default; each compiled
+# where the run has it).
+PROGRAMS = ("train_step", "rollout", "ref_logp", "values", "teacher")
 
 
 def tpu_env() -> None:
@@ -289,6 +298,32 @@ def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> program_lib.Program:
   )
 
 
+def teacher_config(cfg, teacher: str):
+  """The teacher's architecture (`teacher`: a --model name or checkpoint
+  path), in the run's dtypes, or None without one."""
+  if not teacher:
+    return None
+  return model_config(dataclasses.replace(cfg, model=teacher))
+
+
+def compile_teacher(cfg, teacher_cfg, mesh, rows: int) -> program_lib.Program:
+  """The teacher's forward over `rows` rows (Teacher.logp, through
+  Context.completion_scores), its parameters as the reference's
+  (state.ref_params); `model_params` times its FLOPs."""
+  return dataclasses.replace(
+    _compile_scoring(
+      "teacher",
+      policy.completion_logprobs,
+      state_lib.ref_params(teacher_cfg, mesh),
+      cfg,
+      teacher_cfg,
+      mesh,
+      rows,
+    ),
+    model_params=teacher_cfg.num_params(),
+  )
+
+
 def compile_values(
   cfg, model_cfg, mesh, rows: int, critic
 ) -> program_lib.Program:
@@ -315,19 +350,21 @@ def compile_run(
   loss_fn,
   mesh,
   *,
-  programs=("train_step", "rollout", "ref_logp", "values"),
+  programs=PROGRAMS,
   rollout_rows: int = 0,
   score_rows: int = 0,
   hbm_bytes: int | None = None,
   extra_params=None,
   fields=None,
+  teacher: str = "",
   model_cfg=None,
   fit_bytes: int | None = None,
   stop_over_fit: bool = False,
 ) -> dict[str, program_lib.Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program. "values" is
-  compiled only when `extra_params` adds a critic. `model_cfg` replaces
+  compiled only when `extra_params` adds a critic, "teacher" only with a
+  `teacher` (its --model name). `model_cfg` replaces
   model_config(cfg) (e.g. another attention implementation).
 
   `fit_bytes` (TPU, no budget flag given): a train step or rollout whose
@@ -338,10 +375,15 @@ def compile_run(
   `fit_bytes` are not compiled (a slice search's misses cost one program).
   """
   model_cfg = model_cfg or model_config(cfg)
-  resident = state_lib.resident_bytes(cfg, model_cfg, mesh, extra_params)
+  teacher_cfg = teacher_config(cfg, teacher)
+  resident = state_lib.resident_bytes(
+    cfg, model_cfg, mesh, extra_params, teacher_cfg
+  )
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
   if critic is None:
     programs = tuple(p for p in programs if p != "values")
+  if teacher_cfg is None:
+    programs = tuple(p for p in programs if p != "teacher")
   rows = score_rows or ts.score_rows(cfg, mesh)
   fixed_rows = rollout_rows or cfg.rollout_rows
   makers = {  # each compiles with a config (a budget flag set, below)
@@ -361,6 +403,7 @@ def compile_run(
     # (Context.score_rows).
     "ref_logp": lambda c: compile_ref_logp(c, model_cfg, mesh, rows),
     "values": lambda c: compile_values(c, model_cfg, mesh, rows, critic),
+    "teacher": lambda c: compile_teacher(c, teacher_cfg, mesh, rows),
   }
 
   def compile_one(name, c):

@@ -175,14 +175,21 @@ def critic_params(cfg, model_cfg, mesh, extra_params):
   )
 
 
-def resident_bytes(cfg, model_cfg, mesh, extra_params=None) -> dict[str, int]:
+def resident_bytes(
+  cfg, model_cfg, mesh, extra_params=None, teacher_cfg=None
+) -> dict[str, int]:
   """Per-device bytes live beside each program that are not its own
   arguments: the train state during the rollout and the reference
   forward (less the critic, the values forward's own argument); the
-  reference parameters (KL runs) during the rollout and the train step."""
+  reference parameters (KL runs) during the rollout and the train step;
+  a teacher's parameters (`teacher_cfg`'s, ref_params' layout: it stays
+  loaded) beside every program but its own forward."""
   state = per_device_bytes(train_state(cfg, model_cfg, mesh, extra_params)[0])
   critic = critic_params(cfg, model_cfg, mesh, extra_params)
   values = state - (0 if critic is None else per_device_bytes(critic))
+  teacher = 0
+  if teacher_cfg is not None:
+    teacher = per_device_bytes(ref_params(teacher_cfg, mesh))
   frozen = lora_base(cfg, model_cfg, mesh)
   if frozen is not None:
     # LoRA: the base (also the reference) is an argument of the train step
@@ -190,18 +197,22 @@ def resident_bytes(cfg, model_cfg, mesh, extra_params=None) -> dict[str, int]:
     # merged copy.
     # (A quantised base is the rollout's argument too: sampled unmerged.)
     base = 0 if cfg.lora_quantize else per_device_bytes(frozen[0])
-    return {
+    out = {
       "train_step": 0,
       "rollout": state + base,
       "ref_logp": state,
       "values": values + per_device_bytes(frozen[0]),
+      "teacher": state + per_device_bytes(frozen[0]),
     }
-  ref = 0
-  if getattr(cfg, "needs_ref", False):
-    ref = per_device_bytes(ref_params(model_cfg, mesh))
-  return {
-    "train_step": ref,
-    "rollout": state + ref,
-    "ref_logp": state,
-    "values": values + ref,
-  }
+  else:
+    ref = 0
+    if getattr(cfg, "needs_ref", False):
+      ref = per_device_bytes(ref_params(model_cfg, mesh))
+    out = {
+      "train_step": ref,
+      "rollout": state + ref,
+      "ref_logp": state,
+      "values": values + ref,
+      "teacher": state + ref,
+    }
+  return {k: v + (0 if k == "teacher" else teacher) for k, v in out.items()}

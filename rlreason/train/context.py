@@ -204,7 +204,14 @@ class Context:
     )
 
   def completion_scores(
-    self, params, tokens, positions, prompt_len, temperature=None, **kw
+    self,
+    params,
+    tokens,
+    positions,
+    prompt_len,
+    temperature=None,
+    model_cfg=None,
+    **kw,
   ):
     """policy.completion_logprobs (its `with_entropy` / `per_token` in `kw`)
     of a whole batch on the host: one train micro-batch of rows per forward
@@ -213,14 +220,15 @@ class Context:
     planner's ref_logp program compiles). The whole-rollout forwards of
     the loop and of make_batch functions run here, or as here with the
     mesh passed (self_scoring's, value.completion_values_by_rows under the
-    activation mesh)."""
+    activation mesh). `model_cfg` (default: the policy's) is the scoring
+    model's (a teacher's, eval/teacher.py)."""
     with mesh_lib.activation_mesh(self.mesh):
       return mesh_lib.to_host(
         policy.completion_logprobs_by_rows(
           params,
           tokens,
           positions,
-          self.model_cfg,
+          model_cfg or self.model_cfg,
           prompt_len,
           rows=self.score_rows,
           temperature=self.cfg.temperature

@@ -1,26 +1,34 @@
 """rlreason/eval/teacher.py and rlreason/guidance/resampling.py against a tiny
 random model."""
 
+import dataclasses
 import types
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from rlreason import config
+from rlreason import testing
 from rlreason.guidance import resampling as guided
 from rlreason.guidance import hints
-from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.eval import teacher as teacher_lib
 from rlreason.eval import trained
 from rlreason.model import tokenizer as tokenizer_lib
 
 
-def _ctx():
-  cfg = config.BaseConfig()
-  mesh = mesh_lib.make_mesh(1, 1, 1)
+def _ctx(**fields):
+  cfg = dataclasses.replace(config.BaseConfig(), model="tiny", **fields)
+  return testing.tiny_context(cfg)
+
+
+def _rollout(n=3):
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(1, 50, (n, 6)).astype(np.int32)
+  positions = np.tile(np.arange(6, dtype=np.int32), (n, 1))
   return types.SimpleNamespace(
-    cfg=cfg, mesh=mesh, tokenizer=tokenizer_lib.load("char")
+    tokens=tokens, positions=positions, mask=np.ones((n, 2), np.int32)
   )
 
 
@@ -29,18 +37,42 @@ def test_teacher_logp_matches_the_same_model():
   t = teacher_lib.Teacher("tiny")
   model_cfg, params = t.load(ctx)
   assert t.load(ctx)[1] is params  # loaded once
-  rng = np.random.default_rng(0)
-  tokens = rng.integers(1, 50, (2, 6)).astype(np.int32)
-  positions = np.tile(np.arange(6, dtype=np.int32), (2, 1))
-  rollout = types.SimpleNamespace(
-    tokens=tokens, positions=positions, mask=np.ones((2, 2), np.int32)
+  rollout = _rollout()
+  want = policy.completion_logprobs(
+    params, rollout.tokens, rollout.positions, model_cfg, 4
   )
-  want = policy.completion_logprobs(params, tokens, positions, model_cfg, 4)
   np.testing.assert_allclose(t.logp(ctx, rollout), want, rtol=1e-5, atol=1e-5)
   # Same seed and preset as trained.load: the same random weights, bit for
   # bit (the same initialiser program).
   same = trained.load("tiny", mesh=ctx.mesh, seed=ctx.cfg.seed).params
   jax.tree.map(np.testing.assert_array_equal, same, params)
+
+
+def test_teacher_scores_by_micro_batch_in_the_compute_dtype(monkeypatch):
+  """The teacher scores the rollout as the loop scores the reference (one
+  train micro-batch of rows per forward, Context.completion_scores: the
+  planner's teacher program), its weights frozen in the compute dtype."""
+  ctx = _ctx(dtype="bfloat16", batch_size=2, group_size=2, micro_batches=2)
+  assert ctx.score_rows == 2
+  t = teacher_lib.Teacher("tiny")
+  model_cfg, params = t.load(ctx)
+  dtypes = {x.dtype for x in jax.tree.leaves(params)}
+  assert dtypes == {jnp.dtype(jnp.bfloat16)}, dtypes
+  seen = []
+  forward = policy.completion_logprobs
+
+  def spy(params, tokens, *args, **kwargs):
+    seen.append(tokens.shape[0])
+    return forward(params, tokens, *args, **kwargs)
+
+  monkeypatch.setattr(policy, "completion_logprobs", spy)
+  rollout = _rollout(n=5)
+  got = t.logp(ctx, rollout)
+  assert got.shape == (5, 2) and seen and max(seen) <= 2, seen
+  want = forward(params, rollout.tokens, rollout.positions, model_cfg, 4)
+  np.testing.assert_allclose(
+    got, np.asarray(want, np.float32), rtol=1e-6, atol=1e-6
+  )
 
 
 def test_unsolved():

@@ -8,8 +8,9 @@ far too large for 16 GiB does not fit (and a slice search's miss compiles
 nothing after it); temporaries fall as the micro-batch
 shrinks and as the slice grows; LoRA over an nf4 base compiles for one
 chip with a train state of the adapters alone; PPO's critic (train state,
-batch fields, its values forward) and T-PPO's window batch are planned
-through the experiments' hooks (experiments/plan.py), and SIREN's loss of
+batch fields, its values forward), KDRL's teacher (its forward, its
+weights resident beside every other program) and T-PPO's window batch are
+planned through the experiments' hooks (experiments/plan.py), and SIREN's loss of
 the whole distribution holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
 analysis shows the same bytes with and without it); the train step's
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 # One worker runs the module (pytest-xdist's --dist=loadgroup, pyproject.toml):
@@ -39,6 +41,7 @@ from rlreason.plan import aot
 aot.tpu_env()
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
+from rlreason.model import presets
 from rlreason.plan import chips, summary
 from rlreason.plan import state as plan_state
 from rlreason.rl import objective
@@ -52,21 +55,24 @@ base = dataclasses.replace(
 
 def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
         loss_fn=objective.loss_fn, extras=None, fit_bytes=None,
-        stop_over_fit=False):
+        stop_over_fit=False, teacher_overrides=None):
   s = chips.parse(slice_name)
   mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
   model_cfg = dataclasses.replace(
     aot.model_config(cfg), vocab_size=V, **(model_overrides or {})
   )
-  orig = aot.model_config
+  orig, orig_teacher = aot.model_config, aot.teacher_config
   aot.model_config = lambda _: model_cfg
+  if teacher_overrides:  # a teacher of another shape than the policy
+    aot.teacher_config = lambda c, t: dataclasses.replace(
+      model_cfg, **teacher_overrides) if t else None
   try:
     progs = aot.compile_run(
       cfg, loss_fn, mesh, programs=programs, hbm_bytes=s.hbm_bytes,
       fit_bytes=fit_bytes, stop_over_fit=stop_over_fit, **(extras or {})
     )
   finally:
-    aot.model_config = orig
+    aot.model_config, aot.teacher_config = orig, orig_teacher
   out = summary.summarize(
     progs, cfg, model_cfg, hbm_bytes=s.hbm_bytes, devices=s.chips,
     peak_flops=s.chip.peak_flops, hbm_bandwidth=s.chip.hbm_bandwidth,
@@ -87,6 +93,9 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "peak": p.peak_bytes if p else None,
     "budget": p.temp_budget_mib if p else None,
     "note": p.note if p else "",
+    "times": summary.times(cfg, model_cfg, out.programs, s.chips,
+                           s.chip.peak_flops, s.chip.hbm_bandwidth),
+    "params": model_cfg.num_params(),
     "each": {
       k: {"peak": q.peak_bytes, "temp": q.temp_bytes, "rows": q.rows,
           "rows_flag": q.rows_flag, "budget": q.temp_budget_mib,
@@ -196,6 +205,16 @@ for name in ("grpo", "ppo", "truncated_ppo", "siren"):
                   loss_fn=loss_fn, extras=extras)
   res[name]["prompt"] = cfg.max_prompt_len
   res[name]["completion"] = cfg.max_new_tokens
+# KDRL's teacher (twice the policy's layers, as its 7B teacher is larger
+# than its 1.5B student), through its teacher_model hook.
+cfg, loss_fn, extras = plan_cli.experiment_config("kdrl", "laptop", small)
+deeper = {"n_layers": 2 * presets.get("tiny").n_layers}
+res["kdrl"] = run(cfg, "v5e-4", ("train_step", "ref_logp", "teacher"),
+                  loss_fn=loss_fn, extras=extras, teacher_overrides=deeper)
+res["kdrl"]["teacher_params"] = dataclasses.replace(
+  presets.get("tiny"), vocab_size=V, **deeper).num_params()
+res["kdrl"]["rows"] = res["kdrl"]["each"]["teacher"]["rows"]
+res["kdrl"]["length"] = cfg.max_prompt_len + cfg.max_new_tokens
 print("RESULT" + json.dumps(res))
 """
 
@@ -217,6 +236,29 @@ def results():
   assert proc.returncode == 0, proc.stderr[-4000:]
   (line,) = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
   return json.loads(line[len("RESULT") :])
+
+
+def test_a_teacher_is_planned_with_its_forward_and_resident_weights(results):
+  kd = results["kdrl"]
+  assert not kd["errors"], kd["errors"]
+  assert kd["programs"] == ["ref_logp", "teacher", "train_step"]
+  # KDRL keeps no reference: beside its train step lie the teacher's
+  # weights alone; beside the reference forward, the train state and them;
+  # beside the teacher's own forward (its argument), the train state.
+  teacher = kd["resident"]["train_step"]
+  assert teacher > 0
+  assert kd["resident"]["ref_logp"] - kd["resident"]["teacher"] == teacher
+  # The teacher forward's arguments are those weights and the rows' ids;
+  # the compiler counts them in TPU layouts, whose tiles pad a tiny
+  # model's narrow shards (d_model 128 over 4 chips: 32 of 128 lanes).
+  assert teacher < kd["args"]["teacher"] < 1.6 * teacher, kd
+  # A deeper teacher than the policy: more weights, a slower forward in
+  # the roofline by the ratio of their parameters.
+  assert kd["args"]["teacher"] > kd["args"]["ref_logp"]
+  ratio = kd["times"]["teacher"] / kd["times"]["ref_logp"]
+  want = kd["teacher_params"] / kd["params"]
+  assert want > 1.2
+  np.testing.assert_allclose(ratio, want, rtol=1e-9, atol=0)
 
 
 def test_remat_cuts_the_train_steps_temporaries(results):

@@ -5,6 +5,7 @@ the activations out after the parameters (issue 23's first finding)."""
 
 import numpy as np
 
+from experiments import kdrl
 from experiments import lp_reg
 from experiments import rent
 from experiments import rlpr
@@ -12,6 +13,7 @@ from experiments import siren
 from rlreason import mesh as mesh_lib
 from rlreason import testing
 from rlreason.data import sources as data_lib
+from rlreason.eval import teacher as teacher_lib
 from rlreason.model import policy
 
 
@@ -25,7 +27,7 @@ def test_make_batch_forwards_run_on_the_runs_mesh(monkeypatch):
 
   monkeypatch.setattr(policy, "completion_logprobs_by_rows", spy)
   calls = {}
-  for module in (rent, rlpr, lp_reg, siren):
+  for module in (rent, rlpr, lp_reg, siren, kdrl):
     cfg = module.Config(
       batch_size=4,
       group_size=2,
@@ -44,7 +46,10 @@ def test_make_batch_forwards_run_on_the_runs_mesh(monkeypatch):
       (h,) = ctx.per_token(rollout, (nucleus,))
       assert h.shape == rollout.mask.shape
     else:
-      batch, _ = module.make_batch(rollout, examples, ctx)
+      make_batch = getattr(module, "make_batch", None)
+      if module is kdrl:  # its teacher's forward
+        make_batch = kdrl.make_batch_fn(teacher_lib.Teacher("tiny"))
+      batch, _ = make_batch(rollout, examples, ctx)
       assert np.isfinite(batch["adv"]).all(), module.__name__
     calls[module.__name__] = len(seen) - before
     assert seen[before:] and all(m is ctx.mesh for m in seen[before:]), (
