@@ -111,11 +111,11 @@ def train_fields(cfg) -> dict:
   return {"teacher_logp": (cfg.max_new_tokens,), "kd_weight": ()}
 
 
-def teacher_model(cfg) -> str:
+def scorers(cfg) -> dict:
   """The teacher's --model name for the planner (experiments/plan.py): its
   forward is a program and its parameters stay resident. The warm-start
   teacher has the policy's architecture."""
-  return cfg.model if cfg.teacher == "warm_start" else cfg.teacher
+  return {"teacher": cfg.model if cfg.teacher == "warm_start" else cfg.teacher}
 
 
 def kd_term(logp, entropy, batch, *, cfg):

@@ -81,13 +81,14 @@ def experiment_config(name: str, scale: str, overrides: dict):
   beyond objective.loss_fn's, or at another shape (IGPO's token-level
   adv); `plan_config(cfg)`, the config whose shapes
   its programs run at (when they are not the flags' own);
-  `teacher_model(cfg)`, the --model name of a frozen teacher it scores
-  the rollout with (KDRL's); and, read by
+  `scorers(cfg)`, {program: --model name} of the frozen models it scores
+  its rollouts with (plan/aot.py's SCORERS: KDRL's teacher, rm_grpo's
+  reward model); and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
   (when not all), and `score_forwards(cfg)`, the whole-batch forwards
   per step beyond the reference's (IGPO's answer probabilities).
   `extras` are aot.compile_run's keywords for the first two and the
-  teacher.
+  scorers.
   """
   module = importlib.import_module(f"experiments.{name}")
   cfg = module.Config()
@@ -103,8 +104,8 @@ def experiment_config(name: str, scale: str, overrides: dict):
     extras["extra_params"] = module.critic(cfg)
   if hasattr(module, "train_fields"):
     extras["fields"] = module.train_fields(cfg)
-  if hasattr(module, "teacher_model"):
-    extras["teacher"] = module.teacher_model(cfg)
+  if hasattr(module, "scorers"):
+    extras["scorers"] = module.scorers(cfg)
   return cfg, getattr(module, "loss_fn", objective.loss_fn), extras
 
 
@@ -571,8 +572,8 @@ if __name__ == "__main__":
   flags.DEFINE_string(
     "programs",
     ",".join(aot.PROGRAMS),
-    "to compile (values: a critic's forward, teacher: a teacher's, where "
-    "the run has one)",
+    "to compile (values: a critic's forward, teacher / reward_model: a "
+    "frozen model's, where the run has one)",
   )
   flags.DEFINE_string("set", "", "k=v,... Config overrides")
   flags.DEFINE_integer(

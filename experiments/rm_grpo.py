@@ -301,13 +301,24 @@ def cached_reward_model(cfg, ctx, params):
   return trained, info
 
 
+def scorers(cfg) -> dict:
+  """The scalar reward model for the planner (experiments/plan.py): the
+  warm-started policy's architecture with a scalar head, its forward a
+  program, its weights resident beside the others. Not planned: the
+  Bradley-Terry training before the RL (train_reward_model), nor the
+  generative judge (--rm_kind=judge)."""
+  return {"reward_model": cfg.model} if cfg.rm_kind == "scalar" else {}
+
+
 def scalar_reward(rm_params, info, model_cfg):
   """(2) The RM's standardised score of each rollout row."""
   mu, sigma = info["score_mean"], info["score_std"] or 1.0
 
   def fn(rollout, examples, ctx):
-    del examples, ctx
-    s = rm.score_rollout(rm_params, rollout, model_cfg)
+    del examples
+    s = rm.score_rollout(
+      rm_params, rollout, model_cfg, rows=ctx.score_rows, mesh=ctx.mesh
+    )
     return ((s - mu) / sigma).astype(np.float32)
 
   return fn
@@ -382,6 +393,7 @@ def run(cfg: Config) -> dict:
     )
     rm_params, info = cached_reward_model(cfg, ctx, params)
     del params
+    rm_params = rm.frozen_on_mesh(rm_params, model_cfg, mesh, cfg.dtype)
     reward_model = scalar_reward(rm_params, info, model_cfg)
   workdir = epath.Path(run_info.workdir_for(cfg, "rm_grpo"))
   workdir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ plan/state.py): nothing is materialised, so a 32B model plans on a laptop.
 The mesh is usually an abstract TPU slice (chips.devices), compiled by
 libtpu on this CPU host; with jax.devices() it plans for the local backend.
 
-Up to five programs are compiled at the sizes the loop runs them:
+Up to six programs are compiled at the sizes the loop runs them:
   train_step  one minibatch (N / minibatches rows) through loss, gradient
               (micro_batches scanned) and optimizer update, state donated;
   rollout     the sampler (prefill + decode loop) at --rollout_rows
@@ -20,10 +20,12 @@ Up to five programs are compiled at the sizes the loop runs them:
               (default: one train micro-batch, as Context.score_rows);
   values      with a critic (ppo's extra_params): its rollout-time forward
               over as many rows;
-  teacher     with a frozen teacher (`teacher`, a model name: KDRL's): its
-              forward over as many rows (eval/teacher.py's Teacher.logp),
-              its parameters in the compute dtype resident beside every
-              program.
+  teacher,    with frozen models the run scores its rollouts with
+  reward_model  (`scorers`, {program: --model name}: KDRL's teacher,
+              eval/teacher.py's Teacher.logp; rm_grpo's scalar reward
+              model, rewards/model.py's score_rollout): each one's forward
+              over as many rows, its parameters in the compute dtype
+              resident beside every other program (SCORERS).
 An experiment that trains more than the policy passes its loop hook
 (`extra_params`, e.g. ppo.critic(cfg)) and the per-row shapes of the batch
 fields its loss reads beyond the policy's (`fields`); the train state, the
@@ -52,6 +54,7 @@ from rlreason.plan import program as program_lib
 from rlreason.plan import state as state_lib
 from rlreason.model import presets
 from rlreason.model import transformer
+from rlreason.rewards import model as reward_model
 from rlreason.rl import value
 from rlreason.model import lora
 from rlreason.sampling import continuous
@@ -66,7 +69,14 @@ from rlreason.train import train_step as ts
 
 # Every program a run may execute (compile_run's default; each compiled
 # where the run has it).
-PROGRAMS = ("train_step", "rollout", "ref_logp", "values", "teacher")
+PROGRAMS = (
+  "train_step",
+  "rollout",
+  "ref_logp",
+  "values",
+  "teacher",
+  "reward_model",
+)
 
 
 def tpu_env() -> None:
@@ -298,29 +308,39 @@ def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> program_lib.Program:
   )
 
 
-def teacher_config(cfg, teacher: str):
-  """The teacher's architecture (`teacher`: a --model name or checkpoint
+def _reward_model_score(params, tokens, positions, model_cfg, prompt_len):
+  del prompt_len  # the reward is read at each row's last token
+  return reward_model.score(params, tokens, positions, model_cfg)
+
+
+# The frozen models a run may score its rollouts with: program name ->
+# (its forward (params, tokens, positions, model_cfg, P), its abstract
+# parameters as the run keeps them (model_cfg, mesh)).
+SCORERS = {
+  "teacher": (policy.completion_logprobs, state_lib.ref_params),
+  "reward_model": (_reward_model_score, state_lib.reward_model_params),
+}
+
+
+def scorer_config(cfg, model: str):
+  """A scoring model's architecture (`model`: a --model name or checkpoint
   path), in the run's dtypes, or None without one."""
-  if not teacher:
+  if not model:
     return None
-  return model_config(dataclasses.replace(cfg, model=teacher))
+  return model_config(dataclasses.replace(cfg, model=model))
 
 
-def compile_teacher(cfg, teacher_cfg, mesh, rows: int) -> program_lib.Program:
-  """The teacher's forward over `rows` rows (Teacher.logp, through
-  Context.completion_scores), its parameters as the reference's
-  (state.ref_params); `model_params` times its FLOPs."""
+def compile_scorer(
+  name, cfg, scorer_cfg, mesh, rows: int
+) -> program_lib.Program:
+  """Frozen model `name`'s forward (SCORERS) over `rows` rows, as the loop
+  scores the reference; `model_params` times its FLOPs."""
+  forward, params = SCORERS[name]
   return dataclasses.replace(
     _compile_scoring(
-      "teacher",
-      policy.completion_logprobs,
-      state_lib.ref_params(teacher_cfg, mesh),
-      cfg,
-      teacher_cfg,
-      mesh,
-      rows,
+      name, forward, params(scorer_cfg, mesh), cfg, scorer_cfg, mesh, rows
     ),
-    model_params=teacher_cfg.num_params(),
+    model_params=scorer_cfg.num_params(),
   )
 
 
@@ -356,15 +376,15 @@ def compile_run(
   hbm_bytes: int | None = None,
   extra_params=None,
   fields=None,
-  teacher: str = "",
+  scorers: dict[str, str] | None = None,
   model_cfg=None,
   fit_bytes: int | None = None,
   stop_over_fit: bool = False,
 ) -> dict[str, program_lib.Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program. "values" is
-  compiled only when `extra_params` adds a critic, "teacher" only with a
-  `teacher` (its --model name). `model_cfg` replaces
+  compiled only when `extra_params` adds a critic, a scorer (SCORERS)
+  only where `scorers` names its model. `model_cfg` replaces
   model_config(cfg) (e.g. another attention implementation).
 
   `fit_bytes` (TPU, no budget flag given): a train step or rollout whose
@@ -375,15 +395,25 @@ def compile_run(
   `fit_bytes` are not compiled (a slice search's misses cost one program).
   """
   model_cfg = model_cfg or model_config(cfg)
-  teacher_cfg = teacher_config(cfg, teacher)
+  scorer_cfgs = {
+    name: scorer_config(cfg, model)
+    for name, model in (scorers or {}).items()
+    if model
+  }
   resident = state_lib.resident_bytes(
-    cfg, model_cfg, mesh, extra_params, teacher_cfg
+    cfg,
+    model_cfg,
+    mesh,
+    extra_params,
+    frozen={
+      name: state_lib.per_device_bytes(SCORERS[name][1](c, mesh))
+      for name, c in scorer_cfgs.items()
+    },
   )
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
   if critic is None:
     programs = tuple(p for p in programs if p != "values")
-  if teacher_cfg is None:
-    programs = tuple(p for p in programs if p != "teacher")
+  programs = tuple(p for p in programs if p not in SCORERS or p in scorer_cfgs)
   rows = score_rows or ts.score_rows(cfg, mesh)
   fixed_rows = rollout_rows or cfg.rollout_rows
   makers = {  # each compiles with a config (a budget flag set, below)
@@ -403,8 +433,13 @@ def compile_run(
     # (Context.score_rows).
     "ref_logp": lambda c: compile_ref_logp(c, model_cfg, mesh, rows),
     "values": lambda c: compile_values(c, model_cfg, mesh, rows, critic),
-    "teacher": lambda c: compile_teacher(c, teacher_cfg, mesh, rows),
   }
+  for name, scorer_cfg in scorer_cfgs.items():
+    makers[name] = functools.partial(
+      lambda c, n, sc: compile_scorer(n, c, sc, mesh, rows),
+      n=name,
+      sc=scorer_cfg,
+    )
 
   def compile_one(name, c):
     """`name` compiled with config `c`; over the fit, again under the

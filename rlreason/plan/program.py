@@ -45,7 +45,7 @@ class Program:
   rows_flag: int = 0
   decoders: int = 1  # decoders the train step trains (2 with a critic)
   # Parameters of the model a scoring forward runs, where not the policy's
-  # (a teacher's): its roofline FLOPs (summary.times).
+  # (a teacher's, a reward model's): its roofline FLOPs (summary.times).
   model_params: int = 0
   # Its TEMP_BUDGETS field's value (0: the compiler's default).
   temp_budget_mib: int = 0

@@ -175,35 +175,51 @@ def critic_params(cfg, model_cfg, mesh, extra_params):
   )
 
 
+def reward_model_params(model_cfg, mesh):
+  """A scalar reward model as the RL loop keeps it (rewards/model.py's
+  frozen_on_mesh): the backbone as the reference's (ref_params), the head
+  replicated in float32."""
+  rep = mesh_lib.replicated(mesh)
+  return {
+    "backbone": ref_params(model_cfg, mesh),
+    "head": {
+      "w": jax.ShapeDtypeStruct(
+        (model_cfg.d_model,), jnp.float32, sharding=rep
+      ),
+      "b": jax.ShapeDtypeStruct((), jnp.float32, sharding=rep),
+    },
+  }
+
+
 def resident_bytes(
-  cfg, model_cfg, mesh, extra_params=None, teacher_cfg=None
+  cfg, model_cfg, mesh, extra_params=None, frozen=None
 ) -> dict[str, int]:
   """Per-device bytes live beside each program that are not its own
   arguments: the train state during the rollout and the reference
   forward (less the critic, the values forward's own argument); the
   reference parameters (KL runs) during the rollout and the train step;
-  a teacher's parameters (`teacher_cfg`'s, ref_params' layout: it stays
-  loaded) beside every program but its own forward."""
+  the frozen models the run scores with (`frozen`: {program: per-device
+  bytes of its parameters}, plan/aot.py's SCORERS) beside every program
+  but their own forward, which has the reference forward's company."""
   state = per_device_bytes(train_state(cfg, model_cfg, mesh, extra_params)[0])
   critic = critic_params(cfg, model_cfg, mesh, extra_params)
   values = state - (0 if critic is None else per_device_bytes(critic))
-  teacher = 0
-  if teacher_cfg is not None:
-    teacher = per_device_bytes(ref_params(teacher_cfg, mesh))
-  frozen = lora_base(cfg, model_cfg, mesh)
-  if frozen is not None:
+  frozen = frozen or {}
+  base = lora_base(cfg, model_cfg, mesh)
+  if base is not None:
     # LoRA: the base (also the reference) is an argument of the train step
     # and the reference forward, and stays resident beside the rollout's
     # merged copy.
     # (A quantised base is the rollout's argument too: sampled unmerged.)
-    base = 0 if cfg.lora_quantize else per_device_bytes(frozen[0])
+    base_bytes = per_device_bytes(base[0])
+    rollout = 0 if cfg.lora_quantize else base_bytes
     out = {
       "train_step": 0,
-      "rollout": state + base,
+      "rollout": state + rollout,
       "ref_logp": state,
-      "values": values + per_device_bytes(frozen[0]),
-      "teacher": state + per_device_bytes(frozen[0]),
+      "values": values + base_bytes,
     }
+    scoring = state + base_bytes
   else:
     ref = 0
     if getattr(cfg, "needs_ref", False):
@@ -213,6 +229,10 @@ def resident_bytes(
       "rollout": state + ref,
       "ref_logp": state,
       "values": values + ref,
-      "teacher": state + ref,
     }
-  return {k: v + (0 if k == "teacher" else teacher) for k, v in out.items()}
+    scoring = state + ref
+  out.update({name: scoring for name in frozen})
+  return {
+    k: v + sum(b for name, b in frozen.items() if name != k)
+    for k, v in out.items()
+  }

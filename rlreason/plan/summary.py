@@ -19,7 +19,8 @@ all):
   ref_logp    2 * params * tokens / peak (forward only);
   values      the same, for a critic's forward (its trunk is the
               policy's); a critic also doubles the train step's FLOPs;
-  teacher     the same with the teacher's parameters (Program.model_params).
+  teacher,    the same with the frozen model's parameters
+  reward_model  (Program.model_params).
 MFU = the train step's model FLOPs (without remat) / (its time * peak): an
 upper bound, as a roofline is.
 """
@@ -96,7 +97,7 @@ def times(
     # Each call's decode steps re-read the weights; the caches add up to N.
     out["rollout"] = prefill + decoded * (calls * weights + cache) / bandwidth
   forward = 2 * params * n * context / devices / peak
-  for name in ("ref_logp", "values", "teacher"):
+  for name in ("ref_logp", "values", "teacher", "reward_model"):
     if name in programs:
       out[name] = forward * (programs[name].model_params or params) / params
   if score_forwards and "ref_logp" in programs:

@@ -35,7 +35,9 @@ import numpy as np
 import optax
 import safetensors.numpy
 
+from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
+from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.sampling import draw as sampling_lib
 from rlreason.model import transformer
@@ -57,16 +59,24 @@ def init(model_cfg, rng: jax.Array, backbone: Any | None = None) -> dict:
   return {"backbone": backbone, "head": head}
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg",))
 def score(params: dict, tokens, positions, model_cfg) -> jax.Array:
   """[N, S] tokens (prompt + response, any padding) -> [N] rewards.
 
   The hidden state is read at the real token with the largest position
-  (the end of the response), wherever the padding is.
+  (the end of the response), wherever the padding is. Activations are
+  laid out on the active mesh (mesh.activation_mesh), as the policy's.
   """
-  hidden, _ = transformer.hidden_states(
-    params["backbone"], tokens, positions, model_cfg
+  return _score(
+    params, tokens, positions, model_cfg, act_mesh=mesh_lib.active_mesh()
   )
+
+
+@functools.partial(jax.jit, static_argnames=("model_cfg", "act_mesh"))
+def _score(params, tokens, positions, model_cfg, act_mesh):
+  with mesh_lib.activation_mesh(act_mesh):
+    hidden, _ = transformer.hidden_states(
+      params["backbone"], tokens, positions, model_cfg
+    )
   last = jnp.argmax(positions, axis=-1)  # [N]
   h = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]
   h = h.astype(jnp.float32)
@@ -225,9 +235,50 @@ def load_params(path: str) -> dict:
   return out
 
 
-def score_rollout(params: dict, rollout, model_cfg) -> np.ndarray:
-  """[N] rewards of a rollout's sequences (the policy's tokenizer)."""
-  return np.asarray(score(params, rollout.tokens, rollout.positions, model_cfg))
+def score_rollout(
+  params: dict, rollout, model_cfg, *, rows: int = 0, mesh=None
+) -> np.ndarray:
+  """[N] rewards of a rollout's sequences (the policy's tokenizer), `rows`
+  rows per forward (0: all at once) with the activations split by batch
+  on `mesh`, as the loop's whole-rollout forwards run
+  (Context.completion_scores; the planner's reward_model program)."""
+  with mesh_lib.activation_mesh(mesh):
+    return mesh_lib.to_host(
+      policy.by_rows(
+        lambda t, p: score(params, t, p, model_cfg),
+        rows,
+        rollout.tokens,
+        rollout.positions,
+      )
+    )
+
+
+def frozen_on_mesh(params: dict, model_cfg, mesh, dtype) -> dict:
+  """A trained reward model as the RL loop scores with it: the backbone in
+  `dtype` (the compute dtype, which the model casts every weight to
+  before use: half the bytes in bf16 runs, as the loop keeps the
+  reference) laid out as the train state (TRAIN_RULES), the head
+  replicated in float32. The params may be on devices (just trained) or
+  on the host (load_params: a cached model)."""
+
+  def put(x, sharding, dt):
+    if isinstance(x, jax.Array):
+      return jax.device_put(x.astype(dt), sharding)
+    return mesh_lib.put_global(np.asarray(x, dt), sharding)
+
+  backbone = params["backbone"]
+  shardings = mesh_lib.shardings(
+    mesh, transformer.param_axes(model_cfg), mesh_lib.TRAIN_RULES, backbone
+  )
+  return {
+    "backbone": jax.tree.map(
+      lambda x, s: put(x, s, jnp.dtype(dtype)), backbone, shardings
+    ),
+    "head": jax.tree.map(
+      lambda x: put(x, mesh_lib.replicated(mesh), jnp.float32),
+      params["head"],
+    ),
+  }
 
 
 def score_texts(

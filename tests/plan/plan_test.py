@@ -8,10 +8,11 @@ far too large for 16 GiB does not fit (and a slice search's miss compiles
 nothing after it); temporaries fall as the micro-batch
 shrinks and as the slice grows; LoRA over an nf4 base compiles for one
 chip with a train state of the adapters alone; PPO's critic (train state,
-batch fields, its values forward), KDRL's teacher (its forward, its
-weights resident beside every other program) and T-PPO's window batch are
-planned through the experiments' hooks (experiments/plan.py), and SIREN's loss of
-the whole distribution holds no [N, T, V] logits; remat cuts the
+batch fields, its values forward), KDRL's teacher and rm_grpo's reward
+model (each one's forward, its weights resident beside every other
+program) and T-PPO's window batch are planned through the experiments'
+hooks (experiments/plan.py), and SIREN's loss of the whole distribution
+holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
 analysis shows the same bytes with and without it); the train step's
 temporaries budget (--train_temp_budget_mib) reaches libtpu, and a step
@@ -55,24 +56,24 @@ base = dataclasses.replace(
 
 def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
         loss_fn=objective.loss_fn, extras=None, fit_bytes=None,
-        stop_over_fit=False, teacher_overrides=None):
+        stop_over_fit=False, scorer_overrides=None):
   s = chips.parse(slice_name)
   mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
   model_cfg = dataclasses.replace(
     aot.model_config(cfg), vocab_size=V, **(model_overrides or {})
   )
-  orig, orig_teacher = aot.model_config, aot.teacher_config
+  orig, orig_scorer = aot.model_config, aot.scorer_config
   aot.model_config = lambda _: model_cfg
-  if teacher_overrides:  # a teacher of another shape than the policy
-    aot.teacher_config = lambda c, t: dataclasses.replace(
-      model_cfg, **teacher_overrides) if t else None
+  if scorer_overrides:  # a scoring model of another shape than the policy
+    aot.scorer_config = lambda c, m: dataclasses.replace(
+      model_cfg, **scorer_overrides) if m else None
   try:
     progs = aot.compile_run(
       cfg, loss_fn, mesh, programs=programs, hbm_bytes=s.hbm_bytes,
       fit_bytes=fit_bytes, stop_over_fit=stop_over_fit, **(extras or {})
     )
   finally:
-    aot.model_config, aot.teacher_config = orig, orig_teacher
+    aot.model_config, aot.scorer_config = orig, orig_scorer
   out = summary.summarize(
     progs, cfg, model_cfg, hbm_bytes=s.hbm_bytes, devices=s.chips,
     peak_flops=s.chip.peak_flops, hbm_bandwidth=s.chip.hbm_bandwidth,
@@ -206,15 +207,19 @@ for name in ("grpo", "ppo", "truncated_ppo", "siren"):
   res[name]["prompt"] = cfg.max_prompt_len
   res[name]["completion"] = cfg.max_new_tokens
 # KDRL's teacher (twice the policy's layers, as its 7B teacher is larger
-# than its 1.5B student), through its teacher_model hook.
+# than its 1.5B student) and rm_grpo's reward model (the policy's shape
+# with a scalar head), through their `scorers` hooks.
 cfg, loss_fn, extras = plan_cli.experiment_config("kdrl", "laptop", small)
 deeper = {"n_layers": 2 * presets.get("tiny").n_layers}
 res["kdrl"] = run(cfg, "v5e-4", ("train_step", "ref_logp", "teacher"),
-                  loss_fn=loss_fn, extras=extras, teacher_overrides=deeper)
+                  loss_fn=loss_fn, extras=extras, scorer_overrides=deeper)
 res["kdrl"]["teacher_params"] = dataclasses.replace(
   presets.get("tiny"), vocab_size=V, **deeper).num_params()
 res["kdrl"]["rows"] = res["kdrl"]["each"]["teacher"]["rows"]
 res["kdrl"]["length"] = cfg.max_prompt_len + cfg.max_new_tokens
+cfg, loss_fn, extras = plan_cli.experiment_config("rm_grpo", "laptop", small)
+res["rm_grpo"] = run(cfg, "v5e-4", ("train_step", "ref_logp", "reward_model"),
+                     loss_fn=loss_fn, extras=extras)
 print("RESULT" + json.dumps(res))
 """
 
@@ -259,6 +264,27 @@ def test_a_teacher_is_planned_with_its_forward_and_resident_weights(results):
   want = kd["teacher_params"] / kd["params"]
   assert want > 1.2
   np.testing.assert_allclose(ratio, want, rtol=1e-9, atol=0)
+
+
+def test_a_reward_model_is_planned_with_its_forward_and_resident_weights(
+  results,
+):
+  rm, grpo = results["rm_grpo"], results["grpo"]
+  assert not rm["errors"], rm["errors"]
+  assert rm["programs"] == ["ref_logp", "reward_model", "train_step"]
+  # The same train state as GRPO's; the reward model's weights lie beside
+  # its train step and reference forward, not beside its own forward.
+  weights = rm["resident"]["train_step"] - grpo["resident"]["train_step"]
+  assert weights > 0
+  assert rm["resident"]["ref_logp"] - grpo["resident"]["ref_logp"] == weights
+  # Beside its own forward: the train state and (a KL run) the reference.
+  state, ref = grpo["resident"]["ref_logp"], grpo["resident"]["train_step"]
+  assert rm["resident"]["reward_model"] == state + ref
+  # Its arguments: the policy-shaped backbone, as the reference forward's
+  # weights, and a [D] head.
+  extra = rm["args"]["reward_model"] - rm["args"]["ref_logp"]
+  assert 0 <= extra < 0.01 * rm["args"]["ref_logp"], rm["args"]
+  assert weights < rm["args"]["reward_model"] < 1.6 * weights, rm
 
 
 def test_remat_cuts_the_train_steps_temporaries(results):
