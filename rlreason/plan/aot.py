@@ -63,6 +63,8 @@ from rlreason.sampling import draw
 from rlreason.sampling import engine
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler
+from rlreason.sampling import segments
+from rlreason.sampling import tree_loop
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import train_step as ts
 
@@ -184,8 +186,15 @@ def budgeted(
 def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   """Sequences per sampler call the loop would use on this slice: what
   the HBM left beside the resident arrays and the rollout parameters
-  holds (rollout_memory.rows_per_call), at most N."""
-  n = cfg.num_sequences
+  holds (rollout_memory.rows_per_call), at most N. A tree rollout's call
+  holds whole prompts' trees (tree_loop.call_shape), sized as tree_loop
+  sizes it."""
+  n, t = cfg.num_sequences, cfg.max_new_tokens
+  tree_shape = tree_loop.call_shape(cfg)
+  if tree_shape:
+    per_prompt, slots, _ = tree_shape
+    n = n // cfg.group_size * per_prompt
+    t = slots - cfg.max_prompt_len
   if not hbm_bytes:
     return n
   params = state_lib.per_device_bytes(
@@ -196,12 +205,28 @@ def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   rows = rollout_memory.rows_per_call(
     model_cfg,
     cfg.max_prompt_len,
-    cfg.max_new_tokens,
+    t,
     free,
     shards,
-    getattr(cfg, "rollout_batching", "static"),
+    "static" if tree_shape else getattr(cfg, "rollout_batching", "static"),
   )
   return min(n, rows)
+
+
+def _tree_round(params, tokens, positions, rng, *, slots, **kw):
+  """A tree call's rows in one cache of `slots` slots per row: their
+  prompts written, one segment decoded (segments.decode, dense attention
+  over every slot), the cache kept for the rounds after it."""
+  model_cfg, mesh = kw["model_cfg"], kw["mesh"]
+  n = tokens.shape[0]
+  cache = segments.init_cache(model_cfg, n, slots, mesh=mesh)
+  logits, cache = segments.extend(
+    params, cache, tokens, positions, model_cfg=model_cfg, mesh=mesh
+  )
+  start = positions[:, -1] + 1
+  return segments.decode(
+    params, cache, logits, start, jnp.ones(n, bool), rng, **kw
+  )
 
 
 def compile_rollout(
@@ -238,7 +263,30 @@ def compile_rollout(
     pad_id=0,
     mesh=mesh,
   )
-  if getattr(cfg, "rollout_batching", "static") == "continuous" and rows < n:
+  tree_shape = tree_loop.call_shape(cfg)
+  if tree_shape:
+    # A call's whole trees in caches of P + (1 + L) T slots (tree.generate;
+    # dense decode attention, no temporaries budget: its jitted pieces
+    # compile without one). The rows decode in rounds; here all at once:
+    # the caches they hold, and each round's decode.
+    per_prompt, slots, _ = tree_shape
+    rows = max(1, rows // per_prompt) * per_prompt
+    # Split by rows where they divide, else replicated (mesh.put_rows).
+    split = mesh_lib.spec(
+      ("batch", None), mesh_lib.ROLLOUT_RULES, (rows, p), mesh
+    )
+    ids = jax.ShapeDtypeStruct(
+      (rows, p), jnp.int32, sharding=jax.sharding.NamedSharding(mesh, split)
+    )
+    dense = dataclasses.replace(model_cfg, decode_attention="dense")
+    lowered = jax.jit(
+      _tree_round, static_argnames=(*common, "slots")
+    ).lower(
+      params, ids, ids, jax.random.key(0), slots=slots,
+      **{**common, "model_cfg": dense},
+    )  # fmt: skip
+    options = {}
+  elif getattr(cfg, "rollout_batching", "static") == "continuous" and rows < n:
     # All N rows through `rows` decode slots (rollout.generate).
     ids = jax.ShapeDtypeStruct((n, p), jnp.int32, sharding=sh)
     limits = jax.ShapeDtypeStruct(
@@ -452,6 +500,8 @@ def compile_run(
       and first.peak_bytes > fit_bytes
       and not getattr(c, flag, 0)
       and ts.compiler_options(1, mesh)  # a TPU mesh
+      # A tree rollout's jitted pieces compile without a budget.
+      and not (name == "rollout" and tree_loop.call_shape(c))
     ):
       return budgeted(
         first,

@@ -15,7 +15,8 @@ all):
               4/3 with remat (the forward runs twice);
   rollout     prefill FLOPs / peak + T decode steps, each reading the
               per-device parameters and the mean KV cache once (memory
-              bound);
+              bound); a tree rollout's (1 + L) rounds of T steps per call,
+              each reading its rows' whole caches (dense decode);
   ref_logp    2 * params * tokens / peak (forward only);
   values      the same, for a critic's forward (its trunk is the
               policy's); a critic also doubles the train step's FLOPs;
@@ -28,6 +29,7 @@ upper bound, as a roofline is.
 import dataclasses
 
 from rlreason.plan import program as program_lib
+from rlreason.sampling import tree_loop
 from rlreason.train import train_step as ts
 
 GIB = 1 << 30
@@ -96,6 +98,19 @@ def times(
     weights = prog.argument_bytes  # per device, as laid out
     # Each call's decode steps re-read the weights; the caches add up to N.
     out["rollout"] = prefill + decoded * (calls * weights + cache) / bandwidth
+    tree = tree_loop.call_shape(cfg)
+    if tree:
+      # Trees: each call's rounds decode in sequence, T steps each; every
+      # leaf decodes in one round, reading all P + (1 + L) T slots of its
+      # cache each step (dense); only the roots' prompts are prefilled.
+      per_prompt, slots, rounds = tree
+      prompts = n // cfg.group_size
+      roots = per_prompt - cfg.group_size  # per prompt
+      calls = -(-prompts // max(prog.rows // per_prompt, 1))
+      prefill = 2 * params * prompts * roots * p / devices / peak
+      cache = kv * dtype_bytes * n * slots / devices
+      steps = rounds * calls * weights + cache
+      out["rollout"] = prefill + t * steps / bandwidth
   forward = 2 * params * n * context / devices / peak
   for name in ("ref_logp", "values", "teacher", "reward_model"):
     if name in programs:

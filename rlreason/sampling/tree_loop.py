@@ -67,6 +67,21 @@ def tree_shape(cfg) -> tuple[int, int, int]:
   )
 
 
+def call_shape(cfg, group_size: int = 0):
+  """(rows per prompt, cache slots per row, rounds) of the tree rollout
+  calls make_generate_fn makes for groups of `group_size` (default
+  cfg.group_size) leaves: a prompt's leaves and its roots' cache copy,
+  P + (1 + L) T slots per row (tree.generate), the roots' round and L
+  expansion rounds; None for a config without `forks` (plain sampling)."""
+  if not getattr(cfg, "forks", 0):
+    return None
+  forks, levels, branches = tree_shape(cfg)
+  group_size = group_size or cfg.group_size
+  roots = group_size // tree.leaves_per_tree(forks, levels, branches)
+  slots = cfg.max_prompt_len + (1 + levels) * cfg.max_new_tokens
+  return group_size + roots, slots, 1 + levels
+
+
 def check_shape(cfg) -> None:
   """Raises ValueError unless cfg's tree shape is valid and its group_size
   a whole number of trees (make_generate_fn's requirement)."""
@@ -123,13 +138,14 @@ def make_generate_fn(
     p = rollout_lib.prompt_length(
       max(map(len, prompts)), 32, cfg.max_prompt_len
     )
-    per_prompt = group_size + roots  # its leaves, and its roots' copy
+    # Its leaves and its roots' copy, each (1 + L) T slots past the prompt.
+    per_prompt, slots, _ = call_shape(cfg, group_size)
     rows = rollout_memory.call_rows(
       getattr(cfg, "rollout_rows", 0),
       len(prompts) * per_prompt,
       ctx.model_cfg,
       p,
-      (1 + levels) * cfg.max_new_tokens,
+      slots - cfg.max_prompt_len,
       ctx.mesh,
       params,
     )

@@ -67,3 +67,28 @@ def test_extra_score_forwards_are_timed_at_the_reference_forward():
   np.testing.assert_allclose(got["scores"], 3 * forward, rtol=1e-12, atol=0)
   # Without a reference program there is no shape to time them at.
   assert "scores" not in summary.times(cfg, _Model(), {}, 2, 1e6, 1e3, 0, 3)
+
+
+def test_tree_rollout_time_reads_each_rows_whole_cache_per_round():
+  """TreeRL-shaped: groups of 6 leaves = 2 roots x (1 + 1 level x 2 forks
+  x 1 branch), so 8 rows per prompt with the roots' cache copy, and
+  P + (1 + L) T = 4 + 2 * 10 = 24 slots per row. N = 12 leaves (2
+  prompts) in calls of 8 rows (one prompt): 2 calls of 2 rounds x 10
+  steps, each step re-reading the 500 weight bytes; every leaf decodes
+  10 steps in its round over all 24 of its slots (16 values x 2 bytes
+  each, dense); only the roots' prompts are prefilled."""
+  cfg = types.SimpleNamespace(
+    num_sequences=12,
+    group_size=6,
+    max_prompt_len=4,
+    max_new_tokens=10,
+    forks=2,
+    fork_levels=1,
+    fork_branches=1,
+  )
+  peak, bw = 1e6, 1e3
+  got = summary.times(cfg, _Model(), {"rollout": _rollout(8)}, 2, peak, bw)
+  prefill = 2 * 1000 * (2 * 2) * 4 / 2 / peak
+  cache = 16 * 2 * 12 * 24 / 2
+  want = prefill + 10 * (2 * 2 * 500 + cache) / bw
+  np.testing.assert_allclose(got["rollout"], want, rtol=1e-12, atol=0)

@@ -1,0 +1,53 @@
+"""The planner's tree rollout (treerl, ettrl): a call holds whole prompts'
+trees, each row a cache of P + (1 + L) T slots (tree.generate), sized as
+tree_loop sizes its calls; compiled here for the local 8-device CPU mesh
+(the TPU path is the same code, plan_test.py compiles for TPU)."""
+
+import dataclasses
+
+from experiments import treerl
+from rlreason import mesh as mesh_lib
+from rlreason import testing
+from rlreason.plan import aot
+from rlreason.sampling import tree_loop
+
+
+def _cfg(**kw):
+  # 4 leaves per prompt = 2 roots x (1 + 1 level x 1 fork x 1 branch):
+  # 6 rows with the roots' copy; P + (1 + L) T = 16 + 2 * 24 = 64 slots.
+  return dataclasses.replace(
+    treerl.Config(),
+    batch_size=4,
+    group_size=4,
+    forks=1,
+    fork_levels=1,
+    fork_branches=1,
+    max_prompt_len=16,
+    max_new_tokens=24,
+    **kw,
+  )
+
+
+def test_a_tree_call_holds_whole_trees_of_the_tree_caches_length():
+  cfg = _cfg()
+  assert tree_loop.call_shape(cfg) == (6, 64, 2)
+  assert tree_loop.call_shape(cfg, group_size=8) == (12, 64, 2)
+  plain = dataclasses.replace(cfg, forks=0)
+  assert tree_loop.call_shape(plain) is None
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  model_cfg = testing.tiny_model_config()
+  # No HBM figure: all 4 prompts' 24 rows (their leaves and roots' copies).
+  assert aot.rollout_rows_for(cfg, model_cfg, mesh, None, 0) == 24
+  # 7 rows asked (the loop's call sizing): one whole prompt of 6 rows.
+  prog = aot.compile_rollout(cfg, model_cfg, mesh, 7)
+  assert prog.rows == 6
+  # The caches the call keeps: K and V of 6 rows x 2 heads x 64 slots x
+  # 8 dims per layer (float32), split over the 8 devices' batch where 6
+  # rows divide (they do not: replicated), and slots' positions.
+  cache = 2 * model_cfg.n_layers * 6 * 2 * 64 * 8 * 4
+  assert prog.output_bytes >= cache, (prog.output_bytes, cache)
+  shapes = [s for _, s, _ in prog.largest]
+  assert any(",64," in s or ",64]" in s for s in shapes), shapes
+  # Plain sampling of the same rows holds P + T = 40 slots per row.
+  flat = aot.compile_rollout(plain, model_cfg, mesh, 6)
+  assert flat.output_bytes < prog.output_bytes
