@@ -200,7 +200,8 @@ def resident_bytes(
   reference parameters (KL runs) during the rollout and the train step;
   the frozen models the run scores with (`frozen`: {program: per-device
   bytes of its parameters}, plan/aot.py's SCORERS) beside every program
-  but their own forward, which has the reference forward's company."""
+  but their own forward, beside which lie the train state and the
+  reference parameters (LoRA: the base)."""
   state = per_device_bytes(train_state(cfg, model_cfg, mesh, extra_params)[0])
   critic = critic_params(cfg, model_cfg, mesh, extra_params)
   values = state - (0 if critic is None else per_device_bytes(critic))
