@@ -209,19 +209,6 @@ def preference_data(cfg, ctx, params):
   )
 
 
-def _scores(params, tokens, positions, model_cfg, batch=256):
-  return np.concatenate(
-    [
-      np.asarray(
-        rm.score(
-          params, tokens[i : i + batch], positions[i : i + batch], model_cfg
-        )
-      )
-      for i in range(0, len(tokens), batch)
-    ]
-  )
-
-
 def train_reward_model(cfg, ctx, params):
   """(1): preference pairs from the policy's samples -> BT-trained RM.
 
@@ -257,17 +244,21 @@ def train_reward_model(cfg, ctx, params):
     lr=cfg.rm_lr,
     seed=cfg.seed,
     log_every=max(1, cfg.rm_steps // 10),
+    mesh=ctx.mesh,
   )
-  s = _scores(trained, tokens, positions, model_cfg)
+  on_mesh = dict(batch_size=ctx.score_rows, mesh=ctx.mesh)
+  s = rm.scores(
+    trained, tokens, positions, model_cfg, rows=ctx.score_rows, mesh=ctx.mesh
+  )
   nan_none = lambda x: None if np.isnan(x) else float(x)
   info = {
     "pairs_train": int(len(train_c[0])),
     "pairs_heldout": int(len(held_c[0])),
     "heldout_pair_accuracy": nan_none(
-      rm.pairwise_accuracy(trained, held_c, held_r, model_cfg)
+      rm.pairwise_accuracy(trained, held_c, held_r, model_cfg, **on_mesh)
     ),
     "train_pair_accuracy": nan_none(
-      rm.pairwise_accuracy(trained, train_c, train_r, model_cfg)
+      rm.pairwise_accuracy(trained, train_c, train_r, model_cfg, **on_mesh)
     ),
     "sample_accuracy": float(correct.mean()),
     "bt_loss_first": losses[0] if losses else None,

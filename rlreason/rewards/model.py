@@ -132,6 +132,7 @@ def train_bt(
   seed: int = 0,
   weight_decay: float = 0.0,
   log_every: int = 0,
+  mesh=None,
 ) -> tuple[dict, list[float]]:
   """Bradley-Terry training: minimises -log sigmoid(r(c) - r(r)) over pairs.
 
@@ -146,6 +147,9 @@ def train_bt(
       (chosen row i, rejected row i).
     steps, batch_size, lr, seed, weight_decay: the optimisation.
     log_every: > 0 prints a progress line (loss, ETA) every that many steps.
+    mesh: each minibatch's pairs split by rows over its batch axes and the
+      activations laid out so (mesh.activation_mesh), as the policy's
+      train step; None: where the params are.
 
   Returns:
     (params, [steps] training losses, each before its update).
@@ -158,9 +162,10 @@ def train_bt(
 
   @jax.jit
   def update(params, state, c_tok, c_pos, r_tok, r_pos):
-    loss, grads = jax.value_and_grad(bradley_terry_loss)(
-      params, (c_tok, c_pos), (r_tok, r_pos), model_cfg
-    )
+    with mesh_lib.activation_mesh(mesh):
+      loss, grads = jax.value_and_grad(bradley_terry_loss)(
+        params, (c_tok, c_pos), (r_tok, r_pos), model_cfg
+      )
     upd, state = opt.update(grads, state, params)
     return optax.apply_updates(params, upd), state, loss
 
@@ -172,14 +177,10 @@ def train_bt(
     if len(order) < min(batch_size, m):
       order = np.concatenate([order, rng.permutation(m)])
     idx, order = order[: min(batch_size, m)], order[min(batch_size, m) :]
-    params, state, loss = update(
-      params,
-      state,
-      chosen[0][idx],
-      chosen[1][idx],
-      rejected[0][idx],
-      rejected[1][idx],
-    )
+    pairs = (chosen[0][idx], chosen[1][idx], rejected[0][idx], rejected[1][idx])
+    if mesh is not None:
+      pairs = mesh_lib.put_rows(mesh, pairs)
+    params, state, loss = update(params, state, *pairs)
     losses.append(float(loss))
     if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
       progress.update(step + 1, {"loss": np.mean(losses[-log_every:])})
@@ -193,19 +194,16 @@ def pairwise_accuracy(
   model_cfg,
   *,
   batch_size: int = 256,
+  mesh=None,
 ) -> float:
   """Fraction of pairs with r(chosen) > r(rejected), ties counting 1/2
-  (NaN for no pairs)."""
-  m = len(chosen[0])
-  if m == 0:
+  (NaN for no pairs); scored `batch_size` rows at a time (`scores`)."""
+  if len(chosen[0]) == 0:
     return float("nan")
-  wins = []
-  for lo in range(0, m, batch_size):
-    sl = slice(lo, lo + batch_size)
-    rc = np.asarray(score(params, chosen[0][sl], chosen[1][sl], model_cfg))
-    rr = np.asarray(score(params, rejected[0][sl], rejected[1][sl], model_cfg))
-    wins.append((rc > rr) + 0.5 * (rc == rr))
-  return float(np.concatenate(wins).mean())
+  kw = dict(rows=batch_size, mesh=mesh)
+  rc = scores(params, *chosen, model_cfg, **kw)
+  rr = scores(params, *rejected, model_cfg, **kw)
+  return float(((rc > rr) + 0.5 * (rc == rr)).mean())
 
 
 def save_params(path: str, params: dict) -> None:
@@ -235,22 +233,29 @@ def load_params(path: str) -> dict:
   return out
 
 
-def score_rollout(
-  params: dict, rollout, model_cfg, *, rows: int = 0, mesh=None
+def scores(
+  params: dict, tokens, positions, model_cfg, *, rows: int = 0, mesh=None
 ) -> np.ndarray:
-  """[N] rewards of a rollout's sequences (the policy's tokenizer), `rows`
-  rows per forward (0: all at once) with the activations split by batch
-  on `mesh`, as the loop's whole-rollout forwards run
-  (Context.completion_scores; the planner's reward_model program)."""
+  """[N] rewards of [N, S] sequences on the host, `rows` rows per forward
+  (0: all at once) with the activations split by batch on `mesh`, as the
+  loop's whole-rollout forwards run (Context.completion_scores; the
+  planner's reward_model program)."""
   with mesh_lib.activation_mesh(mesh):
     return mesh_lib.to_host(
       policy.by_rows(
-        lambda t, p: score(params, t, p, model_cfg),
-        rows,
-        rollout.tokens,
-        rollout.positions,
+        lambda t, p: score(params, t, p, model_cfg), rows, tokens, positions
       )
     )
+
+
+def score_rollout(
+  params: dict, rollout, model_cfg, *, rows: int = 0, mesh=None
+) -> np.ndarray:
+  """[N] rewards of a rollout's sequences (the policy's tokenizer), as
+  `scores`."""
+  return scores(
+    params, rollout.tokens, rollout.positions, model_cfg, rows=rows, mesh=mesh
+  )
 
 
 def frozen_on_mesh(params: dict, model_cfg, mesh, dtype) -> dict:
