@@ -514,13 +514,17 @@ def compile_run(
     """A rollout over the fit at the rows per call the loop would size
     itself (rollout_memory's estimate leaves out what the compiler holds
     beside the cache, e.g. gathered weights): again at half the rows, at
-    most twice, down to the batch shards; a fit at fewer rows needs
-    --rollout_rows in the run (Program.rows_flag)."""
-    shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+    most twice, down to the batch shards (a tree rollout: to one prompt's
+    rows, tree_loop.call_shape); a fit at fewer rows needs --rollout_rows
+    in the run (Program.rows_flag)."""
+    unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+    tree_shape = tree_loop.call_shape(cfg)
+    if tree_shape:  # calls hold whole prompts' trees
+      unit = tree_shape[0]
     rows = prog.rows
     for _ in range(2):
-      rows = rows // 2 // shards * shards
-      if not _over(prog, fit_bytes) or rows < shards:
+      rows = rows // 2 // unit * unit
+      if not _over(prog, fit_bytes) or rows < unit:
         break
       c = dataclasses.replace(cfg, rollout_rows=rows)
       try:

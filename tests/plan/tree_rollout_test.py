@@ -9,6 +9,7 @@ from experiments import treerl
 from rlreason import mesh as mesh_lib
 from rlreason import testing
 from rlreason.plan import aot
+from rlreason.rl import objective
 from rlreason.sampling import tree_loop
 
 
@@ -17,14 +18,13 @@ def _cfg(**kw):
   # 6 rows with the roots' copy; P + (1 + L) T = 16 + 2 * 24 = 64 slots.
   return dataclasses.replace(
     treerl.Config(),
-    batch_size=4,
+    **{"batch_size": 4, **kw},
     group_size=4,
     forks=1,
     fork_levels=1,
     fork_branches=1,
     max_prompt_len=16,
     max_new_tokens=24,
-    **kw,
   )
 
 
@@ -51,3 +51,21 @@ def test_a_tree_call_holds_whole_trees_of_the_tree_caches_length():
   # Plain sampling of the same rows holds P + T = 40 slots per row.
   flat = aot.compile_rollout(plain, model_cfg, mesh, 6)
   assert flat.output_bytes < prog.output_bytes
+
+
+def test_a_tree_rollout_over_its_fit_is_retried_at_whole_prompts():
+  """Over the fit, the planner halves a rollout's rows per call: a tree's
+  in whole prompts (6 rows each here), down to one prompt, and the
+  --rollout_rows it names is the rows it compiled."""
+  cfg = _cfg(batch_size=2)  # 2 prompts: 12 rows in one call
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  progs = aot.compile_run(
+    cfg,
+    objective.loss_fn,
+    mesh,
+    programs=("rollout",),
+    model_cfg=testing.tiny_model_config(),
+    fit_bytes=1,  # nothing fits: halved until one prompt's rows
+  )
+  prog = progs["rollout"]
+  assert (prog.rows, prog.rows_flag) == (6, 6), prog
