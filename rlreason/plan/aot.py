@@ -270,7 +270,9 @@ def compile_rollout(
     # compile without one). The rows decode in rounds; here all at once:
     # the caches they hold, and each round's decode.
     per_prompt, slots, _ = tree_shape
-    rows = max(1, rows // per_prompt) * per_prompt
+    shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+    prompts = tree_loop.call_prompts(rows, per_prompt, shards)
+    rows = min(prompts, n // cfg.group_size) * per_prompt
     # Split by rows where they divide, else replicated (mesh.put_rows).
     split = mesh_lib.spec(
       ("batch", None), mesh_lib.ROLLOUT_RULES, (rows, p), mesh
@@ -514,13 +516,14 @@ def compile_run(
     """A rollout over the fit at the rows per call the loop would size
     itself (rollout_memory's estimate leaves out what the compiler holds
     beside the cache, e.g. gathered weights): again at half the rows, at
-    most twice, down to the batch shards (a tree rollout: to one prompt's
-    rows, tree_loop.call_shape); a fit at fewer rows needs --rollout_rows
+    most twice, down to the batch shards (a tree rollout: to the fewest
+    whole prompts that split over them, tree_loop.call_prompts); a fit at
+    fewer rows needs --rollout_rows
     in the run (Program.rows_flag)."""
     unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
     tree_shape = tree_loop.call_shape(cfg)
-    if tree_shape:  # calls hold whole prompts' trees
-      unit = tree_shape[0]
+    if tree_shape:  # calls hold whole prompts' trees (call_prompts)
+      unit = tree_shape[0] * tree_loop.call_prompts(0, tree_shape[0], unit)
     rows = prog.rows
     for _ in range(2):
       rows = rows // 2 // unit * unit

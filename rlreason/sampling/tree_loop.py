@@ -20,6 +20,7 @@ group_size is a whole number of trees. experiments/treerl.py and
 experiments/ettrl.py train with it.
 """
 
+import math
 from typing import Sequence
 
 import jax
@@ -80,6 +81,15 @@ def call_shape(cfg, group_size: int = 0):
   roots = group_size // tree.leaves_per_tree(forks, levels, branches)
   slots = cfg.max_prompt_len + (1 + levels) * cfg.max_new_tokens
   return group_size + roots, slots, 1 + levels
+
+
+def call_prompts(rows: int, per_prompt: int, shards: int = 1) -> int:
+  """Prompts per tree call: as many whole prompts as `rows` rows hold, in
+  groups of the fewest prompts whose rows split evenly over the `shards`
+  batch shards (rows that do not divide are replicated, mesh.put_rows:
+  every device would hold the whole call's caches); at least one group."""
+  group = shards // math.gcd(per_prompt, shards)
+  return max(group, rows // per_prompt // group * group)
 
 
 def check_shape(cfg) -> None:
@@ -149,7 +159,10 @@ def make_generate_fn(
       ctx.mesh,
       params,
     )
-    step_prompts = max(1, rows // per_prompt)
+    shards = 1
+    if ctx.mesh is not None:
+      shards = mesh_lib.batch_divisor(ctx.mesh, mesh_lib.ROLLOUT_RULES)
+    step_prompts = call_prompts(rows, per_prompt, shards)
     offsets = np.zeros(1 + levels, np.int64)
     calls = []
     for lo in range(0, len(prompts), step_prompts):
