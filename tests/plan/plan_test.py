@@ -215,8 +215,6 @@ res["kdrl"] = run(cfg, "v5e-4", ("train_step", "ref_logp", "teacher"),
                   loss_fn=loss_fn, extras=extras, scorer_overrides=deeper)
 res["kdrl"]["teacher_params"] = dataclasses.replace(
   presets.get("tiny"), vocab_size=V, **deeper).num_params()
-res["kdrl"]["rows"] = res["kdrl"]["each"]["teacher"]["rows"]
-res["kdrl"]["length"] = cfg.max_prompt_len + cfg.max_new_tokens
 cfg, loss_fn, extras = plan_cli.experiment_config("rm_grpo", "laptop", small)
 res["rm_grpo"] = run(cfg, "v5e-4", ("train_step", "ref_logp", "reward_model"),
                      loss_fn=loss_fn, extras=extras)
