@@ -211,12 +211,12 @@ for name in ("grpo", "ppo", "truncated_ppo", "siren"):
 # with a scalar head), through their `scorers` hooks.
 cfg, loss_fn, extras = plan_cli.experiment_config("kdrl", "laptop", small)
 deeper = {"n_layers": 2 * presets.get("tiny").n_layers}
-res["kdrl"] = run(cfg, "v5e-4", ("train_step", "ref_logp", "teacher"),
+res["kdrl"] = run(cfg, "v5e-4", ("ref_logp", "teacher"),
                   loss_fn=loss_fn, extras=extras, scorer_overrides=deeper)
 res["kdrl"]["teacher_params"] = dataclasses.replace(
   presets.get("tiny"), vocab_size=V, **deeper).num_params()
 cfg, loss_fn, extras = plan_cli.experiment_config("rm_grpo", "laptop", small)
-res["rm_grpo"] = run(cfg, "v5e-4", ("train_step", "ref_logp", "reward_model"),
+res["rm_grpo"] = run(cfg, "v5e-4", ("ref_logp", "reward_model"),
                      loss_fn=loss_fn, extras=extras)
 print("RESULT" + json.dumps(res))
 """
@@ -244,13 +244,13 @@ def results():
 def test_a_teacher_is_planned_with_its_forward_and_resident_weights(results):
   kd = results["kdrl"]
   assert not kd["errors"], kd["errors"]
-  assert kd["programs"] == ["ref_logp", "teacher", "train_step"]
-  # KDRL keeps no reference: beside its train step lie the teacher's
-  # weights alone; beside the reference forward, the train state and them;
-  # beside the teacher's own forward (its argument), the train state.
-  teacher = kd["resident"]["train_step"]
+  assert kd["programs"] == ["ref_logp", "teacher"]
+  # KDRL keeps no reference: beside the reference forward lie the train
+  # state and the teacher's weights; beside the teacher's own forward (its
+  # argument), the train state, GRPO's (the same policy and optimizer).
+  teacher = kd["resident"]["ref_logp"] - kd["resident"]["teacher"]
   assert teacher > 0
-  assert kd["resident"]["ref_logp"] - kd["resident"]["teacher"] == teacher
+  assert kd["resident"]["teacher"] == results["grpo"]["resident"]["ref_logp"]
   # The teacher forward's arguments are those weights and the rows' ids;
   # the compiler counts them in TPU layouts, whose tiles pad a tiny
   # model's narrow shards (d_model 128 over 4 chips: 32 of 128 lanes).
@@ -269,12 +269,11 @@ def test_a_reward_model_is_planned_with_its_forward_and_resident_weights(
 ):
   rm, grpo = results["rm_grpo"], results["grpo"]
   assert not rm["errors"], rm["errors"]
-  assert rm["programs"] == ["ref_logp", "reward_model", "train_step"]
+  assert rm["programs"] == ["ref_logp", "reward_model"]
   # The same train state as GRPO's; the reward model's weights lie beside
-  # its train step and reference forward, not beside its own forward.
-  weights = rm["resident"]["train_step"] - grpo["resident"]["train_step"]
+  # its reference forward (and every other program), not its own forward.
+  weights = rm["resident"]["ref_logp"] - grpo["resident"]["ref_logp"]
   assert weights > 0
-  assert rm["resident"]["ref_logp"] - grpo["resident"]["ref_logp"] == weights
   # Beside its own forward: the train state and (a KL run) the reference.
   state, ref = grpo["resident"]["ref_logp"], grpo["resident"]["train_step"]
   assert rm["resident"]["reward_model"] == state + ref
