@@ -82,7 +82,7 @@ def experiment_config(name: str, scale: str, overrides: dict):
   adv); `plan_config(cfg)`, the config whose shapes
   its programs run at (when they are not the flags' own);
   `scorers(cfg)`, {program: --model name} of the frozen models it scores
-  its rollouts with (plan/aot.py's SCORERS: KDRL's teacher, rm_grpo's
+  its rollouts with (plan/scoring.py's SCORERS: KDRL's teacher, rm_grpo's
   reward model); and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
   (when not all), and `score_forwards(cfg)`, the whole-batch forwards

@@ -5,6 +5,8 @@
 
 Params and optimizer state are ShapeDtypeStructs (jax.eval_shape, built in
 plan/state.py): nothing is materialised, so a 32B model plans on a laptop.
+The train step is compiled here, the rollout in plan/rollout.py, the
+whole-rollout forwards (reference, critic, scorers) in plan/scoring.py.
 The mesh is usually an abstract TPU slice (chips.devices), compiled by
 libtpu on this CPU host; with jax.devices() it plans for the local backend.
 
@@ -45,25 +47,15 @@ import functools
 import os
 
 import jax
-import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
-from rlreason.model import attention
-from rlreason.model import policy
-from rlreason.plan import program as program_lib
-from rlreason.plan import state as state_lib
 from rlreason.model import presets
 from rlreason.model import transformer
-from rlreason.rewards import model as reward_model
+from rlreason.plan import program as program_lib
+from rlreason.plan import rollout as rollout_lib
+from rlreason.plan import scoring
+from rlreason.plan import state as state_lib
 from rlreason.rl import value
-from rlreason.model import lora
-from rlreason.sampling import continuous
-from rlreason.sampling import continuous_loop
-from rlreason.sampling import draw
-from rlreason.sampling import engine
-from rlreason.sampling import rollout_memory
-from rlreason.sampling import sampler
-from rlreason.sampling import segments
 from rlreason.sampling import tree_loop
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import train_step as ts
@@ -106,6 +98,14 @@ def model_config(cfg) -> transformer.ModelConfig:
     remat=cfg.remat,
     remat_policy=cfg.remat_policy,
   )
+
+
+def scorer_config(cfg, model: str):
+  """A scoring model's architecture (`model`: a --model name or checkpoint
+  path), in the run's dtypes, or None without one."""
+  if not model:
+    return None
+  return model_config(dataclasses.replace(cfg, model=model))
 
 
 def compile_train_step(
@@ -183,232 +183,6 @@ def budgeted(
   return kept
 
 
-def rollout_rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
-  """Sequences per sampler call the loop would use on this slice: what
-  the HBM left beside the resident arrays and the rollout parameters
-  holds (rollout_memory.rows_per_call), at most N. A tree rollout's call
-  holds whole prompts' trees (tree_loop.call_shape), sized as tree_loop
-  sizes it."""
-  n, t = cfg.num_sequences, cfg.max_new_tokens
-  tree_shape = tree_loop.call_shape(cfg)
-  if tree_shape:
-    per_prompt, slots, _ = tree_shape
-    n = n // cfg.group_size * per_prompt
-    t = slots - cfg.max_prompt_len
-  if not hbm_bytes:
-    return n
-  params = state_lib.per_device_bytes(
-    state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
-  )
-  free = max(hbm_bytes - resident - params, 0)
-  shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-  rows = rollout_memory.rows_per_call(
-    model_cfg,
-    cfg.max_prompt_len,
-    t,
-    free,
-    shards,
-    "static" if tree_shape else getattr(cfg, "rollout_batching", "static"),
-  )
-  return min(n, rows)
-
-
-def _tree_round(params, tokens, positions, rng, *, slots, **kw):
-  """A tree call's rows in one cache of `slots` slots per row: their
-  prompts written, one segment decoded (segments.decode, dense attention
-  over every slot), the cache kept for the rounds after it."""
-  model_cfg, mesh = kw["model_cfg"], kw["mesh"]
-  n = tokens.shape[0]
-  cache = segments.init_cache(model_cfg, n, slots, mesh=mesh)
-  logits, cache = segments.extend(
-    params, cache, tokens, positions, model_cfg=model_cfg, mesh=mesh
-  )
-  start = positions[:, -1] + 1
-  return segments.decode(
-    params, cache, logits, start, jnp.ones(n, bool), rng, **kw
-  )
-
-
-def compile_rollout(
-  cfg, model_cfg, mesh, rows, hbm_bytes=None
-) -> program_lib.Program:
-  model_cfg = dataclasses.replace(  # as Context.rollout_model_cfg
-    model_cfg,
-    decode_attention=attention.resolve_decode(
-      getattr(cfg, "decode_attention", "auto"), mesh
-    ),
-  )
-  params = state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
-  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
-  if frozen is not None and cfg.lora_quantize:
-    # QLoRA samples base + adapters unmerged (train/adapters.py).
-    adapters, axes, _ = state_lib.trained_shapes(cfg, model_cfg)
-    adapters = state_lib.abstract(
-      adapters,
-      mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, adapters),
-    )
-    shapes_only = dataclasses.replace(  # scale 1: abstract arrays pass
-      adapters_lib.lora_config(cfg), alpha=float(cfg.lora_rank)
-    )
-    params = lora.combine(frozen[0], adapters, shapes_only)
-  sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
-  n, p = cfg.num_sequences, cfg.max_prompt_len
-  budget = getattr(cfg, "rollout_temp_budget_mib", 0)
-  options = ts.compiler_options(budget, mesh)  # the loop's (Context.generate)
-  common = dict(
-    model_cfg=model_cfg,
-    max_new_tokens=cfg.max_new_tokens,
-    sampling=draw.Sampling(temperature=cfg.temperature),
-    stop_ids=(0,),
-    pad_id=0,
-    mesh=mesh,
-  )
-  tree_shape = tree_loop.call_shape(cfg)
-  if tree_shape:
-    # A call's whole trees in caches of P + (1 + L) T slots (tree.generate;
-    # dense decode attention, no temporaries budget: its jitted pieces
-    # compile without one). The rows decode in rounds; here all at once:
-    # the caches they hold, and each round's decode.
-    per_prompt, slots, _ = tree_shape
-    shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-    prompts = tree_loop.call_prompts(rows, per_prompt, shards)
-    rows = min(prompts, n // cfg.group_size) * per_prompt
-    # Split by rows where they divide, else replicated (mesh.put_rows).
-    split = mesh_lib.spec(
-      ("batch", None), mesh_lib.ROLLOUT_RULES, (rows, p), mesh
-    )
-    ids = jax.ShapeDtypeStruct(
-      (rows, p), jnp.int32, sharding=jax.sharding.NamedSharding(mesh, split)
-    )
-    dense = dataclasses.replace(model_cfg, decode_attention="dense")
-    lowered = jax.jit(
-      _tree_round, static_argnames=(*common, "slots")
-    ).lower(
-      params, ids, ids, jax.random.key(0), slots=slots,
-      **{**common, "model_cfg": dense},
-    )  # fmt: skip
-    options = {}
-  elif getattr(cfg, "rollout_batching", "static") == "continuous" and rows < n:
-    # All N rows through `rows` decode slots (rollout.generate).
-    ids = jax.ShapeDtypeStruct((n, p), jnp.int32, sharding=sh)
-    limits = jax.ShapeDtypeStruct(
-      (n,),
-      jnp.int32,
-      sharding=mesh_lib.batch_sharding(mesh, 1, mesh_lib.ROLLOUT_RULES),
-    )
-    run = engine.jitted(
-      continuous_loop.run,
-      options,
-      **continuous_loop.RUN_JIT,
-    )
-    lowered = run.lower(
-      params, ids, ids, jax.random.key(0), 0, limits, slots=rows,
-      refill_rows=continuous.default_refill_rows(
-        rows, mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-      ),
-      refill_every=1,
-      stop_sequences=(), **common,
-    )  # fmt: skip
-  else:
-    ids = jax.ShapeDtypeStruct((rows, p), jnp.int32, sharding=sh)
-    run = engine.jitted(
-      sampler._sample,  # noqa: SLF001 - the jitted body
-      options,
-      **sampler._SAMPLE_JIT,  # noqa: SLF001
-    )
-    lowered = run.lower(
-      params, ids, ids, jax.random.key(0), return_logits=False, **common
-    )
-  return dataclasses.replace(
-    program_lib.analyse("rollout", lowered.compile()),
-    rows=rows,
-    temp_budget_mib=budget if options else 0,
-  )
-
-
-def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
-  """A whole-rollout forward `score(params, tokens, positions, model_cfg,
-  P)` over `rows` rows, activations split by batch (as the loop runs it)."""
-  sh = mesh_lib.batch_sharding(mesh, 2)
-  length = cfg.max_prompt_len + cfg.max_new_tokens
-  ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sh)
-
-  def forward(params, tokens, positions):
-    with mesh_lib.activation_mesh(mesh):
-      return score(params, tokens, positions, model_cfg, cfg.max_prompt_len)
-
-  compiled = jax.jit(forward).lower(params, ids, ids).compile()
-  return dataclasses.replace(program_lib.analyse(name, compiled), rows=rows)
-
-
-def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> program_lib.Program:
-  # LoRA: the base is the reference.
-  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
-  params = (
-    state_lib.ref_params(model_cfg, mesh) if frozen is None else frozen[0]
-  )
-  return _compile_scoring(
-    "ref_logp",
-    policy.completion_logprobs,
-    params,
-    cfg,
-    model_cfg,
-    mesh,
-    rows,
-  )
-
-
-def _reward_model_score(params, tokens, positions, model_cfg, prompt_len):
-  del prompt_len  # the reward is read at each row's last token
-  return reward_model.score(params, tokens, positions, model_cfg)
-
-
-# The frozen models a run may score its rollouts with: program name ->
-# (its forward (params, tokens, positions, model_cfg, P), its abstract
-# parameters as the run keeps them (model_cfg, mesh)).
-SCORERS = {
-  "teacher": (policy.completion_logprobs, state_lib.ref_params),
-  "reward_model": (_reward_model_score, state_lib.reward_model_params),
-}
-
-
-def scorer_config(cfg, model: str):
-  """A scoring model's architecture (`model`: a --model name or checkpoint
-  path), in the run's dtypes, or None without one."""
-  if not model:
-    return None
-  return model_config(dataclasses.replace(cfg, model=model))
-
-
-def compile_scorer(
-  name, cfg, scorer_cfg, mesh, rows: int
-) -> program_lib.Program:
-  """Frozen model `name`'s forward (SCORERS) over `rows` rows, as the loop
-  scores the reference; `model_params` times its FLOPs."""
-  forward, params = SCORERS[name]
-  return dataclasses.replace(
-    _compile_scoring(
-      name, forward, params(scorer_cfg, mesh), cfg, scorer_cfg, mesh, rows
-    ),
-    model_params=scorer_cfg.num_params(),
-  )
-
-
-def compile_values(
-  cfg, model_cfg, mesh, rows: int, critic
-) -> program_lib.Program:
-  """The critic's rollout-time forward (ppo.make_batch) over `rows` rows."""
-  return _compile_scoring(
-    "values",
-    value.completion_values,
-    critic,
-    cfg,
-    model_cfg,
-    mesh,
-    rows,
-  )
-
-
 def _over(prog, fit_bytes: int) -> bool:
   if not isinstance(prog, program_lib.Program):
     return True  # did not compile
@@ -456,37 +230,43 @@ def compile_run(
     mesh,
     extra_params,
     frozen={
-      name: state_lib.per_device_bytes(SCORERS[name][1](c, mesh))
+      name: state_lib.per_device_bytes(scoring.SCORERS[name][1](c, mesh))
       for name, c in scorer_cfgs.items()
     },
   )
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
   if critic is None:
     programs = tuple(p for p in programs if p != "values")
-  programs = tuple(p for p in programs if p not in SCORERS or p in scorer_cfgs)
+  programs = tuple(
+    p for p in programs if p not in scoring.SCORERS or p in scorer_cfgs
+  )
   rows = score_rows or ts.score_rows(cfg, mesh)
   fixed_rows = rollout_rows or cfg.rollout_rows
   makers = {  # each compiles with a config (a budget flag set, below)
     "train_step": lambda c: compile_train_step(
       c, model_cfg, mesh, loss_fn, extra_params, fields
     ),
-    "rollout": lambda c: compile_rollout(
+    "rollout": lambda c: rollout_lib.compile_rollout(
       c,
       model_cfg,
       mesh,
       rollout_rows
       or c.rollout_rows
-      or rollout_rows_for(c, model_cfg, mesh, hbm_bytes, resident["rollout"]),
+      or rollout_lib.rows_for(
+        c, model_cfg, mesh, hbm_bytes, resident["rollout"]
+      ),
       hbm_bytes,
     ),
     # The loop scores the rollout one train micro-batch at a time
     # (Context.score_rows).
-    "ref_logp": lambda c: compile_ref_logp(c, model_cfg, mesh, rows),
-    "values": lambda c: compile_values(c, model_cfg, mesh, rows, critic),
+    "ref_logp": lambda c: scoring.compile_ref_logp(c, model_cfg, mesh, rows),
+    "values": lambda c: scoring.compile_values(
+      c, model_cfg, mesh, rows, critic
+    ),
   }
   for name, scorer_cfg in scorer_cfgs.items():
     makers[name] = functools.partial(
-      lambda c, n, sc: compile_scorer(n, c, sc, mesh, rows),
+      lambda c, n, sc: scoring.compile_scorer(n, c, sc, mesh, rows),
       n=name,
       sc=scorer_cfg,
     )

@@ -199,7 +199,7 @@ def resident_bytes(
   forward (less the critic, the values forward's own argument); the
   reference parameters (KL runs) during the rollout and the train step;
   the frozen models the run scores with (`frozen`: {program: per-device
-  bytes of its parameters}, plan/aot.py's SCORERS) beside every program
+  bytes of its parameters}, plan/scoring.py's SCORERS) beside every program
   but their own forward, beside which lie the train state and the
   reference parameters (LoRA: the base)."""
   state = per_device_bytes(train_state(cfg, model_cfg, mesh, extra_params)[0])

@@ -9,7 +9,7 @@ are in place (the rest covers XLA temporaries the estimate leaves out).
 Continuous batching holds more per slot (continuous_bytes: a second copy
 of the cache, and the refill's prefilled cache).
 rollout.generate sizes its calls (static batching) or its decode slots
-(continuous batching) with `call_rows`; the planner (plan/aot.py) with
+(continuous batching) with `call_rows`; the planner (plan/rollout.py) with
 `rows_per_call`.
 """
 

@@ -136,6 +136,7 @@ res["huge_stop"] = run(
 # resident train state and the rollout parameters: the planner picks calls
 # of 3 rows per chip, and the compiled call fits that HBM.
 from rlreason.sampling import rollout_memory
+from rlreason.plan import rollout as plan_rollout
 long = dataclasses.replace(base, max_prompt_len=256, max_new_tokens=1792)
 s = chips.parse("v5e-4")
 mesh = mesh_lib.make_mesh(1, -1, 1, devices=chips.devices(s))
@@ -148,8 +149,10 @@ params = plan_state.per_device_bytes(
 slots = lambda n: rollout_memory.continuous_bytes(model_cfg, 256, 1792, n, 4)
 room = (slots(12) + slots(16)) / 2
 hbm = resident + params + int(room / rollout_memory.ROLLOUT_FREE_FRACTION)
-rows = aot.rollout_rows_for(long, model_cfg, mesh, hbm, resident)
-prog = aot.compile_rollout(long, model_cfg, mesh, rows, s.hbm_bytes)
+rows = plan_rollout.rows_for(long, model_cfg, mesh, hbm, resident)
+prog = plan_rollout.compile_rollout(
+  long, model_cfg, mesh, rows, s.hbm_bytes
+)
 res["small_hbm"] = {
   "rows": rows, "hbm": hbm, "peak": resident + prog.peak_bytes,
   "resident": plan_state.resident_bytes(long, model_cfg, mesh),

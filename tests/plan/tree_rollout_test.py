@@ -11,6 +11,7 @@ from experiments import treerl
 from rlreason import mesh as mesh_lib
 from rlreason import testing
 from rlreason.plan import aot
+from rlreason.plan import rollout as plan_rollout
 from rlreason.rl import objective
 from rlreason.sampling import tree_loop
 
@@ -50,11 +51,11 @@ def test_a_tree_call_holds_whole_trees_of_the_tree_caches_length():
   mesh = mesh_lib.make_mesh(1, -1, 1)
   model_cfg = testing.tiny_model_config()
   # No HBM figure: all 4 prompts' 24 rows (their leaves and roots' copies).
-  assert aot.rollout_rows_for(cfg, model_cfg, mesh, None, 0) == 24
+  assert plan_rollout.rows_for(cfg, model_cfg, mesh, None, 0) == 24
   # 7 rows asked (the loop's call sizing): whole prompts whose rows split
   # over the 8 devices, 4 prompts' 24 rows (one prompt's 6 would be
   # replicated on every device).
-  prog = aot.compile_rollout(cfg, model_cfg, mesh, 7)
+  prog = plan_rollout.compile_rollout(cfg, model_cfg, mesh, 7)
   assert prog.rows == 24
   # The caches the call keeps, per device: K and V of 3 rows x 2 heads x
   # 64 slots x 8 dims per layer (float32), and the slots' positions.
@@ -63,7 +64,7 @@ def test_a_tree_call_holds_whole_trees_of_the_tree_caches_length():
   shapes = [s for _, s, _ in prog.largest]
   assert any(",64," in s or ",64]" in s for s in shapes), shapes
   # Plain sampling of the same rows holds P + T = 40 slots per row.
-  flat = aot.compile_rollout(plain, model_cfg, mesh, 24)
+  flat = plan_rollout.compile_rollout(plain, model_cfg, mesh, 24)
   assert flat.peak_bytes < prog.peak_bytes, (flat, prog)
 
 
