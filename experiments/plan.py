@@ -53,6 +53,7 @@ import jax  # noqa: E402
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
 from rlreason.plan import program as program_lib  # noqa: E402
+from rlreason.plan import search  # noqa: E402
 from rlreason.plan import state as plan_state  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
 from rlreason.rl import objective  # noqa: E402
@@ -257,101 +258,6 @@ def candidate_slices(name: str, family: str, overrides: dict):
   ]
 
 
-def start_index(slices, known) -> int:
-  """Where to start the search in `slices` (a family's, smallest first):
-  the smallest whose HBM, less the fit margin, summed over its chips holds
-  the least total memory a fitting slice of another family used (`known`:
-  (chips, per-chip peak bytes) pairs); 0 when nothing is known."""
-  if not known:
-    return 0
-  need = min(chips * peak for chips, peak in known)
-  for i, s in enumerate(slices):
-    if s.chips * (1 - summary.FIT_MARGIN) * s.hbm_bytes >= need:
-      return i
-  return len(slices) - 1
-
-
-def _misses_by_memory(row) -> bool:
-  """Whether a row that does not fit failed only for memory (or compiled
-  over the fit: no errors), so a larger slice may fit."""
-  return all(map(summary.out_of_memory, row.get("errors", {}).values()))
-
-
-def peak_floor(small, big) -> float:
-  """Where the per-chip peak tends as the slice grows, from two slices'
-  (chips, peak): the model peak = a + b / chips (the train state and
-  whatever is split over all chips fall as 1 / chips; what each chip
-  holds whatever the slice, one row's activations once a micro-batch is
-  one row per chip, stays), so the floor is a."""
-  (n1, p1), (n2, p2) = small, big
-  b = (p1 - p2) / (1 / n1 - 1 / n2)
-  return p2 - b / n2
-
-
-def _train_step_only(row) -> bool:
-  """Whether a miss's peak is its train step's: compiled first, and over
-  the fit it stops the slice (the other programs have no time)."""
-  return row.get("peak_gib", 0) > 0 and row["step_s"] == row["train_s"]
-
-
-def smallest_fit(slices, try_slice, start: int = 0, steady=None):
-  """(row, names tried): the smallest of `slices` (smallest first) whose
-  `try_slice(slice)` row fits, searching from `start`: down while the next
-  smaller one fits, else up while a larger one may help (the misses are
-  out of memory, not errors a larger slice keeps). A miss at a start above
-  the smallest slice tries the one below it first: the TPU scheduler can
-  make a larger slice hold more per chip than a smaller one (igpo: v6e-16
-  missed at 33.39 GiB where v6e-8 fits at 23.72). Without a fit, the last
-  row tried.
-
-  `steady(slice)`: whether the train step's rows per chip cannot fall on
-  that slice or larger ones (one row per chip). Two such misses whose
-  train-step peaks tend (peak_floor) over the fit stop the search: no
-  larger slice fits; the row says the floor (floor_gib)."""
-  tried = []
-
-  def attempt(i):
-    tried.append(slices[i].name)
-    return try_slice(slices[i])
-
-  i = start
-  row = attempt(i)
-  if not row["fits"] and i > 0 and _misses_by_memory(row):
-    below = attempt(i - 1)
-    if below["fits"]:
-      row, i = below, i - 1
-  if row["fits"]:
-    while i > 0:
-      smaller = attempt(i - 1)
-      if not smaller["fits"]:
-        break
-      row, i = smaller, i - 1
-    return row, tried
-  while _misses_by_memory(row) and i + 1 < len(slices):
-    i += 1
-    miss, row = row, attempt(i)
-    if row["fits"]:
-      break
-    if (
-      steady
-      and all(map(_train_step_only, (miss, row)))
-      and steady(slices[i - 1])
-      and steady(slices[i])
-    ):
-      floor = peak_floor(
-        (slices[i - 1].chips, miss["peak_gib"]),
-        (slices[i].chips, row["peak_gib"]),
-      )
-      if floor * summary.GIB > (1 - summary.FIT_MARGIN) * slices[i].hbm_bytes:
-        return {**row, "floor_gib": round(floor, 2)}, tried
-    if not _misses_by_memory(row):
-      # A larger slice that cannot run it at all (its batch does not split
-      # over the chips, say): the answer is the miss below it.
-      error = next(iter(row["errors"].values()))
-      return {**miss, "beyond": {"slice": row["slice"], "error": error}}, tried
-  return row, tried
-
-
 # A slice whose compiling process was killed (SIGKILL: the host's OOM
 # killer; stopped by SIGINT / SIGTERM, nothing is recorded).
 KILLED = "the compile was killed (host out of memory?)"
@@ -391,15 +297,6 @@ def slice_row(name, slice_name, programs, set_text) -> dict:
   lines = proc.stderr.strip().splitlines() or ["no output"]
   why = KILLED if proc.returncode < 0 else lines[-1][:300]
   return {"slice": slice_name, "fits": False, "errors": {"plan": why}}
-
-
-FAMILIES = ("v4", "v5p", "v5e", "v6e")  # the table's columns
-# The flags a row records (the run needs them): set by the planner.
-ROW_FLAGS = (
-  "micro_batches",
-  *program_lib.TEMP_BUDGETS.values(),
-  "rollout_rows",
-)
 
 
 def plan_all(out_dir, families, programs, set_text="", names=()):
@@ -450,10 +347,10 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
         for k, r in results.items()
         if k.split("/")[0] == name and r.get("fits")
       ]
-      row, names_tried = smallest_fit(
+      row, names_tried = search.smallest_fit(
         slices,
         try_slice,
-        start_index(slices, known),
+        search.start_index(slices, known),
         functools.partial(one_row_per_chip, name, overrides=overrides),
       )
       errors = [cell[n].get("errors", {}) for n in names_tried]
@@ -462,56 +359,11 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
         row = {**row, "killed": killed}
       results[key] = row
       save(results, path)
-  table = markdown(results, FAMILIES)  # every family's, however many ran
+  # Every family's, however many ran.
+  table = search.markdown(results, search.FAMILIES)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
   return table
-
-
-def markdown(results: dict, families) -> str:
-  lines = [
-    "| experiment | " + " | ".join(families) + " |",
-    "|---|" + "---|" * len(families),
-  ]
-  names = sorted({k.split("/")[0] for k in results})
-  for name in names:
-    cells = []
-    for family in families:
-      r = results.get(f"{name}/{family}")
-      if not r:
-        cells.append("-")
-      elif not _misses_by_memory(r):
-        error = next(iter(r["errors"].values()))
-        cells.append(f"not planned: {error[:60]}")
-      elif not r.get("fits"):
-        beyond = ""
-        if r.get("beyond"):  # a sharding error's point is after "implies"
-          why = r["beyond"]["error"].split(" implies that ")[-1][:70]
-          beyond = f" ({r['beyond']['slice']}: {why})"
-        floor = ""
-        if r.get("floor_gib"):
-          floor = (
-            f" (one row per chip: the peak tends to {r['floor_gib']} GiB,"
-            " over the fit)"
-          )
-        cells.append(f"no fit up to {r['slice']}{beyond}{floor}")
-      else:
-        flags = " ".join(
-          f"--{flag}={r[flag]}" for flag in ROW_FLAGS if flag in r
-        )
-        cells.append(
-          f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
-          f"MFU {100 * r['mfu']:.0f}%"
-          + (f" ({flags})" if flags else "")
-          + (
-            f" ({', '.join(r['killed'])}: compile killed, not decided)"
-            if r.get("killed")
-            else ""
-          )
-          + (f" ({r['unsplit']})" if r.get("unsplit") else "")
-        )
-    lines.append(f"| {name} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
 
 
 def parse_set(text: str) -> dict:
@@ -594,7 +446,9 @@ if __name__ == "__main__":
     "--micro_batches)",
   )
   flags.DEFINE_string("row_out", "", "write the plan's row here (json)")
-  flags.DEFINE_string("families", ",".join(FAMILIES), "chip families (--all)")
+  flags.DEFINE_string(
+    "families", ",".join(search.FAMILIES), "chip families (--all)"
+  )
   flags.DEFINE_string(
     "experiments", "", "--all: these experiments, in order (default all)"
   )

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from rlreason.plan import chips
+from rlreason.plan import search
 
 _env = dict(os.environ)
 from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
@@ -47,7 +48,7 @@ def test_each_fit_is_in_the_readme(key):
   assert f"step {row['step_s']} s" in line, line
   assert f"MFU {100 * row['mfu']:.0f}%" in line, line
   # The flags the run needs (budgets, rows per call) are in the cell too.
-  for flag in plan_cli.ROW_FLAGS:
+  for flag in search.ROW_FLAGS:
     if flag in row:
       assert f"--{flag}={row[flag]}" in line, (flag, line)
 
@@ -71,7 +72,7 @@ def test_a_searched_cell_is_its_tried_slice(key):
       if not r["fits"] and r.get("peak_gib")
     )
     assert misses[-1] == (chips.parse(row["slice"]).chips, row["peak_gib"])
-    assert round(plan_cli.peak_floor(*misses[-2:]), 2) == floor
+    assert round(search.peak_floor(*misses[-2:]), 2) == floor
   if not row["fits"]:
     return
   # The search recorded a smaller slice than its answer only as a miss.
@@ -83,7 +84,7 @@ def test_a_searched_cell_is_its_tried_slice(key):
 
 def test_table_md_is_the_results_table():
   with open(os.path.join(RESULTS, "table.md")) as f:
-    assert f.read() == plan_cli.markdown(RESULTS_JSON, plan_cli.FAMILIES)
+    assert f.read() == search.markdown(RESULTS_JSON, search.FAMILIES)
 
 
 @pytest.mark.parametrize("key", sorted(RESULTS_JSON))

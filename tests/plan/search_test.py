@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from rlreason.plan import chips
+from rlreason.plan import search
 from rlreason.plan import summary
 from rlreason.train import train_step as ts
 
@@ -50,7 +51,7 @@ def fake(fits_from: int, error: str = OOM, fits_also=()):
 )
 def test_the_search_finds_the_smallest_fit_from_any_start(start, expected):
   try_slice, calls = fake(fits_from=16)
-  row, tried = plan_cli.smallest_fit(V4[:6], try_slice, start)
+  row, tried = search.smallest_fit(V4[:6], try_slice, start)
   assert row["slice"] == "v4-32" and row["fits"]  # 16 chips
   assert calls == expected
   assert tried == [f"v4-{2 * c}" for c in expected]
@@ -58,19 +59,19 @@ def test_the_search_finds_the_smallest_fit_from_any_start(start, expected):
 
 def test_a_fit_at_the_start_with_no_smaller_slice_costs_one_compile():
   try_slice, calls = fake(fits_from=1)
-  row, tried = plan_cli.smallest_fit(V4, try_slice, 0)
+  row, tried = search.smallest_fit(V4, try_slice, 0)
   assert row["fits"] and calls == [4] and tried == ["v4-8"]
 
 
 def test_no_fit_reports_the_largest_slice_tried():
   try_slice, calls = fake(fits_from=10**6)
-  row, _ = plan_cli.smallest_fit(V4[:3], try_slice, 1)
+  row, _ = search.smallest_fit(V4[:3], try_slice, 1)
   assert not row["fits"] and row["slice"] == "v4-32" and calls == [8, 4, 16]
 
 
 def test_an_error_a_larger_slice_keeps_stops_the_search():
   try_slice, calls = fake(fits_from=16, error="ValueError: bad preset")
-  row, _ = plan_cli.smallest_fit(V4, try_slice, 0)
+  row, _ = search.smallest_fit(V4, try_slice, 0)
   assert not row["fits"] and calls == [4]
 
 
@@ -85,22 +86,22 @@ def test_a_larger_slice_that_cannot_run_it_leaves_the_miss_below():
       return {"slice": s.name, "fits": False, "errors": {"train_step": split}}
     return {"slice": s.name, "fits": False, "errors": {"train_step": OOM}}
 
-  row, tried = plan_cli.smallest_fit(V4, try_slice, 1)
+  row, tried = search.smallest_fit(V4, try_slice, 1)
   assert tried == ["v4-16", "v4-8", "v4-32", "v4-64"]
   assert not row["fits"] and row["slice"] == "v4-32", row
   assert row["beyond"] == {"slice": "v4-64", "error": split}
-  cell = plan_cli.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
+  cell = search.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
   assert cell == f"| x | no fit up to v4-32 (v4-64: {split}) |"
 
 
 def test_the_peak_floor_is_what_stays_per_chip():
   # knowrl on v5e (tried.json): 18.29 GiB on 16 chips, 16.27 on 32. With
   # peak = a + b / chips: b / 32 = 18.29 - 16.27 = 2.02, a = 14.25.
-  assert plan_cli.peak_floor((16, 18.29), (32, 16.27)) == pytest.approx(
+  assert search.peak_floor((16, 18.29), (32, 16.27)) == pytest.approx(
     14.25, rel=1e-9, abs=1e-9
   )
   # All of it split over the chips: the floor is 0.
-  assert plan_cli.peak_floor((8, 40.0), (16, 20.0)) == pytest.approx(
+  assert search.peak_floor((8, 40.0), (16, 20.0)) == pytest.approx(
     0.0, rel=1e-9, abs=1e-9
   )
 
@@ -130,13 +131,13 @@ def test_misses_whose_peak_tends_over_the_fit_stop_the_search():
   tend to 28 GiB, over a v4 chip's 27.2 GiB fit, so 32 chips and more
   are not compiled."""
   try_slice, calls = _compiled_misses({4: 32.0, 8: 30.0, 16: 29.0, 32: 1.0})
-  row, tried = plan_cli.smallest_fit(
+  row, tried = search.smallest_fit(
     V4, try_slice, 0, steady=lambda s: s.chips >= 8
   )
   assert calls == [4, 8, 16], calls
   assert row["slice"] == "v4-32" and not row["fits"]  # 16 chips
   assert row["floor_gib"] == pytest.approx(28.0, rel=1e-9, abs=1e-9)
-  cell = plan_cli.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
+  cell = search.markdown({"x/v4": row}, ("v4",)).splitlines()[-1]
   assert (
     "no fit up to v4-32 (one row per chip: the peak tends to 28.0 GiB" in cell
   )
@@ -146,11 +147,11 @@ def test_misses_are_extrapolated_only_where_rows_per_chip_cannot_fall():
   peaks = {4: 32.0, 8: 30.0, 16: 29.0, 32: 28.5, 64: 20.0}
   # Not steady: rows per chip still fall on larger slices.
   try_slice, calls = _compiled_misses(peaks)
-  row, _ = plan_cli.smallest_fit(V4[:5], try_slice, 0, steady=lambda s: False)
+  row, _ = search.smallest_fit(V4[:5], try_slice, 0, steady=lambda s: False)
   assert calls == [4, 8, 16, 32, 64] and "floor_gib" not in row
   # A floor under the fit (30 and 20 GiB tend to 10) goes on as well.
   try_slice, calls = _compiled_misses({4: 30.0, 8: 20.0, 16: 15.0})
-  plan_cli.smallest_fit(V4[:3], try_slice, 0, steady=lambda s: True)
+  search.smallest_fit(V4[:3], try_slice, 0, steady=lambda s: True)
   assert calls == [4, 8, 16]
 
 
@@ -169,7 +170,7 @@ def test_stepping_down_stops_at_the_first_miss():
   # Not monotone (the TPU scheduler: dler, treerl): 4 chips fit, 8 do not,
   # 16 do. From 16 the search stops at the miss at 8, as documented.
   try_slice, calls = fake(fits_from=16, fits_also=(4,))
-  row, _ = plan_cli.smallest_fit(V4, try_slice, 2)
+  row, _ = search.smallest_fit(V4, try_slice, 2)
   assert row["slice"] == "v4-32" and calls == [16, 8]
 
 
@@ -177,24 +178,24 @@ def test_a_miss_at_the_start_tries_the_slice_below_first():
   # Not monotone the other way (igpo on v6e): 16 chips miss where 8 fit.
   # From 16 the search steps down once, finds 8, and goes on down from it.
   try_slice, calls = fake(fits_from=32, fits_also=(4, 8))
-  row, _ = plan_cli.smallest_fit(V4, try_slice, 2)
+  row, _ = search.smallest_fit(V4, try_slice, 2)
   assert calls == [16, 8, 4] and row["slice"] == "v4-8", (calls, row)
   # The slice below misses too: up from the start, as before.
   try_slice, calls = fake(fits_from=16)
-  row, _ = plan_cli.smallest_fit(V4, try_slice, 1)
+  row, _ = search.smallest_fit(V4, try_slice, 1)
   assert calls == [8, 4, 16] and row["slice"] == "v4-32"
 
 
 def test_the_start_holds_the_least_memory_a_fit_used_elsewhere():
   gib = summary.GIB
-  assert plan_cli.start_index(V4, []) == 0
+  assert search.start_index(V4, []) == 0
   # 4 v5p chips at 60 GiB = 240 GiB: 8 v4 chips hold 8 x 27.2 = 217.6
   # GiB below the margin, 16 hold 435.2.
-  assert plan_cli.start_index(V4, [(4, 60 * gib)]) == 2
+  assert search.start_index(V4, [(4, 60 * gib)]) == 2
   # The least of them: 8 x 20 = 160 GiB, over 4 v4 chips' 108.8.
-  assert plan_cli.start_index(V4, [(4, 60 * gib), (8, 20 * gib)]) == 1
-  assert plan_cli.start_index(V4, [(4, 27.2 * gib)]) == 0
-  assert plan_cli.start_index(V4, [(64, 10**6 * gib)]) == len(V4) - 1
+  assert search.start_index(V4, [(4, 60 * gib), (8, 20 * gib)]) == 1
+  assert search.start_index(V4, [(4, 27.2 * gib)]) == 0
+  assert search.start_index(V4, [(64, 10**6 * gib)]) == len(V4) - 1
 
 
 def _fake_rows(calls, fits_from: int, killed=()):
@@ -310,7 +311,7 @@ def test_a_micro_batch_that_does_not_split_is_named_in_the_cell():
   assert plan_cli.unsplit_on("grpo", f"v4-{2 * rows}") == ""
   row = {"slice": slice_name, "fits": True, "errors": {}, "peak_gib": 20.0}
   row.update(step_s=2.0, mfu=0.3, unsplit=why)
-  cell = plan_cli.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
+  cell = search.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
   assert cell.endswith(f"MFU 30% ({why}) |"), cell
 
 
@@ -350,7 +351,7 @@ def test_a_slice_that_does_not_split_the_micro_batch_is_planned_with_fewer():
   )
   row = {"slice": two_rows, "fits": True, "errors": {}, "peak_gib": 20.0}
   row.update(step_s=2.0, mfu=0.7, micro_batches=fewer)
-  cell = plan_cli.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
+  cell = search.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
   assert cell.endswith(f"MFU 70% (--micro_batches={fewer}) |"), cell
 
 

@@ -1,0 +1,165 @@
+"""The slice search of `plan --all` and its table, on rows a planner wrote.
+
+  row, tried = search.smallest_fit(slices, try_slice, start, steady)
+  table = search.markdown(results, search.FAMILIES)
+
+A row is one slice's verdict as experiments/plan.py records it (slice,
+fits, peak_gib, step_s, train_s, mfu, errors and the flags the run needs).
+`smallest_fit` walks a family's slices (smallest first) with a
+`try_slice(slice)` that compiles one (experiments/plan.py: a child process
+per slice) or, in tests, fakes it; `start_index` picks where to start from
+other families' fits. Nothing here compiles.
+"""
+
+from rlreason.plan import program as program_lib
+from rlreason.plan import summary
+
+
+FAMILIES = ("v4", "v5p", "v5e", "v6e")  # the table's columns
+# The flags a row records (the run needs them): set by the planner.
+ROW_FLAGS = (
+  "micro_batches",
+  *program_lib.TEMP_BUDGETS.values(),
+  "rollout_rows",
+)
+
+
+def start_index(slices, known) -> int:
+  """Where to start the search in `slices` (a family's, smallest first):
+  the smallest whose HBM, less the fit margin, summed over its chips holds
+  the least total memory a fitting slice of another family used (`known`:
+  (chips, per-chip peak bytes) pairs); 0 when nothing is known."""
+  if not known:
+    return 0
+  need = min(chips * peak for chips, peak in known)
+  for i, s in enumerate(slices):
+    if s.chips * (1 - summary.FIT_MARGIN) * s.hbm_bytes >= need:
+      return i
+  return len(slices) - 1
+
+
+def misses_by_memory(row) -> bool:
+  """Whether a row that does not fit failed only for memory (or compiled
+  over the fit: no errors), so a larger slice may fit."""
+  return all(map(summary.out_of_memory, row.get("errors", {}).values()))
+
+
+def peak_floor(small, big) -> float:
+  """Where the per-chip peak tends as the slice grows, from two slices'
+  (chips, peak): the model peak = a + b / chips (the train state and
+  whatever is split over all chips fall as 1 / chips; what each chip
+  holds whatever the slice, one row's activations once a micro-batch is
+  one row per chip, stays), so the floor is a."""
+  (n1, p1), (n2, p2) = small, big
+  b = (p1 - p2) / (1 / n1 - 1 / n2)
+  return p2 - b / n2
+
+
+def train_step_only(row) -> bool:
+  """Whether a miss's peak is its train step's: compiled first, and over
+  the fit it stops the slice (the other programs have no time)."""
+  return row.get("peak_gib", 0) > 0 and row["step_s"] == row["train_s"]
+
+
+def smallest_fit(slices, try_slice, start: int = 0, steady=None):
+  """(row, names tried): the smallest of `slices` (smallest first) whose
+  `try_slice(slice)` row fits, searching from `start`: down while the next
+  smaller one fits, else up while a larger one may help (the misses are
+  out of memory, not errors a larger slice keeps). A miss at a start above
+  the smallest slice tries the one below it first: the TPU scheduler can
+  make a larger slice hold more per chip than a smaller one (igpo: v6e-16
+  missed at 33.39 GiB where v6e-8 fits at 23.72). Without a fit, the last
+  row tried.
+
+  `steady(slice)`: whether the train step's rows per chip cannot fall on
+  that slice or larger ones (one row per chip). Two such misses whose
+  train-step peaks tend (peak_floor) over the fit stop the search: no
+  larger slice fits; the row says the floor (floor_gib)."""
+  tried = []
+
+  def attempt(i):
+    tried.append(slices[i].name)
+    return try_slice(slices[i])
+
+  i = start
+  row = attempt(i)
+  if not row["fits"] and i > 0 and misses_by_memory(row):
+    below = attempt(i - 1)
+    if below["fits"]:
+      row, i = below, i - 1
+  if row["fits"]:
+    while i > 0:
+      smaller = attempt(i - 1)
+      if not smaller["fits"]:
+        break
+      row, i = smaller, i - 1
+    return row, tried
+  while misses_by_memory(row) and i + 1 < len(slices):
+    i += 1
+    miss, row = row, attempt(i)
+    if row["fits"]:
+      break
+    if (
+      steady
+      and all(map(train_step_only, (miss, row)))
+      and steady(slices[i - 1])
+      and steady(slices[i])
+    ):
+      floor = peak_floor(
+        (slices[i - 1].chips, miss["peak_gib"]),
+        (slices[i].chips, row["peak_gib"]),
+      )
+      if floor * summary.GIB > (1 - summary.FIT_MARGIN) * slices[i].hbm_bytes:
+        return {**row, "floor_gib": round(floor, 2)}, tried
+    if not misses_by_memory(row):
+      # A larger slice that cannot run it at all (its batch does not split
+      # over the chips, say): the answer is the miss below it.
+      error = next(iter(row["errors"].values()))
+      return {**miss, "beyond": {"slice": row["slice"], "error": error}}, tried
+  return row, tried
+
+
+def markdown(results: dict, families) -> str:
+  lines = [
+    "| experiment | " + " | ".join(families) + " |",
+    "|---|" + "---|" * len(families),
+  ]
+  names = sorted({k.split("/")[0] for k in results})
+  for name in names:
+    cells = []
+    for family in families:
+      r = results.get(f"{name}/{family}")
+      if not r:
+        cells.append("-")
+      elif not misses_by_memory(r):
+        error = next(iter(r["errors"].values()))
+        cells.append(f"not planned: {error[:60]}")
+      elif not r.get("fits"):
+        beyond = ""
+        if r.get("beyond"):  # a sharding error's point is after "implies"
+          why = r["beyond"]["error"].split(" implies that ")[-1][:70]
+          beyond = f" ({r['beyond']['slice']}: {why})"
+        floor = ""
+        if r.get("floor_gib"):
+          floor = (
+            f" (one row per chip: the peak tends to {r['floor_gib']} GiB,"
+            " over the fit)"
+          )
+        cells.append(f"no fit up to {r['slice']}{beyond}{floor}")
+      else:
+        flags = " ".join(
+          f"--{flag}={r[flag]}" for flag in ROW_FLAGS if flag in r
+        )
+        cells.append(
+          f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
+          f"MFU {100 * r['mfu']:.0f}%"
+          + (f" ({flags})" if flags else "")
+          + (
+            f" ({', '.join(r['killed'])}: compile killed, not decided)"
+            if r.get("killed")
+            else ""
+          )
+          + (f" ({r['unsplit']})" if r.get("unsplit") else "")
+        )
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
