@@ -84,12 +84,14 @@ def experiment_config(name: str, scale: str, overrides: dict):
   its programs run at (when they are not the flags' own);
   `scorers(cfg)`, {program: --model name} of the frozen models it scores
   its rollouts with (plan/scoring.py's SCORERS: KDRL's teacher, rm_grpo's
-  reward model); and, read by
+  reward model); `reward_model_pairs(cfg)`, the pairs per step of a
+  reward model it trains before the RL (rm_grpo's Bradley-Terry stage);
+  and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
   (when not all), and `score_forwards(cfg)`, the whole-batch forwards
   per step beyond the reference's (IGPO's answer probabilities).
-  `extras` are aot.compile_run's keywords for the first two and the
-  scorers.
+  `extras` are aot.compile_run's keywords for the first two, the
+  scorers and the reward model's pairs.
   """
   module = importlib.import_module(f"experiments.{name}")
   cfg = module.Config()
@@ -107,6 +109,8 @@ def experiment_config(name: str, scale: str, overrides: dict):
     extras["fields"] = module.train_fields(cfg)
   if hasattr(module, "scorers"):
     extras["scorers"] = module.scorers(cfg)
+  if hasattr(module, "reward_model_pairs"):
+    extras["reward_model_pairs"] = module.reward_model_pairs(cfg)
   return cfg, getattr(module, "loss_fn", objective.loss_fn), extras
 
 

@@ -296,9 +296,17 @@ def scorers(cfg) -> dict:
   """The scalar reward model for the planner (experiments/plan.py): the
   warm-started policy's architecture with a scalar head, its forward a
   program, its weights resident beside the others. Not planned: the
-  Bradley-Terry training before the RL (train_reward_model), nor the
   generative judge (--rm_kind=judge)."""
   return {"reward_model": cfg.model} if cfg.rm_kind == "scalar" else {}
+
+
+def reward_model_pairs(cfg) -> int:
+  """The planner's reward-model training before the RL (train_reward_model:
+  --rm_steps Bradley-Terry steps of --rm_batch_size pairs); 0 without it
+  (a judge, or no steps)."""
+  if cfg.rm_kind != "scalar" or cfg.rm_steps <= 0:
+    return 0
+  return cfg.rm_batch_size
 
 
 def scalar_reward(rm_params, info, model_cfg):

@@ -10,7 +10,7 @@ whole-rollout forwards (reference, critic, scorers) in plan/scoring.py.
 The mesh is usually an abstract TPU slice (chips.devices), compiled by
 libtpu on this CPU host; with jax.devices() it plans for the local backend.
 
-Up to six programs are compiled at the sizes the loop runs them:
+Up to seven programs are compiled at the sizes the loop runs them:
   train_step  one minibatch (N / minibatches rows) through loss, gradient
               (micro_batches scanned) and optimizer update, state donated;
   rollout     the sampler (prefill + decode loop) at --rollout_rows
@@ -27,7 +27,11 @@ Up to six programs are compiled at the sizes the loop runs them:
               eval/teacher.py's Teacher.logp; rm_grpo's scalar reward
               model, rewards/model.py's score_rollout): each one's forward
               over as many rows, its parameters in the compute dtype
-              resident beside every other program (SCORERS).
+              resident beside every other program (SCORERS);
+  reward_model_train  with a reward model trained before the RL
+              (`reward_model_pairs` pairs per step: rm_grpo's
+              Bradley-Terry step, rewards/model.py's bt_update), beside
+              the policy's weights as loaded.
 An experiment that trains more than the policy passes its loop hook
 (`extra_params`, e.g. ppo.critic(cfg)) and the per-row shapes of the batch
 fields its loss reads beyond the policy's (`fields`); the train state, the
@@ -70,6 +74,7 @@ PROGRAMS = (
   "values",
   "teacher",
   "reward_model",
+  "reward_model_train",
 )
 
 
@@ -201,6 +206,7 @@ def compile_run(
   extra_params=None,
   fields=None,
   scorers: dict[str, str] | None = None,
+  reward_model_pairs: int = 0,
   model_cfg=None,
   fit_bytes: int | None = None,
   stop_over_fit: bool = False,
@@ -208,7 +214,8 @@ def compile_run(
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program. "values" is
   compiled only when `extra_params` adds a critic, a scorer (SCORERS)
-  only where `scorers` names its model. `model_cfg` replaces
+  only where `scorers` names its model, "reward_model_train" only with
+  `reward_model_pairs` and a reward model. `model_cfg` replaces
   model_config(cfg) (e.g. another attention implementation).
 
   `fit_bytes` (TPU, no budget flag given): a train step or rollout whose
@@ -240,6 +247,8 @@ def compile_run(
   programs = tuple(
     p for p in programs if p not in scoring.SCORERS or p in scorer_cfgs
   )
+  if not (reward_model_pairs and "reward_model" in scorer_cfgs):
+    programs = tuple(p for p in programs if p != "reward_model_train")
   rows = score_rows or ts.score_rows(cfg, mesh)
   fixed_rows = rollout_rows or cfg.rollout_rows
   makers = {  # each compiles with a config (a budget flag set, below)
@@ -264,6 +273,10 @@ def compile_run(
       c, model_cfg, mesh, rows, critic
     ),
   }
+  if "reward_model" in scorer_cfgs:
+    makers["reward_model_train"] = lambda c: scoring.compile_reward_model_train(
+      c, scorer_cfgs["reward_model"], mesh, reward_model_pairs
+    )
   for name, scorer_cfg in scorer_cfgs.items():
     makers[name] = functools.partial(
       lambda c, n, sc: scoring.compile_scorer(n, c, sc, mesh, rows),

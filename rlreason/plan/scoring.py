@@ -7,13 +7,15 @@ values and the frozen models a run scores its rollouts with.
 Each is one forward over `rows` rows (a train micro-batch, as
 Context.score_rows), activations split by batch under the activation mesh,
 as the loop runs it; plan/aot.py compiles them beside the run's other
-programs.
+programs. Also here: the training of a scorer that the run trains before
+its RL (compile_reward_model_train: rm_grpo's Bradley-Terry step).
 """
 
 import dataclasses
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
@@ -95,4 +97,29 @@ def compile_values(
     model_cfg,
     mesh,
     rows,
+  )
+
+
+def compile_reward_model_train(
+  cfg, rm_cfg, mesh, pairs: int
+) -> program_lib.Program:
+  """rm_grpo's Bradley-Terry step before the RL (rewards/model.py's
+  bt_update, as train_bt runs it): `pairs` chosen and rejected rows of
+  P + T tokens, split by rows where they divide (mesh.put_rows), the
+  reward model's weights (param dtype, TRAIN_RULES; head replicated) and
+  AdamW moments donated."""
+  params = state_lib.reward_model_params(rm_cfg, mesh, trained=True)
+  optimizer = optax.adamw(1e-5)  # the rate does not change the program
+  opt_state = state_lib.optimizer_state(optimizer, params, mesh)
+  shape = (pairs, cfg.max_prompt_len + cfg.max_new_tokens)
+  split = mesh_lib.spec(("batch", None), mesh_lib.ROLLOUT_RULES, shape, mesh)
+  ids = jax.ShapeDtypeStruct(
+    shape, jnp.int32, sharding=jax.sharding.NamedSharding(mesh, split)
+  )
+  step = reward_model.bt_update(rm_cfg, optimizer, mesh)
+  compiled = step.lower(params, opt_state, ids, ids, ids, ids).compile()
+  return dataclasses.replace(
+    program_lib.analyse("reward_model_train", compiled),
+    rows=2 * pairs,
+    model_params=rm_cfg.num_params(),
   )

@@ -15,6 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import lora
@@ -175,13 +176,17 @@ def critic_params(cfg, model_cfg, mesh, extra_params):
   )
 
 
-def reward_model_params(model_cfg, mesh):
+def reward_model_params(model_cfg, mesh, trained: bool = False):
   """A scalar reward model as the RL loop keeps it (rewards/model.py's
   frozen_on_mesh): the backbone as the reference's (ref_params), the head
-  replicated in float32."""
+  replicated in float32. `trained`: as rm_grpo trains it before the RL
+  (rewards/model.py's train_bt), the backbone in the param dtype as the
+  policy's weights it starts from (TRAIN_RULES)."""
   rep = mesh_lib.replicated(mesh)
   return {
-    "backbone": ref_params(model_cfg, mesh),
+    "backbone": layout(model_cfg, mesh, mesh_lib.TRAIN_RULES)
+    if trained
+    else ref_params(model_cfg, mesh),
     "head": {
       "w": jax.ShapeDtypeStruct(
         (model_cfg.d_model,), jnp.float32, sharding=rep
@@ -189,6 +194,20 @@ def reward_model_params(model_cfg, mesh):
       "b": jax.ShapeDtypeStruct((), jnp.float32, sharding=rep),
     },
   }
+
+
+def optimizer_state(optimizer, params, mesh):
+  """Abstract optimizer state of abstract `params`: the moments laid out
+  as their parameters, the rest (step counts) replicated."""
+  shapes = jax.eval_shape(optimizer.init, params)
+  shardings = optax.tree_map_params(
+    optimizer,
+    lambda _, sh: sh,
+    shapes,
+    jax.tree.map(lambda x: x.sharding, params),
+    transform_non_params=lambda _: mesh_lib.replicated(mesh),
+  )
+  return abstract(shapes, shardings)
 
 
 def resident_bytes(
@@ -201,7 +220,8 @@ def resident_bytes(
   the frozen models the run scores with (`frozen`: {program: per-device
   bytes of its parameters}, plan/scoring.py's SCORERS) beside every program
   but their own forward, beside which lie the train state and the
-  reference parameters (LoRA: the base)."""
+  reference parameters (LoRA: the base); beside rm_grpo's reward-model
+  training (before the RL) the policy's weights as loaded."""
   state = per_device_bytes(train_state(cfg, model_cfg, mesh, extra_params)[0])
   critic = critic_params(cfg, model_cfg, mesh, extra_params)
   values = state - (0 if critic is None else per_device_bytes(critic))
@@ -233,7 +253,13 @@ def resident_bytes(
     }
     scoring = state + ref
   out.update({name: scoring for name in frozen})
-  return {
+  out = {
     k: v + sum(b for name, b in frozen.items() if name != k)
     for k, v in out.items()
   }
+  # rm_grpo's reward-model training, before the RL: beside it only the
+  # policy's weights as loaded (param dtype, TRAIN_RULES), its start.
+  out["reward_model_train"] = per_device_bytes(
+    layout(model_cfg, mesh, mesh_lib.TRAIN_RULES)
+  )
+  return out

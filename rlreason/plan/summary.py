@@ -22,6 +22,10 @@ all):
               policy's); a critic also doubles the train step's FLOPs;
   teacher,    the same with the frozen model's parameters
   reward_model  (Program.model_params).
+Stages a run goes through once, before its RL steps, are timed apart
+(before_rl): rm_grpo's reward-model training, --rm_steps Bradley-Terry
+steps, each max(6 * RM params * tokens (4/3 with remat) / peak, compiled
+bytes / bandwidth).
 MFU = the train step's model FLOPs (without remat) / (its time * peak): an
 upper bound, as a roofline is.
 """
@@ -49,6 +53,7 @@ class Summary:
   programs: dict[str, program_lib.Program]
   advice: list[str]
   unsplit: str = ""  # train_step.unsplit: "" when the micro-batch splits
+  before_seconds: float = 0.0  # once, before the RL steps (before_rl)
 
 
 def model_flops_per_token(model_cfg, context: int) -> float:
@@ -120,6 +125,20 @@ def times(
   return out
 
 
+def before_rl(cfg, model_cfg, programs, devices, peak, bandwidth) -> float:
+  """Roofline seconds per device of what runs once before the RL steps:
+  rm_grpo's --rm_steps Bradley-Terry steps (reward_model_train, 2 x pairs
+  rows of P + T tokens each, forward and backward)."""
+  prog = programs.get("reward_model_train")
+  if prog is None:
+    return 0.0
+  recompute = 4 / 3 if model_cfg.remat else 1.0
+  tokens = prog.rows * (cfg.max_prompt_len + cfg.max_new_tokens)
+  flops = 6 * prog.model_params * tokens * recompute / devices
+  step = max(flops / peak, prog.bytes_accessed / bandwidth)
+  return getattr(cfg, "rm_steps", 0) * step
+
+
 def _loops(trips) -> str:
   """How the bytes count loops: "loops x8, x32 multiplied out"."""
   if not trips:
@@ -179,6 +198,9 @@ def summarize(
     programs=ok,
     advice=advice(ok, errors, cfg, hbm_bytes, shards),
     unsplit=ts.unsplit(cfg, shards),
+    before_seconds=before_rl(
+      cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth
+    ),
   )
 
 
@@ -222,6 +244,11 @@ def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
       out.append(
         "rollout: fewer sequences per sampler call (--rollout_rows), or "
         "parameters sharded over fsdp in the rollout"
+      )
+    elif name == "reward_model_train":
+      out.append(
+        f"{name}: fewer pairs per Bradley-Terry step (--rm_batch_size), "
+        "or a larger slice"
       )
     else:
       out.append(f"{name}: score the rollout in micro-batches (--score_rows)")
@@ -268,5 +295,9 @@ def text(s: Summary, title: str = "") -> str:
     f"roofline RL step {s.step_seconds:.1f} s (train {s.train_seconds:.1f}"
     f" s), train MFU {100 * s.mfu:.0f}%"
   )
+  if s.before_seconds:
+    lines.append(
+      f"before the RL (once): {s.before_seconds:.1f} s (reward_model_train)"
+    )
   lines += [f"advice: {a}" for a in s.advice]
   return "\n".join(lines)

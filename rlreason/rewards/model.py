@@ -120,6 +120,24 @@ def preference_pairs(
   return np.asarray(chosen, np.int64), np.asarray(rejected, np.int64)
 
 
+def bt_update(model_cfg, optimizer, mesh=None):
+  """The jitted Bradley-Terry step of train_bt: (params, optimizer state,
+  chosen tokens, positions, rejected tokens, positions) -> (params, state,
+  loss), the params and state donated (updated in place); activations
+  split by batch on `mesh` (mesh.activation_mesh), as the policy's train
+  step. The planner compiles it (plan/scoring.py)."""
+
+  def update(params, state, c_tok, c_pos, r_tok, r_pos):
+    with mesh_lib.activation_mesh(mesh):
+      loss, grads = jax.value_and_grad(bradley_terry_loss)(
+        params, (c_tok, c_pos), (r_tok, r_pos), model_cfg
+      )
+    upd, state = optimizer.update(grads, state, params)
+    return optax.apply_updates(params, upd), state, loss
+
+  return jax.jit(update, donate_argnums=(0, 1))
+
+
 def train_bt(
   params: dict,
   model_cfg,
@@ -158,17 +176,12 @@ def train_bt(
   if m == 0 or steps == 0:
     return params, []
   opt = optax.adamw(lr, weight_decay=weight_decay)
+  # Own buffers, updated in place (bt_update donates them): the caller's
+  # (the policy's weights as the backbone) stay valid, and one step holds
+  # one copy of the weights and moments.
+  params = jax.tree.map(jnp.copy, params)
   state = opt.init(params)
-
-  @jax.jit
-  def update(params, state, c_tok, c_pos, r_tok, r_pos):
-    with mesh_lib.activation_mesh(mesh):
-      loss, grads = jax.value_and_grad(bradley_terry_loss)(
-        params, (c_tok, c_pos), (r_tok, r_pos), model_cfg
-      )
-    upd, state = opt.update(grads, state, params)
-    return optax.apply_updates(params, upd), state, loss
-
+  update = bt_update(model_cfg, opt, mesh)
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
   losses = []

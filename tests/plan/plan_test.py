@@ -10,7 +10,8 @@ shrinks and as the slice grows; LoRA over an nf4 base compiles for one
 chip with a train state of the adapters alone; PPO's critic (train state,
 batch fields, its values forward), KDRL's teacher and rm_grpo's reward
 model (each one's forward, its weights resident beside every other
-program) and T-PPO's window batch are planned through the experiments'
+program; the reward model's Bradley-Terry training before the RL, its
+weights and moments updated in place) and T-PPO's window batch are planned through the experiments'
 hooks (experiments/plan.py), and SIREN's loss of the whole distribution
 holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
@@ -91,6 +92,8 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "decoders": p.decoders if p else None,
     "resident": {k: q.resident_bytes for k, q in out.programs.items()},
     "args": {k: q.argument_bytes for k, q in out.programs.items()},
+    "alias": {k: q.alias_bytes for k, q in out.programs.items()},
+    "before": out.before_seconds,
     "peak": p.peak_bytes if p else None,
     "budget": p.temp_budget_mib if p else None,
     "note": p.note if p else "",
@@ -219,8 +222,10 @@ res["kdrl"] = run(cfg, "v5e-4", ("ref_logp", "teacher"),
 res["kdrl"]["teacher_params"] = dataclasses.replace(
   presets.get("tiny"), vocab_size=V, **deeper).num_params()
 cfg, loss_fn, extras = plan_cli.experiment_config("rm_grpo", "laptop", small)
-res["rm_grpo"] = run(cfg, "v5e-4", ("ref_logp", "reward_model"),
+res["rm_grpo"] = run(cfg, "v5e-4",
+                     ("ref_logp", "reward_model", "reward_model_train"),
                      loss_fn=loss_fn, extras=extras)
+res["rm_grpo"]["rm_batch_size"] = cfg.rm_batch_size
 print("RESULT" + json.dumps(res))
 """
 
@@ -272,7 +277,7 @@ def test_a_reward_model_is_planned_with_its_forward_and_resident_weights(
 ):
   rm, grpo = results["rm_grpo"], results["grpo"]
   assert not rm["errors"], rm["errors"]
-  assert rm["programs"] == ["ref_logp", "reward_model"]
+  assert rm["programs"] == ["ref_logp", "reward_model", "reward_model_train"]
   # The same train state as GRPO's; the reward model's weights lie beside
   # its reference forward (and every other program), not its own forward.
   weights = rm["resident"]["ref_logp"] - grpo["resident"]["ref_logp"]
@@ -285,6 +290,25 @@ def test_a_reward_model_is_planned_with_its_forward_and_resident_weights(
   extra = rm["args"]["reward_model"] - rm["args"]["ref_logp"]
   assert 0 <= extra < 0.01 * rm["args"]["ref_logp"], rm["args"]
   assert weights < rm["args"]["reward_model"] < 1.6 * weights, rm
+
+
+def test_a_reward_models_training_is_planned_before_the_rl(results):
+  """rm_grpo's Bradley-Terry step (rewards/model.py's bt_update): the
+  reward model's fp32 weights and two Adam moments as arguments, updated
+  in place (aliased), the policy's weights as loaded beside it, the pairs'
+  2 x rm_batch_size rows per step; timed once, apart from the RL step."""
+  rm = results["rm_grpo"]
+  # The policy's fp32 weights split over v5e-4's 4 chips (the norms and
+  # what does not divide are replicated: a little more).
+  policy = rm["resident"]["reward_model_train"]
+  assert 4 * rm["params"] / 4 <= policy <= 1.05 * 4 * rm["params"] / 4
+  # Three copies of the reward model's weights as its forward holds them
+  # (fp32 in this config, tiled alike in TPU memory), all updated in place.
+  args, weights = rm["args"]["reward_model_train"], rm["args"]["reward_model"]
+  assert 2.9 * weights <= args <= 3.1 * weights, (args, weights)
+  assert 2.9 * weights <= rm["alias"]["reward_model_train"] <= args, rm
+  assert rm["each"]["reward_model_train"]["rows"] == 2 * rm["rm_batch_size"]
+  assert rm["before"] > 0
 
 
 def test_remat_cuts_the_train_steps_temporaries(results):

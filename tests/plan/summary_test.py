@@ -92,3 +92,33 @@ def test_tree_rollout_time_reads_each_rows_whole_cache_per_round():
   cache = 16 * 2 * 12 * 24 / 2
   want = prefill + 10 * (2 * 2 * 500 + cache) / bw
   np.testing.assert_allclose(got["rollout"], want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("bound", ["flops", "bytes"])
+def test_reward_model_training_is_timed_once_before_the_rl(bound):
+  """rm_grpo's Bradley-Terry stage: --rm_steps = 5 steps of 2 x 3 pairs'
+  rows of P + T = 14 tokens, each max(6 * RM params (2000) * tokens * 4/3
+  (remat) / chips / peak, compiled bytes / bandwidth); not part of the RL
+  step's time."""
+  cfg = types.SimpleNamespace(
+    num_sequences=8, max_prompt_len=4, max_new_tokens=10, rm_steps=5
+  )
+  model = _Model()
+  model.remat = True
+  moved = 1e9 if bound == "bytes" else 0.0
+  bt = dataclasses.replace(
+    _rollout(6),
+    name="reward_model_train",
+    model_params=2000,
+    bytes_accessed=moved,
+  )
+  peak, bw = 1e6, 1e3
+  flops = 6 * 2000 * 6 * 14 * (4 / 3) / 2 / peak
+  want = 5 * max(flops, moved / bw)
+  got = summary.before_rl(cfg, model, {"reward_model_train": bt}, 2, peak, bw)
+  np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+  assert summary.before_rl(cfg, model, {}, 2, peak, bw) == 0.0
+  per_step = summary.times(
+    cfg, model, {"reward_model_train": bt}, 2, peak, bw
+  )
+  assert "reward_model_train" not in per_step, per_step
