@@ -11,9 +11,9 @@ chip with a train state of the adapters alone; PPO's critic (train state,
 batch fields, its values forward), KDRL's teacher and rm_grpo's reward
 model (each one's forward, its weights resident beside every other
 program; the reward model's Bradley-Terry training before the RL, its
-weights and moments updated in place) and T-PPO's window batch are planned through the experiments'
-hooks (experiments/plan.py), and SIREN's loss of the whole distribution
-holds no [N, T, V] logits; remat cuts the
+weights and moments updated in place) and T-PPO's window batch are
+planned through the experiments' hooks (experiments/plan.py), and SIREN's
+loss of the whole distribution holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
 analysis shows the same bytes with and without it); the train step's
 temporaries budget (--train_temp_budget_mib) reaches libtpu, and a step
