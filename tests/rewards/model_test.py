@@ -54,6 +54,49 @@ def test_bradley_terry_training_ranks_chosen_above_rejected():
   assert r[:4].min() > r[4:].max()
 
 
+def test_bradley_terry_loss_is_one_forward_of_both_sides():
+  """The loss scores chosen and rejected rows in one forward (the narrower
+  side left-padded) and equals its definition, -mean log sigmoid(r(c) -
+  r(r)), with each side scored on its own; gradients too."""
+  params = rm.init(CFG, jax.random.key(0))
+  params["head"]["w"] = jax.random.normal(jax.random.key(1), (CFG.d_model,))
+  chosen, rejected = _pairs(
+    ["1+1\nanswer: 2", "answer: 3"], ["answer: x", "2+2\nanswer: five"]
+  )
+  assert chosen[0].shape[1] != rejected[0].shape[1]
+
+  def by_definition(p):
+    rc, rr = rm.score(p, *chosen, CFG), rm.score(p, *rejected, CFG)
+    return -jnp.mean(jax.nn.log_sigmoid(rc - rr))
+
+  calls = []
+  forward = rm.score
+
+  def spy(p, tokens, positions, model_cfg):
+    calls.append(tokens.shape)
+    return forward(p, tokens, positions, model_cfg)
+
+  rm.score = spy
+  try:
+    got, grads = jax.value_and_grad(rm.bradley_terry_loss)(
+      params, chosen, rejected, CFG
+    )
+  finally:
+    rm.score = forward
+  width = max(chosen[0].shape[1], rejected[0].shape[1])
+  assert calls == [(4, width)], calls
+  want, want_grads = jax.value_and_grad(by_definition)(params)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # A shift of every reward leaves the loss as it is: the bias is not
+  # trained (rounding noise, here, that Adam would scale to lr-sized steps).
+  assert float(grads["head"]["b"]) == 0.0
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+    grads,
+    want_grads,
+  )
+
+
 def test_parse_verdict():
   assert rm.parse_verdict(" Yes, it is") == 1.0
   assert rm.parse_verdict("no") == 0.0
