@@ -118,7 +118,5 @@ def test_reward_model_training_is_timed_once_before_the_rl(bound):
   got = summary.before_rl(cfg, model, {"reward_model_train": bt}, 2, peak, bw)
   np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
   assert summary.before_rl(cfg, model, {}, 2, peak, bw) == 0.0
-  per_step = summary.times(
-    cfg, model, {"reward_model_train": bt}, 2, peak, bw
-  )
+  per_step = summary.times(cfg, model, {"reward_model_train": bt}, 2, peak, bw)
   assert "reward_model_train" not in per_step, per_step
