@@ -147,13 +147,13 @@ def markdown(results: dict, families) -> str:
           )
         cells.append(f"no fit up to {r['slice']}{beyond}{floor}")
       else:
-        flags = " ".join(
-          f"--{flag}={r[flag]}" for flag in ROW_FLAGS if flag in r
+        needed = " ".join(
+          f"--{name}={r[name]}" for name in ROW_FLAGS if name in r
         )
         cells.append(
           f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
           f"MFU {100 * r['mfu']:.0f}%"
-          + (f" ({flags})" if flags else "")
+          + (f" ({needed})" if needed else "")
           + (
             f" ({', '.join(r['killed'])}: compile killed, not decided)"
             if r.get("killed")
