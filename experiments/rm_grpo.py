@@ -30,7 +30,7 @@ Differs from experiments/grpo.py in exactly:
       batch's correct-vs-incorrect pairs, i.e. how well the proxy still
       tracks the gold on the moving policy's samples.
 `--rm_kind=judge` replaces the trained RM by the generative judge
-(rewards/model.judge, verdict "yes" = 1): the frozen warm-start policy, or
+(rewards/judge.judge, verdict "yes" = 1): the frozen warm-start policy, or
 the HF checkpoint --judge_model, asked whether the response is correct; no
 training stage. (The tiny laptop policy was never taught to judge: at
 laptop scale this only exercises the mechanism.)
@@ -73,6 +73,7 @@ from rlreason.rl import objective
 from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
 from rlreason import storage
+from rlreason.rewards import judge as judge_lib
 from rlreason.rewards import model as rm
 
 KINDS = ("scalar", "judge")
@@ -96,6 +97,9 @@ class Config(grpo.TinyConfig):
   # seed 0): the tiny RM is a weak proxy, as Gao et al.'s small RMs.
   rm_steps: int = 300
   rm_batch_size: int = 32  # pairs per step
+  # Each step's pairs in this many gradient-accumulation micro-batches:
+  # the same update (to rounding), a fraction of the activations live.
+  rm_micro_batches: int = 1
   rm_lr: float = 1e-3
   # --rm_kind=judge: "" = the warm-start policy judges; else an HF dir.
   judge_model: str = ""
@@ -123,6 +127,11 @@ class Config(grpo.TinyConfig):
       )
     if min(self.rm_steps, self.rm_batch_size, self.rm_pairs_per_prompt) < 0:
       raise ValueError("Invalid config: negative --rm_* size")
+    if self.rm_micro_batches < 1 or self.rm_batch_size % self.rm_micro_batches:
+      raise ValueError(
+        f"Invalid config: --rm_micro_batches={self.rm_micro_batches} must "
+        f"be >= 1 and divide --rm_batch_size={self.rm_batch_size}"
+      )
 
 
 PAPER = dict(
@@ -245,6 +254,7 @@ def train_reward_model(cfg, ctx, params):
     seed=cfg.seed,
     log_every=max(1, cfg.rm_steps // 10),
     mesh=ctx.mesh,
+    micro_batches=cfg.rm_micro_batches,
   )
   on_mesh = dict(batch_size=ctx.score_rows, mesh=ctx.mesh)
   s = rm.scores(
@@ -302,8 +312,9 @@ def scorers(cfg) -> dict:
 
 def reward_model_pairs(cfg) -> int:
   """The planner's reward-model training before the RL (train_reward_model:
-  --rm_steps Bradley-Terry steps of --rm_batch_size pairs); 0 without it
-  (a judge, or no steps)."""
+  --rm_steps Bradley-Terry steps of --rm_batch_size pairs, in
+  --rm_micro_batches micro-batches, which the planner reads from the
+  config); 0 without it (a judge, or no steps)."""
   if cfg.rm_kind != "scalar" or cfg.rm_steps <= 0:
     return 0
   return cfg.rm_batch_size
@@ -335,7 +346,7 @@ def judge_reward(cfg, mesh):
 
   def fn(rollout, examples, ctx):
     questions = [examples[i].question for i in rollout.prompt_ids]
-    r, _ = rm.judge(
+    r, _ = judge_lib.judge(
       params,
       questions,
       rollout.texts,

@@ -75,6 +75,7 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(tmp_path):
     rm_prompts=8,
     rm_samples=2,
     rm_steps=3,
+    rm_micro_batches=2,  # the pairs of a step in two micro-batches
     rm_weight=0.5,
     workdir=str(tmp_path / "run"),
     cache_dir=str(tmp_path / "cache"),
@@ -93,6 +94,17 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(tmp_path):
     rm_grpo.sft.warm_started(cfg), None, None
   )
   assert again == info and os.listdir(tmp_path / "cache").count(cached) == 1
+
+
+def test_rm_grpo_rejects_micro_batches_that_do_not_divide_its_pairs():
+  from experiments import rm_grpo
+
+  bad = dataclasses.replace(rm_grpo.Config(), rm_micro_batches=3)
+  with pytest.raises(
+    ValueError, match="--rm_micro_batches=3 must .*--rm_batch_size=32"
+  ):
+    bad.validate()
+  dataclasses.replace(bad, rm_batch_size=33).validate()
 
 
 def test_dars_b_smoke(tmp_path):

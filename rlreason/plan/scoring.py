@@ -105,9 +105,10 @@ def compile_reward_model_train(
 ) -> program_lib.Program:
   """rm_grpo's Bradley-Terry step before the RL (rewards/model.py's
   bt_update, as train_bt runs it): `pairs` chosen and rejected rows of
-  P + T tokens, split by rows where they divide (mesh.put_rows), the
-  reward model's weights (param dtype, TRAIN_RULES; head replicated) and
-  AdamW moments donated."""
+  P + T tokens, split by rows where they divide (mesh.put_rows), in
+  cfg.rm_micro_batches gradient-accumulation micro-batches (1 without
+  it), the reward model's weights (param dtype, TRAIN_RULES; head
+  replicated) and AdamW moments donated."""
   params = state_lib.reward_model_params(rm_cfg, mesh, trained=True)
   optimizer = optax.adamw(1e-5)  # the rate does not change the program
   opt_state = state_lib.optimizer_state(optimizer, params, mesh)
@@ -116,7 +117,8 @@ def compile_reward_model_train(
   ids = jax.ShapeDtypeStruct(
     shape, jnp.int32, sharding=jax.sharding.NamedSharding(mesh, split)
   )
-  step = reward_model.bt_update(rm_cfg, optimizer, mesh)
+  micro = getattr(cfg, "rm_micro_batches", 1)
+  step = reward_model.bt_update(rm_cfg, optimizer, mesh, micro)
   compiled = step.lower(params, opt_state, ids, ids, ids, ids).compile()
   return dataclasses.replace(
     program_lib.analyse("reward_model_train", compiled),

@@ -247,8 +247,10 @@ def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
       )
     elif name == "reward_model_train":
       out.append(
-        f"{name}: fewer pairs per Bradley-Terry step (--rm_batch_size), "
-        "or a larger slice"
+        f"{name}: {p.temp_bytes / GIB:.1f} GiB of temporaries: raise "
+        "--rm_micro_batches (now "
+        f"{getattr(cfg, 'rm_micro_batches', 1)}), or fewer pairs per "
+        "Bradley-Terry step (--rm_batch_size)"
       )
     else:
       out.append(f"{name}: score the rollout in micro-batches (--score_rows)")

@@ -1,7 +1,8 @@
-"""Model-based rewards: a scalar-head reward model and a generative judge.
+"""Model-based rewards: a scalar-head reward model (the generative judge:
+rewards/judge.py).
 
-Both run beside the verifiable rewards (rewards.combine, or added in an
-experiment's make_batch); both are host-side calls of jitted model code.
+It runs beside the verifiable rewards (rewards.combine, or added in an
+experiment's make_batch): host-side calls of jitted model code.
 
 Reward model (InstructGPT, arXiv:2203.02155; the RLHF reward models of
 verl / OpenRLHF): a decoder preset whose final hidden state at the last
@@ -17,16 +18,9 @@ pairs from sampled groups with a verifier: chosen = a correct sample,
 rejected = an incorrect one for the same prompt.
 Params are {"backbone": <transformer params>, "head": {"w": [D], "b": []}}
 (`save_params` / `load_params`: one safetensors file).
-
-Generative judge (LLM-as-a-judge, e.g. RLCF, TIR-Judge, Think-RM in
-METHODS.md): the judge model samples a verdict for a templated
-question + response through the same sampler (rollout.generate), and the
-reward is 1.0 when the verdict's first word is `yes` (or a number parsed
-from `score: <x>`, scaled to [0, 1]).
 """
 
 import functools
-import re
 from typing import Any, Sequence
 
 import jax
@@ -39,13 +33,8 @@ from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
-from rlreason.sampling import draw as sampling_lib
 from rlreason.model import transformer
-
-JUDGE_TEMPLATE = (
-  "Question: {question}\nResponse: {response}\n"
-  "Is the response correct? Answer yes or no.\nVerdict: "
-)
+from rlreason.train import train_step
 
 
 def init(model_cfg, rng: jax.Array, backbone: Any | None = None) -> dict:
@@ -136,17 +125,29 @@ def preference_pairs(
   return np.asarray(chosen, np.int64), np.asarray(rejected, np.int64)
 
 
-def bt_update(model_cfg, optimizer, mesh=None):
+def bt_update(model_cfg, optimizer, mesh=None, micro_batches: int = 1):
   """The jitted Bradley-Terry step of train_bt: (params, optimizer state,
   chosen tokens, positions, rejected tokens, positions) -> (params, state,
   loss), the params and state donated (updated in place); activations
   split by batch on `mesh` (mesh.activation_mesh), as the policy's train
-  step. The planner compiles it (plan/scoring.py)."""
+  step. `micro_batches` > 1 accumulates the gradient over that many
+  micro-batches of the pairs (train_step.accumulate, as the policy's
+  step): one optimizer update of the same loss, one micro-batch's
+  activations live at a time. The planner compiles it (plan/scoring.py).
+  """
+
+  def micro_loss(params, pairs):
+    c_tok, c_pos, r_tok, r_pos = pairs
+    loss = bradley_terry_loss(params, (c_tok, c_pos), (r_tok, r_pos), model_cfg)
+    return loss / micro_batches, {}  # the mean over all pairs, summed
+
+  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
   def update(params, state, c_tok, c_pos, r_tok, r_pos):
+    pairs = (c_tok, c_pos, r_tok, r_pos)
     with mesh_lib.activation_mesh(mesh):
-      loss, grads = jax.value_and_grad(bradley_terry_loss)(
-        params, (c_tok, c_pos), (r_tok, r_pos), model_cfg
+      (loss, _), grads = train_step.accumulate(
+        grad_fn, params, pairs, micro_batches
       )
     upd, state = optimizer.update(grads, state, params)
     return optax.apply_updates(params, upd), state, loss
@@ -167,6 +168,7 @@ def train_bt(
   weight_decay: float = 0.0,
   log_every: int = 0,
   mesh=None,
+  micro_batches: int = 1,
 ) -> tuple[dict, list[float]]:
   """Bradley-Terry training: minimises -log sigmoid(r(c) - r(r)) over pairs.
 
@@ -184,28 +186,41 @@ def train_bt(
     mesh: each minibatch's pairs split by rows over its batch axes and the
       activations laid out so (mesh.activation_mesh), as the policy's
       train step; None: where the params are.
+    micro_batches: each step's gradient accumulated over this many
+      micro-batches of its pairs (bt_update); it divides batch_size.
+      With fewer than batch_size pairs in all, a step takes the largest
+      multiple of it that there are pairs for (all of them, in one
+      micro-batch, when there are fewer pairs than micro-batches).
 
   Returns:
     (params, [steps] training losses, each before its update).
   """
   m = len(chosen[0])
+  if micro_batches < 1 or batch_size % micro_batches:
+    raise ValueError(
+      f"micro_batches={micro_batches} must be >= 1 and divide "
+      f"batch_size={batch_size} (pairs per Bradley-Terry step)"
+    )
   if m == 0 or steps == 0:
     return params, []
+  rows = min(batch_size, m) // micro_batches * micro_batches
+  if rows == 0:  # fewer pairs than micro-batches: one micro-batch of all
+    rows, micro_batches = m, 1
   opt = optax.adamw(lr, weight_decay=weight_decay)
   # Own buffers, updated in place (bt_update donates them): the caller's
   # (the policy's weights as the backbone) stay valid, and one step holds
   # one copy of the weights and moments.
   params = jax.tree.map(jnp.copy, params)
   state = opt.init(params)
-  update = bt_update(model_cfg, opt, mesh)
+  update = bt_update(model_cfg, opt, mesh, micro_batches)
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
   losses = []
   progress = metrics_lib.Progress(steps, label="reward model step")
   for step in range(steps):
-    if len(order) < min(batch_size, m):
+    if len(order) < rows:
       order = np.concatenate([order, rng.permutation(m)])
-    idx, order = order[: min(batch_size, m)], order[min(batch_size, m) :]
+    idx, order = order[:rows], order[rows:]
     pairs = (chosen[0][idx], chosen[1][idx], rejected[0][idx], rejected[1][idx])
     if mesh is not None:
       pairs = mesh_lib.put_rows(mesh, pairs)
@@ -335,51 +350,6 @@ def score_texts(
   return np.asarray(score(params, tokens, positions, model_cfg))
 
 
-def parse_verdict(text: str) -> float:
-  """1.0 for a leading `yes`, 0.0 otherwise; `score: x` (0-10) -> x / 10."""
-  m = re.search(r"score:\s*([0-9]+(?:\.[0-9]+)?)", text)
-  if m:
-    return float(np.clip(float(m.group(1)) / 10.0, 0.0, 1.0))
-  return float(text.strip().lower().startswith("yes"))
-
-
-def judge(
-  params: Any,
-  questions: Sequence[str],
-  completions: Sequence[str],
-  rng: jax.Array,
-  *,
-  model_cfg,
-  tokenizer,
-  template: str = JUDGE_TEMPLATE,
-  max_new_tokens: int = 8,
-  samples: int = 1,
-  temperature: float = 0.0,
-) -> tuple[np.ndarray, list[str]]:
-  """Generative judge: the mean verdict of `samples` sampled verdicts.
-
-  Returns:
-    ([N] rewards in [0, 1], the N * samples verdict texts).
-  """
-  prompts = [
-    tokenizer.encode(template.format(question=q, response=c))
-    for q, c in zip(questions, completions, strict=True)
-  ]
-  ro = rollout_lib.generate(
-    params,
-    prompts,
-    rng,
-    0,
-    model_cfg=model_cfg,
-    tokenizer=tokenizer,
-    max_new_tokens=max_new_tokens,
-    group_size=samples,
-    sampling=sampling_lib.Sampling(temperature=temperature),
-  )
-  verdicts = np.asarray([parse_verdict(t) for t in ro.texts], np.float32)
-  return verdicts.reshape(-1, samples).mean(-1), list(ro.texts)
-
-
 def reward_model_fn(params: dict, *, model_cfg, tokenizer):
   """The reward model as a registry-style reward, for rewards.combine:
   fn(completions, answers=None, *, questions) -> [N]."""
@@ -389,25 +359,5 @@ def reward_model_fn(params: dict, *, model_cfg, tokenizer):
     return score_texts(
       params, questions, completions, model_cfg=model_cfg, tokenizer=tokenizer
     )
-
-  return fn
-
-
-def judge_fn(params: Any, *, model_cfg, tokenizer, seed: int = 0, **judge_kw):
-  """The generative judge as a registry-style reward, for rewards.combine
-  beside verifiable rewards: fn(completions, answers=None, *, questions)."""
-
-  def fn(completions, answers=None, *, questions):
-    del answers
-    rewards, _ = judge(
-      params,
-      questions,
-      completions,
-      jax.random.key(seed),
-      model_cfg=model_cfg,
-      tokenizer=tokenizer,
-      **judge_kw,
-    )
-    return rewards
 
   return fn

@@ -120,3 +120,21 @@ def test_reward_model_training_is_timed_once_before_the_rl(bound):
   assert summary.before_rl(cfg, model, {}, 2, peak, bw) == 0.0
   per_step = summary.times(cfg, model, {"reward_model_train": bt}, 2, peak, bw)
   assert "reward_model_train" not in per_step, per_step
+
+
+def test_a_reward_model_training_over_the_slice_is_told_its_knobs():
+  """A Bradley-Terry step over the budget: the advice names its
+  temporaries and --rm_micro_batches (with the run's value), then
+  --rm_batch_size; one under the budget gets none."""
+  from rlreason.plan import program as program_lib
+
+  cfg = types.SimpleNamespace(rm_micro_batches=2)
+  over = program_lib.Program(
+    "reward_model_train", 1 << 28, 0, 0, 3 << 30, 0, 0, 0, []
+  )
+  (line,) = summary.advice({"reward_model_train": over}, {}, cfg, 2 << 30)
+  assert line == (
+    "reward_model_train: 3.0 GiB of temporaries: raise --rm_micro_batches "
+    "(now 2), or fewer pairs per Bradley-Terry step (--rm_batch_size)"
+  ), line
+  assert summary.advice({"reward_model_train": over}, {}, cfg, 8 << 30) == []

@@ -4,10 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from rlreason import testing
 from rlreason.model import tokenizer as tokenizer_lib
-from rlreason.model import transformer
 from rlreason.rewards import model as rm
 
 CFG = testing.tiny_model_config()
@@ -95,28 +95,6 @@ def test_bradley_terry_loss_is_one_forward_of_both_sides():
     grads,
     want_grads,
   )
-
-
-def test_parse_verdict():
-  assert rm.parse_verdict(" Yes, it is") == 1.0
-  assert rm.parse_verdict("no") == 0.0
-  assert rm.parse_verdict("score: 7") == 0.7
-
-
-def test_generative_judge_samples_through_the_sampler():
-  params = transformer.init(CFG, jax.random.key(0))
-  r, texts = rm.judge(
-    params,
-    ["1+1?", "2+2?"],
-    ["2", "5"],
-    jax.random.key(0),
-    model_cfg=CFG,
-    tokenizer=TOK,
-    max_new_tokens=3,
-  )
-  assert r.shape == (2,) and len(texts) == 2
-  assert set(np.unique(r)) <= {0.0, 1.0}
-  np.testing.assert_array_equal(r, [rm.parse_verdict(t) for t in texts])
 
 
 def test_model_rewards_combine_with_verifiable_rewards():
@@ -300,3 +278,67 @@ def test_bradley_terry_training_on_the_mesh_matches_one_device(monkeypatch):
     got, chosen, rejected, CFG, batch_size=8, mesh=mesh
   )
   assert acc == rm.pairwise_accuracy(want, chosen, rejected, CFG)
+
+
+def test_micro_batched_bt_steps_take_the_one_step_update():
+  """--rm_micro_batches: a step's pairs in M gradient-accumulation
+  micro-batches (bt_update over train_step.accumulate) give the loss and
+  gradient of one step over all of them (plain SGD at rate 1: the update
+  is minus the gradient), each pair's chosen and rejected rows together
+  in one micro-batch."""
+  good = [f"answer: {i + 1}" for i in range(8)]
+  bad = [f"answer: x{i}" + "!" * (i % 3) for i in range(8)]
+  chosen, rejected = _pairs(good, bad)
+  params = rm.init(CFG, jax.random.key(0))
+  params["head"]["w"] = jax.random.normal(jax.random.key(1), (CFG.d_model,))
+  opt = optax.sgd(1.0)
+
+  def step(micro):
+    own = jax.tree.map(jnp.copy, params)
+    update = rm.bt_update(CFG, opt, None, micro)
+    new, _, loss = update(own, opt.init(own), *chosen, *rejected)
+    return float(loss), jax.tree.map(jnp.subtract, params, new)
+
+  want_loss, want = step(1)
+  assert want_loss > 0 and np.abs(want["head"]["w"]).max() > 1e-3
+  for micro in (2, 4):
+    loss, grads = step(micro)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5, atol=1e-6)
+    jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+      grads,
+      want,
+    )
+
+
+def test_train_bt_micro_batches_divide_the_step_or_fail_early(monkeypatch):
+  """--rm_micro_batches must divide --rm_batch_size (a ValueError naming
+  both, before any compute); with fewer pairs than a step's, a step takes
+  the largest multiple of the micro-batches there are pairs for, or all
+  pairs in one micro-batch when there are fewer pairs than micro-batches."""
+  three = _pairs(["answer: 1", "answer: 2", "answer: 3"], ["x", "y", "z"])
+  params = rm.init(CFG, jax.random.key(0))
+  kw = dict(steps=2, batch_size=4, lr=1e-3)
+  with pytest.raises(ValueError, match="micro_batches=3 .* batch_size=4"):
+    rm.train_bt(params, CFG, *three, micro_batches=3, **kw)
+  seen = []
+  make = rm.bt_update
+
+  def spy(model_cfg, optimizer, mesh=None, micro_batches=1):
+    update = make(model_cfg, optimizer, mesh, micro_batches)
+
+    def run(p, s, c_tok, *rest):
+      seen.append((micro_batches, c_tok.shape[0]))
+      return update(p, s, c_tok, *rest)
+
+    return run
+
+  monkeypatch.setattr(rm, "bt_update", spy)
+  _, losses = rm.train_bt(params, CFG, *three, micro_batches=2, **kw)
+  assert seen == [(2, 2), (2, 2)], seen
+  # A zero head scores every sequence the same: the first loss is log 2.
+  np.testing.assert_allclose(losses[0], np.log(2), rtol=1e-6, atol=1e-6)
+  seen.clear()
+  one = tuple((t[:1], p[:1]) for t, p in three)
+  rm.train_bt(params, CFG, *one, micro_batches=2, **kw)
+  assert seen == [(1, 1), (1, 1)], seen
