@@ -28,7 +28,7 @@ from absl import flags
 import jax
 import jax.numpy as jnp
 
-from experiments.bench import measured_vs_planned as mvp
+from experiments.bench import measure
 from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.plan import chips
@@ -93,7 +93,7 @@ def kernel_seconds(fn, args, repeats: int) -> float:
   """Device seconds per call: the busiest trace line's kernel time (the
   compute stream; not the module-span lines) over `repeats` calls."""
   jax.block_until_ready(fn(*args))  # compile outside the trace
-  rows = mvp.kernel_times(
+  rows = measure.kernel_times(
     lambda: [fn(*args) for _ in range(repeats)], top=10_000
   )
   per_line = {

@@ -10,11 +10,11 @@ uses) and torch (what HF generate uses), both on 2 threads, and the
 time a medium decode step would spend in matmuls alone at that speed.
 """
 
-import time
-
 import jax
 import jax.numpy as jnp
 from absl import app
+
+from experiments.bench import measure
 
 # Weights of the medium shape's decode step: 12 layers x (q, k, v, o, gate,
 # up, down) + the lm head, as (in, out) matrices.
@@ -30,16 +30,6 @@ _MEDIUM = (
 )
 
 
-def _best(fn, repeats=7) -> float:
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return min(times)
-
-
 def _xla(rows: int, dtype) -> float:
   ws = [jnp.full(s, 1e-3, dtype) for s in _MEDIUM]
   x = jnp.ones((rows, 768), dtype)
@@ -52,7 +42,7 @@ def _xla(rows: int, dtype) -> float:
       for w in ws
     )
 
-  return _best(lambda: step(xs, ws).block_until_ready())
+  return measure.timed(lambda: step(xs, ws), 7)[0]
 
 
 def _torch(rows: int, dtype: str) -> float:
@@ -67,7 +57,7 @@ def _torch(rows: int, dtype: str) -> float:
     with torch.no_grad():
       return sum(float((xs[w.shape[0]] @ w).sum()) for w in ws)
 
-  return _best(step)
+  return measure.timed(step, 7)[0]
 
 
 def main(argv):

@@ -49,7 +49,6 @@ from absl import app
 from absl import flags
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rlreason import mesh as mesh_lib
@@ -70,6 +69,7 @@ from rlreason.train import train_step as ts
 _ENV = dict(os.environ)
 
 from experiments import plan as plan_cli  # noqa: E402
+from experiments.bench import measure  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "qwen2.5-1.5b", "a preset of model/presets.py")
@@ -150,107 +150,18 @@ def config():
   return cfg, loss_fn, model_cfg
 
 
-def peak_in_use() -> int | None:
-  stats = jax.devices()[0].memory_stats() or {}
-  return stats.get("peak_bytes_in_use")
-
-
-def timed(fn, repeats: int, *args) -> tuple[float, object]:
-  """(best seconds of `repeats` calls after one warm-up, last output)."""
-  out = jax.block_until_ready(fn(*args))
-  best = float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    best = min(best, time.perf_counter() - t)
-  return best, out
-
-
-def kernel_times(fn, top: int) -> list[tuple[str, str, int, float]]:
-  """Trace one call of `fn` and return the `top` (line, kernel, calls,
-  seconds) of the device planes (the host's XLA threads on CPU), by total
-  time per kernel name, and each line's total (kernel "(all)")."""
-  import glob  # noqa: PLC0415
-  import tempfile  # noqa: PLC0415
-
-  from jax.profiler import ProfileData  # noqa: PLC0415
-
-  with tempfile.TemporaryDirectory() as tmp:
-    with jax.profiler.trace(tmp):
-      jax.block_until_ready(fn())
-    (path,) = glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True)
-    data = ProfileData.from_file(path)
-  planes = [p for p in data.planes if p.name.startswith("/device:")]
-  if not planes:  # CPU: XLA's thunks run on the host's threads
-    planes = [p for p in data.planes if p.name == "/host:CPU"]
-  totals = {}
-  for plane in planes:
-    for line in plane.lines:
-      for e in line.events:
-        if e.name.startswith("$"):  # Python frames, not kernels
-          continue
-        key = (line.name, e.name)
-        calls, ns = totals.get(key, (0, 0.0))
-        totals[key] = (calls + 1, ns + e.duration_ns)
-  lines = {}
-  for (ln, _), (c, ns) in totals.items():  # each line's whole: "(all)"
-    lc, lns = lines.get(ln, (0, 0.0))
-    lines[ln] = (lc + c, lns + ns)
-  totals.update({(ln, "(all)"): v for ln, v in lines.items()})
-  rows = sorted(totals.items(), key=lambda kv: -kv[1][1])[: top + len(lines)]
-  return [(ln, name, c, ns / 1e9) for (ln, name), (c, ns) in rows]
-
-
 def print_kernel_times(fn) -> None:
   if FLAGS.profile_top <= 0:
     return
   progress(f"tracing one call: the {FLAGS.profile_top} longest kernels")
-  for line, name, calls, secs in kernel_times(fn, FLAGS.profile_top):
+  for line, name, calls, secs in measure.kernel_times(fn, FLAGS.profile_top):
     print(f"  {secs * 1e3:10.2f} ms {calls:7d}x  [{line}] {name[:140]}")
-
-
-def measured_ceilings(n: int) -> dict:
-  """This device's best bf16 matmul FLOP/s (n x n x n) and copy bytes/s
-  (an n x n x 16 bf16 array read and written), beside the published
-  peaks the plan uses."""
-  a = jnp.ones((n, n), jnp.bfloat16)
-  mm, _ = timed(jax.jit(lambda x: x @ x), 3, a)  # the warm-up compiles
-  b = jnp.ones((16 * n, n), jnp.bfloat16)
-  cp, _ = timed(jax.jit(lambda x: x + 1), 3, b)
-  return {
-    "measured_matmul_flops": 2 * n**3 / mm,
-    "measured_copy_bandwidth": 2 * b.nbytes / cp,
-  }
-
-
-@functools.lru_cache(maxsize=64)
-def _filler(shape, dtype, sharding, ones: bool):
-  def make(key):
-    if ones:
-      return jnp.ones(shape, dtype)
-    return (0.02 * jax.random.normal(key, shape, jnp.float32)).astype(dtype)
-
-  return jax.jit(make, out_shardings=sharding)
-
-
-def random_params(abstract_params, dtype=None):
-  """Random parameters (normal, std 0.02; norm scales 1) laid out as the
-  abstract tree, one small program per distinct leaf shape: XLA:GPU took
-  over 150 s to compile a 1.5B model's whole init as one program (H200,
-  jax 0.11.2)."""
-  leaves, tree = jax.tree_util.tree_flatten_with_path(abstract_params)
-  out = []
-  for i, (path, x) in enumerate(leaves):
-    ones = "norm" in jax.tree_util.keystr(path)
-    fill = _filler(x.shape, dtype or x.dtype, x.sharding, ones)
-    out.append(fill(jax.random.key(i)))
-  return jax.tree.unflatten(tree, out)
 
 
 def train_state(cfg, model_cfg, mesh):
   """A random TrainState laid out as the planner's (moments zero)."""
   state_abs, state_sh, optimizer = state_lib.train_state(cfg, model_cfg, mesh)
-  params = random_params(state_abs.params)
+  params = measure.random_params(state_abs.params)
   init = jax.jit(
     functools.partial(ts.init_state, optimizer=optimizer),
     out_shardings=state_sh,
@@ -325,7 +236,7 @@ def phase_train(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
     cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw, "train_step", 0
   )
   state = train_state(cfg, model_cfg, mesh)
-  ref = random_params(  # resident, as in a KL run
+  ref = measure.random_params(  # resident, as in a KL run
     state_lib.ref_params(model_cfg, mesh), model_cfg.compute_dtype
   )
   batch = train_batch(cfg, model_cfg, cfg.num_sequences, mesh)
@@ -336,7 +247,7 @@ def phase_train(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
     return metrics
 
   progress("train state materialised; timing the step")
-  seconds, metrics = timed(step, FLAGS.repeats)
+  seconds, metrics = measure.timed(step, FLAGS.repeats)
   progress(f"train step {seconds:.3f} s")
   print_kernel_times(step)
   context = cfg.max_prompt_len + cfg.max_new_tokens
@@ -347,7 +258,7 @@ def phase_train(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
     "compile_s": compile_s,
     "planned_peak_bytes": prog.peak_bytes,
     "planned_temp_bytes": prog.temp_bytes,
-    "measured_peak_bytes": peak_in_use(),
+    "measured_peak_bytes": measure.peak_in_use(),
     "planned_s": planned_s,
     "measured_s": seconds,
     "model_flops": flops,
@@ -363,7 +274,7 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   )
   state = train_state(cfg, model_cfg, mesh)  # resident beside the rollout
   params_abs = state_lib.rollout_params(model_cfg, mesh, hbm)
-  params = random_params(params_abs, model_cfg.compute_dtype)
+  params = measure.random_params(params_abs, model_cfg.compute_dtype)
   sh = mesh_lib.batch_sharding(mesh, 2, mesh_lib.ROLLOUT_RULES)
   p = cfg.max_prompt_len
   rng = np.random.default_rng(1)
@@ -376,11 +287,11 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
   key = jax.random.key(0)
   args = (params, ids, pos, key)
   progress("rollout inputs materialised; timing the sampler")
-  seconds, out = timed(lambda: prog.executable(*args), FLAGS.repeats)
+  seconds, out = measure.timed(lambda: prog.executable(*args), FLAGS.repeats)
   progress(f"sampler {seconds:.3f} s; compiling the short one")
   print_kernel_times(lambda: prog.executable(*args))
   generated = int(np.asarray(out.lengths).sum())
-  measured_peak = peak_in_use()
+  measured_peak = measure.peak_in_use()
   # The same sampler for fewer steps: decode seconds per step by difference.
   short = FLAGS.short_tokens
   t0 = time.perf_counter()
@@ -395,7 +306,7 @@ def phase_rollout(cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw):
     stop_ids=(0,), pad_id=0, return_logits=False, mesh=mesh,
   ).compile()  # fmt: skip
   compile_s += time.perf_counter() - t0
-  short_s, _ = timed(lambda: short_exe(*args), FLAGS.repeats)
+  short_s, _ = measure.timed(lambda: short_exe(*args), FLAGS.repeats)
   t = cfg.max_new_tokens
   decode_step_s = (seconds - short_s) / (t - short)
   # Bytes a decode step reads: its parameters, and the KV cache at the
@@ -451,7 +362,7 @@ def run_phase(name: str) -> dict:
   try:
     result = PHASES[name](cfg, loss_fn, model_cfg, mesh, hbm, n_dev, peak, bw)
     # After the phase, so that its peak is its own.
-    head.update(measured_ceilings(FLAGS.ceiling_n))
+    head.update(measure.measured_ceilings(FLAGS.ceiling_n))
     return {**head, **result}
   except Exception as e:  # noqa: BLE001 - reported, the next phase runs
     return {**head, "error": f"{type(e).__name__}: {str(e)[:2000]}"}

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.bench import measure
 from rlreason.rl import aggregation
 from rlreason.model import policy
 from rlreason.train import train_step as ts
@@ -43,14 +44,8 @@ MEDIUM = transformer.ModelConfig(
 def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
   """Best measured fp32 matmul FLOP/s on one device."""
   a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-  f = jax.jit(lambda x: x @ x)
-  f(a).block_until_ready()
-  best = 0.0
-  for _ in range(repeats):
-    t = time.perf_counter()
-    f(a).block_until_ready()
-    best = max(best, 2 * n**3 / (time.perf_counter() - t))
-  return best
+  seconds, _ = measure.timed(jax.jit(lambda x: x @ x), repeats, a)
+  return 2 * n**3 / seconds
 
 
 def model_flops(cfg, seqs, seq_len) -> float:
