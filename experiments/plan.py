@@ -191,9 +191,8 @@ def _row(s: summary.Summary, topology: str) -> dict:
     for name, flag in program_lib.TEMP_BUDGETS.items()
     if name in s.programs and s.programs[name].temp_budget_mib
   }
-  rollout = s.programs.get("rollout")
-  if rollout is not None and rollout.rows_flag:
-    budget["rollout_rows"] = rollout.rows_flag
+  for p in s.programs.values():  # e.g. --rollout_rows, --rm_micro_batches
+    budget.update(p.run_flags)
   # Which program holds the peak, and why a budget did not take (a
   # miss's notes say what the compiler refused).
   peak_of = max(s.programs, key=lambda k: s.programs[k].peak_bytes, default="")

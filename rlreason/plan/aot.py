@@ -312,7 +312,7 @@ def compile_run(
     most twice, down to the batch shards (a tree rollout: to the fewest
     whole prompts that split over them, tree_loop.call_prompts); a fit at
     fewer rows needs --rollout_rows
-    in the run (Program.rows_flag)."""
+    in the run (Program.run_flags)."""
     unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
     tree_shape = tree_loop.call_shape(cfg)
     if tree_shape:  # calls hold whole prompts' trees (call_prompts)
@@ -327,7 +327,29 @@ def compile_run(
         fewer = compile_one("rollout", c)
       except Exception:  # noqa: BLE001 - out of HBM at the default budget
         continue
-      prog = dataclasses.replace(fewer, rows_flag=rows)
+      prog = dataclasses.replace(fewer, run_flags={"rollout_rows": rows})
+    return prog
+
+  def more_micro_batches(prog):
+    """A Bradley-Terry step over the fit (or out of HBM): again in twice
+    the micro-batches, up to three times, while each micro-batch still
+    holds a pair per batch shard; a fit in more needs --rm_micro_batches
+    in the run (Program.run_flags)."""
+    unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+    micro = getattr(cfg, "rm_micro_batches", 1)
+    for _ in range(3):
+      micro *= 2
+      pairs = reward_model_pairs // micro
+      if (
+        not _over(prog, fit_bytes) or reward_model_pairs % micro or pairs < unit
+      ):
+        break
+      c = dataclasses.replace(cfg, rm_micro_batches=micro)
+      try:
+        more = compile_one("reward_model_train", c)
+      except Exception:  # noqa: BLE001 - out of HBM
+        continue
+      prog = dataclasses.replace(more, run_flags={"rm_micro_batches": micro})
     return prog
 
   out = {}
@@ -338,6 +360,8 @@ def compile_run(
         out[name] = fewer_rows(out[name])
     except Exception as e:  # noqa: BLE001 - XLA reports OOM as a RuntimeError
       out[name] = e
+    if name == "reward_model_train" and fit_bytes:
+      out[name] = more_micro_batches(out[name])
     if stop_over_fit and fit_bytes and _over(out[name], fit_bytes):
       break  # the slice does not fit: the rest would not change that
   return out

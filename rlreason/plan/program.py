@@ -41,8 +41,10 @@ class Program:
   loop_trips: tuple[int, ...] = ()  # each own loop's trip count (0: unread)
   resident_bytes: int = 0  # other live arrays beside it, per device
   rows: int = 0  # sequences per call (rollout, ref_logp)
-  # The --rollout_rows the run needs (0: as the loop sizes its calls).
-  rows_flag: int = 0
+  # {flag: value} the run needs beyond its config, where the planner
+  # found them (aot.compile_run): --rollout_rows (fewer rows per sampler
+  # call than the loop would size), --rm_micro_batches.
+  run_flags: dict = dataclasses.field(default_factory=dict)
   decoders: int = 1  # decoders the train step trains (2 with a critic)
   # Parameters of the model a scoring forward runs, where not the policy's
   # (a teacher's, a reward model's): its roofline FLOPs (summary.times).
@@ -53,6 +55,11 @@ class Program:
   # The compiled program itself (runs on real arrays of the same shapes
   # and shardings where the mesh is local: bench/measured_vs_planned.py).
   executable: object = dataclasses.field(default=None, repr=False)
+
+  @property
+  def rows_flag(self) -> int:
+    """The --rollout_rows the run needs (0: as the loop sizes its calls)."""
+    return self.run_flags.get("rollout_rows", 0)
 
   @property
   def peak_bytes(self) -> int:

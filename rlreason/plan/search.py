@@ -21,6 +21,7 @@ ROW_FLAGS = (
   "micro_batches",
   *program_lib.TEMP_BUDGETS.values(),
   "rollout_rows",
+  "rm_micro_batches",
 )
 
 

@@ -257,6 +257,13 @@ def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
   return out
 
 
+# Why the planner set a flag the config did not (Program.run_flags).
+RUN_FLAGS = {
+  "rollout_rows": "fewer rows than the loop would size from free memory",
+  "rm_micro_batches": "more Bradley-Terry micro-batches than the config's",
+}
+
+
 def text(s: Summary, title: str = "") -> str:
   lines = [title] if title else []
   verdict = "fits" if s.fits else "does NOT fit"
@@ -276,10 +283,9 @@ def text(s: Summary, title: str = "") -> str:
       f"{p.bytes_accessed / 1e9:.1f} GB ({_loops(p.loop_trips)})"
       f"{rows}"
     )
-    if p.rows_flag:
+    for flag, value in p.run_flags.items():
       lines.append(
-        f"      at --rollout_rows={p.rows_flag}: fewer rows than the loop"
-        " would size from free memory; the run needs the same"
+        f"      at --{flag}={value}: {RUN_FLAGS[flag]}; the run needs the same"
       )
     if p.temp_budget_mib:
       flag = program_lib.TEMP_BUDGETS[name]

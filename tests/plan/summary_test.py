@@ -138,3 +138,35 @@ def test_a_reward_model_training_over_the_slice_is_told_its_knobs():
     "(now 2), or fewer pairs per Bradley-Terry step (--rm_batch_size)"
   ), line
   assert summary.advice({"reward_model_train": over}, {}, cfg, 8 << 30) == []
+
+
+def test_the_flags_the_planner_set_are_printed_for_the_run():
+  """Program.run_flags (aot.compile_run's fewer rollout rows, more
+  Bradley-Terry micro-batches) each print as the flag the run needs."""
+  bt = dataclasses.replace(
+    _rollout(6),
+    name="reward_model_train",
+    run_flags={"rm_micro_batches": 4},
+  )
+  ro = dataclasses.replace(_rollout(8), run_flags={"rollout_rows": 8})
+  assert (ro.rows_flag, bt.rows_flag) == (8, 0)
+  s = summary.Summary(
+    peak_bytes=1000,
+    hbm_bytes=1 << 30,
+    fits=True,
+    margin=0.9,
+    step_seconds=1.0,
+    train_seconds=1.0,
+    mfu=0.5,
+    errors={},
+    programs={"rollout": ro, "reward_model_train": bt},
+    advice=[],
+  )
+  lines = summary.text(s).splitlines()
+  want = (
+    "      at --rm_micro_batches=4: more Bradley-Terry micro-batches than "
+    "the config's; the run needs the same",
+    "      at --rollout_rows=8: fewer rows than the loop would size from "
+    "free memory; the run needs the same",
+  )
+  assert set(want) <= set(lines), lines
