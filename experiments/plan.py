@@ -186,11 +186,11 @@ def _hook(name: str, hook: str, cfg) -> int:
 
 
 def _row(s: summary.Summary, topology: str) -> dict:
-  budget = {  # the flags the run needs (program_lib.TEMP_BUDGETS)
-    flag: s.programs[name].temp_budget_mib
-    for name, flag in program_lib.TEMP_BUDGETS.items()
-    if name in s.programs and s.programs[name].temp_budget_mib
-  }
+  budget = {}  # the flags the run needs (program_lib.TEMP_BUDGETS)
+  for name, flag in program_lib.TEMP_BUDGETS.items():
+    mib = s.programs[name].temp_budget_mib if name in s.programs else 0
+    if mib:  # a flag several programs share: the smallest of theirs
+      budget[flag] = min(mib, budget.get(flag, mib))
   for p in s.programs.values():  # e.g. --rollout_rows, --rm_micro_batches
     budget.update(p.run_flags)
   # Which program holds the peak, and why a budget did not take (a

@@ -152,7 +152,7 @@ def make_batch(rollout, examples, ctx):
   if cfg.kl_reward_coef:
     batch["ref_logp"] = ctx.ref_logp(rollout)
     token_rewards = token_rewards + objective.kl_reward_penalty(batch, cfg)
-  with mesh_lib.activation_mesh(ctx.mesh):  # split by batch, as ctx.ref_logp
+  with ctx.scoring():  # split by batch, budgeted: as ctx.ref_logp
     values = mesh_lib.to_host(
       value.completion_values_by_rows(
         ctx.extra[value.KEY],

@@ -326,9 +326,10 @@ def scalar_reward(rm_params, info, model_cfg):
 
   def fn(rollout, examples, ctx):
     del examples
-    s = rm.score_rollout(
-      rm_params, rollout, model_cfg, rows=ctx.score_rows, mesh=ctx.mesh
-    )
+    with ctx.scoring():  # as ctx.ref_logp: --score_temp_budget_mib
+      s = rm.score_rollout(
+        rm_params, rollout, model_cfg, rows=ctx.score_rows, mesh=ctx.mesh
+      )
     return ((s - mu) / sigma).astype(np.float32)
 
   return fn

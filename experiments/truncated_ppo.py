@@ -215,7 +215,7 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
   reward = np.where(ended, np.asarray(reward, np.float32), 0.0)
 
   # (2) EGAE on this window, from the critic at rollout time.
-  with mesh_lib.activation_mesh(ctx.mesh):  # split by batch, as ctx.ref_logp
+  with ctx.scoring():  # split by batch, budgeted: as ctx.ref_logp
     values = mesh_lib.to_host(
       value.completion_values_by_rows(
         ctx.extra[value.KEY],

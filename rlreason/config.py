@@ -147,6 +147,9 @@ class BaseConfig:
   train_temp_budget_mib: int = 0
   # The same bound on the sampler's temporaries (single-turn rollouts).
   rollout_temp_budget_mib: int = 0
+  # And on the whole-rollout forwards' (reference / old log-probs, critic
+  # values, a teacher's or reward model's scores: Context.scoring).
+  score_temp_budget_mib: int = 0
   # LoRA (model/lora.py): rank 0 = full fine-tuning. Otherwise only rank-r
   # adapters on --lora_targets (attention | mlp | all) are trained, scaled
   # by alpha / r, over a frozen base held in the compute dtype or
@@ -276,7 +279,11 @@ class BaseConfig:
       self.remat_policy in REMAT_POLICIES,
       f"--remat_policy={self.remat_policy!r}; expected one of {REMAT_POLICIES}",
     )
-    for name in ("train_temp_budget_mib", "rollout_temp_budget_mib"):
+    for name in (
+      "train_temp_budget_mib",
+      "rollout_temp_budget_mib",
+      "score_temp_budget_mib",
+    ):
       value = getattr(self, name)
       check(value >= 0, f"--{name}={value}: >= 0")
     for name in ("mesh_data", "mesh_fsdp", "mesh_tensor"):

@@ -21,6 +21,7 @@ The same code runs on 1 CPU, 8 simulated CPU devices, a TPU slice or GPUs.
 
 import contextlib
 import contextvars
+import functools
 import math
 from typing import Any
 
@@ -140,6 +141,55 @@ def activation_mesh(mesh: "Mesh | None"):
 def active_mesh() -> "Mesh | None":
   """The mesh of the innermost `activation_mesh`, or None."""
   return _ACTIVE_MESH.get()
+
+
+_COMPILE_OPTIONS: contextvars.ContextVar = contextvars.ContextVar(
+  "rlreason_compile_options", default=None
+)
+
+
+@contextlib.contextmanager
+def compile_options(options: dict | None):
+  """Within it, functions jitted by `options_jit` compile with `options`
+  (e.g. libtpu's temporaries budget, train_step.compiler_options: the
+  whole-rollout forwards under --score_temp_budget_mib); None: their
+  defaults."""
+  token = _COMPILE_OPTIONS.set(options)
+  try:
+    yield options
+  finally:
+    _COMPILE_OPTIONS.reset(token)
+
+
+def options_jit(**spec):
+  """Decorator: jax.jit(fn, **spec), compiled with the innermost
+  `compile_options`' options where called under one (jit_with_options)."""
+
+  def wrap(body):
+    default = jax.jit(body, **spec)
+
+    @functools.wraps(body)
+    def call(*args, **kwargs):
+      options = _COMPILE_OPTIONS.get()
+      if not options:
+        return default(*args, **kwargs)
+      return jit_with_options(body, options, **spec)(*args, **kwargs)
+
+    return call
+
+  return wrap
+
+
+def jit_with_options(body, options: dict, **spec):
+  """jax.jit(body, compiler_options=options, **spec), one per body,
+  options and spec (cached: calls with the same shapes never recompile)."""
+  options, spec = tuple(sorted(options.items())), tuple(sorted(spec.items()))
+  return _jit_with(body, options, spec)
+
+
+@functools.cache
+def _jit_with(body, options: tuple, spec: tuple):
+  return jax.jit(body, compiler_options=dict(options), **dict(spec))
 
 
 def constrain(x: jax.Array, axes: tuple) -> jax.Array:

@@ -188,8 +188,7 @@ def logits_chunk(n: int, t: int, vocab: int) -> int | None:
   return max(1, min(t, LOGITS_CHUNK_BYTES // (n * vocab * 4)))
 
 
-@functools.partial(
-  jax.jit,
+@mesh_lib.options_jit(  # under mesh.compile_options: --score_temp_budget_mib
   static_argnames=(
     "model_cfg",
     "prompt_len",

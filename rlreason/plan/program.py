@@ -14,10 +14,16 @@ from rlreason.plan import hlo_loops
 
 
 # The config field that bounds each program's temporaries on TPU (libtpu's
-# xla_tpu_max_hbm_size_mib; Program.temp_budget_mib).
+# xla_tpu_max_hbm_size_mib; Program.temp_budget_mib). The whole-rollout
+# forwards share one (Context.scoring): a run needs the smallest that any
+# of them was planned under.
 TEMP_BUDGETS = {
   "train_step": "train_temp_budget_mib",
   "rollout": "rollout_temp_budget_mib",
+  "ref_logp": "score_temp_budget_mib",
+  "values": "score_temp_budget_mib",
+  "teacher": "score_temp_budget_mib",
+  "reward_model": "score_temp_budget_mib",
 }
 
 

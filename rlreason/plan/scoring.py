@@ -23,11 +23,13 @@ from rlreason.plan import program as program_lib
 from rlreason.plan import state as state_lib
 from rlreason.rewards import model as reward_model
 from rlreason.rl import value
+from rlreason.train import train_step as ts
 
 
 def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
   """A whole-rollout forward `score(params, tokens, positions, model_cfg,
-  P)` over `rows` rows, activations split by batch (as the loop runs it)."""
+  P)` over `rows` rows, activations split by batch and temporaries under
+  --score_temp_budget_mib (as the loop runs it: Context.scoring)."""
   sh = mesh_lib.batch_sharding(mesh, 2)
   length = cfg.max_prompt_len + cfg.max_new_tokens
   ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sh)
@@ -36,8 +38,17 @@ def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
     with mesh_lib.activation_mesh(mesh):
       return score(params, tokens, positions, model_cfg, cfg.max_prompt_len)
 
-  compiled = jax.jit(forward).lower(params, ids, ids).compile()
-  return dataclasses.replace(program_lib.analyse(name, compiled), rows=rows)
+  budget = getattr(cfg, "score_temp_budget_mib", 0)
+  options = ts.compiler_options(budget, mesh)
+  jitted = jax.jit(
+    forward, **({"compiler_options": options} if options else {})
+  )
+  compiled = jitted.lower(params, ids, ids).compile()
+  return dataclasses.replace(
+    program_lib.analyse(name, compiled),
+    rows=rows,
+    temp_budget_mib=budget if options else 0,
+  )
 
 
 def compile_ref_logp(cfg, model_cfg, mesh, rows: int) -> program_lib.Program:

@@ -17,11 +17,15 @@ from rlreason.plan import summary
 
 FAMILIES = ("v4", "v5p", "v5e", "v6e")  # the table's columns
 # The flags a row records (the run needs them): set by the planner.
-ROW_FLAGS = (
-  "micro_batches",
-  *program_lib.TEMP_BUDGETS.values(),
-  "rollout_rows",
-  "rm_micro_batches",
+ROW_FLAGS = tuple(
+  dict.fromkeys(  # each once, in this order
+    (
+      "micro_batches",
+      *program_lib.TEMP_BUDGETS.values(),
+      "rollout_rows",
+      "rm_micro_batches",
+    )
+  )
 )
 
 

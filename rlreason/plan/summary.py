@@ -253,7 +253,11 @@ def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
         "Bradley-Terry step (--rm_batch_size)"
       )
     else:
-      out.append(f"{name}: score the rollout in micro-batches (--score_rows)")
+      out.append(
+        f"{name}: {p.temp_bytes / GIB:.1f} GiB of temporaries: fewer rows "
+        f"per forward (--score_rows, now {p.rows}), or bound them "
+        "(--score_temp_budget_mib)"
+      )
   return out
 
 

@@ -20,7 +20,6 @@ Params are {"backbone": <transformer params>, "head": {"w": [D], "b": []}}
 (`save_params` / `load_params`: one safetensors file).
 """
 
-import functools
 from typing import Any, Sequence
 
 import jax
@@ -60,7 +59,7 @@ def score(params: dict, tokens, positions, model_cfg) -> jax.Array:
   )
 
 
-@functools.partial(jax.jit, static_argnames=("model_cfg", "act_mesh"))
+@mesh_lib.options_jit(static_argnames=("model_cfg", "act_mesh"))
 def _score(params, tokens, positions, model_cfg, act_mesh):
   with mesh_lib.activation_mesh(act_mesh):
     hidden, _ = transformer.hidden_states(

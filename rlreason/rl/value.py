@@ -30,7 +30,6 @@ logp[:, t]: both are read from the hidden state at position P + t - 1.
 """
 
 import dataclasses
-import functools
 
 import chex
 import jax
@@ -126,8 +125,7 @@ def completion_values(
   )
 
 
-@functools.partial(
-  jax.jit,
+@mesh_lib.options_jit(  # under mesh.compile_options: --score_temp_budget_mib
   static_argnames=("model_cfg", "prompt_len", "with_next", "act_mesh"),
 )
 def _completion_values(

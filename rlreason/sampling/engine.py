@@ -7,8 +7,6 @@ token's logits, and jit with compiler options.
 Shapes as in sampler.py.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -131,10 +129,4 @@ def jitted(fn, compiler_options: dict | None, **spec):
   and shapes never recompile)."""
   if not compiler_options:
     return fn
-  options = tuple(sorted(compiler_options.items()))
-  return _with_options(fn.__wrapped__, options, tuple(sorted(spec.items())))
-
-
-@functools.cache
-def _with_options(body, options: tuple, spec: tuple):
-  return jax.jit(body, compiler_options=dict(options), **dict(spec))
+  return mesh_lib.jit_with_options(fn.__wrapped__, compiler_options, **spec)

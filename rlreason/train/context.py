@@ -11,6 +11,7 @@ step); the loaders turn a Config's --model / --init_from / --tokenizer /
 and trained.py share them.
 """
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -135,6 +136,18 @@ class Context:
   def score_rows(self) -> int:
     return ts.score_rows(self.cfg, self.mesh)
 
+  @contextlib.contextmanager
+  def scoring(self):
+    """Where the whole-rollout forwards run: activations split by batch on
+    the run's mesh (mesh.activation_mesh), as the train step's, and their
+    programs compiled under --score_temp_budget_mib (libtpu's bound on
+    their temporaries, mesh.compile_options; TPU only)."""
+    options = ts.compiler_options(
+      getattr(self.cfg, "score_temp_budget_mib", 0), self.mesh
+    )
+    with mesh_lib.activation_mesh(self.mesh), mesh_lib.compile_options(options):
+      yield
+
   def take_nonfinite_rewards(self) -> int:
     """Non-finite rewards seen since the last call (FiniteRewards)."""
     n = getattr(self.reward_fn, "nonfinite", 0)
@@ -215,14 +228,15 @@ class Context:
   ):
     """policy.completion_logprobs (its `with_entropy` / `per_token` in `kw`)
     of a whole batch on the host: one train micro-batch of rows per forward
-    (score_rows), at `temperature` (None: cfg.temperature), activations
-    split by batch on the run's mesh as the train step's are (what the
-    planner's ref_logp program compiles). The whole-rollout forwards of
+    (score_rows), at `temperature` (None: cfg.temperature), under
+    `scoring` (activations split by batch on the run's mesh as the train
+    step's are, the --score_temp_budget_mib; what the planner's ref_logp
+    program compiles). The whole-rollout forwards of
     the loop and of make_batch functions run here, or as here with the
     mesh passed (self_scoring's, value.completion_values_by_rows under the
     activation mesh). `model_cfg` (default: the policy's) is the scoring
     model's (a teacher's, eval/teacher.py)."""
-    with mesh_lib.activation_mesh(self.mesh):
+    with self.scoring():
       return mesh_lib.to_host(
         policy.completion_logprobs_by_rows(
           params,

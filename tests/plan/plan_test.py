@@ -19,7 +19,9 @@ loss of the whole distribution holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
 analysis shows the same bytes with and without it); the train step's
 temporaries budget (--train_temp_budget_mib) reaches libtpu, and a step
-over its fit is compiled again under one.
+over its fit is compiled again under one; so do the rollout's and the
+whole-rollout forwards' (--rollout_temp_budget_mib,
+--score_temp_budget_mib).
 """
 
 import json
@@ -203,6 +205,19 @@ res["rollout_default"] = run(long, "v5e-1", ("rollout",))
 first = res["rollout_default"]["each"]["rollout"]
 res["rollout_auto"] = run(long, "v5e-1", ("rollout",),
                           fit_bytes=first["peak"] - first["temp"] + (1 << 20))
+# The whole-rollout forwards' budget (--score_temp_budget_mib): 1 GiB
+# holds the reference forward; under the fit half its temporaries lower,
+# the planner tries the budget that would hold it, which libtpu refuses
+# (its own count of them is larger than memory_analysis's).
+mo = {"n_layers": 8, "mlp_dim": 2048}
+res["score_default"] = run(remat_cfg, "v5e-1", ("ref_logp",),
+                           model_overrides=mo)
+first = res["score_default"]["each"]["ref_logp"]
+res["score_auto"] = run(remat_cfg, "v5e-1", ("ref_logp",), model_overrides=mo,
+                        fit_bytes=first["peak"] - first["temp"] // 2)
+res["score_roomy"] = run(
+  dataclasses.replace(remat_cfg, score_temp_budget_mib=1024), "v5e-1",
+  ("ref_logp",), model_overrides=mo)
 from rlreason.train import train_step as ts
 res["options"] = [ts.compiler_options(0, mesh1), ts.compiler_options(7, mesh1)]
 # PPO's critic and T-PPO's window batch, through the CLI's hooks.
@@ -373,6 +388,21 @@ def test_a_step_over_its_fit_is_retried_under_a_budget(results):
   assert r["temp"] == pytest.approx(first["temp"], rel=0.02, abs=0), r
   assert "--train_temp_budget_mib=" in r["note"], r["note"]
   assert "RESOURCE_EXHAUSTED" in r["note"], r["note"]
+
+
+def test_the_forwards_budget_reaches_the_tpu_compiler(results):
+  """--score_temp_budget_mib compiles the reference forward under libtpu's
+  bound (as Context.scoring runs it); a forward over its fit is tried
+  under the budget that would hold it, here refused by name."""
+  roomy = results["score_roomy"]["each"]["ref_logp"]
+  default = results["score_default"]["each"]["ref_logp"]
+  assert default["budget"] == 0 and roomy["budget"] == 1024, roomy
+  assert roomy["temp"] <= 1 << 30
+  auto = results["score_auto"]["each"]["ref_logp"]
+  assert auto["budget"] == 0, auto  # refused: the first compile stays
+  assert "with --score_temp_budget_mib=" in auto["note"], auto
+  assert "RESOURCE_EXHAUSTED" in auto["note"], auto
+  assert auto["temp"] == pytest.approx(default["temp"], rel=0.02, abs=0)
 
 
 def test_the_rollout_budget_reaches_the_tpu_compiler(results):

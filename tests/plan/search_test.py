@@ -402,3 +402,35 @@ def test_a_row_names_its_peak_program_and_the_budgets_refused():
   assert row["notes"] == {"train_step": refused}
   s.programs["train_step"].note = ""
   assert "notes" not in plan_cli._row(s, "v5e-4")
+
+
+def test_a_row_takes_the_smallest_budget_its_forwards_were_planned_under():
+  """The whole-rollout forwards share --score_temp_budget_mib (the run
+  compiles each under the one flag): the row needs the smallest budget
+  any of them was planned under; the train step's and the rollout's
+  each their own; the flags that the table prints list it once."""
+  from rlreason.plan import program as program_lib
+
+  def prog(name, budget):
+    return program_lib.Program(
+      name, 1 << 20, 0, 0, 1 << 20, 0, 0, 0, [], temp_budget_mib=budget
+    )
+
+  s = summary.Summary(
+    peak_bytes=2 << 20, hbm_bytes=1 << 30, fits=True, margin=0.9,
+    step_seconds=2.0, train_seconds=1.0, mfu=0.5, errors={},
+    programs={"train_step": prog("train_step", 900),
+              "rollout": prog("rollout", 0),
+              "ref_logp": prog("ref_logp", 700),
+              "teacher": prog("teacher", 500),
+              "values": prog("values", 0)},
+    advice=[],
+  )  # fmt: skip
+  row = plan_cli._row(s, "v5e-4")
+  assert row["train_temp_budget_mib"] == 900
+  assert row["score_temp_budget_mib"] == 500
+  assert "rollout_temp_budget_mib" not in row
+  assert search.ROW_FLAGS.count("score_temp_budget_mib") == 1
+  row.update(slice="v5e-4", step_s=2.0)
+  cell = search.markdown({"grpo/v5e": row}, ("v5e",)).splitlines()[-1]
+  assert "(--train_temp_budget_mib=900 --score_temp_budget_mib=500)" in cell

@@ -3,6 +3,8 @@ activations split by batch on the run's mesh (mesh.activation_mesh), as
 the train step and the planner's ref_logp program do: without it, XLA lays
 the activations out after the parameters (issue 23's first finding)."""
 
+import dataclasses
+
 import numpy as np
 
 from experiments import kdrl
@@ -56,3 +58,73 @@ def test_make_batch_forwards_run_on_the_runs_mesh(monkeypatch):
       module.__name__
     )
   assert all(calls.values()), calls  # each scored the rollout
+
+
+def test_whole_rollout_forwards_compile_under_the_score_budget(monkeypatch):
+  """--score_temp_budget_mib (libtpu's bound on temporaries, planned for
+  the ref_logp / values / teacher / reward_model programs) reaches the
+  compile of every whole-rollout forward: the loop's reference log-probs,
+  a critic's values and rm_grpo's reward model (a teacher scores through
+  ctx.completion_scores, as the reference). On CPU the flag gives no
+  options (train_step.compiler_options), so here it gives one XLA:CPU
+  does not know, which fails each of those compiles by name; a known
+  option at its default scores the same numbers."""
+  import jax
+  import jax.numpy as jnp
+  import pytest
+
+  from experiments import rm_grpo
+  from rlreason.rewards import model as rm
+  from rlreason.rl import value
+  from rlreason.train import context as context_lib
+
+  options = {
+    777: {"not_an_xla_option": 1},
+    778: {"xla_cpu_enable_fast_math": False},
+  }
+  real = context_lib.ts.compiler_options
+  monkeypatch.setattr(
+    context_lib.ts,
+    "compiler_options",
+    lambda mib, mesh: options.get(mib) or real(mib, mesh),
+  )
+  cfg = rm_grpo.Config(
+    batch_size=4, group_size=2, max_new_tokens=8, max_prompt_len=64
+  )
+  ctx = testing.tiny_context(cfg)
+  ctx.ref_params = ctx.params
+  examples = data_lib.load(cfg.data, "train")[:4]
+  rollout = testing.tiny_rollout(ctx, examples)
+  critic = value.init(ctx.model_cfg, jax.random.key(1))
+  rm_params = rm.init(ctx.model_cfg, jax.random.key(2))
+  rm_params["head"]["w"] = jnp.ones_like(rm_params["head"]["w"])
+  reward = rm_grpo.scalar_reward(
+    rm_params, {"score_mean": 0.0, "score_std": 1.0}, ctx.model_cfg
+  )
+
+  def values():
+    with ctx.scoring():
+      return mesh_lib.to_host(
+        value.completion_values_by_rows(
+          critic,
+          rollout.tokens,
+          rollout.positions,
+          ctx.model_cfg,
+          rollout.prompt_len,
+          rows=ctx.score_rows,
+        )
+      )
+
+  forwards = {
+    "ref_logp": lambda: ctx.ref_logp(rollout),
+    "values": values,
+    "reward_model": lambda: reward(rollout, examples, ctx),
+  }
+  want = {name: f() for name, f in forwards.items()}
+  ctx.cfg = dataclasses.replace(cfg, score_temp_budget_mib=777)
+  for f in forwards.values():
+    with pytest.raises(jax.errors.JaxRuntimeError, match="not_an_xla_option"):
+      f()
+  ctx.cfg = dataclasses.replace(cfg, score_temp_budget_mib=778)
+  for name, f in forwards.items():
+    np.testing.assert_allclose(f(), want[name], rtol=1e-6, atol=1e-6)
