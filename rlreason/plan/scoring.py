@@ -40,9 +40,7 @@ def _compile_scoring(name, score, params, cfg, model_cfg, mesh, rows):
 
   budget = getattr(cfg, "score_temp_budget_mib", 0)
   options = ts.compiler_options(budget, mesh)
-  jitted = jax.jit(
-    forward, **({"compiler_options": options} if options else {})
-  )
+  jitted = jax.jit(forward, compiler_options=options)
   compiled = jitted.lower(params, ids, ids).compile()
   return dataclasses.replace(
     program_lib.analyse(name, compiled),
