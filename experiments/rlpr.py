@@ -108,18 +108,19 @@ def make_batch(rollout, examples, ctx, *, std_filter=None):
   refs = [examples[i].answer for i in rollout.prompt_ids]
 
   def score(prompt_ids, prefixes, references):
-    logp, mask = self_scoring.reference_logprobs(
-      ctx.params,
-      ctx.model_cfg,
-      ctx.tokenizer,
-      prompt_ids,
-      prefixes,
-      references,
-      temperature=cfg.temperature,
-      max_prompt_len=cfg.max_prompt_len,
-      rows=ctx.score_rows,
-      mesh=ctx.mesh,
-    )
+    with ctx.scoring():  # --score_temp_budget_mib, as ctx.ref_logp
+      logp, mask = self_scoring.reference_logprobs(
+        ctx.params,
+        ctx.model_cfg,
+        ctx.tokenizer,
+        prompt_ids,
+        prefixes,
+        references,
+        temperature=cfg.temperature,
+        max_prompt_len=cfg.max_prompt_len,
+        rows=ctx.score_rows,
+        mesh=ctx.mesh,
+      )
     return likelihood.mean_token_prob(logp, mask)
 
   prob = score(

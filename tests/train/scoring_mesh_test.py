@@ -63,16 +63,18 @@ def test_make_batch_forwards_run_on_the_runs_mesh(monkeypatch):
 def test_whole_rollout_forwards_compile_under_the_score_budget(monkeypatch):
   """--score_temp_budget_mib (libtpu's bound on temporaries, planned for
   the ref_logp / values / teacher / reward_model programs) reaches the
-  compile of every whole-rollout forward: the loop's reference log-probs,
-  a critic's values and rm_grpo's reward model (a teacher scores through
-  ctx.completion_scores, as the reference). On CPU the flag gives no
-  options (train_step.compiler_options), so here it gives one XLA:CPU
-  does not know, which fails each of those compiles by name; a known
-  option at its default scores the same numbers."""
+  compile of every whole-rollout forward: the loop's reference log-probs
+  (a teacher scores through the same ctx.completion_scores), ppo's
+  critic values, rm_grpo's reward model and rlpr's reference-answer
+  log-probs. On CPU the flag gives no options
+  (train_step.compiler_options), so here it gives one XLA:CPU does not
+  know, which fails each of those compiles by name; a known option at
+  its default gives the same numbers."""
   import jax
   import jax.numpy as jnp
   import pytest
 
+  from experiments import ppo
   from experiments import rm_grpo
   from rlreason.rewards import model as rm
   from rlreason.rl import value
@@ -88,43 +90,38 @@ def test_whole_rollout_forwards_compile_under_the_score_budget(monkeypatch):
     "compiler_options",
     lambda mib, mesh: options.get(mib) or real(mib, mesh),
   )
-  cfg = rm_grpo.Config(
-    batch_size=4, group_size=2, max_new_tokens=8, max_prompt_len=64
-  )
-  ctx = testing.tiny_context(cfg)
-  ctx.ref_params = ctx.params
-  examples = data_lib.load(cfg.data, "train")[:4]
-  rollout = testing.tiny_rollout(ctx, examples)
-  critic = value.init(ctx.model_cfg, jax.random.key(1))
+  sizes = dict(batch_size=4, group_size=2, max_new_tokens=8, max_prompt_len=64)
+  runs = {}
+  for module in (rm_grpo, ppo, rlpr):
+    # No KL but rm_grpo's: ppo's and rlpr's forwards are their own.
+    kl = {} if module is rm_grpo else {"kl_coef": 0.0, "kl_reward_coef": 0.0}
+    ctx = testing.tiny_context(module.Config(**sizes, **kl))
+    assert ctx.cfg.needs_ref == (module is rm_grpo)
+    ctx.ref_params = ctx.params if ctx.cfg.needs_ref else None
+    examples = data_lib.load(ctx.cfg.data, "train")[:4]
+    runs[module] = (ctx, examples, testing.tiny_rollout(ctx, examples))
+  ctx, examples, rollout = runs[ppo]
+  ctx.extra = {value.KEY: value.init(ctx.model_cfg, jax.random.key(1))}
+  ctx, examples, rollout = runs[rm_grpo]
   rm_params = rm.init(ctx.model_cfg, jax.random.key(2))
   rm_params["head"]["w"] = jnp.ones_like(rm_params["head"]["w"])
   reward = rm_grpo.scalar_reward(
     rm_params, {"score_mean": 0.0, "score_std": 1.0}, ctx.model_cfg
   )
-
-  def values():
-    with ctx.scoring():
-      return mesh_lib.to_host(
-        value.completion_values_by_rows(
-          critic,
-          rollout.tokens,
-          rollout.positions,
-          ctx.model_cfg,
-          rollout.prompt_len,
-          rows=ctx.score_rows,
-        )
-      )
-
-  forwards = {
-    "ref_logp": lambda: ctx.ref_logp(rollout),
-    "values": values,
-    "reward_model": lambda: reward(rollout, examples, ctx),
+  forwards = {  # name: (its run, the forward's numbers)
+    "ref_logp": (rm_grpo, lambda c, e, r: c.ref_logp(r)),
+    "reward_model": (rm_grpo, lambda c, e, r: reward(r, e, c)),
+    "values": (ppo, lambda c, e, r: ppo.make_batch(r, e, c)[0]["old_values"]),
+    "rlpr": (rlpr, lambda c, e, r: rlpr.make_batch(r, e, c)[0]["adv"]),
   }
-  want = {name: f() for name, f in forwards.items()}
-  ctx.cfg = dataclasses.replace(cfg, score_temp_budget_mib=777)
-  for f in forwards.values():
+  want = {name: f(*runs[m]) for name, (m, f) in forwards.items()}
+  for name, (module, f) in forwards.items():
+    ctx = runs[module][0]
+    cfg = ctx.cfg
+    ctx.cfg = dataclasses.replace(cfg, score_temp_budget_mib=777)
     with pytest.raises(jax.errors.JaxRuntimeError, match="not_an_xla_option"):
-      f()
-  ctx.cfg = dataclasses.replace(cfg, score_temp_budget_mib=778)
-  for name, f in forwards.items():
-    np.testing.assert_allclose(f(), want[name], rtol=1e-6, atol=1e-6)
+      f(*runs[module])
+    ctx.cfg = dataclasses.replace(cfg, score_temp_budget_mib=778)
+    got = f(*runs[module])
+    np.testing.assert_allclose(got, want[name], rtol=1e-6, atol=1e-6)
+    ctx.cfg = cfg
