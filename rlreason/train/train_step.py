@@ -218,7 +218,8 @@ BUDGET_OPTION = "xla_tpu_max_hbm_size_mib"
 def compiler_options(budget_mib: int, mesh) -> dict | None:
   """A program's compile options: libtpu's temporaries budget on TPU
   (--train_temp_budget_mib for the train step, --rollout_temp_budget_mib
-  for the sampler), none elsewhere or at 0."""
+  for the sampler, --score_temp_budget_mib for the whole-rollout forwards),
+  none elsewhere or at 0."""
   if not budget_mib or mesh is None:
     return None
   if mesh.devices.flat[0].platform != "tpu":
