@@ -356,6 +356,7 @@ def judge_reward(cfg, mesh):
       tokenizer=tok,
       samples=cfg.judge_samples,
       temperature=cfg.judge_temperature,
+      **ctx.sampler_kwargs(),  # on the run's mesh, as the policy samples
     )
     return np.asarray(r, np.float32)
 

@@ -96,6 +96,46 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(tmp_path):
   assert again == info and os.listdir(tmp_path / "cache").count(cached) == 1
 
 
+def test_rm_grpo_judge_samples_its_verdicts_as_the_run_samples(
+  tmp_path, shared_cache, monkeypatch
+):
+  """--rm_kind=judge: the frozen warm-start policy judges each response
+  (its verdicts sampled on the run's mesh, in the run's sampler calls:
+  Context.sampler_kwargs), the proxy reward a mean verdict in [0, 1],
+  mixed with the verifier's as the scalar reward model's is."""
+  from experiments import rm_grpo
+  from rlreason.rewards import judge as judge_lib
+
+  seen = []
+  judge = judge_lib.judge
+
+  def spy(*args, **kwargs):
+    seen.append(kwargs)
+    return judge(*args, **kwargs)
+
+  monkeypatch.setattr(judge_lib, "judge", spy)
+  cfg = dataclasses.replace(
+    rm_grpo.Config(),
+    **SMOKE,
+    rm_kind="judge",
+    judge_samples=2,
+    judge_temperature=1.0,
+    rm_weight=0.5,
+    workdir=str(tmp_path / "run"),
+    cache_dir=shared_cache,
+  )
+  train = _check_smoke_run(rm_grpo, tmp_path, rm_grpo.run(cfg))
+  for r in train:
+    assert 0 <= r["reward/rm"] <= 1 and 0 <= r["accuracy"] <= 1
+    mixed = 0.5 * r["reward/rm"] + 0.5 * r["reward/verifier"]
+    np.testing.assert_allclose(r["reward"], mixed, rtol=1e-5, atol=1e-5)
+  assert len(seen) == 2, seen  # one judging call per step
+  for kw in seen:
+    assert kw["mesh"] is not None and kw["samples"] == 2, kw
+    assert kw["batching"] == cfg.rollout_batching
+    assert kw["rows_per_call"] == cfg.rollout_rows
+
+
 def test_rm_grpo_rejects_micro_batches_that_do_not_divide_its_pairs():
   from experiments import rm_grpo
 

@@ -44,8 +44,14 @@ def judge(
   max_new_tokens: int = 8,
   samples: int = 1,
   temperature: float = 0.0,
+  **generate_kw,
 ) -> tuple[np.ndarray, list[str]]:
   """Generative judge: the mean verdict of `samples` sampled verdicts.
+
+  `generate_kw` go to rollout.generate: a run's judge samples as its
+  policy does (Context.sampler_kwargs: on the run's mesh, in calls of
+  --rollout_rows, ...); without them, all rows in one call on the
+  default device.
 
   Returns:
     ([N] rewards in [0, 1], the N * samples verdict texts).
@@ -64,6 +70,7 @@ def judge(
     max_new_tokens=max_new_tokens,
     group_size=samples,
     sampling=sampling_lib.Sampling(temperature=temperature),
+    **generate_kw,
   )
   verdicts = np.asarray([parse_verdict(t) for t in ro.texts], np.float32)
   return verdicts.reshape(-1, samples).mean(-1), list(ro.texts)

@@ -109,9 +109,18 @@ class Context:
       max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
       group_size=group_size,
       sampling=sampling,
-      mesh=self.mesh,
       max_prompt_len=self.cfg.max_prompt_len,
       row_offset=row_offset,
+      **self.sampler_kwargs(),
+    )
+
+  def sampler_kwargs(self) -> dict:
+    """How the run samples (rollout.generate's keywords): on its mesh, in
+    calls of --rollout_rows (0: sized from free memory), --rollout_batching,
+    under --rollout_temp_budget_mib. The policy's rollouts and other models'
+    sampling in the run (rm_grpo's generative judge) share them."""
+    return dict(
+      mesh=self.mesh,
       rows_per_call=getattr(self.cfg, "rollout_rows", 0),
       batching=getattr(self.cfg, "rollout_batching", "static"),
       compiler_options=ts.compiler_options(
