@@ -86,12 +86,13 @@ def experiment_config(name: str, scale: str, overrides: dict):
   its rollouts with (plan/scoring.py's SCORERS: KDRL's teacher, rm_grpo's
   reward model); `reward_model_pairs(cfg)`, the pairs per step of a
   reward model it trains before the RL (rm_grpo's Bradley-Terry stage);
-  and, read by
+  `samplers(cfg)`, {program: config} of other models that sample in the
+  run (rm_grpo's generative judge); and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
   (when not all), and `score_forwards(cfg)`, the whole-batch forwards
   per step beyond the reference's (IGPO's answer probabilities).
   `extras` are aot.compile_run's keywords for the first two, the
-  scorers and the reward model's pairs.
+  scorers, the reward model's pairs and the samplers.
   """
   module = importlib.import_module(f"experiments.{name}")
   cfg = module.Config()
@@ -111,6 +112,8 @@ def experiment_config(name: str, scale: str, overrides: dict):
     extras["scorers"] = module.scorers(cfg)
   if hasattr(module, "reward_model_pairs"):
     extras["reward_model_pairs"] = module.reward_model_pairs(cfg)
+  if hasattr(module, "samplers"):
+    extras["samplers"] = module.samplers(cfg)
   return cfg, getattr(module, "loss_fn", objective.loss_fn), extras
 
 
@@ -428,7 +431,8 @@ if __name__ == "__main__":
     "programs",
     ",".join(aot.PROGRAMS),
     "to compile (values: a critic's forward, teacher / reward_model: a "
-    "frozen model's, where the run has one)",
+    "frozen model's, reward_model_train: rm_grpo's Bradley-Terry step, "
+    "judge: its generative judge's sampler, where the run has one)",
   )
   flags.DEFINE_string("set", "", "k=v,... Config overrides")
   flags.DEFINE_integer(

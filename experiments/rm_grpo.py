@@ -305,9 +305,33 @@ def cached_reward_model(cfg, ctx, params):
 def scorers(cfg) -> dict:
   """The scalar reward model for the planner (experiments/plan.py): the
   warm-started policy's architecture with a scalar head, its forward a
-  program, its weights resident beside the others. Not planned: the
-  generative judge (--rm_kind=judge)."""
+  program, its weights resident beside the others (the generative judge:
+  `samplers`)."""
   return {"reward_model": cfg.model} if cfg.rm_kind == "scalar" else {}
+
+
+def samplers(cfg) -> dict:
+  """The planner's other sampler (experiments/plan.py): --rm_kind=judge's
+  judge (the warm-start policy's architecture, or --judge_model's)
+  sampling --judge_samples verdicts of judge.MAX_NEW_TOKENS tokens for
+  each of the N responses, each prompted with its question and response
+  (judge.prompt_len), as the run's sampler calls run (Context.sampler_
+  kwargs)."""
+  if cfg.rm_kind != "judge":
+    return {}
+  return {
+    "judge": dataclasses.replace(
+      cfg,
+      model=cfg.judge_model or cfg.model,
+      max_prompt_len=judge_lib.prompt_len(
+        cfg.max_prompt_len, cfg.max_new_tokens
+      ),
+      max_new_tokens=judge_lib.MAX_NEW_TOKENS,
+      batch_size=cfg.num_sequences,
+      group_size=cfg.judge_samples,
+      temperature=cfg.judge_temperature,
+    )
+  }
 
 
 def reward_model_pairs(cfg) -> int:

@@ -31,7 +31,14 @@ Up to seven programs are compiled at the sizes the loop runs them:
   reward_model_train  with a reward model trained before the RL
               (`reward_model_pairs` pairs per step: rm_grpo's
               Bradley-Terry step, rewards/model.py's bt_update), beside
-              the policy's weights as loaded.
+              the policy's weights as loaded;
+  judge       with another model that samples in the run (`samplers`,
+              {program: the config it samples at}: rm_grpo's generative
+              judge, rewards/judge.py): the rollout program at that
+              config, in calls sized as the rollout's, its weights as
+              loaded (param dtype, TRAIN_RULES) resident beside every
+              program, its own sampler's too (which samples from a copy
+              in the rollout layout).
 An experiment that trains more than the policy passes its loop hook
 (`extra_params`, e.g. ppo.critic(cfg)) and the per-row shapes of the batch
 fields its loss reads beyond the policy's (`fields`); the train state, the
@@ -75,6 +82,7 @@ PROGRAMS = (
   "teacher",
   "reward_model",
   "reward_model_train",
+  "judge",
 )
 
 
@@ -207,6 +215,7 @@ def compile_run(
   fields=None,
   scorers: dict[str, str] | None = None,
   reward_model_pairs: int = 0,
+  samplers: dict | None = None,
   model_cfg=None,
   fit_bytes: int | None = None,
   stop_over_fit: bool = False,
@@ -231,16 +240,33 @@ def compile_run(
     for name, model in (scorers or {}).items()
     if model
   }
+  # Other samplers' configs and architectures (scorer_config: the run's
+  # dtypes), their weights as loaded (context.load_model).
+  sampler_cfgs = {
+    name: (c, scorer_config(cfg, c.model))
+    for name, c in (samplers or {}).items()
+  }
+  loaded = {
+    name: state_lib.per_device_bytes(
+      state_lib.layout(m, mesh, mesh_lib.TRAIN_RULES)
+    )
+    for name, (_, m) in sampler_cfgs.items()
+  }
   resident = state_lib.resident_bytes(
     cfg,
     model_cfg,
     mesh,
     extra_params,
     frozen={
-      name: state_lib.per_device_bytes(scoring.SCORERS[name][1](c, mesh))
-      for name, c in scorer_cfgs.items()
+      **{
+        name: state_lib.per_device_bytes(scoring.SCORERS[name][1](c, mesh))
+        for name, c in scorer_cfgs.items()
+      },
+      **loaded,
     },
   )
+  for name, b in loaded.items():  # beside the sampler's rollout-layout copy
+    resident[name] += b
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
   if critic is None:
     programs = tuple(p for p in programs if p != "values")
@@ -249,6 +275,7 @@ def compile_run(
   )
   if not (reward_model_pairs and "reward_model" in scorer_cfgs):
     programs = tuple(p for p in programs if p != "reward_model_train")
+  programs = tuple(p for p in programs if p != "judge" or p in sampler_cfgs)
   rows = score_rows or ts.score_rows(cfg, mesh)
   fixed_rows = rollout_rows or cfg.rollout_rows
   makers = {  # each compiles with a config (a budget flag set, below)
@@ -277,6 +304,15 @@ def compile_run(
     makers["reward_model_train"] = lambda c: scoring.compile_reward_model_train(
       c, scorer_cfgs["reward_model"], mesh, reward_model_pairs
     )
+  for name, (sampler_cfg, sampler_model) in sampler_cfgs.items():
+    makers[name] = functools.partial(
+      lambda c, n, sc, sm: rollout_lib.compile_sampler(
+        n, c, sc, sm, mesh, hbm_bytes, resident[n], rollout_rows
+      ),
+      n=name,
+      sc=sampler_cfg,
+      sm=sampler_model,
+    )
   for name, scorer_cfg in scorer_cfgs.items():
     makers[name] = functools.partial(
       lambda c, n, sc: scoring.compile_scorer(n, c, sc, mesh, rows),
@@ -285,24 +321,39 @@ def compile_run(
     )
 
   def compile_one(name, c):
-    """`name` compiled with config `c`; over the fit, again under the
-    temporaries budget where `c` sets none (program.TEMP_BUDGETS)."""
-    first = dataclasses.replace(makers[name](c), resident_bytes=resident[name])
+    """`name` compiled with config `c`; over the fit, or out of HBM at the
+    compiler's default, again under the temporaries budget where `c`
+    sets none (program.TEMP_BUDGETS)."""
     flag = program_lib.TEMP_BUDGETS.get(name)
-    if (
+    can_budget = (
       flag
       and fit_bytes
-      and first.peak_bytes > fit_bytes
       and not getattr(c, flag, 0)
       and ts.compiler_options(1, mesh)  # a TPU mesh
       # A tree rollout's jitted pieces compile without a budget.
       and not (name == "rollout" and tree_loop.call_shape(c))
-    ):
-      return budgeted(
-        first,
-        fit_bytes,
-        lambda mib: makers[name](dataclasses.replace(c, **{flag: mib})),
+    )
+    with_budget = lambda mib: makers[name](
+      dataclasses.replace(c, **{flag: mib})
+    )
+    try:
+      first = makers[name](c)
+    except Exception as e:  # noqa: BLE001 - out of HBM at the default
+      if not can_budget:
+        raise
+      # No program to read its arguments from: the first budget is the
+      # fit less what stays resident, lowered by each overshoot.
+      stub = program_lib.Program(
+        name, 0, 0, 0, 0, 0, 0.0, 0.0, [], resident_bytes=resident[name]
       )
+      kept = budgeted(stub, fit_bytes, with_budget)
+      if kept.argument_bytes == 0:  # no budget compiled either
+        why = str(e).splitlines()[0][:200]
+        raise RuntimeError(f"{why}; {kept.note}") from e
+      return kept
+    first = dataclasses.replace(first, resident_bytes=resident[name])
+    if can_budget and first.peak_bytes > fit_bytes:
+      return budgeted(first, fit_bytes, with_budget)
     return first
 
   def fewer_rows(prog):

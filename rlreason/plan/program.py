@@ -24,6 +24,7 @@ TEMP_BUDGETS = {
   "values": "score_temp_budget_mib",
   "teacher": "score_temp_budget_mib",
   "reward_model": "score_temp_budget_mib",
+  "judge": "rollout_temp_budget_mib",  # it samples as the rollout does
 }
 
 
@@ -58,6 +59,9 @@ class Program:
   # Its TEMP_BUDGETS field's value (0: the compiler's default).
   temp_budget_mib: int = 0
   note: str = ""  # what the planner tried beyond the defaults, if it failed
+  # (config, architecture) another model's sampler runs at (rm_grpo's
+  # judge: plan/rollout.compile_sampler), for its roofline time.
+  sampled: tuple = ()
   # The compiled program itself (runs on real arrays of the same shapes
   # and shardings where the mesh is local: bench/measured_vs_planned.py).
   executable: object = dataclasses.field(default=None, repr=False)

@@ -173,3 +173,30 @@ def compile_rollout(
     rows=rows,
     temp_budget_mib=budget if options else 0,
   )
+
+
+def compile_sampler(
+  name, cfg, sampler_cfg, model_cfg, mesh, hbm_bytes, resident, rows=0
+) -> program_lib.Program:
+  """Another model's sampler in the run (aot.compile_run's `samplers`:
+  rm_grpo's generative judge) as rollout.generate runs it there: at
+  `sampler_cfg`'s prompts, tokens and rows, with the run's --rollout_rows
+  (`rows`, else sized as the rollout's: rows_for), batching and
+  --rollout_temp_budget_mib (from `cfg`, Context.sampler_kwargs).
+  `Program.sampled` keeps (config, architecture) for its roofline time."""
+  c = dataclasses.replace(
+    sampler_cfg,
+    rollout_rows=cfg.rollout_rows,
+    rollout_batching=getattr(cfg, "rollout_batching", "static"),
+    rollout_temp_budget_mib=getattr(cfg, "rollout_temp_budget_mib", 0),
+  )
+  rows = (
+    rows or c.rollout_rows or rows_for(c, model_cfg, mesh, hbm_bytes, resident)
+  )
+  prog = compile_rollout(c, model_cfg, mesh, rows, hbm_bytes)
+  return dataclasses.replace(
+    prog,
+    name=name,
+    model_params=model_cfg.num_params(),
+    sampled=(c, model_cfg),
+  )

@@ -62,6 +62,37 @@ def model_flops_per_token(model_cfg, context: int) -> float:
   return 6 * model_cfg.num_params() + attn * context / 2
 
 
+def _sampling_seconds(
+  cfg, model_cfg, prog, devices, peak, bandwidth, decode_tokens=0
+) -> float:
+  """A sampler's roofline seconds per device for cfg's N rows of P + T:
+  the prefill's FLOPs, then each decode step re-reading the weights (per
+  call, as laid out) and the caches."""
+  n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
+  params = model_cfg.num_params()
+  dtype_bytes = 2 if model_cfg.dtype == "bfloat16" else 4
+  decoded = min(decode_tokens, t) if decode_tokens > 0 else t
+  prefill = 2 * params * n * (p + t - decoded) / devices / peak
+  kv = 2 * model_cfg.n_layers * model_cfg.n_kv_heads * model_cfg.head_dim
+  cache = kv * dtype_bytes * n * (p + t / 2) / devices
+  calls = -(-n // prog.rows) if prog.rows else 1
+  weights = prog.argument_bytes  # per device, as laid out
+  tree = tree_loop.call_shape(cfg)
+  if not tree:
+    # Each call's decode steps re-read the weights; the caches add up to N.
+    return prefill + decoded * (calls * weights + cache) / bandwidth
+  # Trees: each call's rounds decode in sequence, T steps each; every
+  # leaf decodes in one round, reading all P + (1 + L) T slots of its
+  # cache each step (dense); only the roots' prompts are prefilled.
+  per_prompt, slots, rounds = tree
+  prompts = n // cfg.group_size
+  roots = per_prompt - cfg.group_size  # per prompt
+  calls = -(-prompts // max(prog.rows // per_prompt, 1))
+  prefill = 2 * params * prompts * roots * p / devices / peak
+  cache = kv * dtype_bytes * n * slots / devices
+  return prefill + t * (rounds * calls * weights + cache) / bandwidth
+
+
 def times(
   cfg,
   model_cfg,
@@ -93,29 +124,14 @@ def times(
     memory = prog.bytes_accessed * cfg.ppo_epochs * cfg.minibatches
     out["train_step"] = max(flops / peak, memory / bandwidth)
   if "rollout" in programs:
-    dtype_bytes = 2 if model_cfg.dtype == "bfloat16" else 4
-    decoded = min(decode_tokens, t) if decode_tokens > 0 else t
-    prefill = 2 * params * n * (p + t - decoded) / devices / peak
-    kv = 2 * model_cfg.n_layers * model_cfg.n_kv_heads * model_cfg.head_dim
-    cache = kv * dtype_bytes * n * (p + t / 2) / devices
-    prog = programs["rollout"]
-    calls = -(-n // prog.rows) if prog.rows else 1
-    weights = prog.argument_bytes  # per device, as laid out
-    # Each call's decode steps re-read the weights; the caches add up to N.
-    out["rollout"] = prefill + decoded * (calls * weights + cache) / bandwidth
-    tree = tree_loop.call_shape(cfg)
-    if tree:
-      # Trees: each call's rounds decode in sequence, T steps each; every
-      # leaf decodes in one round, reading all P + (1 + L) T slots of its
-      # cache each step (dense); only the roots' prompts are prefilled.
-      per_prompt, slots, rounds = tree
-      prompts = n // cfg.group_size
-      roots = per_prompt - cfg.group_size  # per prompt
-      calls = -(-prompts // max(prog.rows // per_prompt, 1))
-      prefill = 2 * params * prompts * roots * p / devices / peak
-      cache = kv * dtype_bytes * n * slots / devices
-      steps = rounds * calls * weights + cache
-      out["rollout"] = prefill + t * steps / bandwidth
+    out["rollout"] = _sampling_seconds(
+      cfg, model_cfg, programs["rollout"], devices, peak, bandwidth,
+      decode_tokens,
+    )  # fmt: skip
+  for name, prog in programs.items():  # other models' samplers (a judge)
+    if prog.sampled:
+      out[name] = _sampling_seconds(*prog.sampled, prog, devices, peak,
+                                    bandwidth)  # fmt: skip
   forward = 2 * params * n * context / devices / peak
   for name in ("ref_logp", "values", "teacher", "reward_model"):
     if name in programs:
@@ -240,9 +256,9 @@ def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
         f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries: raise "
         f"--micro_batches (now {cfg.micro_batches}), keep --remat on"
       )
-    elif name == "rollout":
+    elif name == "rollout" or p.sampled:
       out.append(
-        "rollout: fewer sequences per sampler call (--rollout_rows), or "
+        f"{name}: fewer sequences per sampler call (--rollout_rows), or "
         "parameters sharded over fsdp in the rollout"
       )
     elif name == "reward_model_train":

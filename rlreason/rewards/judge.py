@@ -22,6 +22,17 @@ JUDGE_TEMPLATE = (
   "Question: {question}\nResponse: {response}\n"
   "Is the response correct? Answer yes or no.\nVerdict: "
 )
+MAX_NEW_TOKENS = 8  # a verdict's tokens (judge's default)
+
+
+def prompt_len(question_tokens: int, response_tokens: int) -> int:
+  """A bound on the judge's prompt length for questions and responses of
+  at most these many tokens (the planner's): the template's own text at
+  one token per character at most, rounded up to the sampler's bucket
+  of 32 (rollout.pad_prompts)."""
+  own = len(JUDGE_TEMPLATE.format(question="", response=""))
+  n = question_tokens + response_tokens + own
+  return -(-n // 32) * 32
 
 
 def parse_verdict(text: str) -> float:
@@ -41,7 +52,7 @@ def judge(
   model_cfg,
   tokenizer,
   template: str = JUDGE_TEMPLATE,
-  max_new_tokens: int = 8,
+  max_new_tokens: int = MAX_NEW_TOKENS,
   samples: int = 1,
   temperature: float = 0.0,
   **generate_kw,

@@ -12,8 +12,8 @@ batch fields, its values forward), KDRL's teacher and rm_grpo's reward
 model (each one's forward, its weights resident beside every other
 program; the reward model's Bradley-Terry training before the RL, its
 weights and moments updated in place, its activations cut by
-micro-batches, which the planner raises for a step over the fit) and
-T-PPO's window batch are
+micro-batches, which the planner raises for a step over the fit; its
+generative judge's sampler) and T-PPO's window batch are
 planned through the experiments' hooks (experiments/plan.py), and SIREN's
 loss of the whole distribution holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
@@ -248,6 +248,16 @@ for m in (2, 4):
   res[f"rm_grpo_micro{m}"] = run(dataclasses.replace(cfg, rm_micro_batches=m),
                                  "v5e-4", ("reward_model_train",),
                                  loss_fn=loss_fn, extras=extras)
+# rm_grpo's generative judge (--rm_kind=judge), through its `samplers`.
+judged = dict(small, rm_kind="judge", judge_samples=2)
+cfg_j, loss_fn, extras_j = plan_cli.experiment_config("rm_grpo", "laptop",
+                                                      judged)
+res["rm_judge"] = run(cfg_j, "v5e-4", ("rollout", "judge"), loss_fn=loss_fn,
+                      extras=extras_j)
+res["rm_judge"]["n"] = cfg_j.num_sequences
+res["rm_judge"]["judge_prompt"] = extras_j["samplers"]["judge"].max_prompt_len
+res["rm_judge"]["prompt"] = cfg_j.max_prompt_len
+res["rm_judge"]["completion"] = cfg_j.max_new_tokens
 # Over a fit that 4 micro-batches meet: the planner doubles them.
 fit = res["rm_grpo_micro4"]["each"]["reward_model_train"]["peak"]
 res["rm_grpo_auto"] = run(cfg, "v5e-4", ("reward_model_train",),
@@ -344,6 +354,34 @@ def test_a_reward_models_training_is_planned_before_the_rl(results):
   args = results["rm_grpo_micro4"]["args"]["reward_model_train"]
   assert args == rm["args"]["reward_model_train"]
   assert four["peak"] < 0.7 * one["peak"], (four, one)
+
+
+def test_a_generative_judge_is_planned_as_a_sampler_of_its_own(results):
+  """rm_grpo --rm_kind=judge: the judge's sampler is a program (rollout
+  program's code at the judge's shape: 2 verdicts for each of the N
+  responses, prompts of question + response + template), its weights as
+  loaded (fp32 here, over the 4 chips) resident beside the policy's
+  rollout and beside its own sampler, which reads a copy in the rollout
+  layout (its argument); timed in the RL step."""
+  from rlreason.rewards import judge
+
+  j, grpo = results["rm_judge"], results["grpo"]
+  assert not j["errors"], j["errors"]
+  assert j["programs"] == ["judge", "rollout"]
+  assert j["each"]["judge"]["rows"] == 2 * j["n"]  # one call holds all
+  # P + T of the policy's and the template's text (judge_test.py).
+  want = judge.prompt_len(j["prompt"], j["completion"])
+  assert j["judge_prompt"] == want > j["prompt"] + j["completion"], j
+  state = grpo["resident"]["ref_logp"]  # the train state
+  weights = 4 * j["params"] / 4  # fp32 over 4 chips (a little replicated)
+  for name in ("rollout", "judge"):  # + the reference + the judge
+    beside = j["resident"][name] - state
+    assert 2 * weights <= beside <= 2.1 * weights, (name, beside, weights)
+  # Its argument: the judge's copy in the rollout layout, as the policy's
+  # rollout reads its own (the same architecture here; rows' ids aside).
+  rollout_args = j["args"]["rollout"]
+  assert rollout_args <= j["args"]["judge"] <= 1.01 * rollout_args, j
+  assert 0 < j["times"]["judge"]
 
 
 def test_a_bradley_terry_step_over_the_fit_is_planned_in_more_micro_batches(

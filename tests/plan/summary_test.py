@@ -54,6 +54,35 @@ def test_rollout_time_decodes_only_the_tokens_it_samples(decode_tokens):
   np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
 
 
+def test_another_models_sampler_is_timed_at_its_own_shape():
+  """rm_grpo's judge (Program.sampled): its N = 16 rows (8 responses x 2
+  verdicts) of P = 40 prompt tokens (question, response, template) and
+  T = 8 verdict tokens, a model of 3000 parameters with 3 layers, in
+  calls of 8 rows: as a rollout of that shape, beside the policy's own
+  rollout at the run's."""
+  cfg = types.SimpleNamespace(
+    num_sequences=8, max_prompt_len=4, max_new_tokens=10
+  )
+  judge_cfg = types.SimpleNamespace(
+    num_sequences=16, max_prompt_len=40, max_new_tokens=8
+  )
+  judge_model = _Model()
+  judge_model.n_layers = 3
+  judge_model.num_params = lambda: 3000
+  judge = dataclasses.replace(
+    _rollout(8), name="judge", sampled=(judge_cfg, judge_model)
+  )
+  peak, bw = 1e6, 1e3
+  programs = {"rollout": _rollout(4), "judge": judge}
+  got = summary.times(cfg, _Model(), programs, 2, peak, bw)
+  prefill = 2 * 3000 * 16 * 40 / 2 / peak
+  cache = 2 * 3 * 1 * 4 * 2 * 16 * (40 + 8 / 2) / 2
+  want = prefill + 8 * (2 * 500 + cache) / bw
+  np.testing.assert_allclose(got["judge"], want, rtol=1e-12, atol=0)
+  alone = summary.times(cfg, _Model(), {"rollout": _rollout(4)}, 2, peak, bw)
+  assert got["rollout"] == alone["rollout"]
+
+
 def test_extra_score_forwards_are_timed_at_the_reference_forward():
   """IGPO's answer probabilities: 3 more whole-batch forwards of
   2 * params * N * (P + T) / chips / peak each, beside ref_logp's one."""

@@ -56,3 +56,14 @@ def test_judge_fn_is_the_judges_reward_beside_verifiable_ones():
   np.testing.assert_allclose(
     total, parts["exact_match"] + 0.5 * want, rtol=1e-6, atol=1e-6
   )
+
+
+def test_prompt_len_bounds_a_judges_prompt():
+  """The planner's bound on the judge's prompt: question and response
+  tokens + the template's characters (74; at most a token each), to the
+  sampler's bucket of 32; a character tokenizer's prompt of a 10-token
+  question and 20-token response fits it."""
+  assert judge.prompt_len(10, 20) == 128  # 10 + 20 + 74 = 104 -> 128
+  assert judge.prompt_len(0, 22) == 96
+  text = judge.JUDGE_TEMPLATE.format(question="q" * 10, response="r" * 20)
+  assert len(TOK.encode(text)) == 104 <= judge.prompt_len(10, 20)
