@@ -16,9 +16,11 @@ Differs from experiments/grpo.py in exactly:
       --rm_pairs_per_prompt per prompt; rewards/model.preference_pairs)
       train a scalar-head RM initialised from the warm-start policy (as
       InstructGPT's from the SFT model) with the Bradley-Terry loss for
-      --rm_steps steps (rewards/model.train_bt). Its pairwise accuracy on
-      the pairs of --rm_heldout held-out prompts goes to reward_model.json
-      in the workdir. The RM is cached under --cache_dir by its settings:
+      --rm_steps steps of --rm_batch_size pairs (rewards/model.train_bt;
+      --rm_micro_batches accumulates a step's gradient over that many
+      micro-batches of them: the same step, less memory). Its pairwise
+      accuracy on the pairs of --rm_heldout held-out prompts goes to
+      reward_model.json in the workdir. The RM is cached under --cache_dir by its settings:
       a resumed run, or another variant, does not retrain it;
   (2) the reward r = w * r_RM + (1 - w) * r_verifier, w = --rm_weight,
       r_RM = (RM score - mu) / sigma with mu, sigma the mean and std of the
@@ -31,8 +33,9 @@ Differs from experiments/grpo.py in exactly:
       tracks the gold on the moving policy's samples.
 `--rm_kind=judge` replaces the trained RM by the generative judge
 (rewards/judge.judge, verdict "yes" = 1): the frozen warm-start policy, or
-the HF checkpoint --judge_model, asked whether the response is correct; no
-training stage. (The tiny laptop policy was never taught to judge: at
+the HF checkpoint --judge_model, asked whether the response is correct
+(--judge_samples verdicts, sampled on the run's mesh as the policy's
+rollouts are); no training stage. (The tiny laptop policy was never taught to judge: at
 laptop scale this only exercises the mechanism.)
 
 Reproduces:
