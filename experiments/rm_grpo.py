@@ -20,8 +20,9 @@ Differs from experiments/grpo.py in exactly:
       --rm_micro_batches accumulates a step's gradient over that many
       micro-batches of them: the same step, less memory). Its pairwise
       accuracy on the pairs of --rm_heldout held-out prompts goes to
-      reward_model.json in the workdir. The RM is cached under --cache_dir by its settings:
-      a resumed run, or another variant, does not retrain it;
+      reward_model.json in the workdir. The RM is cached under
+      --cache_dir by its settings: a resumed run, or another variant,
+      does not retrain it;
   (2) the reward r = w * r_RM + (1 - w) * r_verifier, w = --rm_weight,
       r_RM = (RM score - mu) / sigma with mu, sigma the mean and std of the
       RM's scores on its own training samples (InstructGPT shifts its RM
@@ -35,8 +36,8 @@ Differs from experiments/grpo.py in exactly:
 (rewards/judge.judge, verdict "yes" = 1): the frozen warm-start policy, or
 the HF checkpoint --judge_model, asked whether the response is correct
 (--judge_samples verdicts, sampled on the run's mesh as the policy's
-rollouts are); no training stage. (The tiny laptop policy was never taught to judge: at
-laptop scale this only exercises the mechanism.)
+rollouts are); no training stage. (The tiny laptop policy was never
+taught to judge: at laptop scale this only exercises the mechanism.)
 
 Reproduces:
   laptop: reward over-optimisation on the arithmetic task:
@@ -75,6 +76,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
 from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
+from rlreason.train import train_step as ts
 from rlreason import storage
 from rlreason.rewards import judge as judge_lib
 from rlreason.rewards import model as rm
@@ -258,6 +260,8 @@ def train_reward_model(cfg, ctx, params):
     log_every=max(1, cfg.rm_steps // 10),
     mesh=ctx.mesh,
     micro_batches=cfg.rm_micro_batches,
+    # A train step too: under the policy's --train_temp_budget_mib.
+    compiler_options=ts.compiler_options(cfg.train_temp_budget_mib, ctx.mesh),
   )
   on_mesh = dict(batch_size=ctx.score_rows, mesh=ctx.mesh)
   s = rm.scores(

@@ -66,8 +66,19 @@ def test_smoke(name, tmp_path, shared_cache):
   _check_smoke_run(module, tmp_path, module.run(cfg))
 
 
-def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(tmp_path):
+def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(
+  tmp_path, monkeypatch
+):
   from experiments import rm_grpo
+
+  steps = []  # train_bt's micro-batches and compile options
+  train_bt = rm_grpo.rm.train_bt
+
+  def spy(*args, **kwargs):
+    steps.append((kwargs["micro_batches"], kwargs["compiler_options"]))
+    return train_bt(*args, **kwargs)
+
+  monkeypatch.setattr(rm_grpo.rm, "train_bt", spy)
 
   cfg = dataclasses.replace(
     rm_grpo.Config(),
@@ -81,6 +92,9 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(tmp_path):
     cache_dir=str(tmp_path / "cache"),
   )
   train = _check_smoke_run(rm_grpo, tmp_path, rm_grpo.run(cfg))
+  # The policy's --train_temp_budget_mib as train_step.compiler_options
+  # gives it (none on CPU; model_test: the options reach the compile).
+  assert steps == [(2, None)], steps
   for r in train:  # the proxy and the gold reward, every step
     assert np.isfinite(r["reward/rm"]) and 0 <= r["accuracy"] <= 1
     mixed = 0.5 * r["reward/rm"] + 0.5 * r["reward/verifier"]

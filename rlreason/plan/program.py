@@ -14,9 +14,9 @@ from rlreason.plan import hlo_loops
 
 
 # The config field that bounds each program's temporaries on TPU (libtpu's
-# xla_tpu_max_hbm_size_mib; Program.temp_budget_mib). The whole-rollout
-# forwards share one (Context.scoring): a run needs the smallest that any
-# of them was planned under.
+# xla_tpu_max_hbm_size_mib; Program.temp_budget_mib). Programs may share
+# one (the whole-rollout forwards: Context.scoring): a run needs the
+# smallest that any of them was planned under.
 TEMP_BUDGETS = {
   "train_step": "train_temp_budget_mib",
   "rollout": "rollout_temp_budget_mib",
@@ -25,6 +25,7 @@ TEMP_BUDGETS = {
   "teacher": "score_temp_budget_mib",
   "reward_model": "score_temp_budget_mib",
   "judge": "rollout_temp_budget_mib",  # it samples as the rollout does
+  "reward_model_train": "train_temp_budget_mib",  # a train step too
 }
 
 

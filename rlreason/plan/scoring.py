@@ -116,8 +116,8 @@ def compile_reward_model_train(
   bt_update, as train_bt runs it): `pairs` chosen and rejected rows of
   P + T tokens, split by rows where they divide (mesh.put_rows), in
   cfg.rm_micro_batches gradient-accumulation micro-batches (1 without
-  it), the reward model's weights (param dtype, TRAIN_RULES; head
-  replicated) and AdamW moments donated."""
+  it) under --train_temp_budget_mib, the reward model's weights (param
+  dtype, TRAIN_RULES; head replicated) and AdamW moments donated."""
   params = state_lib.reward_model_params(rm_cfg, mesh, trained=True)
   optimizer = optax.adamw(1e-5)  # the rate does not change the program
   opt_state = state_lib.optimizer_state(optimizer, params, mesh)
@@ -127,10 +127,13 @@ def compile_reward_model_train(
     shape, jnp.int32, sharding=jax.sharding.NamedSharding(mesh, split)
   )
   micro = getattr(cfg, "rm_micro_batches", 1)
-  step = reward_model.bt_update(rm_cfg, optimizer, mesh, micro)
+  budget = cfg.train_temp_budget_mib  # rm_grpo's, as the policy's step's
+  options = ts.compiler_options(budget, mesh)
+  step = reward_model.bt_update(rm_cfg, optimizer, mesh, micro, options)
   compiled = step.lower(params, opt_state, ids, ids, ids, ids).compile()
   return dataclasses.replace(
     program_lib.analyse("reward_model_train", compiled),
+    temp_budget_mib=budget if options else 0,
     rows=2 * pairs,
     model_params=rm_cfg.num_params(),
   )

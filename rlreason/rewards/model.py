@@ -124,7 +124,13 @@ def preference_pairs(
   return np.asarray(chosen, np.int64), np.asarray(rejected, np.int64)
 
 
-def bt_update(model_cfg, optimizer, mesh=None, micro_batches: int = 1):
+def bt_update(
+  model_cfg,
+  optimizer,
+  mesh=None,
+  micro_batches: int = 1,
+  compiler_options: dict | None = None,
+):
   """The jitted Bradley-Terry step of train_bt: (params, optimizer state,
   chosen tokens, positions, rejected tokens, positions) -> (params, state,
   loss), the params and state donated (updated in place); activations
@@ -132,7 +138,9 @@ def bt_update(model_cfg, optimizer, mesh=None, micro_batches: int = 1):
   step. `micro_batches` > 1 accumulates the gradient over that many
   micro-batches of the pairs (train_step.accumulate, as the policy's
   step): one optimizer update of the same loss, one micro-batch's
-  activations live at a time. The planner compiles it (plan/scoring.py).
+  activations live at a time. `compiler_options`: its compile's (e.g.
+  libtpu's temporaries budget, as the policy's train step takes
+  --train_temp_budget_mib). The planner compiles it (plan/scoring.py).
   """
 
   def micro_loss(params, pairs):
@@ -151,7 +159,9 @@ def bt_update(model_cfg, optimizer, mesh=None, micro_batches: int = 1):
     upd, state = optimizer.update(grads, state, params)
     return optax.apply_updates(params, upd), state, loss
 
-  return jax.jit(update, donate_argnums=(0, 1))
+  return jax.jit(
+    update, donate_argnums=(0, 1), compiler_options=compiler_options
+  )
 
 
 def train_bt(
@@ -168,6 +178,7 @@ def train_bt(
   log_every: int = 0,
   mesh=None,
   micro_batches: int = 1,
+  compiler_options: dict | None = None,
 ) -> tuple[dict, list[float]]:
   """Bradley-Terry training: minimises -log sigmoid(r(c) - r(r)) over pairs.
 
@@ -190,6 +201,7 @@ def train_bt(
       With fewer than batch_size pairs in all, a step takes the largest
       multiple of it that there are pairs for (all of them, in one
       micro-batch, when there are fewer pairs than micro-batches).
+    compiler_options: the step's compile options (bt_update).
 
   Returns:
     (params, [steps] training losses, each before its update).
@@ -211,7 +223,7 @@ def train_bt(
   # one copy of the weights and moments.
   params = jax.tree.map(jnp.copy, params)
   state = opt.init(params)
-  update = bt_update(model_cfg, opt, mesh, micro_batches)
+  update = bt_update(model_cfg, opt, mesh, micro_batches, compiler_options)
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
   losses = []

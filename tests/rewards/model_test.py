@@ -324,8 +324,8 @@ def test_train_bt_micro_batches_divide_the_step_or_fail_early(monkeypatch):
   seen = []
   make = rm.bt_update
 
-  def spy(model_cfg, optimizer, mesh=None, micro_batches=1):
-    update = make(model_cfg, optimizer, mesh, micro_batches)
+  def spy(model_cfg, optimizer, mesh=None, micro_batches=1, options=None):
+    update = make(model_cfg, optimizer, mesh, micro_batches, options)
 
     def run(p, s, c_tok, *rest):
       seen.append((micro_batches, c_tok.shape[0]))
@@ -342,3 +342,24 @@ def test_train_bt_micro_batches_divide_the_step_or_fail_early(monkeypatch):
   one = tuple((t[:1], p[:1]) for t, p in three)
   rm.train_bt(params, CFG, *one, micro_batches=2, **kw)
   assert seen == [(1, 1), (1, 1)], seen
+
+
+def test_train_bt_compiles_its_step_with_the_options_it_is_given():
+  """rm_grpo passes the policy's --train_temp_budget_mib (libtpu's option,
+  planned for reward_model_train): the step compiles with them. An option
+  XLA:CPU does not know fails that compile; a known one at its default
+  trains the same."""
+  chosen, rejected = _pairs(["answer: 1", "answer: 2"], ["x", "y"])
+  params = rm.init(CFG, jax.random.key(0))
+  kw = dict(steps=2, batch_size=2, lr=1e-2)
+  _, want = rm.train_bt(params, CFG, chosen, rejected, **kw)
+  with pytest.raises(jax.errors.JaxRuntimeError, match="not_an_xla_option"):
+    rm.train_bt(
+      params, CFG, chosen, rejected,
+      compiler_options={"not_an_xla_option": 1}, **kw,
+    )  # fmt: skip
+  _, got = rm.train_bt(
+    params, CFG, chosen, rejected,
+    compiler_options={"xla_cpu_enable_fast_math": False}, **kw,
+  )  # fmt: skip
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
