@@ -33,7 +33,7 @@ from rlreason import metrics as metrics_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.model import transformer
-from rlreason.train import train_step
+from rlreason.rl import aggregation
 
 
 def init(model_cfg, rng: jax.Array, backbone: Any | None = None) -> dict:
@@ -136,7 +136,7 @@ def bt_update(
   loss), the params and state donated (updated in place); activations
   split by batch on `mesh` (mesh.activation_mesh), as the policy's train
   step. `micro_batches` > 1 accumulates the gradient over that many
-  micro-batches of the pairs (train_step.accumulate, as the policy's
+  micro-batches of the pairs (aggregation.accumulate, as the policy's
   step): one optimizer update of the same loss, one micro-batch's
   activations live at a time. `compiler_options`: its compile's (e.g.
   libtpu's temporaries budget, as the policy's train step takes
@@ -153,7 +153,7 @@ def bt_update(
   def update(params, state, c_tok, c_pos, r_tok, r_pos):
     pairs = (c_tok, c_pos, r_tok, r_pos)
     with mesh_lib.activation_mesh(mesh):
-      (loss, _), grads = train_step.accumulate(
+      (loss, _), grads = aggregation.accumulate(
         grad_fn, params, pairs, micro_batches
       )
     upd, state = optimizer.update(grads, state, params)

@@ -6,9 +6,10 @@ Shapes: N sequences, T completion length; `per_token` and `mask` are [N, T]
 with C a batch-level constant (num_tokens, num_seqs or num_seqs * max_len),
 so with the constants of the WHOLE batch (`normalizers`, computed before the
 split into micro-batches, or with a psum across shards) the losses and
-gradients of micro-batches or shards sum to the full-batch values. Policy
-losses (losses.py) and KL estimators (kl.py) return per-token values that
-are reduced here.
+gradients of micro-batches or shards sum to the full-batch values
+(`accumulate`: the sum over micro-batches in a scan, which the train step
+and the reward model's Bradley-Terry step run). Policy losses (losses.py)
+and KL estimators (kl.py) return per-token values that are reduced here.
 """
 
 import chex
@@ -103,3 +104,39 @@ def aggregate(
   raise ValueError(
     f"Unknown aggregation mode {mode!r}; valid modes: {AGGREGATION_MODES}."
   )
+
+
+def micro_batch(batch, micro_batches: int, i):
+  """Rows i, i+M, i+2M, ... of every [N, ...] leaf of `batch`: with the
+  batch sharded in contiguous blocks, every device keeps contributing
+  equally and no data moves."""
+
+  def take(x):
+    x = x.reshape((x.shape[0] // micro_batches, micro_batches) + x.shape[1:])
+    return jax.lax.dynamic_index_in_dim(x, i, axis=1, keepdims=False)
+
+  return jax.tree.map(take, batch)
+
+
+def accumulate(grad_fn, params, batch, micro_batches: int, *args):
+  """`grad_fn(params, batch, *args) -> ((loss, aux), grads)` over
+  `micro_batches` micro-batches (micro_batch's rows) in a lax.scan:
+  ((summed loss, aux averaged over micro-batches), summed gradients).
+  With each micro-batch's loss normalised by the whole batch's
+  denominators, the sums are the whole batch's loss and gradient, and
+  one micro-batch's activations are live at a time."""
+  if micro_batches == 1:
+    return grad_fn(params, batch, *args)
+
+  def body(carry, i):
+    (loss, aux), grads = grad_fn(
+      params, micro_batch(batch, micro_batches, i), *args
+    )
+    acc_loss, acc_grads = carry
+    return (acc_loss + loss, jax.tree.map(jnp.add, acc_grads, grads)), aux
+
+  zeros = jax.tree.map(jnp.zeros_like, params)
+  (loss, grads), aux = jax.lax.scan(
+    body, (jnp.zeros((), jnp.float32), zeros), jnp.arange(micro_batches)
+  )
+  return (loss, jax.tree.map(lambda m: m.mean(0), aux)), grads

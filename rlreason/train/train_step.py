@@ -170,42 +170,6 @@ def _all_finite(tree) -> jax.Array:
   return jnp.stack(leaves).all() if leaves else jnp.array(True)
 
 
-def micro_batch(batch, micro_batches: int, i):
-  """Rows i, i+M, i+2M, ... of every [N, ...] leaf of `batch`: with the
-  batch sharded in contiguous blocks, every device keeps contributing
-  equally and no data moves."""
-
-  def take(x):
-    x = x.reshape((x.shape[0] // micro_batches, micro_batches) + x.shape[1:])
-    return jax.lax.dynamic_index_in_dim(x, i, axis=1, keepdims=False)
-
-  return jax.tree.map(take, batch)
-
-
-def accumulate(grad_fn, params, batch, micro_batches: int, *args):
-  """`grad_fn(params, batch, *args) -> ((loss, aux), grads)` over
-  `micro_batches` micro-batches (micro_batch's rows) in a lax.scan:
-  ((summed loss, aux averaged over micro-batches), summed gradients).
-  With each micro-batch's loss normalised by the whole batch's
-  denominators, the sums are the whole batch's loss and gradient, and
-  one micro-batch's activations are live at a time."""
-  if micro_batches == 1:
-    return grad_fn(params, batch, *args)
-
-  def body(carry, i):
-    (loss, aux), grads = grad_fn(
-      params, micro_batch(batch, micro_batches, i), *args
-    )
-    acc_loss, acc_grads = carry
-    return (acc_loss + loss, jax.tree.map(jnp.add, acc_grads, grads)), aux
-
-  zeros = jax.tree.map(jnp.zeros_like, params)
-  (loss, grads), aux = jax.lax.scan(
-    body, (jnp.zeros((), jnp.float32), zeros), jnp.arange(micro_batches)
-  )
-  return (loss, jax.tree.map(lambda m: m.mean(0), aux)), grads
-
-
 # libtpu's bound on a program's HLO temporaries (MiB). Without it the TPU
 # compiler's latency-hiding scheduler keeps more buffers live (collectives
 # and recomputation overlapped across layers) whenever the chip's HBM
@@ -251,7 +215,7 @@ def make_train_step(
 
   def step(state: TrainState, batch: dict, *frozen):
     norm = aggregation.normalizers(batch["mask"])
-    (loss, metrics), grads = accumulate(
+    (loss, metrics), grads = aggregation.accumulate(
       grad_fn, state.params, batch, micro_batches, norm, *frozen
     )
     ok = jnp.isfinite(loss) & _all_finite(grads)

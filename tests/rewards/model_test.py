@@ -282,7 +282,7 @@ def test_bradley_terry_training_on_the_mesh_matches_one_device(monkeypatch):
 
 def test_micro_batched_bt_steps_take_the_one_step_update():
   """--rm_micro_batches: a step's pairs in M gradient-accumulation
-  micro-batches (bt_update over train_step.accumulate) give the loss and
+  micro-batches (bt_update over aggregation.accumulate) give the loss and
   gradient of one step over all of them (plain SGD at rate 1: the update
   is minus the gradient), each pair's chosen and rejected rows together
   in one micro-batch."""
