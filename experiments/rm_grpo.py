@@ -80,6 +80,7 @@ from rlreason.train import train_step as ts
 from rlreason import storage
 from rlreason.rewards import judge as judge_lib
 from rlreason.rewards import model as rm
+from rlreason.model import transformer
 
 KINDS = ("scalar", "judge")
 
@@ -373,7 +374,10 @@ def judge_reward(cfg, mesh):
     jcfg = dataclasses.replace(
       cfg, model=cfg.judge_model, init_from="", tokenizer=""
     )
+  # Frozen, so kept in the compute dtype, as the loop keeps the reference
+  # (half the bytes of float32 weights in bf16 runs; the same verdicts).
   model_cfg, params = context_lib.load_model(jcfg, mesh)
+  params = transformer.compute_params(params, model_cfg)
   tok = context_lib.load_tokenizer(jcfg)
 
   def fn(rollout, examples, ctx):

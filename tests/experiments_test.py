@@ -10,6 +10,8 @@ import json
 import os
 import pkgutil
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -116,16 +118,17 @@ def test_rm_grpo_judge_samples_its_verdicts_as_the_run_samples(
   """--rm_kind=judge: the frozen warm-start policy judges each response
   (its verdicts sampled on the run's mesh, in the run's sampler calls:
   Context.sampler_kwargs), the proxy reward a mean verdict in [0, 1],
-  mixed with the verifier's as the scalar reward model's is."""
+  mixed with the verifier's as the scalar reward model's is. In a bf16 run
+  its frozen weights are kept in bf16, as the reference's are."""
   from experiments import rm_grpo
   from rlreason.rewards import judge as judge_lib
 
   seen = []
   judge = judge_lib.judge
 
-  def spy(*args, **kwargs):
-    seen.append(kwargs)
-    return judge(*args, **kwargs)
+  def spy(params, *args, **kwargs):
+    seen.append(dict(kwargs, dtypes={x.dtype for x in jax.tree.leaves(params)}))
+    return judge(params, *args, **kwargs)
 
   monkeypatch.setattr(judge_lib, "judge", spy)
   cfg = dataclasses.replace(
@@ -134,6 +137,7 @@ def test_rm_grpo_judge_samples_its_verdicts_as_the_run_samples(
     rm_kind="judge",
     judge_samples=2,
     judge_temperature=1.0,
+    dtype="bfloat16",  # master weights float32 (--param_dtype)
     rm_weight=0.5,
     workdir=str(tmp_path / "run"),
     cache_dir=shared_cache,
@@ -148,6 +152,7 @@ def test_rm_grpo_judge_samples_its_verdicts_as_the_run_samples(
     assert kw["mesh"] is not None and kw["samples"] == 2, kw
     assert kw["batching"] == cfg.rollout_batching
     assert kw["rows_per_call"] == cfg.rollout_rows
+    assert kw["dtypes"] == {jnp.dtype(jnp.bfloat16)}, kw["dtypes"]
 
 
 def test_rm_grpo_rejects_micro_batches_that_do_not_divide_its_pairs():

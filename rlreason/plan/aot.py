@@ -241,15 +241,14 @@ def compile_run(
     if model
   }
   # Other samplers' configs and architectures (scorer_config: the run's
-  # dtypes), their weights as loaded (context.load_model).
+  # dtypes), their weights as the run keeps them: frozen, in the train
+  # layout and the compute dtype (rm_grpo.judge_reward).
   sampler_cfgs = {
     name: (c, scorer_config(cfg, c.model))
     for name, c in (samplers or {}).items()
   }
   loaded = {
-    name: state_lib.per_device_bytes(
-      state_lib.layout(m, mesh, mesh_lib.TRAIN_RULES)
-    )
+    name: state_lib.per_device_bytes(state_lib.ref_params(m, mesh))
     for name, (_, m) in sampler_cfgs.items()
   }
   resident = state_lib.resident_bytes(

@@ -123,7 +123,7 @@ def _init(params, tokens, positions, rng, row_offset, limits, **static):
     lengths=batch(jnp.zeros((m,), jnp.int32)),
     eos=batch(jnp.zeros((m,), bool)),
   )
-  return state, engine.compute_params(params, cfg), rows
+  return state, transformer.compute_params(params, cfg), rows
 
 
 def _batch(x, mesh):

@@ -8,12 +8,10 @@ Shapes as in sampler.py.
 """
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import transformer
-from rlreason.model.transformer import ModelConfig
 from rlreason.sampling import stops
 from rlreason.sampling.draw import Sampling
 
@@ -95,18 +93,6 @@ def constrain_cache(cache: transformer.Cache, mesh) -> transformer.Cache:
     v=tuple(constrain(v, _KV_AXES, mesh) for v in cache.v),
     pos=constrain(cache.pos, ("batch", "seq"), mesh),
     index=cache.index,
-  )
-
-
-def compute_params(params, model_cfg: ModelConfig):
-  """Floating weights cast to the compute dtype once, before a decode loop,
-  not on every step: a bf16 rollout of fp32 master weights reads half the
-  bytes per token (decode is memory-bound), with the same numerics (the
-  model casts each weight to the compute dtype before its matmul anyway)."""
-  dt = model_cfg.compute_dtype
-  return jax.tree.map(
-    lambda w: w.astype(dt) if jnp.issubdtype(w.dtype, jnp.floating) else w,
-    params,
   )
 
 

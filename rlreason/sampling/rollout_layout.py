@@ -67,11 +67,7 @@ def _plain_structure(model_cfg: ModelConfig):
 
 def _to_rollout(params, model_cfg: ModelConfig):
   """Cast to the compute dtype; gate and up stacked (stack_gate_up)."""
-  dtype = model_cfg.compute_dtype
-  params = jax.tree.map(
-    lambda w: w.astype(dtype) if jnp.issubdtype(w.dtype, jnp.floating) else w,
-    params,
-  )
+  params = transformer.compute_params(params, model_cfg)
   if model_cfg.stack_gate_up:
     params = blocks.stack_gate_up(params)
   return params

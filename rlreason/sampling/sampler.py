@@ -227,7 +227,7 @@ def _sample(
 ) -> SampleOutput:
   n, p = tokens.shape
   t_max = max_new_tokens
-  params = engine.compute_params(params, model_cfg)
+  params = transformer.compute_params(params, model_cfg)
   batch = lambda x: engine.constrain(
     x, ("batch",) + (None,) * (x.ndim - 1), mesh
   )

@@ -71,7 +71,7 @@ def extend(params, cache, tokens, positions, *, model_cfg, mesh=None):
   Returns the logits [N, V] after the last column (the next token's
   distribution for rows whose last column is real) and the cache.
   """
-  params = engine.compute_params(params, model_cfg)
+  params = transformer.compute_params(params, model_cfg)
   hidden, cache = transformer.hidden_states(
     params, _batch(tokens, mesh), _batch(positions, mesh), model_cfg, cache
   )
@@ -170,7 +170,7 @@ def decode(
     (Segment, cache).
   """
   n, t_max = logits.shape[0], max_new_tokens
-  cparams = engine.compute_params(params, model_cfg)
+  cparams = transformer.compute_params(params, model_cfg)
   batch = lambda x: _batch(x, mesh)
   stop_ids, stop_sequences = stops.split(stop_ids, stop_sequences)
   start_pos = batch(start_pos)

@@ -19,7 +19,6 @@ import functools
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import lora
@@ -90,11 +89,7 @@ def _merge(base, adapters, lcfg):
 def prepare(cfg, model_cfg, params, mesh, lcfg: lora.LoraConfig):
   """(Adapted, adapters): the frozen base from `params` and fresh adapters
   (B = 0, so the adapted policy starts as the base)."""
-  dt = model_cfg.compute_dtype
-  base = jax.tree.map(
-    lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x,
-    params,
-  )
+  base = transformer.compute_params(params, model_cfg)
   base = lora.quantize(base, lcfg)
   param_axes = transformer.param_axes(model_cfg)
   base_axes = lora.quantized_axes(param_axes, base)

@@ -26,7 +26,6 @@ import time
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from etils import epath
@@ -136,13 +135,7 @@ def train(
   if needs_ref and adapted:
     ref_params = adapted.base
   elif needs_ref:
-    dt = model_cfg.compute_dtype
-    ref_params = jax.tree.map(
-      lambda x: (
-        x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x.copy()
-      ),
-      params,
-    )
+    ref_params = transformer.compute_params(params, model_cfg, copy=True)
   axes = adapted.axes if adapted else None
   lr_scales, extra_keys = None, ()
   if extra_params is not None:

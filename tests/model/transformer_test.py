@@ -81,6 +81,29 @@ def test_bf16_compute_close_to_fp32(params):
   assert float(jnp.abs(a - b).max()) < 0.05
 
 
+def test_compute_params_score_as_the_master_weights(params):
+  """Weights cast once to the compute dtype give the logits the fp32
+  master weights give in that dtype (the model casts each weight before
+  use); with `copy`, no leaf shares a buffer with the master weights (a
+  train step donates those), without it leaves in the dtype are reused."""
+  tokens = _tokens(2, 9)
+  bf16 = CFG.__class__(**{**CFG.__dict__, "dtype": "bfloat16"})
+  cast = transformer.compute_params(params, bf16)
+  assert {x.dtype for x in jax.tree.leaves(cast)} == {jnp.dtype(jnp.bfloat16)}
+  np.testing.assert_allclose(
+    policy.logits(cast, tokens, bf16),
+    policy.logits(params, tokens, bf16),
+    rtol=0,
+    atol=0,
+  )
+  ptr = lambda t: {x.unsafe_buffer_pointer() for x in jax.tree.leaves(t)}
+  assert ptr(transformer.compute_params(params, CFG)) == ptr(params)
+  copied = transformer.compute_params(params, CFG, copy=True)
+  assert not ptr(copied) & ptr(params)
+  for a, b in zip(jax.tree.leaves(copied), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(a, b)
+
+
 def _dot_operand_dtypes(fn, *args):
   """The operand dtypes of every dot_general in fn's jaxpr (nested too)."""
   return [
