@@ -5,7 +5,7 @@ r"""Laptop-scale mini-reproductions of each method's central claim.
 
 runs every variant of the method's `Claim` for every seed, each in its own
 workdir (<root>/<method>/<variant>/seed<k>, root workdirs/reproduce/<testbed>),
-then writes
+then writes (rlreason/eval/reproduction.py)
 
   <root>/<method>/results.md    table: the claim's metric per variant,
                                 mean +- std [min, max] over seeds
@@ -46,7 +46,6 @@ import sys
 from typing import Sequence
 
 import jax
-import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
@@ -54,14 +53,10 @@ from absl import logging
 from experiments.claims import CLAIMS
 from experiments.claims import Claim
 from rlreason import config
-from rlreason import metrics as metrics_lib
 from rlreason.model import presets
 from rlreason.train import checkpoint
 from rlreason.train import flags as rr_flags
-from rlreason.train import report
-
-HEAD, TAIL = 0.1, 0.25  # fractions of the steps: "start" and "end" windows
-
+from rlreason.eval import reproduction
 
 # ----------------------------------------------------------------------------
 # Running.
@@ -261,158 +256,9 @@ def run_all(
           f"{workdir} stopped before step {cfg.steps} (SIGTERM?); no "
           "report written. Rerun the same command to resume."
         )
-  return write_report(name, claim, seeds, root=root, testbed_name=testbed_name)
-
-
-# ----------------------------------------------------------------------------
-# Reading and reporting.
-
-
-def curve(workdir: str, key: str) -> tuple[np.ndarray, np.ndarray]:
-  """(steps, values) of a per-step key; the last row per step wins."""
-  by_step = {}
-  for row in metrics_lib.read_jsonl(os.path.join(workdir, "metrics.jsonl")):
-    if "loss" in row and isinstance(row.get(key), (int, float)):
-      by_step[row["step"]] = row[key]
-  steps = np.array(sorted(by_step), np.int64)
-  return steps, np.array([by_step[s] for s in steps], np.float64)
-
-
-def _window_means(steps, values, total: int) -> tuple[float, float]:
-  """Means over the first HEAD and the last TAIL fraction of `total` steps."""
-  head = values[steps <= max(1, round(HEAD * total))]
-  tail = values[steps > total - max(1, round(TAIL * total))]
-  return tuple(
-    float(np.mean(v)) if len(v) else float("nan") for v in (head, tail)
+  return reproduction.write_report(
+    name, claim, seeds, root=root, testbed_name=testbed_name
   )
-
-
-def _eval(workdir: str, which: str, key: str = "eval/accuracy") -> float:
-  path = os.path.join(workdir, f"eval_{which}.json")
-  if not os.path.exists(path):
-    return float("nan")
-  with open(path) as f:
-    return float(json.load(f).get(key, float("nan")))
-
-
-def _eval_columns(claim: Claim) -> list[tuple[str, str, str]]:
-  """(column, which, key): greedy accuracy and the claim's eval keys."""
-  cols = [("held-out before", "before", "eval/accuracy")]
-  cols += [(f"{k} before", "before", k) for k in claim.evals]
-  cols += [("held-out after", "after", "eval/accuracy")]
-  cols += [(f"{k} after", "after", k) for k in claim.evals]
-  return cols
-
-
-def summarize(name: str, claim: Claim, seeds, *, root: str) -> dict:
-  """{variant: {column: [value per seed]}} for the table."""
-  out = {}
-  for label in claim.variants:
-    cols = {}
-    for seed in seeds:
-      workdir = os.path.join(root, name, label, f"seed{seed}")
-      with open(os.path.join(workdir, "config.json")) as f:
-        total = json.load(f)["steps"]
-      for key in (claim.metric, *claim.extra):
-        head, tail = _window_means(*curve(workdir, key), total)
-        cols.setdefault(key, []).append(tail)
-        if key == claim.metric:
-          cols.setdefault("delta", []).append(tail - head)
-      for column, which, key in _eval_columns(claim):
-        cols.setdefault(column, []).append(_eval(workdir, which, key))
-    out[label] = cols
-  return out
-
-
-def _cell(values) -> str:
-  v = np.asarray(values, np.float64)
-  v = v[np.isfinite(v)]
-  if not len(v):
-    return "-"
-  std = v.std(ddof=1) if len(v) > 1 else 0.0
-  return f"{v.mean():.3f} ± {std:.3f} [{v.min():.3f}, {v.max():.3f}]"
-
-
-def plot(name: str, claim: Claim, seeds, *, root: str, path: str) -> None:
-  """One panel per metric: each variant's mean over seeds (band: min..max)."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  keys = (claim.metric, *claim.extra)
-  fig, axes = plt.subplots(
-    1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False
-  )
-  for ax, key in zip(axes[0], keys):
-    for i, label in enumerate(claim.variants):
-      curves = [
-        curve(os.path.join(root, name, label, f"seed{s}"), key) for s in seeds
-      ]
-      common = sorted(set.intersection(*(set(c[0].tolist()) for c in curves)))
-      if not common:
-        continue
-      ys = np.stack([v[np.isin(s, common)] for s, v in curves])
-      w = max(1, len(common) // 15)
-      mean = report._smooth(ys.mean(0), w)
-      ax.plot(common, mean, color=f"C{i}", lw=2, label=label)
-      if len(seeds) > 1:
-        lo, hi = report._smooth(ys.min(0), w), report._smooth(ys.max(0), w)
-        ax.fill_between(common, lo, hi, color=f"C{i}", alpha=0.15)
-    ax.set_title(key)
-    ax.set_xlabel("RL step")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-      ax.legend(fontsize=8)
-  fig.suptitle(f"{name}: mean over seeds {','.join(map(str, seeds))}")
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-
-
-def write_report(
-  name: str, claim: Claim, seeds, *, root: str, testbed_name: str = "base"
-) -> str:
-  """results.md, results.json and curves.png under root/name."""
-  table = summarize(name, claim, seeds, root=root)
-  outdir = os.path.join(root, name)
-  plot(name, claim, seeds, root=root, path=os.path.join(outdir, "curves.png"))
-  with open(os.path.join(outdir, "results.json"), "w") as f:
-    json.dump({"seeds": list(seeds), "variants": table}, f, indent=2)
-  columns = [
-    claim.metric,
-    "delta",
-    *claim.extra,
-    *(column for column, _, _ in _eval_columns(claim)),
-  ]
-  seeds_arg = ",".join(map(str, seeds))
-  lines = [
-    f"# Mini-reproduction: {name}",
-    "",
-    f"Claim: {claim.claim}",
-    "",
-    f"Expected: {claim.expected}.",
-    "",
-    f"Command: `python -m experiments.reproduce --method={name} "
-    f"--seeds={seeds_arg} --testbed={testbed_name}`",
-    "",
-    f"Per-step metrics are means over the last {TAIL:.0%} of the steps; "
-    f"delta is that minus the mean over the first {HEAD:.0%} (growth "
-    "during training). Held-out: accuracy before / after RL, greedy (the "
-    "mean over the samples where a variant sets --eval_samples > 1). Cells: "
-    "mean ± std [min, max] over seeds.",
-    "",
-    "| variant | " + " | ".join(columns) + " |",
-    "|---" * (len(columns) + 1) + "|",
-  ]
-  for label, cols in table.items():
-    cells = [_cell(cols.get(c, [])) for c in columns]
-    lines.append(f"| {label} | " + " | ".join(cells) + " |")
-  lines += ["", "![curves](curves.png)", ""]
-  path = os.path.join(outdir, "results.md")
-  with open(path, "w") as f:
-    f.write("\n".join(lines))
-  return path
 
 
 # ----------------------------------------------------------------------------

@@ -12,7 +12,8 @@ the layers below it (tests/layers_test.py enforces it):
   guidance/   hints, off-policy traces, guided re-sampling
   envs/       text environments and multi-turn rollouts
   train/      the loop, train step, SFT, checkpoints, reports, flags
-  eval/       trained policies, checkpoint evaluation, teachers
+  eval/       trained policies, checkpoint evaluation, teachers, claims'
+              reports
 """
 
 __version__ = "0.1.0"
