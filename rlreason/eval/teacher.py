@@ -69,8 +69,9 @@ class Teacher:
     )
 
   def generate(self, ctx, examples, rng, *, group_size: int):
-    """The teacher's samples for `examples` (a types.Rollout)."""
-    _, params = self.load(ctx)
+    """The teacher's samples for `examples` (a types.Rollout), by its own
+    architecture (it may be another size or family than the policy's)."""
+    model_cfg, params = self.load(ctx)
     cfg = ctx.cfg
     return ctx.generate(
       params,
@@ -81,6 +82,7 @@ class Teacher:
       sampling=sampling_lib.Sampling(
         temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
       ),
+      model_cfg=model_cfg,
     )
 
 

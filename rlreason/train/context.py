@@ -81,6 +81,7 @@ class Context:
     sampling,
     max_new_tokens: int | None = None,
     row_offset: int = 0,
+    model_cfg: transformer.ModelConfig | None = None,
   ) -> Rollout:
     """G samples per example; max_new_tokens overrides cfg.max_new_tokens
     on the single-turn path (a custom generate_fn sets its own budget).
@@ -88,7 +89,17 @@ class Context:
     row_offset: the global index of the first row when a batch is sampled
     in chunks. Single-turn rows then sample as in one call
     (rollout.generate); a custom generate_fn gets a key folded with it, so
-    chunks draw independently (but not as one call would)."""
+    chunks draw independently (but not as one call would).
+
+    model_cfg: the architecture of `params` where they are another model's
+    than the policy's (a teacher's), sampled as the run samples
+    (sampled_as); single-turn only."""
+    if model_cfg is not None and model_cfg != self.model_cfg:
+      if self.generate_fn is not None:
+        raise ValueError(
+          "another model's samples (a teacher's) take the single-turn "
+          "sampler; this run replaces it (generate_fn)"
+        )
     if self.generate_fn is not None:
       return self.generate_fn(
         self,
@@ -104,7 +115,7 @@ class Context:
       self.encode_prompts(examples),
       rng,
       step,
-      model_cfg=self.rollout_model_cfg,
+      model_cfg=self.sampled_as(model_cfg or self.model_cfg),
       tokenizer=self.tokenizer,
       max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
       group_size=group_size,
@@ -130,16 +141,18 @@ class Context:
 
   @property
   def rollout_model_cfg(self):
-    """The single-turn sampler's architecture: the model in
+    """The single-turn sampler's architecture: the policy's, sampled_as."""
+    return self.sampled_as(self.model_cfg)
+
+  def sampled_as(self, model_cfg):
+    """`model_cfg` as the run's single-turn sampler runs it: in
     cfg.rollout_dtype, decoding with cfg.decode_attention (its "auto"
     resolved for the mesh's devices)."""
-    dtype = getattr(self.cfg, "rollout_dtype", "") or self.model_cfg.dtype
+    dtype = getattr(self.cfg, "rollout_dtype", "") or model_cfg.dtype
     decode = attention.resolve_decode(
       getattr(self.cfg, "decode_attention", "auto"), self.mesh
     )
-    return dataclasses.replace(
-      self.model_cfg, dtype=dtype, decode_attention=decode
-    )
+    return dataclasses.replace(model_cfg, dtype=dtype, decode_attention=decode)
 
   @property
   def score_rows(self) -> int:

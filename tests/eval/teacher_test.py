@@ -7,6 +7,7 @@ import types
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rlreason import config
 from rlreason import testing
@@ -73,6 +74,30 @@ def test_teacher_scores_by_micro_batch_in_the_compute_dtype(monkeypatch):
   np.testing.assert_allclose(
     got, np.asarray(want, np.float32), rtol=1e-6, atol=1e-6
   )
+
+
+def test_a_teacher_of_another_architecture_samples_by_its_own():
+  """A teacher of another shape than the policy (the "small" preset,
+  Qwen2-style, under a "tiny" Llama-style policy) samples with its own
+  architecture: its greedy completion's first token is the argmax of its
+  own logits after the prompt."""
+  from rlreason.data import sources as data_lib
+
+  ctx = _ctx(temperature=0.0, max_new_tokens=2)
+  t = teacher_lib.Teacher("small")
+  model_cfg, params = t.load(ctx)
+  assert model_cfg.d_model != ctx.model_cfg.d_model
+  examples = [data_lib.Example("a", "12+30=", "42")]
+  ro = t.generate(ctx, examples, jax.random.key(0), group_size=1)
+  (prompt,) = ctx.encode_prompts(examples)
+  logits = policy.logits(params, jnp.asarray([prompt], jnp.int32), model_cfg)
+  first = np.asarray(ro.tokens)[0, ro.prompt_len]
+  assert first == int(jnp.argmax(logits[0, -1])), (first, logits[0, -1])
+  # A run whose sampler is replaced (multi-turn episodes) cannot sample
+  # another model's architecture through it.
+  ctx.generate_fn = lambda *args, **kwargs: None
+  with pytest.raises(ValueError, match="single-turn sampler"):
+    t.generate(ctx, examples, jax.random.key(0), group_size=1)
 
 
 def test_unsolved():
