@@ -45,6 +45,7 @@ from rlreason.guidance import resampling as guided
 from rlreason.train import loop
 from rlreason.rl import objective
 from rlreason.eval import teacher as teacher_lib
+from rlreason.plan import program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,35 @@ PAPER = dict(
   max_new_tokens=8192,  # assumed
   kl_coef=0.0,
 )
+
+
+def samplers(cfg) -> dict:
+  """The planner's other samplers (experiments/plan.py): the teacher models
+  of --teachers ("reference" is the stored solution, not a model), each
+  loaded once and kept, in the compute dtype, sampling --teacher_samples
+  solutions for every prompt in turn (the most (1) asks: every group all
+  wrong) as the policy's rollout samples (Context.generate). Their
+  architecture is assumed the policy's: the paper's teachers are
+  peer-sized, and PAPER's checkpoint paths name none."""
+  models = sum(s != "reference" for s in cfg.sources())
+  if not models:
+    return {}
+  return {
+    "teachers": program.Sampler(
+      dataclasses.replace(cfg, group_size=cfg.teacher_samples), models
+    )
+  }
+
+
+def score_forwards(cfg) -> int:
+  """(3) comprehension: the student's log-probs of every candidate (each
+  teacher model's --teacher_samples and the stored solution, per prompt;
+  every group all wrong), in whole-batch forwards of N rows beside the
+  reference's (experiments/plan.py times them)."""
+  sources = cfg.sources()
+  models = sum(s != "reference" for s in sources)
+  per_prompt = models * cfg.teacher_samples + ("reference" in sources)
+  return -(-per_prompt // cfg.group_size)
 
 
 def candidates(examples, ctx, teachers) -> list[list[str]]:

@@ -87,7 +87,8 @@ def experiment_config(name: str, scale: str, overrides: dict):
   reward model); `reward_model_pairs(cfg)`, the pairs per step of a
   reward model it trains before the RL (rm_grpo's Bradley-Terry stage);
   `samplers(cfg)`, {program: config} of other models that sample in the
-  run (rm_grpo's generative judge); and, read by
+  run (rm_grpo's generative judge, ampo's teachers: a config, or a
+  plan/program.Sampler of it and how many models); and, read by
   `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
   (when not all), and `score_forwards(cfg)`, the whole-batch forwards
   per step beyond the reference's (IGPO's answer probabilities).
@@ -432,7 +433,7 @@ if __name__ == "__main__":
     ",".join(aot.PROGRAMS),
     "to compile (values: a critic's forward, teacher / reward_model: a "
     "frozen model's, reward_model_train: rm_grpo's Bradley-Terry step, "
-    "judge: its generative judge's sampler, where the run has one)",
+    "judge / teachers: other models' samplers, where the run has them)",
   )
   flags.DEFINE_string("set", "", "k=v,... Config overrides")
   flags.DEFINE_integer(

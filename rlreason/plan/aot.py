@@ -32,13 +32,15 @@ Up to seven programs are compiled at the sizes the loop runs them:
               (`reward_model_pairs` pairs per step: rm_grpo's
               Bradley-Terry step, rewards/model.py's bt_update), beside
               the policy's weights as loaded;
-  judge       with another model that samples in the run (`samplers`,
-              {program: the config it samples at}: rm_grpo's generative
-              judge, rewards/judge.py): the rollout program at that
-              config, in calls sized as the rollout's, its weights as
-              loaded (param dtype, TRAIN_RULES) resident beside every
-              program, its own sampler's too (which samples from a copy
-              in the rollout layout).
+  judge,      with other models that sample in the run (`samplers`,
+  teachers    {program: the config they sample at, or a program.Sampler
+              of it and how many such models}: rm_grpo's generative judge,
+              rewards/judge.py; ampo's teachers, eval/teacher.py): the
+              rollout program at that config, in calls sized as the
+              rollout's, the models' weights as the run keeps them (the
+              compute dtype, TRAIN_RULES) resident beside every program,
+              their own sampler's too (which samples from a copy in the
+              rollout layout), timed once per model.
 An experiment that trains more than the policy passes its loop hook
 (`extra_params`, e.g. ppo.critic(cfg)) and the per-row shapes of the batch
 fields its loss reads beyond the policy's (`fields`); the train state, the
@@ -83,7 +85,10 @@ PROGRAMS = (
   "reward_model",
   "reward_model_train",
   "judge",
+  "teachers",
 )
+# Programs of other models that sample in a run (`samplers`).
+SAMPLERS = ("judge", "teachers")
 
 
 def tpu_env() -> None:
@@ -243,12 +248,21 @@ def compile_run(
   # Other samplers' configs and architectures (scorer_config: the run's
   # dtypes), their weights as the run keeps them: frozen, in the train
   # layout and the compute dtype (rm_grpo.judge_reward).
+  samplers = {
+    name: s if isinstance(s, program_lib.Sampler) else program_lib.Sampler(s)
+    for name, s in (samplers or {}).items()
+  }
+  if unknown := set(samplers) - set(SAMPLERS):
+    raise ValueError(
+      f"samplers {sorted(unknown)}: a sampler program is one of {SAMPLERS}"
+    )
   sampler_cfgs = {
-    name: (c, scorer_config(cfg, c.model))
-    for name, c in (samplers or {}).items()
+    name: (s.config, scorer_config(cfg, s.config.model))
+    for name, s in samplers.items()
   }
   loaded = {
-    name: state_lib.per_device_bytes(state_lib.ref_params(m, mesh))
+    name: samplers[name].models
+    * state_lib.per_device_bytes(state_lib.ref_params(m, mesh))
     for name, (_, m) in sampler_cfgs.items()
   }
   resident = state_lib.resident_bytes(
@@ -274,7 +288,9 @@ def compile_run(
   )
   if not (reward_model_pairs and "reward_model" in scorer_cfgs):
     programs = tuple(p for p in programs if p != "reward_model_train")
-  programs = tuple(p for p in programs if p != "judge" or p in sampler_cfgs)
+  programs = tuple(
+    p for p in programs if p not in SAMPLERS or p in sampler_cfgs
+  )
   rows = score_rows or ts.score_rows(cfg, mesh)
   fixed_rows = rollout_rows or cfg.rollout_rows
   makers = {  # each compiles with a config (a budget flag set, below)
@@ -306,7 +322,15 @@ def compile_run(
   for name, (sampler_cfg, sampler_model) in sampler_cfgs.items():
     makers[name] = functools.partial(
       lambda c, n, sc, sm: rollout_lib.compile_sampler(
-        n, c, sc, sm, mesh, hbm_bytes, resident[n], rollout_rows
+        n,
+        c,
+        sc,
+        sm,
+        mesh,
+        hbm_bytes,
+        resident[n],
+        rollout_rows,
+        samplers[n].models,
       ),
       n=name,
       sc=sampler_cfg,

@@ -25,8 +25,20 @@ TEMP_BUDGETS = {
   "teacher": "score_temp_budget_mib",
   "reward_model": "score_temp_budget_mib",
   "judge": "rollout_temp_budget_mib",  # it samples as the rollout does
+  "teachers": "rollout_temp_budget_mib",  # so do ampo's teachers
   "reward_model_train": "train_temp_budget_mib",  # a train step too
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampler:
+  """Other models that sample in a run (an experiment's `samplers(cfg)`
+  values, experiments/plan.py): the config they sample at (model, prompts,
+  tokens, rows), and how many models of it the run loads, each resident
+  and sampling in turn (ampo's teachers). A plain config is one model."""
+
+  config: object
+  models: int = 1
 
 
 @dataclasses.dataclass
@@ -60,8 +72,10 @@ class Program:
   # Its TEMP_BUDGETS field's value (0: the compiler's default).
   temp_budget_mib: int = 0
   note: str = ""  # what the planner tried beyond the defaults, if it failed
-  # (config, architecture) another model's sampler runs at (rm_grpo's
-  # judge: plan/rollout.compile_sampler), for its roofline time.
+  # (config, architecture, models) another model's sampler runs at
+  # (rm_grpo's judge, ampo's teachers: plan/rollout.compile_sampler), for
+  # its roofline time: `models` of that architecture sample one after
+  # another (Sampler).
   sampled: tuple = ()
   # The compiled program itself (runs on real arrays of the same shapes
   # and shardings where the mesh is local: bench/measured_vs_planned.py).

@@ -176,14 +176,23 @@ def compile_rollout(
 
 
 def compile_sampler(
-  name, cfg, sampler_cfg, model_cfg, mesh, hbm_bytes, resident, rows=0
+  name,
+  cfg,
+  sampler_cfg,
+  model_cfg,
+  mesh,
+  hbm_bytes,
+  resident,
+  rows=0,
+  models=1,
 ) -> program_lib.Program:
   """Another model's sampler in the run (aot.compile_run's `samplers`:
-  rm_grpo's generative judge) as rollout.generate runs it there: at
-  `sampler_cfg`'s prompts, tokens and rows, with the run's --rollout_rows
-  (`rows`, else sized as the rollout's: rows_for), batching and
-  --rollout_temp_budget_mib (from `cfg`, Context.sampler_kwargs).
-  `Program.sampled` keeps (config, architecture) for its roofline time."""
+  rm_grpo's generative judge, ampo's teachers) as rollout.generate runs it
+  there: at `sampler_cfg`'s prompts, tokens and rows, with the run's
+  --rollout_rows (`rows`, else sized as the rollout's: rows_for), batching
+  and --rollout_temp_budget_mib (from `cfg`, Context.sampler_kwargs).
+  `Program.sampled` keeps (config, architecture, `models`: how many such
+  models sample in turn) for its roofline time."""
   c = dataclasses.replace(
     sampler_cfg,
     rollout_rows=cfg.rollout_rows,
@@ -198,5 +207,5 @@ def compile_sampler(
     prog,
     name=name,
     model_params=model_cfg.num_params(),
-    sampled=(c, model_cfg),
+    sampled=(c, model_cfg, models),
   )

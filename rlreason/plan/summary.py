@@ -130,8 +130,10 @@ def times(
     )  # fmt: skip
   for name, prog in programs.items():  # other models' samplers (a judge)
     if prog.sampled:
-      out[name] = _sampling_seconds(*prog.sampled, prog, devices, peak,
-                                    bandwidth)  # fmt: skip
+      sampler_cfg, sampler_model, models = prog.sampled
+      out[name] = models * _sampling_seconds(
+        sampler_cfg, sampler_model, prog, devices, peak, bandwidth
+      )
   forward = 2 * params * n * context / devices / peak
   for name in ("ref_logp", "values", "teacher", "reward_model"):
     if name in programs:

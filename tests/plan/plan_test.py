@@ -258,6 +258,14 @@ res["rm_judge"]["n"] = cfg_j.num_sequences
 res["rm_judge"]["judge_prompt"] = extras_j["samplers"]["judge"].max_prompt_len
 res["rm_judge"]["prompt"] = cfg_j.max_prompt_len
 res["rm_judge"]["completion"] = cfg_j.max_new_tokens
+# ampo's teachers (two models and the stored solutions), through its
+# `samplers`: each samples --teacher_samples solutions for every prompt.
+cfg_a, loss_fn, extras_a = plan_cli.experiment_config(
+  "ampo", "laptop", dict(small, teachers="a,b,reference", teacher_samples=2))
+res["ampo"] = run(cfg_a, "v5e-4", ("rollout", "teachers"), loss_fn=loss_fn,
+                  extras=extras_a)
+res["ampo"]["n"] = cfg_a.num_sequences
+res["ampo"]["b"] = cfg_a.batch_size
 # Over a fit that 4 micro-batches meet: the planner doubles them.
 fit = res["rm_grpo_micro4"]["each"]["reward_model_train"]["peak"]
 res["rm_grpo_auto"] = run(cfg, "v5e-4", ("reward_model_train",),
@@ -382,6 +390,45 @@ def test_a_generative_judge_is_planned_as_a_sampler_of_its_own(results):
   rollout_args = j["args"]["rollout"]
   assert rollout_args <= j["args"]["judge"] <= 1.01 * rollout_args, j
   assert 0 < j["times"]["judge"]
+
+
+def test_ampos_teachers_are_planned_as_samplers_one_model_each(results):
+  """ampo --teachers=a,b,reference: two teacher models (the policy's
+  architecture, the paper's peer-sized teachers), each resident beside
+  every program and sampling 2 solutions for each of the B prompts; the
+  stored solutions are no model."""
+  a, grpo = results["ampo"], results["grpo"]
+  assert not a["errors"], a["errors"]
+  assert a["programs"] == ["rollout", "teachers"]
+  assert a["each"]["teachers"]["rows"] == 2 * a["b"] < a["n"]
+  state = grpo["resident"]["ref_logp"]  # the train state
+  weights = a["params"]  # fp32 over 4 chips (a little replicated)
+  beside = a["resident"]["rollout"] - state
+  assert 2 * weights <= beside <= 2.1 * weights, (beside, weights)
+  # Its own sampler: both teachers' weights beside its rollout-layout copy.
+  assert a["resident"]["teachers"] == a["resident"]["rollout"], a["resident"]
+  # (its argument: a copy of a teacher's weights in the rollout layout, as
+  # the policy's rollout reads its own; rows' ids aside)
+  assert a["args"]["teachers"] == pytest.approx(
+    a["args"]["rollout"], rel=0.01, abs=0
+  )
+  assert 0 < a["times"]["teachers"]
+
+
+def test_a_sampler_program_must_be_known():
+  from experiments import grpo
+  from rlreason import mesh as mesh_lib
+  from rlreason.plan import aot
+  from rlreason.rl import objective
+
+  cfg = grpo.TinyConfig()
+  with pytest.raises(ValueError, match="samplers \\['critic'\\]"):
+    aot.compile_run(
+      cfg,
+      objective.loss_fn,
+      mesh_lib.make_mesh(1, -1, 1),
+      samplers={"critic": cfg},
+    )
 
 
 def test_a_bradley_terry_step_over_the_fit_is_planned_in_more_micro_batches(

@@ -381,6 +381,33 @@ def test_igpo_plans_token_advantages_and_its_answer_forwards():
   assert plan_cli._hook("search_r1", "score_forwards", cfg) == 0
 
 
+def test_ampo_plans_its_teachers_and_their_candidates_forward():
+  """PAPER: four teacher models sampling one solution each for every
+  prompt (a program.Sampler of 4 models, at the policy's rollout with
+  --teacher_samples per prompt); the student's log-probs of the 4 + 1
+  (stored solution) candidates per prompt are one forward of N = 8 rows
+  per prompt; with 3 x 3 + 1 candidates per prompt of 8 rows, two."""
+  from rlreason.plan import program as program_lib
+
+  cfg, _, extras = plan_cli.experiment_config("ampo", "paper", {})
+  ((name, sampler),) = extras["samplers"].items()
+  assert name == "teachers" and isinstance(sampler, program_lib.Sampler)
+  assert sampler.models == 4 and cfg.group_size == 8
+  assert sampler.config.group_size == cfg.teacher_samples == 1
+  assert sampler.config.model == cfg.model
+  assert sampler.config.max_new_tokens == cfg.max_new_tokens
+  assert plan_cli._hook("ampo", "score_forwards", cfg) == 1
+  three = dict(teachers="a,b,c,reference", teacher_samples=3)
+  cfg3, _, extras3 = plan_cli.experiment_config("ampo", "paper", three)
+  assert extras3["samplers"]["teachers"].models == 3
+  assert plan_cli._hook("ampo", "score_forwards", cfg3) == 2
+  stored, _, none = plan_cli.experiment_config(
+    "ampo", "paper", dict(teachers="reference")
+  )
+  assert none["samplers"] == {}
+  assert plan_cli._hook("ampo", "score_forwards", stored) == 1
+
+
 def test_a_row_names_its_peak_program_and_the_budgets_refused():
   from rlreason.plan import program as program_lib
 

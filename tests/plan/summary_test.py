@@ -70,7 +70,7 @@ def test_another_models_sampler_is_timed_at_its_own_shape():
   judge_model.n_layers = 3
   judge_model.num_params = lambda: 3000
   judge = dataclasses.replace(
-    _rollout(8), name="judge", sampled=(judge_cfg, judge_model)
+    _rollout(8), name="judge", sampled=(judge_cfg, judge_model, 1)
   )
   peak, bw = 1e6, 1e3
   programs = {"rollout": _rollout(4), "judge": judge}
@@ -81,6 +81,10 @@ def test_another_models_sampler_is_timed_at_its_own_shape():
   np.testing.assert_allclose(got["judge"], want, rtol=1e-12, atol=0)
   alone = summary.times(cfg, _Model(), {"rollout": _rollout(4)}, 2, peak, bw)
   assert got["rollout"] == alone["rollout"]
+  # Three models of that shape sampling in turn (ampo's teachers).
+  three = dataclasses.replace(judge, sampled=(judge_cfg, judge_model, 3))
+  got = summary.times(cfg, _Model(), {"teachers": three}, 2, peak, bw)
+  np.testing.assert_allclose(got["teachers"], 3 * want, rtol=1e-12, atol=0)
 
 
 def test_extra_score_forwards_are_timed_at_the_reference_forward():
