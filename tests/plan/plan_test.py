@@ -367,8 +367,8 @@ def test_a_reward_models_training_is_planned_before_the_rl(results):
 def test_a_generative_judge_is_planned_as_a_sampler_of_its_own(results):
   """rm_grpo --rm_kind=judge: the judge's sampler is a program (rollout
   program's code at the judge's shape: 2 verdicts for each of the N
-  responses, prompts of question + response + template), its weights as
-  loaded (fp32 here, over the 4 chips) resident beside the policy's
+  responses, prompts of question + response + template), its weights in
+  the compute dtype (fp32 here, over the 4 chips) resident beside the policy's
   rollout and beside its own sampler, which reads a copy in the rollout
   layout (its argument); timed in the RL step."""
   from rlreason.rewards import judge
