@@ -67,6 +67,10 @@ class Config(grpo.TinyConfig):
   def sources(self) -> list[str]:
     return [t.strip() for t in self.teachers.split(",") if t.strip()]
 
+  def teacher_models(self) -> int:
+    """The models among the sources ("reference" is the stored solution)."""
+    return sum(s != "reference" for s in self.sources())
+
 
 # Four peer-sized teachers (abstract); models and budgets assumed.
 PAPER = dict(
@@ -88,12 +92,12 @@ def samplers(cfg) -> dict:
   wrong) as the policy's rollout samples (Context.generate). Their
   architecture is assumed the policy's: the paper's teachers are
   peer-sized, and PAPER's checkpoint paths name none."""
-  models = sum(s != "reference" for s in cfg.sources())
-  if not models:
+  if not cfg.teacher_models():
     return {}
   return {
     "teachers": program.Sampler(
-      dataclasses.replace(cfg, group_size=cfg.teacher_samples), models
+      dataclasses.replace(cfg, group_size=cfg.teacher_samples),
+      cfg.teacher_models(),
     )
   }
 
@@ -103,9 +107,9 @@ def score_forwards(cfg) -> int:
   teacher model's --teacher_samples and the stored solution, per prompt;
   every group all wrong), in whole-batch forwards of N rows beside the
   reference's (experiments/plan.py times them)."""
-  sources = cfg.sources()
-  models = sum(s != "reference" for s in sources)
-  per_prompt = models * cfg.teacher_samples + ("reference" in sources)
+  per_prompt = cfg.teacher_models() * cfg.teacher_samples + (
+    "reference" in cfg.sources()
+  )
   return -(-per_prompt // cfg.group_size)
 
 

@@ -94,12 +94,12 @@ class Context:
     model_cfg: the architecture of `params` where they are another model's
     than the policy's (a teacher's), sampled as the run samples
     (sampled_as); single-turn only."""
-    if model_cfg is not None and model_cfg != self.model_cfg:
-      if self.generate_fn is not None:
-        raise ValueError(
-          "another model's samples (a teacher's) take the single-turn "
-          "sampler; this run replaces it (generate_fn)"
-        )
+    other = model_cfg is not None and model_cfg != self.model_cfg
+    if other and self.generate_fn is not None:
+      raise ValueError(
+        "another model's samples (a teacher's) take the single-turn "
+        "sampler; this run replaces it (generate_fn)"
+      )
     if self.generate_fn is not None:
       return self.generate_fn(
         self,
