@@ -65,11 +65,11 @@ from rlreason import mesh as mesh_lib
 from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.plan import program as program_lib
+from rlreason.plan import retry
 from rlreason.plan import rollout as rollout_lib
 from rlreason.plan import scoring
 from rlreason.plan import state as state_lib
 from rlreason.rl import value
-from rlreason.sampling import tree_loop
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import train_step as ts
 
@@ -169,44 +169,6 @@ def compile_train_step(
   )
 
 
-def budgeted(
-  first: program_lib.Program, fit_bytes: int, compile_with, tries: int = 3
-):
-  """A program (train step, rollout) again under its budget flag
-  (program.TEMP_BUDGETS): first the temporaries that leave its peak
-  (resident, arguments, outputs, code) at `fit_bytes`. libtpu's count of
-  temporaries is not memory_analysis's (a 7B rollout for v5e-32 under a
-  7000 MiB budget: 8.04 GiB of temporaries), so a compile that lands over
-  the fit is tried again with the budget lowered by the overshoot, up to
-  `tries` compiles; the last is kept. `compile_with(budget_mib)` compiles;
-  when the compiler cannot (out of memory), the last program is kept with
-  a note of why."""
-  room = fit_bytes - (first.peak_bytes - first.temp_bytes)
-  if room <= 0:
-    return first
-  budget, kept = room >> 20, first
-  for _ in range(tries):
-    try:
-      kept = dataclasses.replace(
-        compile_with(budget), resident_bytes=first.resident_bytes
-      )
-    except Exception as e:  # noqa: BLE001 - the compiler's own OOM
-      why = str(e).splitlines()[0][:200]
-      flag = program_lib.TEMP_BUDGETS[first.name]
-      return dataclasses.replace(kept, note=f"with --{flag}={budget}: {why}")
-    over = kept.peak_bytes - fit_bytes
-    budget -= -(-over >> 20)  # MiB, rounded up
-    if over <= 0 or budget <= 0:
-      break
-  return kept
-
-
-def _over(prog, fit_bytes: int) -> bool:
-  if not isinstance(prog, program_lib.Program):
-    return True  # did not compile
-  return prog.peak_bytes > fit_bytes
-
-
 def compile_run(
   cfg,
   loss_fn,
@@ -234,7 +196,7 @@ def compile_run(
 
   `fit_bytes` (TPU, no budget flag given): a train step or rollout whose
   peak exceeds it is compiled again under the temporaries budget that
-  would hold it there (budgeted), as the run would with that flag
+  would hold it there (retry.budgeted), as the run would with that flag
   (program.TEMP_BUDGETS). With
   `stop_over_fit`, the programs after the first that fails or peaks over
   `fit_bytes` are not compiled (a slice search's misses cost one program).
@@ -343,99 +305,19 @@ def compile_run(
       sc=scorer_cfg,
     )
 
-  def compile_one(name, c):
-    """`name` compiled with config `c`; over the fit, or out of HBM at the
-    compiler's default, again under the temporaries budget where `c`
-    sets none (program.TEMP_BUDGETS)."""
-    flag = program_lib.TEMP_BUDGETS.get(name)
-    can_budget = (
-      flag
-      and fit_bytes
-      and not getattr(c, flag, 0)
-      and ts.compiler_options(1, mesh)  # a TPU mesh
-      # A tree rollout's jitted pieces compile without a budget.
-      and not (name == "rollout" and tree_loop.call_shape(c))
-    )
-    with_budget = lambda mib: makers[name](
-      dataclasses.replace(c, **{flag: mib})
-    )
-    try:
-      first = makers[name](c)
-    except Exception as e:  # noqa: BLE001 - out of HBM at the default
-      if not can_budget:
-        raise
-      # No program to read its arguments from: the first budget is the
-      # fit less what stays resident, lowered by each overshoot.
-      stub = program_lib.Program(
-        name, 0, 0, 0, 0, 0, 0.0, 0.0, [], resident_bytes=resident[name]
-      )
-      kept = budgeted(stub, fit_bytes, with_budget)
-      if kept.argument_bytes == 0:  # no budget compiled either
-        why = str(e).splitlines()[0][:200]
-        raise RuntimeError(f"{why}; {kept.note}") from e
-      return kept
-    first = dataclasses.replace(first, resident_bytes=resident[name])
-    if can_budget and first.peak_bytes > fit_bytes:
-      return budgeted(first, fit_bytes, with_budget)
-    return first
-
-  def fewer_rows(prog):
-    """A rollout over the fit at the rows per call the loop would size
-    itself (rollout_memory's estimate leaves out what the compiler holds
-    beside the cache, e.g. gathered weights): again at half the rows, at
-    most twice, down to the batch shards (a tree rollout: to the fewest
-    whole prompts that split over them, tree_loop.call_prompts); a fit at
-    fewer rows needs --rollout_rows
-    in the run (Program.run_flags)."""
-    unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-    tree_shape = tree_loop.call_shape(cfg)
-    if tree_shape:  # calls hold whole prompts' trees (call_prompts)
-      unit = tree_shape[0] * tree_loop.call_prompts(0, tree_shape[0], unit)
-    rows = prog.rows
-    for _ in range(2):
-      rows = rows // 2 // unit * unit
-      if not _over(prog, fit_bytes) or rows < unit:
-        break
-      c = dataclasses.replace(cfg, rollout_rows=rows)
-      try:
-        fewer = compile_one("rollout", c)
-      except Exception:  # noqa: BLE001 - out of HBM at the default budget
-        continue
-      prog = dataclasses.replace(fewer, run_flags={"rollout_rows": rows})
-    return prog
-
-  def more_micro_batches(prog):
-    """A Bradley-Terry step over the fit (or out of HBM): again in twice
-    the micro-batches, up to three times, while each micro-batch still
-    holds a pair per batch shard; a fit in more needs --rm_micro_batches
-    in the run (Program.run_flags)."""
-    unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-    micro = getattr(cfg, "rm_micro_batches", 1)
-    for _ in range(3):
-      micro *= 2
-      pairs = reward_model_pairs // micro
-      if (
-        not _over(prog, fit_bytes) or reward_model_pairs % micro or pairs < unit
-      ):
-        break
-      c = dataclasses.replace(cfg, rm_micro_batches=micro)
-      try:
-        more = compile_one("reward_model_train", c)
-      except Exception:  # noqa: BLE001 - out of HBM
-        continue
-      prog = dataclasses.replace(more, run_flags={"rm_micro_batches": micro})
-    return prog
-
+  compiler = retry.Retrying(makers, resident, mesh, fit_bytes)
   out = {}
   for name in programs:
     try:
-      out[name] = compile_one(name, cfg)
+      out[name] = compiler.compile_one(name, cfg)
       if name == "rollout" and fit_bytes and not fixed_rows:
-        out[name] = fewer_rows(out[name])
+        out[name] = compiler.fewer_rows(out[name], cfg)
     except Exception as e:  # noqa: BLE001 - XLA reports OOM as a RuntimeError
       out[name] = e
     if name == "reward_model_train" and fit_bytes:
-      out[name] = more_micro_batches(out[name])
-    if stop_over_fit and fit_bytes and _over(out[name], fit_bytes):
+      out[name] = compiler.more_micro_batches(
+        out[name], cfg, reward_model_pairs
+      )
+    if stop_over_fit and fit_bytes and retry.over(out[name], fit_bytes):
       break  # the slice does not fit: the rest would not change that
   return out

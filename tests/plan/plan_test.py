@@ -509,58 +509,6 @@ def test_a_rollout_over_its_fit_is_retried_with_a_budget_then_fewer_rows(
   assert r["temp"] < first["temp"], (r, first)
 
 
-def test_a_budget_the_compiler_refuses_keeps_the_first_program():
-  from rlreason.plan import aot
-  from rlreason.plan import program as program_lib
-
-  first = program_lib.Program(
-    "train_step", 10 << 20, 0, 0, 300 << 20, 0, 0, 0, []
-  )
-
-  def refuse(mib):
-    raise RuntimeError(f"RESOURCE_EXHAUSTED: {mib} MiB is too little\nmore")
-
-  kept = aot.budgeted(first, 110 << 20, refuse)
-  assert kept.temp_bytes == first.temp_bytes and kept.temp_budget_mib == 0
-  assert kept.note == (
-    "with --train_temp_budget_mib=100: RESOURCE_EXHAUSTED: 100 MiB is too "
-    "little"
-  )
-  # Nothing left for temporaries: no second compile.
-  assert aot.budgeted(first, 5 << 20, refuse) is first
-
-
-def test_a_budgeted_compile_over_the_fit_is_tried_lower_by_its_overshoot():
-  from rlreason.plan import aot
-  from rlreason.plan import program as program_lib
-
-  def prog(temp_mib):
-    return program_lib.Program(
-      "rollout", 10 << 20, 0, 0, temp_mib << 20, 0, 0, 0, []
-    )
-
-  budgets = []
-
-  def compile_with(mib):  # lands 30 MiB over its budget, then 10 under
-    budgets.append(mib)
-    return prog(mib + 30 if len(budgets) == 1 else mib - 10)
-
-  # 200 MiB fit - 10 MiB of arguments: 190 MiB; 220 lands 30 MiB over.
-  kept = aot.budgeted(prog(300), 200 << 20, compile_with)
-  assert budgets == [190, 160], budgets
-  assert kept.temp_bytes == 150 << 20 and kept.peak_bytes <= 200 << 20
-  # Over by more each time: three compiles, the last kept (still over).
-  budgets.clear()
-
-  def creeping(mib):
-    budgets.append(mib)
-    return prog(mib + 30 + 10 * len(budgets))
-
-  kept = aot.budgeted(prog(300), 200 << 20, creeping)
-  assert budgets == [190, 150, 140], budgets
-  assert kept.temp_bytes == 200 << 20 and kept.peak_bytes > 200 << 20
-
-
 def _dims(shape: str) -> list[int]:
   inside = shape[shape.index("[") + 1 : shape.index("]")]
   return [int(d) for d in inside.split(",") if d]

@@ -1,0 +1,160 @@
+"""A program over the fit compiled again as the run would be told to run it.
+
+  compiler = retry.Retrying(makers, resident, mesh, fit_bytes)
+  prog = compiler.compile_one("rollout", cfg)     # budgeted where needed
+  prog = compiler.fewer_rows(prog, cfg)           # then fewer rows per call
+
+aot.compile_run builds `makers` ({program: compile(config) -> Program}) and
+what stays resident beside each program; this module decides what to try
+when one lands over the fit (or out of HBM at the compiler's default):
+  budgeted            under its temporaries budget flag (program.
+                      TEMP_BUDGETS), lowered by each overshoot;
+  fewer_rows          a rollout at half its sequences per call, twice
+                      (--rollout_rows in the run);
+  more_micro_batches  a Bradley-Terry step in twice the micro-batches, up
+                      to three times (--rm_micro_batches in the run).
+A fit found by a retry records the flag the run needs
+(Program.temp_budget_mib, Program.run_flags).
+"""
+
+import dataclasses
+
+from rlreason import mesh as mesh_lib
+from rlreason.plan import program as program_lib
+from rlreason.sampling import tree_loop
+from rlreason.train import train_step as ts
+
+
+def budgeted(
+  first: program_lib.Program, fit_bytes: int, compile_with, tries: int = 3
+):
+  """A program (train step, rollout) again under its budget flag
+  (program.TEMP_BUDGETS): first the temporaries that leave its peak
+  (resident, arguments, outputs, code) at `fit_bytes`. libtpu's count of
+  temporaries is not memory_analysis's (a 7B rollout for v5e-32 under a
+  7000 MiB budget: 8.04 GiB of temporaries), so a compile that lands over
+  the fit is tried again with the budget lowered by the overshoot, up to
+  `tries` compiles; the last is kept. `compile_with(budget_mib)` compiles;
+  when the compiler cannot (out of memory), the last program is kept with
+  a note of why."""
+  room = fit_bytes - (first.peak_bytes - first.temp_bytes)
+  if room <= 0:
+    return first
+  budget, kept = room >> 20, first
+  for _ in range(tries):
+    try:
+      kept = dataclasses.replace(
+        compile_with(budget), resident_bytes=first.resident_bytes
+      )
+    except Exception as e:  # noqa: BLE001 - the compiler's own OOM
+      why = str(e).splitlines()[0][:200]
+      flag = program_lib.TEMP_BUDGETS[first.name]
+      return dataclasses.replace(kept, note=f"with --{flag}={budget}: {why}")
+    over = kept.peak_bytes - fit_bytes
+    budget -= -(-over >> 20)  # MiB, rounded up
+    if over <= 0 or budget <= 0:
+      break
+  return kept
+
+
+def over(prog, fit_bytes: int) -> bool:
+  """Whether a compile's result (a Program, or the exception it raised)
+  misses the fit."""
+  if not isinstance(prog, program_lib.Program):
+    return True  # did not compile
+  return prog.peak_bytes > fit_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Retrying:
+  """Compiles a run's programs by name, retrying those over the fit.
+
+  makers: {program: compile(config) -> Program}; resident: {program:
+  bytes resident beside it}; fit_bytes: None where no fit is checked (a
+  local mesh, or every budget flag given)."""
+
+  makers: dict
+  resident: dict
+  mesh: object
+  fit_bytes: int | None
+
+  def compile_one(self, name: str, c) -> program_lib.Program:
+    """`name` compiled with config `c`; over the fit, or out of HBM at the
+    compiler's default, again under the temporaries budget where `c`
+    sets none (program.TEMP_BUDGETS)."""
+    flag = program_lib.TEMP_BUDGETS.get(name)
+    can_budget = (
+      flag
+      and self.fit_bytes
+      and not getattr(c, flag, 0)
+      and ts.compiler_options(1, self.mesh)  # a TPU mesh
+      # A tree rollout's jitted pieces compile without a budget.
+      and not (name == "rollout" and tree_loop.call_shape(c))
+    )
+    with_budget = lambda mib: self.makers[name](
+      dataclasses.replace(c, **{flag: mib})
+    )
+    try:
+      first = self.makers[name](c)
+    except Exception as e:  # noqa: BLE001 - out of HBM at the default
+      if not can_budget:
+        raise
+      # No program to read its arguments from: the first budget is the
+      # fit less what stays resident, lowered by each overshoot.
+      stub = program_lib.Program(
+        name, 0, 0, 0, 0, 0, 0.0, 0.0, [], resident_bytes=self.resident[name]
+      )
+      kept = budgeted(stub, self.fit_bytes, with_budget)
+      if kept.argument_bytes == 0:  # no budget compiled either
+        why = str(e).splitlines()[0][:200]
+        raise RuntimeError(f"{why}; {kept.note}") from e
+      return kept
+    first = dataclasses.replace(first, resident_bytes=self.resident[name])
+    if can_budget and first.peak_bytes > self.fit_bytes:
+      return budgeted(first, self.fit_bytes, with_budget)
+    return first
+
+  def fewer_rows(self, prog, cfg):
+    """A rollout over the fit at the rows per call the loop would size
+    itself (rollout_memory's estimate leaves out what the compiler holds
+    beside the cache, e.g. gathered weights): again at half the rows, at
+    most twice, down to the batch shards (a tree rollout: to the fewest
+    whole prompts that split over them, tree_loop.call_prompts); a fit at
+    fewer rows needs --rollout_rows in the run (Program.run_flags)."""
+    unit = mesh_lib.batch_divisor(self.mesh, mesh_lib.ROLLOUT_RULES)
+    tree_shape = tree_loop.call_shape(cfg)
+    if tree_shape:  # calls hold whole prompts' trees (call_prompts)
+      unit = tree_shape[0] * tree_loop.call_prompts(0, tree_shape[0], unit)
+    rows = prog.rows
+    for _ in range(2):
+      rows = rows // 2 // unit * unit
+      if not over(prog, self.fit_bytes) or rows < unit:
+        break
+      c = dataclasses.replace(cfg, rollout_rows=rows)
+      try:
+        fewer = self.compile_one("rollout", c)
+      except Exception:  # noqa: BLE001 - out of HBM at the default budget
+        continue
+      prog = dataclasses.replace(fewer, run_flags={"rollout_rows": rows})
+    return prog
+
+  def more_micro_batches(self, prog, cfg, pairs: int):
+    """A Bradley-Terry step of `pairs` pairs over the fit (or out of HBM):
+    again in twice the micro-batches, up to three times, while each
+    micro-batch still holds a pair per batch shard; a fit in more needs
+    --rm_micro_batches in the run (Program.run_flags)."""
+    unit = mesh_lib.batch_divisor(self.mesh, mesh_lib.ROLLOUT_RULES)
+    micro = getattr(cfg, "rm_micro_batches", 1)
+    for _ in range(3):
+      micro *= 2
+      if (
+        not over(prog, self.fit_bytes) or pairs % micro or pairs // micro < unit
+      ):
+        break
+      c = dataclasses.replace(cfg, rm_micro_batches=micro)
+      try:
+        more = self.compile_one("reward_model_train", c)
+      except Exception:  # noqa: BLE001 - out of HBM
+        continue
+      prog = dataclasses.replace(more, run_flags={"rm_micro_batches": micro})
+    return prog
