@@ -164,6 +164,7 @@ def plan(
     hbm_bytes=hbm,
     fit_bytes=int((1 - summary.FIT_MARGIN) * hbm),
     stop_over_fit=stop_over_fit,
+    progress=lambda line: print(f"{name} on {topology}: {line}", flush=True),
     **extras,
   )
   s = summary.summarize(

@@ -186,6 +186,7 @@ def compile_run(
   model_cfg=None,
   fit_bytes: int | None = None,
   stop_over_fit: bool = False,
+  progress=None,
 ) -> dict[str, program_lib.Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
   are returned as the exception instead of a Program. "values" is
@@ -200,6 +201,7 @@ def compile_run(
   (program.TEMP_BUDGETS). With
   `stop_over_fit`, the programs after the first that fails or peaks over
   `fit_bytes` are not compiled (a slice search's misses cost one program).
+  `progress(line)` is told each compile's start, seconds and peak.
   """
   model_cfg = model_cfg or model_config(cfg)
   scorer_cfgs = {
@@ -305,7 +307,7 @@ def compile_run(
       sc=scorer_cfg,
     )
 
-  compiler = retry.Retrying(makers, resident, mesh, fit_bytes)
+  compiler = retry.Retrying(makers, resident, mesh, fit_bytes, progress)
   out = {}
   for name in programs:
     try:

@@ -18,6 +18,8 @@ A fit found by a retry records the flag the run needs
 """
 
 import dataclasses
+import time
+from typing import Callable
 
 from rlreason import mesh as mesh_lib
 from rlreason.plan import program as program_lib
@@ -71,14 +73,39 @@ class Retrying:
 
   makers: {program: compile(config) -> Program}; resident: {program:
   bytes resident beside it}; fit_bytes: None where no fit is checked (a
-  local mesh, or every budget flag given)."""
+  local mesh, or every budget flag given); progress: told a line as each
+  compile starts and ends (a 7B program compiles for minutes)."""
 
   makers: dict
   resident: dict
   mesh: object
   fit_bytes: int | None
+  progress: Callable[[str], None] | None = None
 
-  def compile_one(self, name: str, c) -> program_lib.Program:
+  def _compile(self, name: str, c, how: str = "") -> program_lib.Program:
+    """makers[name](c); `how` (" under --flag=N", ...) names the retry in
+    the progress lines, which end with the seconds and the peak."""
+    if self.progress is None:
+      return self.makers[name](c)
+    self.progress(f"{name}{how}: compiling")
+    t0 = time.time()
+    try:
+      prog = self.makers[name](c)
+    except Exception as e:
+      why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+      self.progress(f"{name}{how}: failed in {time.time() - t0:.0f} s: {why}")
+      raise
+    peak = (prog.peak_bytes + self.resident.get(name, 0)) / (1 << 30)
+    verdict = ""
+    if self.fit_bytes:
+      verdict = ", over the fit" if peak * (1 << 30) > self.fit_bytes else ""
+      verdict = f" of a {self.fit_bytes / (1 << 30):.2f} GiB fit{verdict}"
+    self.progress(
+      f"{name}{how}: {time.time() - t0:.0f} s, peak {peak:.2f} GiB{verdict}"
+    )
+    return prog
+
+  def compile_one(self, name: str, c, how: str = "") -> program_lib.Program:
     """`name` compiled with config `c`; over the fit, or out of HBM at the
     compiler's default, again under the temporaries budget where `c`
     sets none (program.TEMP_BUDGETS)."""
@@ -91,11 +118,11 @@ class Retrying:
       # A tree rollout's jitted pieces compile without a budget.
       and not (name == "rollout" and tree_loop.call_shape(c))
     )
-    with_budget = lambda mib: self.makers[name](
-      dataclasses.replace(c, **{flag: mib})
+    with_budget = lambda mib: self._compile(
+      name, dataclasses.replace(c, **{flag: mib}), f"{how} under --{flag}={mib}"
     )
     try:
-      first = self.makers[name](c)
+      first = self._compile(name, c, how)
     except Exception as e:  # noqa: BLE001 - out of HBM at the default
       if not can_budget:
         raise
@@ -132,7 +159,7 @@ class Retrying:
         break
       c = dataclasses.replace(cfg, rollout_rows=rows)
       try:
-        fewer = self.compile_one("rollout", c)
+        fewer = self.compile_one("rollout", c, f" at {rows} rows per call")
       except Exception:  # noqa: BLE001 - out of HBM at the default budget
         continue
       prog = dataclasses.replace(fewer, run_flags={"rollout_rows": rows})
@@ -153,7 +180,9 @@ class Retrying:
         break
       c = dataclasses.replace(cfg, rm_micro_batches=micro)
       try:
-        more = self.compile_one("reward_model_train", c)
+        more = self.compile_one(
+          "reward_model_train", c, f" in {micro} micro-batches"
+        )
       except Exception:  # noqa: BLE001 - out of HBM
         continue
       prog = dataclasses.replace(more, run_flags={"rm_micro_batches": micro})

@@ -4,6 +4,7 @@ compiler's default) and on fake compiles: the decisions, not libtpu's
 numbers (tests/plan/plan_test.py has those)."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -15,6 +16,7 @@ from rlreason.plan import retry
 from rlreason.rl import objective
 
 MIB = 1 << 20
+GIB = 1 << 30
 OOM = "RESOURCE_EXHAUSTED: Ran out of memory on HBM (fake)"
 
 
@@ -42,7 +44,7 @@ def fake_tpu(monkeypatch):
   return tried
 
 
-def _run(fit_bytes):
+def _run(fit_bytes, progress=None):
   cfg = dataclasses.replace(
     grpo.TinyConfig(), batch_size=2, group_size=2, micro_batches=1, steps=1
   )
@@ -54,6 +56,7 @@ def _run(fit_bytes):
     programs=("ref_logp",),
     hbm_bytes=1 << 40,
     fit_bytes=fit_bytes,
+    progress=progress,
   )["ref_logp"]
 
 
@@ -70,6 +73,29 @@ def test_a_forward_out_of_hbm_at_the_default_is_compiled_under_a_budget(
   assert prog.temp_budget_mib == first - 50
   assert prog.peak_bytes <= 1000 * MIB
   assert prog.resident_bytes == resident > 0
+
+
+def test_each_compile_and_retry_is_told_as_it_starts_and_ends(fake_tpu):
+  """A 7B program compiles for minutes: a line as each compile starts, and
+  one with its seconds and peak against the fit (or why it failed)."""
+  lines = []
+  prog = _run(1000 * MIB, lines.append)
+  first = prog.temp_budget_mib + 50  # the first budget (test above)
+  peak = lambda mib: f"{(prog.resident_bytes + (50 + mib) * MIB) / GIB:.2f}"
+  fit = f"{1000 * MIB / GIB:.2f}"
+  expected = [
+    "ref_logp: compiling",
+    f"ref_logp: failed in # s: {OOM}",
+    f"ref_logp under --score_temp_budget_mib={first}: compiling",
+    f"ref_logp under --score_temp_budget_mib={first}: # s, "
+    f"peak {peak(first)} GiB of a {fit} GiB fit, over the fit",
+    f"ref_logp under --score_temp_budget_mib={first - 50}: compiling",
+    f"ref_logp under --score_temp_budget_mib={first - 50}: # s, "
+    f"peak {peak(first - 50)} GiB of a {fit} GiB fit",
+  ]
+  assert [re.sub(r"\d+ s\b", "# s", x) for x in lines] == expected, lines
+  # Without `progress`, nothing is told and the program is the same.
+  assert _run(1000 * MIB) == prog
 
 
 def test_a_forward_no_budget_holds_keeps_the_compilers_refusal(fake_tpu):
