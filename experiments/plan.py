@@ -53,6 +53,7 @@ import jax  # noqa: E402
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
 from rlreason.plan import program as program_lib  # noqa: E402
+from rlreason.plan import retry  # noqa: E402
 from rlreason.plan import search  # noqa: E402
 from rlreason.plan import state as plan_state  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
@@ -414,10 +415,12 @@ def main(argv):
     # The results' own files do not make the code dirty.
     commit = run_info.current_commit(ignore=("experiments/plan_results",))
     row = {**_row(s, f.topology), **split, "commit": commit}
+    row["host_gb"] = round(retry.host_peak_gb(), 1)  # the compiler's need
     with open(f.row_out, "w") as out:
       json.dump(row, out)
   title = (
     f"{f.experiment} ({f.scale}) on {f.topology}: compiled in {secs:.0f} s"
+    f" (this host's memory at its peak: {retry.host_peak_gb():.1f} GB)"
   )
   if split:  # the preset's micro-batch does not split over these chips
     title += f" with --micro_batches={split['micro_batches']}"

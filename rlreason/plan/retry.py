@@ -18,6 +18,8 @@ A fit found by a retry records the flag the run needs
 """
 
 import dataclasses
+import resource
+import sys
 import time
 from typing import Callable
 
@@ -67,6 +69,13 @@ def over(prog, fit_bytes: int) -> bool:
   return prog.peak_bytes > fit_bytes
 
 
+def host_peak_gb() -> float:
+  """This process's peak resident memory so far, GB: libtpu's compiler
+  takes 10-24 GB of the host for a 7B program."""
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return peak / (1e9 if sys.platform == "darwin" else 1e6)  # bytes / KB
+
+
 @dataclasses.dataclass(frozen=True)
 class Retrying:
   """Compiles a run's programs by name, retrying those over the fit.
@@ -102,6 +111,7 @@ class Retrying:
       verdict = f" of a {self.fit_bytes / (1 << 30):.2f} GiB fit{verdict}"
     self.progress(
       f"{name}{how}: {time.time() - t0:.0f} s, peak {peak:.2f} GiB{verdict}"
+      f" (this host's memory at its peak so far: {host_peak_gb():.1f} GB)"
     )
     return prog
 
