@@ -28,6 +28,8 @@ from rlreason.plan import program as program_lib
 from rlreason.sampling import tree_loop
 from rlreason.train import train_step as ts
 
+GIB = 1 << 30
+
 
 def budgeted(
   first: program_lib.Program, fit_bytes: int, compile_with, tries: int = 3
@@ -71,7 +73,7 @@ def over(prog, fit_bytes: int) -> bool:
 
 def host_peak_gb() -> float:
   """This process's peak resident memory so far, GB: libtpu's compiler
-  takes 10-24 GB of the host for a 7B program."""
+  takes 8-24 GB of the host for a 7B program."""
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   return peak / (1e9 if sys.platform == "darwin" else 1e6)  # bytes / KB
 
@@ -104,13 +106,14 @@ class Retrying:
       why = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
       self.progress(f"{name}{how}: failed in {time.time() - t0:.0f} s: {why}")
       raise
-    peak = (prog.peak_bytes + self.resident.get(name, 0)) / (1 << 30)
+    peak = prog.peak_bytes + self.resident.get(name, 0)
     verdict = ""
     if self.fit_bytes:
-      verdict = ", over the fit" if peak * (1 << 30) > self.fit_bytes else ""
-      verdict = f" of a {self.fit_bytes / (1 << 30):.2f} GiB fit{verdict}"
+      over_fit = ", over the fit" if peak > self.fit_bytes else ""
+      verdict = f" of a {self.fit_bytes / GIB:.2f} GiB fit{over_fit}"
     self.progress(
-      f"{name}{how}: {time.time() - t0:.0f} s, peak {peak:.2f} GiB{verdict}"
+      f"{name}{how}: {time.time() - t0:.0f} s, peak {peak / GIB:.2f} GiB"
+      f"{verdict}"
       f" (this host's memory at its peak so far: {host_peak_gb():.1f} GB)"
     )
     return prog
