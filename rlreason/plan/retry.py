@@ -56,9 +56,9 @@ def budgeted(
       why = str(e).splitlines()[0][:200]
       flag = program_lib.TEMP_BUDGETS[first.name]
       return dataclasses.replace(kept, note=f"with --{flag}={budget}: {why}")
-    over = kept.peak_bytes - fit_bytes
-    budget -= -(-over >> 20)  # MiB, rounded up
-    if over <= 0 or budget <= 0:
+    overshoot = kept.peak_bytes - fit_bytes
+    budget -= -(-overshoot >> 20)  # MiB, rounded up
+    if overshoot <= 0 or budget <= 0:
       break
   return kept
 
