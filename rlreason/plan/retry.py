@@ -25,10 +25,9 @@ from typing import Callable
 
 from rlreason import mesh as mesh_lib
 from rlreason.plan import program as program_lib
+from rlreason.plan.summary import GIB
 from rlreason.sampling import tree_loop
 from rlreason.train import train_step as ts
-
-GIB = 1 << 30
 
 
 def budgeted(
