@@ -108,10 +108,10 @@ PAPER = dict(
   batch_size=128,
   group_size=64,
   minibatches=4,
-  # 128 micro-batches (one 9k-token row per chip on v5p-32) and libtpu's
-  # bound on the train step's temporaries: the planner's fit for v5p-32
-  # (experiments/plan.py), 70.5 GiB per chip; 64 micro-batches without the
-  # bound took 97.7 GB of temporaries on v5p-16.
+  # 128 micro-batches (two 9k-token rows per chip on v5p-16) and libtpu's
+  # bound on the train step's temporaries: the planner's fit
+  # (experiments/plan.py) is v5p-16, 70.4 GiB per chip (the rollout's);
+  # v5p-8 is out of HBM (85.9 GB of train-step temporaries).
   micro_batches=128,
   train_temp_budget_mib=71986,
   max_prompt_len=1024,
