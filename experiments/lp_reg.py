@@ -81,8 +81,10 @@ PAPER = dict(
   group_size=8,
   minibatches=1,
   micro_batches=64,
-  # libtpu's bound on the train step's temporaries that fits v5p-32 (the
+  # libtpu's bound on the train step's temporaries that fitted v5p-32 (the
   # planner's, experiments/plan.py): 73.8 GiB per chip, 95.7 without it.
+  # Since the layer-wise weight gathers the planner's fit is v5p-16, 76.7
+  # GiB per chip (the rollout's, at 32 rows per call).
   train_temp_budget_mib=71943,
   max_prompt_len=2048,
   max_new_tokens=8192,
