@@ -84,7 +84,7 @@ PAPER = dict(
   # libtpu's bound on the train step's temporaries that fitted v5p-32 (the
   # planner's, experiments/plan.py): 73.8 GiB per chip, 95.7 without it.
   # Since the layer-wise weight gathers the planner's fit is v5p-16, 76.7
-  # GiB per chip (the rollout's, at 32 rows per call).
+  # GiB per chip (the rollout's, at --rollout_rows=32).
   train_temp_budget_mib=71943,
   max_prompt_len=2048,
   max_new_tokens=8192,
