@@ -120,8 +120,9 @@ def experiment_config(name: str, scale: str, overrides: dict):
 
 
 def mesh_for(topology: str, cfg):
-  """(mesh, hbm bytes, devices, peak FLOP/s, bandwidth) of a slice, or of
-  the local devices for topology "local" (memory from the device)."""
+  """(mesh, hbm bytes, devices, peak FLOP/s, bandwidth, ICI bandwidth)
+  of a slice, or of the local devices for topology "local" (memory from
+  the device; no ICI figure: 0)."""
   if topology == "local":
     import jax
 
@@ -130,14 +131,16 @@ def mesh_for(topology: str, cfg):
     hbm = stats.get("bytes_limit", 0) or (1 << 40)
     # CPU: no published peak; 1 TFLOP/s and 100 GB/s are placeholders.
     peak, bw = chips.local_peaks(devs[0]) or (1e12, 1e11)
+    ici = 0.0
   else:
     s = chips.parse(topology)
     devs = chips.devices(s)
     hbm, peak, bw = s.hbm_bytes, s.chip.peak_flops, s.chip.hbm_bandwidth
+    ici = s.chip.ici_bandwidth
   mesh = mesh_lib.make_mesh(
     cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor, devices=devs
   )
-  return mesh, hbm, len(devs), peak, bw
+  return mesh, hbm, len(devs), peak, bw, ici
 
 
 def plan(
@@ -153,7 +156,7 @@ def plan(
   """(Summary, seconds) of a run on a slice (`stop_over_fit`: the programs
   after one over the fit are not compiled, aot.compile_run)."""
   cfg, loss_fn, extras = experiment_config(name, scale, overrides)
-  mesh, hbm, n_dev, peak, bw = mesh_for(topology, cfg)
+  mesh, hbm, n_dev, peak, bw, ici = mesh_for(topology, cfg)
   t0 = time.time()
   progs = aot.compile_run(
     cfg,
@@ -176,6 +179,7 @@ def plan(
     devices=n_dev,
     peak_flops=peak,
     hbm_bandwidth=bw,
+    ici_bandwidth=ici,
     decode_tokens=_hook(name, "decode_tokens", cfg),
     score_forwards=_hook(name, "score_forwards", cfg),
   )
@@ -216,6 +220,12 @@ def _row(s: summary.Summary, topology: str) -> dict:
     **({"unsplit": s.unsplit} if s.unsplit else {}),
     **({"peak_of": peak_of} if peak_of else {}),
     **({"notes": notes} if notes else {}),
+    # Seconds per RL step of each program's collectives (summary.ici_times)
+    **(
+      {"ici_s": {k: round(v, 2) for k, v in s.ici_seconds.items()}}
+      if s.ici_seconds
+      else {}
+    ),
   }
 
 

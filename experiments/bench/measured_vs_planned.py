@@ -342,7 +342,7 @@ PHASES = {"train": phase_train, "rollout": phase_rollout}
 
 def run_phase(name: str) -> dict:
   cfg, loss_fn, model_cfg = config()
-  mesh, hbm, n_dev, peak, bw = plan_cli.mesh_for("local", cfg)
+  mesh, hbm, n_dev, peak, bw, _ = plan_cli.mesh_for("local", cfg)
   dev = jax.devices()[0]
   head = {
     "phase": name,

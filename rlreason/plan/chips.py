@@ -1,5 +1,6 @@
-"""TPU chips and slice names: HBM, peak bf16 FLOP/s and HBM bandwidth
-(and GPUs' peaks, for planning on the local devices: local_peaks).
+"""TPU chips and slice names: HBM, peak bf16 FLOP/s, HBM and inter-chip
+(ICI) bandwidth (and GPUs' peaks, for planning on the local devices:
+local_peaks).
 
   slice_ = chips.parse("v5p-128")   # -> Slice(chip=V5P, chips=64, ...)
   slice_.topology                   # "v5p:4x4x4" (jax.experimental.topologies)
@@ -23,13 +24,16 @@ class Chip:
   hbm_bandwidth: float  # bytes/s
   cores_per_chip: int  # TensorCores the slice name counts per chip
   dims: int  # 3 (torus) or 2 (mesh) chip topology
+  # Bidirectional ICI bytes/s per chip, all its links together (v4: six
+  # links of 50 GB/s each way, the v4 paper; the others as published).
+  ici_bandwidth: float = 0.0
 
 
 CHIPS = {
-  "v4": Chip("v4", 32 * GIB, 275e12, 1.2e12, 2, 3),
-  "v5e": Chip("v5e", 16 * GIB, 197e12, 0.819e12, 1, 2),
-  "v5p": Chip("v5p", 95 * GIB, 459e12, 2.765e12, 2, 3),
-  "v6e": Chip("v6e", 32 * GIB, 918e12, 1.64e12, 1, 2),
+  "v4": Chip("v4", 32 * GIB, 275e12, 1.2e12, 2, 3, 600e9),
+  "v5e": Chip("v5e", 16 * GIB, 197e12, 0.819e12, 1, 2, 400e9),
+  "v5p": Chip("v5p", 95 * GIB, 459e12, 2.765e12, 2, 3, 1200e9),
+  "v6e": Chip("v6e", 32 * GIB, 918e12, 1.64e12, 1, 2, 800e9),
 }
 _ALIASES = {"v5litepod": "v5e", "v6": "v6e", "v5": "v5p"}
 

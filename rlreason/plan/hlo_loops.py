@@ -25,6 +25,13 @@ gave grpo's 7B train step on v6e-16 2.6x the bytes (47 vs 18 TB of this
 estimate per step); whether such a body, as counted, is one window's
 share or more is not settled without a TPU to measure, so they stay as
 XLA counts them.
+
+`est.ici` is the bytes each device sends over the inter-chip links per
+step (collectives: an all-gather or reduce-scatter over a group of n
+devices moves (n - 1) / n of the whole array, an all-reduce twice that,
+an all-to-all (n - 1) / n of its operand, a collective-permute its
+operand), every loop multiplied out, XLA's own too: the windowed
+einsum's loop permutes one shard per trip.
 """
 
 import dataclasses
@@ -77,6 +84,7 @@ class Estimate:
   loops: tuple[tuple[str, int], ...]  # (body, trip count) of each own loop
   unknown: tuple[str, ...]  # bodies whose trip count was not read
   partitioner_loops: int = 0  # loops XLA made (counted once)
+  ici: float = 0.0  # bytes sent to other devices, each loop multiplied out
 
   @property
   def factor(self) -> float:
@@ -112,6 +120,48 @@ def parse(text: str) -> tuple[dict[str, list[_Instruction]], str]:
 def _attr(inst: _Instruction, key: str) -> list[str]:
   m = re.search(rf"\b{key}=(\{{[^}}]*\}}|%[^\s,]+)", inst.attrs)
   return _NAME.findall(m.group(1)) if m else []
+
+
+# Collectives (and their async starts): bytes each device sends, as a
+# multiple of its operands' bytes, for a group of n devices.
+_COLLECTIVES = {
+  "all-gather": lambda n: n - 1,  # the operand is one device's shard
+  "reduce-scatter": lambda n: (n - 1) / n,
+  "all-reduce": lambda n: 2 * (n - 1) / n,  # reduce-scatter + all-gather
+  "all-to-all": lambda n: (n - 1) / n,
+  "collective-permute": lambda n: 1.0,
+  "collective-broadcast": lambda n: 1.0,
+}
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=")
+_LIST_GROUPS = re.compile(r"replica_groups=\{\{([\d,]*)\}")
+
+
+def group_size(attrs: str) -> int:
+  """Devices in each of a collective's replica groups: a list of groups
+  ({{0,1,2,3},...}), an iota ([groups, size]<=[N]) or mesh axes
+  (mesh['a'=2,'b'=4] {'b'}); 0 where none is named."""
+  m = _MESH_GROUPS.search(attrs)
+  if m:
+    sizes = dict(re.findall(r"'([^']+)'=(\d+)", m.group(1)))
+    named = re.findall(r"'([^']+)'", m.group(2))
+    return math.prod(int(sizes[a]) for a in named)
+  m = _IOTA_GROUPS.search(attrs)
+  if m:
+    return int(m.group(1).split(",")[-1])
+  m = _LIST_GROUPS.search(attrs)
+  if m:
+    return len([d for d in m.group(1).split(",") if d])
+  return 0
+
+
+def sent_bytes(op: str, operand_bytes: float, n: int) -> float:
+  """Bytes one device sends for a collective `op` (or its -start) over
+  operands of `operand_bytes` in groups of n (0 for other ops)."""
+  base = op.removesuffix("-start")
+  if base not in _COLLECTIVES or (n <= 1 and base != "collective-permute"):
+    return 0.0
+  return _COLLECTIVES[base](n) * operand_bytes
 
 
 def _trips(comps, loop: _Instruction) -> int | None:
@@ -235,6 +285,42 @@ def estimate(text: str) -> Estimate:
         )
     return total
 
+  @functools.cache
+  def computation_ici(name: str) -> float:
+    """Bytes sent by `name`'s collectives, each loop times its trips."""
+    shapes, total = {}, 0.0
+    for inst in comps.get(name, []):
+      shapes[inst.name] = shape_bytes(inst.shape)
+      operands = sum(shapes.get(o, 0.0) for o in inst.operands)
+      if inst.op == "while":
+        body = (_attr(inst, "body") or [""])[0]
+        total += computation_ici(body) * (_trips(comps, inst) or 1)
+      elif inst.op in ("call", "conditional", "fusion", "async-start"):
+        called = [
+          c
+          for key in ("to_apply", "calls", "branch_computations")
+          + ("true_computation", "false_computation")
+          for c in _attr(inst, key)
+        ]
+        each = [computation_ici(c) for c in called]
+        total += (
+          max(each, default=0.0) if inst.op == "conditional" else sum(each)
+        )
+        for c in called if inst.op == "async-start" else ():
+          root = next((i for i in comps.get(c, []) if i.root), None)
+          if root is not None:  # a wrapped collective, on these operands
+            total += sent_bytes(root.op, operands, group_size(root.attrs))
+      else:
+        total += sent_bytes(inst.op, operands, group_size(inst.attrs))
+    return total
+
   flat = computation_bytes(entry, False)
   looped = computation_bytes(entry, True)
-  return Estimate(flat, looped, tuple(loops), tuple(unknown), len(made))
+  return Estimate(
+    flat,
+    looped,
+    tuple(loops),
+    tuple(unknown),
+    len(made),
+    computation_ici(entry),
+  )

@@ -1,7 +1,7 @@
 """A plan's verdict: fit with margin, roofline step time, MFU, what to turn.
 
   s = summary.summarize(programs, cfg, model_cfg, hbm_bytes=..., devices=...,
-                        peak_flops=..., hbm_bandwidth=...)
+                        peak_flops=..., hbm_bandwidth=..., ici_bandwidth=...)
   print(summary.text(s))
 
 Memory comes from the compiled programs. Time is an analytic roofline per
@@ -22,6 +22,13 @@ all):
               policy's); a critic also doubles the train step's FLOPs;
   teacher,    the same with the frozen model's parameters
   reward_model  (Program.model_params).
+Where the slice's ICI bandwidth is given, each program's time is at least
+the bytes its collectives send per device (Program.ici_bytes, every loop
+multiplied out: the train step's FSDP weight gathers and gradient
+reductions per micro-batch, an FSDP rollout's gathers per decode step)
+over half the chip's bidirectional ICI bandwidth (it sends over all its
+links at once, overlapped with compute: a bound, as the rest), times the
+program's calls per RL step (ici_times).
 Stages a run goes through once, before its RL steps, are timed apart
 (before_rl): rm_grpo's reward-model training, --rm_steps Bradley-Terry
 steps, each max(6 * RM params * tokens (4/3 with remat) / peak, compiled
@@ -54,6 +61,9 @@ class Summary:
   advice: list[str]
   unsplit: str = ""  # train_step.unsplit: "" when the micro-batch splits
   before_seconds: float = 0.0  # once, before the RL steps (before_rl)
+  # {program: seconds its collectives take per RL step} (ici_times; the
+  # programs' times above are at least these)
+  ici_seconds: dict = dataclasses.field(default_factory=dict)
 
 
 def model_flops_per_token(model_cfg, context: int) -> float:
@@ -93,6 +103,38 @@ def _sampling_seconds(
   return prefill + t * (rounds * calls * weights + cache) / bandwidth
 
 
+def _calls(cfg, prog) -> int:
+  """How many times an RL step runs a program that takes `prog.rows`
+  of cfg's N rows per call (1 without rows: the whole batch, or a
+  continuous-batching rollout's one call over all N rows)."""
+  if not prog.rows or getattr(cfg, "rollout_batching", "") == "continuous":
+    return 1
+  return -(-cfg.num_sequences // prog.rows)
+
+
+def ici_times(cfg, programs, ici_bandwidth, score_forwards=0) -> dict:
+  """Seconds per RL step each program's collectives take on the ICI
+  (Program.ici_bytes per call, sent at half the bidirectional bandwidth:
+  all links at once), times its calls; {} without a bandwidth."""
+  if not ici_bandwidth:
+    return {}
+  rate = ici_bandwidth / 2
+  out = {}
+  for name, prog in programs.items():
+    if name == "reward_model_train" or not prog.ici_bytes:
+      continue  # before the RL steps (before_rl)
+    if name == "train_step":
+      calls = cfg.ppo_epochs * cfg.minibatches
+    elif tree_loop.call_shape(cfg) and name == "rollout":
+      calls = 1  # each call's rounds: the loops multiplied out
+    else:
+      calls = _calls(cfg, prog)
+    out[name] = prog.ici_bytes * calls / rate
+  if score_forwards and "ref_logp" in out:
+    out["scores"] = score_forwards * out["ref_logp"]
+  return out
+
+
 def times(
   cfg,
   model_cfg,
@@ -102,6 +144,7 @@ def times(
   bandwidth,
   decode_tokens=0,
   score_forwards=0,
+  ici_bandwidth=0.0,
 ) -> dict:
   """Roofline seconds per device of each program's share of one RL step.
 
@@ -110,7 +153,8 @@ def times(
   actions decoded, their observations written into the cache).
   score_forwards: whole-batch forwards beyond the reference's, at the
   ref_logp program's shape (IGPO's answer probabilities, one per turn),
-  timed as "scores"."""
+  timed as "scores".
+  ici_bandwidth: each program takes at least its ici_times."""
   n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
   context = p + t
   params = model_cfg.num_params()
@@ -140,10 +184,13 @@ def times(
       out[name] = forward * (programs[name].model_params or params) / params
   if score_forwards and "ref_logp" in programs:
     out["scores"] = score_forwards * forward
-  return out
+  ici = ici_times(cfg, programs, ici_bandwidth, score_forwards)
+  return {k: max(v, ici.get(k, 0.0)) for k, v in out.items()}
 
 
-def before_rl(cfg, model_cfg, programs, devices, peak, bandwidth) -> float:
+def before_rl(
+  cfg, model_cfg, programs, devices, peak, bandwidth, ici_bandwidth=0.0
+) -> float:
   """Roofline seconds per device of what runs once before the RL steps:
   rm_grpo's --rm_steps Bradley-Terry steps (reward_model_train, 2 x pairs
   rows of P + T tokens each, forward and backward)."""
@@ -154,6 +201,8 @@ def before_rl(cfg, model_cfg, programs, devices, peak, bandwidth) -> float:
   tokens = prog.rows * (cfg.max_prompt_len + cfg.max_new_tokens)
   flops = 6 * prog.model_params * tokens * recompute / devices
   step = max(flops / peak, prog.bytes_accessed / bandwidth)
+  if ici_bandwidth:
+    step = max(step, prog.ici_bytes / (ici_bandwidth / 2))
   return getattr(cfg, "rm_steps", 0) * step
 
 
@@ -176,6 +225,7 @@ def summarize(
   hbm_bandwidth,
   decode_tokens=0,
   score_forwards=0,
+  ici_bandwidth=0.0,
 ) -> Summary:
   ok = {k: p for k, p in programs.items() if isinstance(p, program_lib.Program)}
   errors = {
@@ -194,6 +244,7 @@ def summarize(
     hbm_bandwidth,
     decode_tokens,
     score_forwards,
+    ici_bandwidth,
   )
   step = sum(per.values())
   train = per.get("train_step", 0.0)
@@ -217,8 +268,9 @@ def summarize(
     advice=advice(ok, errors, cfg, hbm_bytes, shards),
     unsplit=ts.unsplit(cfg, shards),
     before_seconds=before_rl(
-      cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth
+      cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth, ici_bandwidth
     ),
+    ici_seconds=ici_times(cfg, ok, ici_bandwidth, score_forwards),
   )
 
 
@@ -325,6 +377,14 @@ def text(s: Summary, title: str = "") -> str:
     f"roofline RL step {s.step_seconds:.1f} s (train {s.train_seconds:.1f}"
     f" s), train MFU {100 * s.mfu:.0f}%"
   )
+  if s.ici_seconds:
+    each = ", ".join(
+      f"{k} {v:.2f} s (of {s.programs[k].ici_bytes / 1e9:.2f} GB per call)"
+      if k in s.programs
+      else f"{k} {v:.2f} s"
+      for k, v in s.ici_seconds.items()
+    )
+    lines.append(f"  ICI per RL step (at least, overlapped): {each}")
   if s.before_seconds:
     lines.append(
       f"before the RL (once): {s.before_seconds:.1f} s (reward_model_train)"

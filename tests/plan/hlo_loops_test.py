@@ -1,6 +1,6 @@
 """plan/hlo_loops: a compiled program's bytes with each loop body times its
 trip count, against hand-counted bytes of a small HLO module and XLA's own
-count of a compiled scan."""
+count of a compiled scan; the bytes its collectives send, by hand."""
 
 import jax
 import jax.numpy as jnp
@@ -123,3 +123,51 @@ def test_a_compiled_nested_loop_against_xlas_count():
   inner = 4 * (2 * 64 * 256 + 256 * 256) + 4 * 2 * 64 * 256
   assert e.looped == pytest.approx(15 * inner, rel=0.05, abs=0)
   assert e.factor > 10
+
+
+def test_collective_bytes_by_hand_with_loops_multiplied():
+  """The loop's body all-gathers its f32[2,16] shard over groups of 4
+  (sends 3 x 128 bytes per trip, 8 trips) and all-reduces an f32[16]
+  over 2 (2 x 1/2 x 64 bytes per trip); the entry reduce-scatters its
+  f32[8,16] over 4 (3/4 x 512) and permutes f32[1,16] (64): every loop
+  multiplied out, a loop XLA made (a windowed einsum) too."""
+  body_ops = """  %sh = f32[2,16]{1,0} slice(%a), slice={[0:2], [0:16]}
+  %ag = f32[8,16]{1,0} all-gather(%sh), replica_groups=[2,4]<=[8]
+  %v = f32[16]{0} slice(%sh), slice={[0:16]}
+  %ar = f32[16]{0} all-reduce(%v), replica_groups=mesh['x'=2,'y'=4] {'x'}
+"""
+  module = MODULE.replace(
+    "  %one = s32[] constant(1)\n", body_ops + "  %one = s32[] constant(1)\n"
+  ).replace(
+    "  %init =",
+    "  %rs = f32[2,16]{1,0} reduce-scatter(%y), replica_groups={{0,1,2,3},"
+    "{4,5,6,7}}, dimensions={0}\n"
+    "  %row0 = f32[1,16]{1,0} slice(%y), slice={[0:1], [0:16]}\n"
+    "  %cp = f32[1,16]{1,0} collective-permute-start(%row0), "
+    "source_target_pairs={{0,1},{1,0}}\n"
+    "  %init =",
+  )
+  per_trip = 3 * 128 + 2 * (1 / 2) * 64
+  entry = 3 / 4 * 512 + 64
+  assert hlo_loops.estimate(module).ici == pytest.approx(
+    entry + 8 * per_trip, rel=1e-12, abs=0
+  )
+  made = module.replace(
+    "body=%body", 'body=%body, metadata={op_name="jit(f)/dot_general"}'
+  )
+  assert hlo_loops.estimate(made).ici == hlo_loops.estimate(module).ici
+  assert hlo_loops.estimate(MODULE).ici == 0
+
+
+@pytest.mark.parametrize(
+  ("attrs", "n"),
+  [
+    ("replica_groups={{0,1,2,3},{4,5,6,7}}, dimensions={0}", 4),
+    ("replica_groups=[4,2]<=[8], dimensions={0}", 2),
+    ("replica_groups=[2,4]<=[4,2]T(1,0), dimensions={0}", 4),
+    ("replica_groups=mesh['a'=2,'b'=2,'c'=4] {'a','c'}, dimensions={1}", 8),
+    ("channel_id=3", 0),
+  ],
+)
+def test_group_size(attrs, n):
+  assert hlo_loops.group_size(attrs) == n

@@ -82,6 +82,7 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
   out = summary.summarize(
     progs, cfg, model_cfg, hbm_bytes=s.hbm_bytes, devices=s.chips,
     peak_flops=s.chip.peak_flops, hbm_bandwidth=s.chip.hbm_bandwidth,
+    ici_bandwidth=s.chip.ici_bandwidth,
   )
   p = out.programs.get("train_step")
   return {
@@ -104,6 +105,8 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "times": summary.times(cfg, model_cfg, out.programs, s.chips,
                            s.chip.peak_flops, s.chip.hbm_bandwidth),
     "params": model_cfg.num_params(),
+    "ici": {k: q.ici_bytes for k, q in out.programs.items()},
+    "ici_s": out.ici_seconds,
     "each": {
       k: {"peak": q.peak_bytes, "temp": q.temp_bytes, "rows": q.rows,
           "rows_flag": q.rows_flag, "budget": q.temp_budget_mib,
@@ -574,6 +577,24 @@ def test_temporaries_fall_with_smaller_micro_batches_and_larger_slices(
   assert full > 0
   assert results["micro4"]["temp"] < full
   assert results["bigger_slice"]["temp"] < full
+
+
+def test_fsdp_collectives_are_counted_per_micro_batch(results):
+  """FSDP over v5e-4's 4 chips: the step gathers the float32 weights
+  (each chip sends its shard to 3 others, at least once), and 4
+  micro-batches send more than one: the collectives inside the
+  micro-batch scan count once per micro-batch (XLA may keep a weight's
+  gather outside the loop, so not 4x). The ICI time is the bytes over
+  half of v5e's 400 GB/s. One chip (LoRA on v5e-1) sends nothing."""
+  one = results["mid"]["ici"]["train_step"]
+  four = results["micro4"]["ici"]["train_step"]
+  weights = 4 * results["mid"]["params"]
+  assert one >= 3 / 4 * weights, (one, weights)
+  assert four > 1.2 * one, (one, four)
+  np.testing.assert_allclose(
+    results["micro4"]["ici_s"]["train_step"], four / 200e9, rtol=1e-9, atol=0
+  )
+  assert not any(results["lora"]["ici"].values()), results["lora"]["ici"]
 
 
 def test_lora_plans_hold_only_the_adapters_state(results):

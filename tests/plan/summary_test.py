@@ -203,3 +203,33 @@ def test_the_flags_the_planner_set_are_printed_for_the_run():
     "free memory; the run needs the same",
   )
   assert set(want) <= set(lines), lines
+
+
+def test_ici_bounds_each_program_times_its_calls():
+  """A train step whose collectives send 1 GB per call, 2 epochs x 2
+  minibatches, over 4 GB/s of bidirectional ICI (2 GB/s each way): 2 s,
+  above its compute (FLOPs ~0); a rollout of N = 8 rows in calls of 4
+  sending 0.5 GB each: 2 x 0.25 s, above its roofline decode; the
+  reference forward, 1 call of 8 rows, under its FLOPs: unchanged."""
+  cfg = types.SimpleNamespace(
+    num_sequences=8, max_prompt_len=4, max_new_tokens=10, ppo_epochs=2,
+    minibatches=2,
+  )  # fmt: skip
+  train = dataclasses.replace(
+    _rollout(0), name="train_step", ici_bytes=1e9, decoders=1
+  )
+  roll = dataclasses.replace(_rollout(4), ici_bytes=0.5e9)
+  ref = dataclasses.replace(_rollout(8), name="ref_logp", ici_bytes=1.0)
+  programs = {"train_step": train, "rollout": roll, "ref_logp": ref}
+  model = _Model()
+  model.remat, model.n_heads = False, 1
+  peak, bw = 1e6, 1e9
+  plain = summary.times(cfg, model, programs, 2, peak, bw)
+  got = summary.times(cfg, model, programs, 2, peak, bw, ici_bandwidth=4e9)
+  ici = summary.ici_times(cfg, programs, 4e9)
+  np.testing.assert_allclose(ici["train_step"], 2.0, rtol=1e-12, atol=0)
+  np.testing.assert_allclose(ici["rollout"], 0.5, rtol=1e-12, atol=0)
+  assert plain["train_step"] < 2.0 and got["train_step"] == ici["train_step"]
+  assert plain["rollout"] < 0.5 and got["rollout"] == ici["rollout"]
+  assert got["ref_logp"] == plain["ref_logp"] > ici["ref_logp"]
+  assert summary.ici_times(cfg, programs, 0.0) == {}
