@@ -16,6 +16,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 # keeps them equal to attention.DECODE_IMPLEMENTATIONS and transformer's
 # remat policies.
 DECODE_ATTENTIONS = ("auto", "dense", "ragged")
+ROLLOUT_LAYOUTS = ("auto", "replicated", "fsdp")  # mesh.ROLLOUT_LAYOUTS
 REMAT_POLICIES = ("full", "dots")
 # Fields a resumed run may change without --allow_config_change: they decide
 # how long the run goes on and what it records, not what it computes.
@@ -34,6 +35,7 @@ RESUMABLE_CHANGES = (
   "rollout_rows",  # samples do not depend on it (per-row keys)
   "rollout_batching",  # nor on this
   "decode_attention",  # nor on this (up to numerics)
+  "rollout_layout",  # nor on this
   "allow_config_change",
 )
 
@@ -119,6 +121,12 @@ class BaseConfig:
   # decode kernel; not on TPU); auto, ragged on CUDA GPUs of compute
   # capability >= 8.0 and dense elsewhere (attention.resolve_decode).
   decode_attention: str = "auto"
+  # The sampler's parameters over the mesh (mesh.rollout_rules): auto
+  # replicates them over data / fsdp where they take at most 40% of a
+  # device's memory, else splits them as training does; replicated or fsdp
+  # choose (fsdp: room for more rows per call, a weight all-gather per
+  # decode step; the planner sets it where only it fits).
+  rollout_layout: str = "auto"
 
   # Optimisation.
   lr: float = 1e-3
@@ -274,6 +282,11 @@ class BaseConfig:
       self.decode_attention in DECODE_ATTENTIONS,
       f"--decode_attention={self.decode_attention!r}; expected one of "
       f"{DECODE_ATTENTIONS}",
+    )
+    check(
+      self.rollout_layout in ROLLOUT_LAYOUTS,
+      f"--rollout_layout={self.rollout_layout!r}; expected one of "
+      f"{ROLLOUT_LAYOUTS}",
     )
     check(
       self.remat_policy in REMAT_POLICIES,

@@ -93,13 +93,29 @@ def device_free_memory(mesh: "Mesh") -> int | None:
   return min(free) if free else None
 
 
-def rollout_rules(mesh: "Mesh", param_bytes: int, device_bytes=None) -> dict:
+# The rollout's parameter layouts (--rollout_layout): auto chooses by
+# memory (rollout_rules), replicated and fsdp force one.
+ROLLOUT_LAYOUTS = ("auto", "replicated", "fsdp")
+
+
+def rollout_rules(
+  mesh: "Mesh", param_bytes: int, device_bytes=None, layout: str = "auto"
+) -> dict:
   """ROLLOUT_RULES when the parameters, split over `tensor` only, take at
   most ROLLOUT_PARAM_FRACTION of a device's memory; else ROLLOUT_FSDP_RULES.
+  `layout` "replicated" / "fsdp" (ROLLOUT_LAYOUTS) chooses one instead:
+  fsdp leaves the memory of the replicas to the KV cache, and each decode
+  step all-gathers the weights over the chips (the planner times it).
 
   `device_bytes` defaults to the device's reported limit (TPUs and GPUs;
   CPUs report none: replicated).
   """
+  if layout not in ROLLOUT_LAYOUTS:
+    raise ValueError(
+      f"rollout layout {layout!r}; expected one of {ROLLOUT_LAYOUTS}"
+    )
+  if layout != "auto":
+    return ROLLOUT_RULES if layout == "replicated" else ROLLOUT_FSDP_RULES
   if device_bytes is None:
     device_bytes = device_memory(mesh)
   if not device_bytes:

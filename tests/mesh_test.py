@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from rlreason import config
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason import testing
@@ -112,6 +113,16 @@ def test_rollout_rules_replicate_only_what_fits():
   assert mesh_lib.ROLLOUT_FSDP_RULES["embed"] == "fsdp"
   # CPUs report no memory limit: replicated.
   assert mesh_lib.rollout_rules(mesh, 10**15) is mesh_lib.ROLLOUT_RULES
+  # --rollout_layout chooses whatever the memory.
+  assert mesh_lib.rollout_rules(mesh, 10 * gib, 16 * gib, "fsdp") is (
+    mesh_lib.ROLLOUT_FSDP_RULES
+  )
+  assert mesh_lib.rollout_rules(mesh, 20 * gib, 16 * gib, "replicated") is (
+    mesh_lib.ROLLOUT_RULES
+  )
+  with pytest.raises(ValueError, match="rollout layout 'tp'"):
+    mesh_lib.rollout_rules(mesh, gib, 16 * gib, "tp")
+  assert config.ROLLOUT_LAYOUTS == mesh_lib.ROLLOUT_LAYOUTS  # the flag's
 
 
 def test_device_memory_is_none_where_the_backend_does_not_say():

@@ -83,6 +83,9 @@ class ModelConfig:
   # decode step instead of two, 1.5x faster at 256 rows on an H100
   # (bench.decode_gemms). Training's parameters keep HF's two kernels.
   stack_gate_up: bool = True
+  # The sampler's parameters over the mesh (mesh.ROLLOUT_LAYOUTS): auto
+  # replicates them over data / fsdp where they fit (mesh.rollout_rules).
+  rollout_layout: str = "auto"
 
   def __post_init__(self):
     if self.n_heads % self.n_kv_heads:

@@ -17,7 +17,8 @@ Up to seven programs are compiled at the sizes the loop runs them:
               sequences per call (default: what the HBM left beside the
               train state holds, rollout_memory.rows_per_call, as the loop
               sizes its calls), parameters laid out as mesh.rollout_rules
-              chooses for the slice's HBM;
+              chooses for the slice's HBM (over the fit with them
+              replicated: again split over fsdp, retry.sharded_params);
   ref_logp    the reference / old-logp forward over --score_rows rows
               (default: one train micro-batch, as Context.score_rows);
   values      with a critic (ppo's extra_params): its rollout-time forward
@@ -169,6 +170,21 @@ def compile_train_step(
   )
 
 
+def _replicates(cfg, model_cfg, mesh, hbm_bytes) -> bool:
+  """Whether the auto layout (mesh.rollout_rules for `hbm_bytes`, as
+  plan/state.rollout_params lays them out) replicates the rollout's
+  parameters over an fsdp axis of more than one device."""
+  if getattr(cfg, "rollout_layout", "auto") != "auto" or (
+    mesh.shape["fsdp"] == 1
+  ):
+    return False
+  param_bytes = (
+    model_cfg.num_params() * jax.numpy.dtype(model_cfg.compute_dtype).itemsize
+  )
+  rules = mesh_lib.rollout_rules(mesh, param_bytes, hbm_bytes)
+  return rules is mesh_lib.ROLLOUT_RULES
+
+
 def compile_run(
   cfg,
   loss_fn,
@@ -316,6 +332,12 @@ def compile_run(
         out[name] = compiler.fewer_rows(out[name], cfg)
     except Exception as e:  # noqa: BLE001 - XLA reports OOM as a RuntimeError
       out[name] = e
+    if (
+      name == "rollout"
+      and fit_bytes
+      and _replicates(cfg, model_cfg, mesh, hbm_bytes)
+    ):
+      out[name] = compiler.sharded_params(out[name], cfg, not fixed_rows)
     if name == "reward_model_train" and fit_bytes:
       out[name] = compiler.more_micro_batches(
         out[name], cfg, reward_model_pairs

@@ -12,7 +12,10 @@ when one lands over the fit (or out of HBM at the compiler's default):
   fewer_rows          a rollout at half its sequences per call, twice
                       (--rollout_rows in the run);
   more_micro_batches  a Bradley-Terry step in twice the micro-batches, up
-                      to three times (--rm_micro_batches in the run).
+                      to three times (--rm_micro_batches in the run);
+  sharded_params      a rollout whose replicated parameters leave too
+                      little room, with them split over fsdp as in
+                      training (--rollout_layout=fsdp in the run).
 A fit found by a retry records the flag the run needs
 (Program.temp_budget_mib, Program.run_flags).
 """
@@ -176,6 +179,33 @@ class Retrying:
         continue
       prog = dataclasses.replace(fewer, run_flags={"rollout_rows": rows})
     return prog
+
+  def sharded_params(self, prog, cfg, fewer_rows: bool = True):
+    """A rollout still over the fit with its parameters replicated (the
+    auto layout's choice where they take at most 40% of a chip,
+    mesh.rollout_rules, which does not count the train state resident
+    beside them): again with them split over fsdp, as the run's
+    --rollout_layout=fsdp lays them out, the rows per call sized for the
+    memory that frees (then halved as in fewer_rows unless `fewer_rows`
+    is False: --rollout_rows given). Each decode step then all-gathers
+    the weights over the ICI (Program.ici_bytes, in the roofline). Kept
+    where it lowers the peak (Program.run_flags)."""
+    if not over(prog, self.fit_bytes):
+      return prog
+    c = dataclasses.replace(cfg, rollout_layout="fsdp")
+    try:
+      sharded = self.compile_one("rollout", c, " with --rollout_layout=fsdp")
+      if fewer_rows:
+        sharded = self.fewer_rows(sharded, c)
+    except Exception:  # noqa: BLE001 - out of HBM at the default budget
+      return prog
+    if isinstance(prog, program_lib.Program) and (
+      sharded.peak_bytes >= prog.peak_bytes
+    ):
+      return prog
+    return dataclasses.replace(
+      sharded, run_flags={**sharded.run_flags, "rollout_layout": "fsdp"}
+    )
 
   def more_micro_batches(self, prog, cfg, pairs: int):
     """A Bradley-Terry step of `pairs` pairs over the fit (or out of HBM):

@@ -47,7 +47,9 @@ def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   if not hbm_bytes:
     return n
   params = state_lib.per_device_bytes(
-    state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
+    state_lib.rollout_params(
+      sampler_model(cfg, model_cfg, mesh), mesh, hbm_bytes
+    )
   )
   free = max(hbm_bytes - resident - params, 0)
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
@@ -60,6 +62,18 @@ def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
     "static" if tree_shape else getattr(cfg, "rollout_batching", "static"),
   )
   return min(n, rows)
+
+
+def sampler_model(cfg, model_cfg, mesh):
+  """model_cfg as the run samples with it (Context.sampled_as): cfg's
+  decode attention resolved for the mesh, its --rollout_layout."""
+  return dataclasses.replace(
+    model_cfg,
+    decode_attention=attention.resolve_decode(
+      getattr(cfg, "decode_attention", "auto"), mesh
+    ),
+    rollout_layout=getattr(cfg, "rollout_layout", "auto"),
+  )
 
 
 def _tree_round(params, tokens, positions, rng, *, slots, **kw):
@@ -81,12 +95,7 @@ def _tree_round(params, tokens, positions, rng, *, slots, **kw):
 def compile_rollout(
   cfg, model_cfg, mesh, rows, hbm_bytes=None
 ) -> program_lib.Program:
-  model_cfg = dataclasses.replace(  # as Context.rollout_model_cfg
-    model_cfg,
-    decode_attention=attention.resolve_decode(
-      getattr(cfg, "decode_attention", "auto"), mesh
-    ),
-  )
+  model_cfg = sampler_model(cfg, model_cfg, mesh)
   params = state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
   frozen = state_lib.lora_base(cfg, model_cfg, mesh)
   if frozen is not None and cfg.lora_quantize:
@@ -198,6 +207,7 @@ def compile_sampler(
     rollout_rows=cfg.rollout_rows,
     rollout_batching=getattr(cfg, "rollout_batching", "static"),
     rollout_temp_budget_mib=getattr(cfg, "rollout_temp_budget_mib", 0),
+    rollout_layout=getattr(cfg, "rollout_layout", "auto"),
   )
   rows = (
     rows or c.rollout_rows or rows_for(c, model_cfg, mesh, hbm_bytes, resident)

@@ -23,6 +23,7 @@ ROW_FLAGS = tuple(
       "micro_batches",
       *program_lib.TEMP_BUDGETS.values(),
       "rollout_rows",
+      "rollout_layout",
       "rm_micro_batches",
     )
   )

@@ -313,7 +313,7 @@ def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
     elif name == "rollout" or p.sampled:
       out.append(
         f"{name}: fewer sequences per sampler call (--rollout_rows), or "
-        "parameters sharded over fsdp in the rollout"
+        "parameters sharded over fsdp in the rollout (--rollout_layout=fsdp)"
       )
     elif name == "reward_model_train":
       out.append(
@@ -335,6 +335,8 @@ def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
 RUN_FLAGS = {
   "rollout_rows": "fewer rows than the loop would size from free memory",
   "rm_micro_batches": "more Bradley-Terry micro-batches than the config's",
+  "rollout_layout": "the rollout's parameters split over fsdp (replicated, "
+  "they leave too little room)",
 }
 
 

@@ -25,13 +25,15 @@ from rlreason.model.transformer import ModelConfig
 @functools.lru_cache(maxsize=8)
 def rollout_shardings(mesh: jax.sharding.Mesh, model_cfg: ModelConfig):
   """NamedShardings of the parameters in the rollout layout (cached):
-  replicated over data / fsdp when they fit (mesh.rollout_rules)."""
+  replicated over data / fsdp when they fit (mesh.rollout_rules), or as
+  model_cfg.rollout_layout says."""
   shapes, axes = transformer.rollout_param_tree(model_cfg)
   compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
   param_bytes = sum(compute_bytes * x.size for x in jax.tree.leaves(shapes))
-  return mesh_lib.shardings(
-    mesh, axes, mesh_lib.rollout_rules(mesh, param_bytes), shapes
+  rules = mesh_lib.rollout_rules(
+    mesh, param_bytes, layout=model_cfg.rollout_layout
   )
+  return mesh_lib.shardings(mesh, axes, rules, shapes)
 
 
 def on_mesh(params, rng: jax.Array, mesh, model_cfg: ModelConfig):

@@ -147,12 +147,18 @@ class Context:
   def sampled_as(self, model_cfg):
     """`model_cfg` as the run's single-turn sampler runs it: in
     cfg.rollout_dtype, decoding with cfg.decode_attention (its "auto"
-    resolved for the mesh's devices)."""
+    resolved for the mesh's devices), its parameters laid out as
+    cfg.rollout_layout says."""
     dtype = getattr(self.cfg, "rollout_dtype", "") or model_cfg.dtype
     decode = attention.resolve_decode(
       getattr(self.cfg, "decode_attention", "auto"), self.mesh
     )
-    return dataclasses.replace(model_cfg, dtype=dtype, decode_attention=decode)
+    return dataclasses.replace(
+      model_cfg,
+      dtype=dtype,
+      decode_attention=decode,
+      rollout_layout=getattr(self.cfg, "rollout_layout", "auto"),
+    )
 
   @property
   def score_rows(self) -> int:

@@ -157,3 +157,41 @@ def test_a_budgeted_compile_over_the_fit_is_tried_lower_by_its_overshoot():
   kept = retry.budgeted(prog(300), 200 << 20, creeping)
   assert budgets == [190, 150, 140], budgets
   assert kept.temp_bytes == 200 << 20 and kept.peak_bytes > 200 << 20
+
+
+def test_a_replicated_rollout_over_the_fit_is_tried_split_over_fsdp():
+  """retry.sharded_params: a rollout whose replicated weights (1000 MiB
+  per chip here) leave it over an 800 MiB fit is compiled again with
+  --rollout_layout=fsdp (300 MiB), and the run needs that flag; a layout
+  that does not lower the peak keeps the first program, and a fit is
+  not compiled again. aot._replicates says when the auto layout chose
+  replicated weights (the only case worth the retry)."""
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  layouts, weights = [], {"auto": 1000, "fsdp": 300}
+
+  def rollout(c):
+    layouts.append(c.rollout_layout)
+    return program_lib.Program(
+      "rollout", weights[c.rollout_layout] * MIB, 0, 0, 0, 0, 0.0, 0.0, [],
+      rows=8,
+    )  # fmt: skip
+
+  compiler = retry.Retrying(
+    {"rollout": rollout}, {"rollout": 0}, mesh, 800 * MIB
+  )
+  cfg = grpo.TinyConfig()
+  first = compiler.compile_one("rollout", cfg)
+  got = compiler.sharded_params(first, cfg, fewer_rows=False)
+  assert layouts == ["auto", "fsdp"], layouts
+  assert got.run_flags == {"rollout_layout": "fsdp"}, got.run_flags
+  assert got.argument_bytes == 300 * MIB
+  weights["fsdp"] = 1200  # no lower: the first is kept
+  assert compiler.sharded_params(first, cfg, fewer_rows=False) is first
+  layouts.clear()
+  assert compiler.sharded_params(got, cfg) is got and layouts == []
+  model_cfg = aot.model_config(cfg)
+  gib = 1 << 30
+  assert aot._replicates(cfg, model_cfg, mesh, 16 * gib)  # tiny: fits
+  fsdp = dataclasses.replace(cfg, rollout_layout="fsdp")
+  assert not aot._replicates(fsdp, model_cfg, mesh, 16 * gib)
+  assert not aot._replicates(cfg, model_cfg, mesh, 1)  # auto splits itself

@@ -29,7 +29,9 @@ T = 12
 STOPS = tuple(TOK.encode("0123"))  # frequent enough to stop some rows early
 
 
-def _generate(params, step=0, texts=TEXTS, mesh=None, rng=None, **kwargs):
+def _generate(
+  params, step=0, texts=TEXTS, mesh=None, rng=None, model_cfg=CFG, **kwargs
+):
   kwargs = {
     "max_new_tokens": T,
     "group_size": G,
@@ -43,7 +45,7 @@ def _generate(params, step=0, texts=TEXTS, mesh=None, rng=None, **kwargs):
     [TOK.encode(t) for t in texts],
     jax.random.key(0) if rng is None else rng,
     step,
-    model_cfg=CFG,
+    model_cfg=model_cfg,
     tokenizer=TOK,
     mesh=mesh,
     **kwargs,
@@ -201,6 +203,19 @@ def test_rollout_layout_stacks_gate_and_up(params):
   assert jax.tree.structure(laid) == jax.tree.structure(
     rollout_layout.rollout_shardings(mesh, split_cfg)
   )
+
+
+@pytest.mark.parametrize("layout", ["replicated", "fsdp"])
+def test_rollout_layouts_sample_the_same(params, ro, layout):
+  """--rollout_layout: the sampler's weights replicated over data x fsdp,
+  or split over fsdp as in training (each decode step gathers them),
+  sample what one device does."""
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  cfg = dataclasses.replace(CFG, rollout_layout=layout)
+  laid, _ = rollout_layout.on_mesh(params, jax.random.key(0), mesh, cfg)
+  specs = {str(x.sharding.spec) for x in jax.tree.leaves(laid)}
+  assert any("fsdp" in s for s in specs) == (layout == "fsdp"), specs
+  _assert_same_rollout(_generate(params, 3, mesh=mesh, model_cfg=cfg), ro)
 
 
 def _assert_same_rollout(a, b):

@@ -99,3 +99,14 @@ def test_config_choices_are_the_models():
     attention.DECODE_IMPLEMENTATIONS
   )
   assert config.REMAT_POLICIES == tuple(blocks.REMAT_POLICIES)
+
+
+def test_rollout_layout_reaches_the_runs_sampler():
+  """--rollout_layout reaches the single-turn sampler's architecture
+  (Context.rollout_model_cfg, whose rollout_layout.on_mesh lays the
+  weights out by it); a bad value is a config error naming the flag."""
+  assert grpo.TinyConfig().rollout_layout == "auto"
+  cfg = dataclasses.replace(grpo.TinyConfig(), rollout_layout="fsdp")
+  assert testing.tiny_context(cfg).rollout_model_cfg.rollout_layout == "fsdp"
+  with pytest.raises(ValueError, match="--rollout_layout='tp'"):
+    dataclasses.replace(grpo.TinyConfig(), rollout_layout="tp").validate()
