@@ -31,7 +31,10 @@ step (collectives: an all-gather or reduce-scatter over a group of n
 devices moves (n - 1) / n of the whole array, an all-reduce twice that,
 an all-to-all (n - 1) / n of its operand, a collective-permute its
 operand), every loop multiplied out, XLA's own too: the windowed
-einsum's loop permutes one shard per trip.
+einsum's loop permutes one shard per trip. A loop whose trip count is
+not read (a sampler's decode loop, which stops when every row has)
+counts once; `est.ici_unread` is that share, for the caller to scale
+(plan/summary.py: by the decode steps).
 """
 
 import dataclasses
@@ -85,6 +88,9 @@ class Estimate:
   unknown: tuple[str, ...]  # bodies whose trip count was not read
   partitioner_loops: int = 0  # loops XLA made (counted once)
   ici: float = 0.0  # bytes sent to other devices, each loop multiplied out
+  # Of `ici`, the bytes inside loops whose trip count was not read (a
+  # sampler's decode loop, which stops when every row has): once each.
+  ici_unread: float = 0.0
 
   @property
   def factor(self) -> float:
@@ -286,33 +292,33 @@ def estimate(text: str) -> Estimate:
     return total
 
   @functools.cache
-  def computation_ici(name: str) -> float:
-    """Bytes sent by `name`'s collectives, each loop times its trips."""
-    shapes, total = {}, 0.0
+  def computation_ici(name: str) -> tuple[float, float]:
+    """(bytes sent by `name`'s collectives, each loop times its trips;
+    of which inside loops whose trip count was not read, counted once)."""
+    shapes, total, unread = {}, 0.0, 0.0
     for inst in comps.get(name, []):
       shapes[inst.name] = shape_bytes(inst.shape)
-      operands = sum(shapes.get(o, 0.0) for o in inst.operands)
       if inst.op == "while":
-        body = (_attr(inst, "body") or [""])[0]
-        total += computation_ici(body) * (_trips(comps, inst) or 1)
+        body = computation_ici((_attr(inst, "body") or [""])[0])
+        n = _trips(comps, inst)
+        total += body[0] * (n or 1)
+        unread += body[0] if n is None else body[1] * n
       elif inst.op in ("call", "conditional", "fusion", "async-start"):
-        called = [
-          c
+        # Called computations (an async start's: the collective it wraps).
+        each = [
+          computation_ici(c)
           for key in ("to_apply", "calls", "branch_computations")
           + ("true_computation", "false_computation")
           for c in _attr(inst, key)
         ]
-        each = [computation_ici(c) for c in called]
-        total += (
-          max(each, default=0.0) if inst.op == "conditional" else sum(each)
-        )
-        for c in called if inst.op == "async-start" else ():
-          root = next((i for i in comps.get(c, []) if i.root), None)
-          if root is not None:  # a wrapped collective, on these operands
-            total += sent_bytes(root.op, operands, group_size(root.attrs))
+        if inst.op == "conditional":
+          each = [max(each, default=(0.0, 0.0))]
+        total += sum(t for t, _ in each)
+        unread += sum(u for _, u in each)
       else:
+        operands = sum(shapes.get(o, 0.0) for o in inst.operands)
         total += sent_bytes(inst.op, operands, group_size(inst.attrs))
-    return total
+    return total, unread
 
   flat = computation_bytes(entry, False)
   looped = computation_bytes(entry, True)
@@ -322,5 +328,5 @@ def estimate(text: str) -> Estimate:
     tuple(loops),
     tuple(unknown),
     len(made),
-    computation_ici(entry),
+    *computation_ici(entry),
   )

@@ -59,8 +59,10 @@ class Program:
   largest: list[tuple[int, str, str]]  # (bytes, shape, op) per device
   # Per device, bytes its collectives send to other devices, every loop
   # multiplied out (hlo_loops.Estimate.ici; a loop whose trip count is
-  # not read counts `loop_trips` times).
+  # not read counts `loop_trips` times), and of them those inside such
+  # loops, per trip (a sampler's decode loop: summary.ici_times scales it).
   ici_bytes: float = 0.0
+  ici_unread: float = 0.0
   kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
   loop_trips: tuple[int, ...] = ()  # each own loop's trip count (0: unread)
   resident_bytes: int = 0  # other live arrays beside it, per device
@@ -170,7 +172,8 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     code_bytes=int(mem.generated_code_size_in_bytes),
     flops=float(cost.get("flops", 0.0)),
     bytes_accessed=float(cost.get("bytes accessed", 0.0)) * factor,
-    ici_bytes=loops.ici * (loop_trips if loops.unknown else 1),
+    ici_bytes=loops.ici + loops.ici_unread * (loop_trips - 1),
+    ici_unread=loops.ici_unread,
     largest=largest_buffers(text),
     kernels=tuple(sorted(set(_CUSTOM_CALL.findall(text)))),
     loop_trips=tuple(0 if b in loops.unknown else n for b, n in loops.loops),

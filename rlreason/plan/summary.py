@@ -103,19 +103,36 @@ def _sampling_seconds(
   return prefill + t * (rounds * calls * weights + cache) / bandwidth
 
 
-def _calls(cfg, prog) -> int:
-  """How many times an RL step runs a program that takes `prog.rows`
-  of cfg's N rows per call (1 without rows: the whole batch, or a
-  continuous-batching rollout's one call over all N rows)."""
-  if not prog.rows or getattr(cfg, "rollout_batching", "") == "continuous":
-    return 1
-  return -(-cfg.num_sequences // prog.rows)
+def _sampler_ici(cfg, prog, decode_tokens=0) -> float:
+  """Bytes a sampler program's collectives send per RL step for cfg's N
+  rows: its decode loop's (Program.ici_unread: a loop that stops when
+  every row has, counted once in the HLO) times the decode steps, as
+  _sampling_seconds counts them (each call's T, or the decoded tokens of
+  multi-turn episodes; a tree call's rounds of T), the rest once per
+  call (a continuous-batching program is one call over all N rows)."""
+  n, t = cfg.num_sequences, cfg.max_new_tokens
+  decoded = min(decode_tokens, t) if decode_tokens > 0 else t
+  calls = -(-n // prog.rows) if prog.rows else 1
+  tree = tree_loop.call_shape(cfg)
+  if tree:
+    per_prompt, _, rounds = tree
+    calls = -(-(n // cfg.group_size) // max(prog.rows // per_prompt, 1))
+    decoded = rounds * t
+  fixed = prog.ici_bytes - prog.ici_unread
+  program_calls = (
+    1 if getattr(cfg, "rollout_batching", "") == "continuous" else calls
+  )
+  return program_calls * fixed + calls * decoded * prog.ici_unread
 
 
-def ici_times(cfg, programs, ici_bandwidth, score_forwards=0) -> dict:
-  """Seconds per RL step each program's collectives take on the ICI
-  (Program.ici_bytes per call, sent at half the bidirectional bandwidth:
-  all links at once), times its calls; {} without a bandwidth."""
+def ici_times(
+  cfg, programs, ici_bandwidth, score_forwards=0, decode_tokens=0
+) -> dict:
+  """Seconds per RL step each program's collectives take on the ICI,
+  sent at half the bidirectional bandwidth (all links at once): the
+  train step's bytes (Program.ici_bytes) per minibatch and epoch, a
+  sampler's per decode step and call (_sampler_ici), a forward's per
+  call of its rows; {} without a bandwidth."""
   if not ici_bandwidth:
     return {}
   rate = ici_bandwidth / 2
@@ -124,12 +141,17 @@ def ici_times(cfg, programs, ici_bandwidth, score_forwards=0) -> dict:
     if name == "reward_model_train" or not prog.ici_bytes:
       continue  # before the RL steps (before_rl)
     if name == "train_step":
-      calls = cfg.ppo_epochs * cfg.minibatches
-    elif tree_loop.call_shape(cfg) and name == "rollout":
-      calls = 1  # each call's rounds: the loops multiplied out
-    else:
-      calls = _calls(cfg, prog)
-    out[name] = prog.ici_bytes * calls / rate
+      sent = prog.ici_bytes * cfg.ppo_epochs * cfg.minibatches
+    elif name == "rollout":
+      sent = _sampler_ici(cfg, prog, decode_tokens)
+    elif prog.sampled:
+      sampler_cfg, _, models = prog.sampled
+      sent = models * _sampler_ici(sampler_cfg, prog)
+    else:  # a forward over `rows` of the N rows per call
+      sent = prog.ici_bytes * (
+        -(-cfg.num_sequences // prog.rows) if prog.rows else 1
+      )
+    out[name] = sent / rate
   if score_forwards and "ref_logp" in out:
     out["scores"] = score_forwards * out["ref_logp"]
   return out
@@ -184,7 +206,7 @@ def times(
       out[name] = forward * (programs[name].model_params or params) / params
   if score_forwards and "ref_logp" in programs:
     out["scores"] = score_forwards * forward
-  ici = ici_times(cfg, programs, ici_bandwidth, score_forwards)
+  ici = ici_times(cfg, programs, ici_bandwidth, score_forwards, decode_tokens)
   return {k: max(v, ici.get(k, 0.0)) for k, v in out.items()}
 
 
@@ -270,7 +292,9 @@ def summarize(
     before_seconds=before_rl(
       cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth, ici_bandwidth
     ),
-    ici_seconds=ici_times(cfg, ok, ici_bandwidth, score_forwards),
+    ici_seconds=ici_times(
+      cfg, ok, ici_bandwidth, score_forwards, decode_tokens
+    ),
   )
 
 

@@ -156,6 +156,12 @@ def test_collective_bytes_by_hand_with_loops_multiplied():
     "body=%body", 'body=%body, metadata={op_name="jit(f)/dot_general"}'
   )
   assert hlo_loops.estimate(made).ici == hlo_loops.estimate(module).ici
+  # A loop that stops on a condition of its own (a sampler's decode loop)
+  # counts once; its share is `ici_unread`, for the caller to scale.
+  unread = hlo_loops.estimate(module.replace("direction=LT", "direction=NE"))
+  assert unread.ici == pytest.approx(entry + per_trip, rel=1e-12, abs=0)
+  assert unread.ici_unread == pytest.approx(per_trip, rel=1e-12, abs=0)
+  assert hlo_loops.estimate(module).ici_unread == 0
   assert hlo_loops.estimate(MODULE).ici == 0
 
 
