@@ -424,7 +424,8 @@ def main(argv):
   if f.row_out:  # plan_all's child (slice_row)
     # The results' own files do not make the code dirty.
     commit = run_info.current_commit(ignore=("experiments/plan_results",))
-    row = {**_row(s, f.topology), **split, "commit": commit}
+    # --set's overrides too: the run needs them (e.g. --mesh_tensor=2).
+    row = {**_row(s, f.topology), **overrides, **split, "commit": commit}
     row["host_gb"] = round(retry.host_peak_gb(), 1)  # the compiler's need
     with open(f.row_out, "w") as out:
       json.dump(row, out)

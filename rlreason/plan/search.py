@@ -25,6 +25,7 @@ ROW_FLAGS = tuple(
       "rollout_rows",
       "rollout_layout",
       "rm_micro_batches",
+      "mesh_tensor",  # through --set
     )
   )
 )
