@@ -76,7 +76,7 @@ def extend(params, cache, tokens, positions, *, model_cfg, mesh=None):
     params, _batch(tokens, mesh), _batch(positions, mesh), model_cfg, cache
   )
   logits = transformer.unembed(params, hidden[:, -1], model_cfg)
-  return _batch(logits, mesh), engine.constrain_cache(cache, mesh)
+  return engine.batch_logits(logits, mesh), engine.constrain_cache(cache, mesh)
 
 
 @jax.jit
@@ -225,7 +225,8 @@ def decode(
     )
     logits = transformer.unembed(cparams, hidden[:, -1], model_cfg)
     return record(
-      c._replace(cache=engine.constrain_cache(cache, mesh)), batch(logits)
+      c._replace(cache=engine.constrain_cache(cache, mesh)),
+      engine.batch_logits(logits, mesh),
     )
 
   c = jax.lax.while_loop(cond, body, carry)
