@@ -118,12 +118,18 @@ def rollout_rules(
     return ROLLOUT_RULES if layout == "replicated" else ROLLOUT_FSDP_RULES
   if device_bytes is None:
     device_bytes = device_memory(mesh)
-  if not device_bytes:
-    return ROLLOUT_RULES
-  per_device = param_bytes / mesh.shape["tensor"]
-  if per_device <= ROLLOUT_PARAM_FRACTION * device_bytes:
+  if replicates(param_bytes, mesh.shape["tensor"], device_bytes):
     return ROLLOUT_RULES
   return ROLLOUT_FSDP_RULES
+
+
+def replicates(param_bytes: int, tensor: int, device_bytes) -> bool:
+  """The auto rollout layout's choice: weights of `param_bytes` split over
+  `tensor` devices are replicated over data / fsdp where they take at most
+  ROLLOUT_PARAM_FRACTION of `device_bytes` (or where that is unknown)."""
+  if not device_bytes:
+    return True
+  return param_bytes / tensor <= ROLLOUT_PARAM_FRACTION * device_bytes
 
 
 # Activations: split by batch; hidden / mlp / heads follow tensor parallelism.

@@ -178,11 +178,8 @@ def _replicates(cfg, model_cfg, mesh, hbm_bytes) -> bool:
     mesh.shape["fsdp"] == 1
   ):
     return False
-  param_bytes = (
-    model_cfg.num_params() * jax.numpy.dtype(model_cfg.compute_dtype).itemsize
-  )
-  rules = mesh_lib.rollout_rules(mesh, param_bytes, hbm_bytes)
-  return rules is mesh_lib.ROLLOUT_RULES
+  param_bytes = model_cfg.num_params() * state_lib.compute_bytes(model_cfg)
+  return mesh_lib.replicates(param_bytes, mesh.shape["tensor"], hbm_bytes)
 
 
 def compile_run(

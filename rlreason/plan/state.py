@@ -135,14 +135,18 @@ def layout(model_cfg, mesh, rules, tree=None):
   return abstract(shapes, mesh_lib.shardings(mesh, axes, rules, shapes))
 
 
+def compute_bytes(model_cfg) -> int:
+  """Bytes per parameter in the compute dtype (the rollout's weights)."""
+  return jnp.dtype(model_cfg.compute_dtype).itemsize
+
+
 def rollout_params(model_cfg, mesh, hbm_bytes=None):
   """Abstract parameters as rollout_layout.on_mesh lays them out: compute dtype,
   gate and up stacked (ModelConfig.stack_gate_up), mesh.rollout_rules for
   the slice's HBM and model_cfg.rollout_layout."""
-  compute_bytes = jnp.dtype(model_cfg.compute_dtype).itemsize
   rules = mesh_lib.rollout_rules(
     mesh,
-    compute_bytes * model_cfg.num_params(),
+    compute_bytes(model_cfg) * model_cfg.num_params(),
     hbm_bytes,
     model_cfg.rollout_layout,
   )

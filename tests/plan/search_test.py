@@ -248,6 +248,7 @@ def test_plan_all_resumes_from_the_slices_tried(
   monkeypatch.setattr(
     plan_cli, "slice_row", _fake_rows(calls, fits_from, killed)
   )
+  monkeypatch.setattr(plan_cli, "fsdp_rollout", lambda *a: False)
   monkeypatch.setattr(plan_cli, "candidate_slices", lambda *a: V4[:4])
   (tmp_path / "tried.json").write_text(json.dumps({"grpo/v4": seen}))
   if expected_slice == "v4-32":
@@ -270,6 +271,48 @@ def test_plan_all_resumes_from_the_slices_tried(
     assert "v4-16: compile killed, not decided" in table
   else:
     assert "v4-16: " in table and "killed" not in table
+
+
+def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
+  tmp_path, monkeypatch
+):
+  """grpo's 7B bf16 weights take over 40% of a 32 GiB chip: its rollout
+  splits them over fsdp (gathered every decode step). Each slice is also
+  compiled with --mesh_tensor=2 and the faster fit kept, the other's
+  verdict beside it; on v5p (95 GiB) the weights are replicated, one
+  compile."""
+  assert plan_cli.fsdp_rollout("grpo", "v4-16", {})
+  assert not plan_cli.fsdp_rollout("grpo", "v5p-8", {})
+  assert not plan_cli.fsdp_rollout("grpo", "v4-16", {"mesh_tensor": 2})
+  assert not plan_cli.fsdp_rollout("grpo", "v4-16", {"rollout_layout": "fsdp"})
+  calls = []
+
+  def slice_row(name, slice_name, programs, set_text):
+    calls.append((slice_name, set_text))
+    tp = "mesh_tensor=2" in set_text
+    fits = chips.parse(slice_name).chips >= (4 if tp else 8)
+    row = {"slice": slice_name, "fits": fits, "errors": {}}
+    row.update(peak_gib=20.0, step_s=3.0 if tp else 40.0, mfu=0.5)
+    return {**row, "mesh_tensor": 2} if tp else row
+
+  monkeypatch.setattr(plan_cli, "slice_row", slice_row)
+  monkeypatch.setattr(plan_cli, "candidate_slices", lambda *a: V4[:4])
+  plan_cli.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
+  assert calls == [("v4-8", ""), ("v4-8", "mesh_tensor=2")]
+  row = json.loads((tmp_path / "results.json").read_text())["grpo/v4"]
+  assert row["slice"] == "v4-8" and row["mesh_tensor"] == 2, row
+  assert row["alternative"] == {
+    "fits": False, "peak_gib": 20.0, "step_s": 40.0, "errors": {}
+  }  # fmt: skip
+  # Both fit: the shorter step; both miss: the first.
+  a = {"fits": True, "step_s": 5.0}
+  b = {"fits": True, "step_s": 9.0, "mesh_tensor": 2}
+  assert plan_cli.faster(a, b)["step_s"] == 5.0
+  assert plan_cli.faster(b, a)["step_s"] == 5.0
+  miss = {"fits": False, "step_s": 1.0}
+  assert (
+    plan_cli.faster(miss, {**miss, "mesh_tensor": 2}).get("mesh_tensor") is None
+  )
 
 
 def test_a_slice_whose_child_fails_is_a_row_with_its_error():
