@@ -89,7 +89,8 @@ class Estimate:
   partitioner_loops: int = 0  # loops XLA made (counted once)
   ici: float = 0.0  # bytes sent to other devices, each loop multiplied out
   # Of `ici`, the bytes inside loops whose trip count was not read (a
-  # sampler's decode loop, which stops when every row has): once each.
+  # sampler's decode loop, which stops when every row has): one trip's,
+  # its conditionals' cheapest branches (a refill is not every step's).
   ici_unread: float = 0.0
 
   @property
@@ -292,17 +293,21 @@ def estimate(text: str) -> Estimate:
     return total
 
   @functools.cache
-  def computation_ici(name: str) -> tuple[float, float]:
-    """(bytes sent by `name`'s collectives, each loop times its trips;
-    of which inside loops whose trip count was not read, counted once)."""
-    shapes, total, unread = {}, 0.0, 0.0
+  def computation_ici(name: str) -> tuple[float, float, float]:
+    """Bytes sent by `name`'s collectives, each loop times its trips:
+    (with each conditional's costliest branch, with its cheapest, and of
+    the cheapest the share inside loops whose trip count was not read,
+    once per trip: a decode loop's steady step, its rare branches, such
+    as continuous batching's refills, left to the once-counted rest)."""
+    shapes, hi, lo, unread = {}, 0.0, 0.0, 0.0
     for inst in comps.get(name, []):
       shapes[inst.name] = shape_bytes(inst.shape)
       if inst.op == "while":
-        body = computation_ici((_attr(inst, "body") or [""])[0])
+        b_hi, b_lo, b_unread = computation_ici((_attr(inst, "body") or [""])[0])
         n = _trips(comps, inst)
-        total += body[0] * (n or 1)
-        unread += body[0] if n is None else body[1] * n
+        hi += b_hi * (n or 1)
+        lo += b_lo * (n or 1)
+        unread += b_lo if n is None else b_unread * n
       elif inst.op in ("call", "conditional", "fusion", "async-start"):
         # Called computations (an async start's: the collective it wraps).
         each = [
@@ -311,14 +316,17 @@ def estimate(text: str) -> Estimate:
           + ("true_computation", "false_computation")
           for c in _attr(inst, key)
         ]
-        if inst.op == "conditional":
-          each = [max(each, default=(0.0, 0.0))]
-        total += sum(t for t, _ in each)
-        unread += sum(u for _, u in each)
+        if inst.op == "conditional" and each:
+          each = [(max(e[0] for e in each), min(e[1] for e in each),
+                   min(e[2] for e in each))]  # fmt: skip
+        hi += sum(e[0] for e in each)
+        lo += sum(e[1] for e in each)
+        unread += sum(e[2] for e in each)
       else:
         operands = sum(shapes.get(o, 0.0) for o in inst.operands)
-        total += sent_bytes(inst.op, operands, group_size(inst.attrs))
-    return total, unread
+        sent = sent_bytes(inst.op, operands, group_size(inst.attrs))
+        hi, lo = hi + sent, lo + sent
+    return hi, lo, unread
 
   flat = computation_bytes(entry, False)
   looped = computation_bytes(entry, True)
@@ -328,5 +336,6 @@ def estimate(text: str) -> Estimate:
     tuple(loops),
     tuple(unknown),
     len(made),
-    *computation_ici(entry),
+    computation_ici(entry)[0],
+    computation_ici(entry)[2],
   )

@@ -108,8 +108,9 @@ def _sampler_ici(cfg, prog, decode_tokens=0) -> float:
   rows: its decode loop's (Program.ici_unread: a loop that stops when
   every row has, counted once in the HLO) times the decode steps, as
   _sampling_seconds counts them (each call's T, or the decoded tokens of
-  multi-turn episodes; a tree call's rounds of T), the rest once per
-  call (a continuous-batching program is one call over all N rows)."""
+  multi-turn episodes; a tree call's rounds of T), the rest (the
+  prefill; in a continuous-batching program, one refill's) once per
+  call of `rows` rows."""
   n, t = cfg.num_sequences, cfg.max_new_tokens
   decoded = min(decode_tokens, t) if decode_tokens > 0 else t
   calls = -(-n // prog.rows) if prog.rows else 1
@@ -119,10 +120,7 @@ def _sampler_ici(cfg, prog, decode_tokens=0) -> float:
     calls = -(-(n // cfg.group_size) // max(prog.rows // per_prompt, 1))
     decoded = rounds * t
   fixed = prog.ici_bytes - prog.ici_unread
-  program_calls = (
-    1 if getattr(cfg, "rollout_batching", "") == "continuous" else calls
-  )
-  return program_calls * fixed + calls * decoded * prog.ici_unread
+  return calls * (fixed + decoded * prog.ici_unread)
 
 
 def ici_times(

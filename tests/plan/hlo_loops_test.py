@@ -177,3 +177,37 @@ def test_collective_bytes_by_hand_with_loops_multiplied():
 )
 def test_group_size(attrs, n):
   assert hlo_loops.group_size(attrs) == n
+
+
+def test_a_rare_branch_in_an_unread_loop_is_not_every_trips():
+  """Continuous batching's refill: a conditional in the decode loop whose
+  one branch all-reduces (2 x 1/2 x 64 bytes over 2 devices) and whose
+  other sends nothing. `ici` counts the costly branch (the loop once);
+  `ici_unread`, the per-trip share a caller scales by the decode steps,
+  counts the cheap one."""
+  branches = """
+%heavy (h: f32[16]) -> f32[16] {
+  %h = f32[16]{0} parameter(0)
+  ROOT %hr = f32[16]{0} all-reduce(%h), replica_groups={{0,1}}
+}
+
+%light (l: f32[16]) -> f32[16] {
+  ROOT %l = f32[16]{0} parameter(0)
+}
+"""
+  body_ops = (
+    "  %v = f32[16]{0} slice(%a), slice={[0:16]}\n"
+    "  %p = pred[] constant(true)\n"
+    "  %cnd = f32[16]{0} conditional(%p, %v, %v), "
+    "true_computation=%heavy, false_computation=%light\n"
+  )
+  module = (
+    MODULE.replace("HloModule m\n", "HloModule m\n" + branches)
+    .replace(
+      "  %one = s32[] constant(1)\n", body_ops + "  %one = s32[] constant(1)\n"
+    )
+    .replace("direction=LT", "direction=NE")
+  )
+  e = hlo_loops.estimate(module)
+  assert e.ici == pytest.approx(64, rel=1e-12, abs=0)
+  assert e.ici_unread == 0

@@ -238,22 +238,18 @@ def test_ici_bounds_each_program_times_its_calls():
 def test_a_samplers_decode_loop_ici_counts_every_decode_step():
   """The decode loop stops when every row has: the HLO counts its body's
   0.1 GB once (Program.ici_unread). Per RL step: T = 10 steps in each of
-  2 calls of 4 rows, plus the rest (0.4 GB) once per call (static), or
-  once (continuous: one program over all N rows); at 2 GB/s each way."""
+  2 calls of 4 rows, plus the rest (0.4 GB: the prefill) once per call;
+  at 2 GB/s each way."""
   cfg = types.SimpleNamespace(
-    num_sequences=8, max_prompt_len=4, max_new_tokens=10,
-    rollout_batching="static",
+    num_sequences=8, max_prompt_len=4, max_new_tokens=10
   )  # fmt: skip
   roll = dataclasses.replace(_rollout(4), ici_bytes=0.5e9, ici_unread=0.1e9)
   got = summary.ici_times(cfg, {"rollout": roll}, 4e9)["rollout"]
   np.testing.assert_allclose(
     got, (2 * 0.4 + 2 * 10 * 0.1) / 2, rtol=1e-12, atol=0
   )
-  cfg.rollout_batching = "continuous"
-  got = summary.ici_times(cfg, {"rollout": roll}, 4e9)["rollout"]
-  np.testing.assert_allclose(got, (0.4 + 2 * 10 * 0.1) / 2, rtol=1e-12, atol=0)
   # Multi-turn: only the 6 action tokens decode.
   got = summary.ici_times(cfg, {"rollout": roll}, 4e9, decode_tokens=6)
   np.testing.assert_allclose(
-    got["rollout"], (0.4 + 2 * 6 * 0.1) / 2, rtol=1e-12, atol=0
+    got["rollout"], (2 * 0.4 + 2 * 6 * 0.1) / 2, rtol=1e-12, atol=0
   )
