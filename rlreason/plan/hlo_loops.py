@@ -324,7 +324,10 @@ def estimate(text: str) -> Estimate:
         unread += sum(e[2] for e in each)
       else:
         operands = sum(shapes.get(o, 0.0) for o in inst.operands)
-        sent = sent_bytes(inst.op, operands, group_size(inst.attrs))
+        op = inst.op
+        if op == "all-reduce" and name.startswith("all-reduce-scatter"):
+          op = "reduce-scatter"  # TPU's fusion: each keeps its slice
+        sent = sent_bytes(op, operands, group_size(inst.attrs))
         hi, lo = hi + sent, lo + sent
     return hi, lo, unread
 

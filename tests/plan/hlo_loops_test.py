@@ -211,3 +211,26 @@ def test_a_rare_branch_in_an_unread_loop_is_not_every_trips():
   e = hlo_loops.estimate(module)
   assert e.ici == pytest.approx(64, rel=1e-12, abs=0)
   assert e.ici_unread == 0
+
+
+def test_tpus_all_reduce_scatter_fusion_counts_as_a_reduce_scatter():
+  """libtpu fuses a reduce-scatter as an all-reduce whose result each
+  device slices (a computation named all-reduce-scatter.N): each device
+  sends (n - 1) / n of the operand, not the all-reduce's twice that."""
+  module = """HloModule m
+
+%all-reduce-scatter.1 (i: f32[8,16]) -> f32[2,16] {
+  %i = f32[8,16]{1,0} parameter(0)
+  %ar = f32[8,16]{1,0} all-reduce(%i), replica_groups={{0,1,2,3}}
+  %z = s32[] constant(0)
+  ROOT %ds = f32[2,16]{1,0} dynamic-slice(%ar, %z, %z)
+}
+
+ENTRY %main (x: f32[8,16]) -> f32[2,16] {
+  %x = f32[8,16]{1,0} parameter(0)
+  ROOT %f = f32[2,16]{1,0} fusion(%x), kind=kCustom, calls=%all-reduce-scatter.1
+}
+"""
+  assert hlo_loops.estimate(module).ici == pytest.approx(
+    3 / 4 * 512, rel=1e-12, abs=0
+  )
