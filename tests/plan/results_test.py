@@ -94,9 +94,9 @@ def test_a_cell_says_whether_its_micro_batch_splits(key):
   planned fails here."""
   row = RESULTS_JSON[key]
   name = key.split("/")[0]
-  overrides = (
-    {"micro_batches": row["micro_batches"]} if "micro_batches" in row else {}
-  )
+  overrides = {  # the row's flags that change the batch's split
+    k: row[k] for k in ("micro_batches", "mesh_tensor") if k in row
+  }
   assert row.get("unsplit", "") == plan_cli.unsplit_on(
     name, row["slice"], overrides
   )
