@@ -272,9 +272,19 @@ def make_mesh(
     )
   # Auto axes: classic jit with in/out shardings. (jax.make_mesh defaults to
   # Explicit axes in recent JAX, which changes how sharding propagates.)
-  return jax.make_mesh(
-    sizes, AXES, axis_types=(AxisType.Auto,) * 3, devices=devices
-  )
+  try:
+    return jax.make_mesh(
+      sizes, AXES, axis_types=(AxisType.Auto,) * 3, devices=devices
+    )
+  except NotImplementedError:
+    # TPU chips whose physical axes do not factor into these sizes (fsdp
+    # 8 x tensor 2 on v6e-16's 4x4 chips): split a physical axis.
+    from jax.experimental import mesh_utils
+
+    grid = mesh_utils.create_device_mesh(
+      sizes, devices, allow_split_physical_axes=True
+    )
+    return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * 3)
 
 
 def is_axes(x) -> bool:

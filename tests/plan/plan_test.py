@@ -223,6 +223,10 @@ res["score_roomy"] = run(
   ("ref_logp",), model_overrides=mo)
 from rlreason.train import train_step as ts
 res["options"] = [ts.compiler_options(0, mesh1), ts.compiler_options(7, mesh1)]
+# --mesh_tensor=2 on v6e-16's 4x4 chips: fsdp 8 x tensor 2 splits a
+# physical axis (jax.make_mesh alone refuses).
+res["tp_mesh"] = dict(mesh_lib.make_mesh(
+  1, -1, 2, devices=chips.devices(chips.parse("v6e-16"))).shape)
 # PPO's critic and T-PPO's window batch, through the CLI's hooks.
 from experiments import plan as plan_cli
 small = dict(model="tiny", batch_size=4, group_size=4, micro_batches=1,
@@ -595,6 +599,10 @@ def test_fsdp_collectives_are_counted_per_micro_batch(results):
     results["micro4"]["ici_s"]["train_step"], four / 200e9, rtol=1e-9, atol=0
   )
   assert not any(results["lora"]["ici"].values()), results["lora"]["ici"]
+
+
+def test_a_tensor_parallel_mesh_splits_a_physical_axis(results):
+  assert results["tp_mesh"] == {"data": 1, "fsdp": 8, "tensor": 2}
 
 
 def test_lora_plans_hold_only_the_adapters_state(results):
