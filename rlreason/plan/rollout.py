@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
-from rlreason.model import attention
 from rlreason.model import lora
 from rlreason.plan import program as program_lib
 from rlreason.plan import state as state_lib
@@ -24,6 +23,7 @@ from rlreason.sampling import continuous
 from rlreason.sampling import continuous_loop
 from rlreason.sampling import draw
 from rlreason.sampling import engine
+from rlreason.sampling import rollout_layout
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import sampler
 from rlreason.sampling import segments
@@ -48,7 +48,7 @@ def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
     return n
   params = state_lib.per_device_bytes(
     state_lib.rollout_params(
-      sampler_model(cfg, model_cfg, mesh), mesh, hbm_bytes
+      rollout_layout.sampled_as(cfg, model_cfg, mesh), mesh, hbm_bytes
     )
   )
   free = max(hbm_bytes - resident - params, 0)
@@ -62,18 +62,6 @@ def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
     "static" if tree_shape else getattr(cfg, "rollout_batching", "static"),
   )
   return min(n, rows)
-
-
-def sampler_model(cfg, model_cfg, mesh):
-  """model_cfg as the run samples with it (Context.sampled_as): cfg's
-  decode attention resolved for the mesh, its --rollout_layout."""
-  return dataclasses.replace(
-    model_cfg,
-    decode_attention=attention.resolve_decode(
-      getattr(cfg, "decode_attention", "auto"), mesh
-    ),
-    rollout_layout=getattr(cfg, "rollout_layout", "auto"),
-  )
 
 
 def _tree_round(params, tokens, positions, rng, *, slots, **kw):
@@ -95,7 +83,7 @@ def _tree_round(params, tokens, positions, rng, *, slots, **kw):
 def compile_rollout(
   cfg, model_cfg, mesh, rows, hbm_bytes=None
 ) -> program_lib.Program:
-  model_cfg = sampler_model(cfg, model_cfg, mesh)
+  model_cfg = rollout_layout.sampled_as(cfg, model_cfg, mesh)
   params = state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
   frozen = state_lib.lora_base(cfg, model_cfg, mesh)
   if frozen is not None and cfg.lora_quantize:
@@ -198,8 +186,9 @@ def compile_sampler(
   """Another model's sampler in the run (aot.compile_run's `samplers`:
   rm_grpo's generative judge, ampo's teachers) as rollout.generate runs it
   there: at `sampler_cfg`'s prompts, tokens and rows, with the run's
-  --rollout_rows (`rows`, else sized as the rollout's: rows_for), batching
-  and --rollout_temp_budget_mib (from `cfg`, Context.sampler_kwargs).
+  --rollout_rows (`rows`, else sized as the rollout's: rows_for), batching,
+  --rollout_temp_budget_mib (from `cfg`, Context.sampler_kwargs) and the
+  run's rollout dtype, decode attention and layout (Context.sampled_as).
   `Program.sampled` keeps (config, architecture, `models`: how many such
   models sample in turn) for its roofline time."""
   c = dataclasses.replace(
@@ -208,6 +197,8 @@ def compile_sampler(
     rollout_batching=getattr(cfg, "rollout_batching", "static"),
     rollout_temp_budget_mib=getattr(cfg, "rollout_temp_budget_mib", 0),
     rollout_layout=getattr(cfg, "rollout_layout", "auto"),
+    rollout_dtype=getattr(cfg, "rollout_dtype", ""),
+    decode_attention=getattr(cfg, "decode_attention", "auto"),
   )
   rows = (
     rows or c.rollout_rows or rows_for(c, model_cfg, mesh, hbm_bytes, resident)

@@ -11,15 +11,33 @@ the planner compiles its rollout over the same shapes
 (plan/state.rollout_params, through transformer.rollout_param_tree).
 """
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 
 from rlreason import mesh as mesh_lib
+from rlreason.model import attention
 from rlreason.model import blocks
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
+
+
+def sampled_as(cfg, model_cfg: ModelConfig, mesh=None) -> ModelConfig:
+  """`model_cfg` as a run with config `cfg` samples with it (its
+  single-turn sampler: Context.sampled_as; the planner's rollout
+  programs): in cfg.rollout_dtype ('' = the model's dtype), decoding with
+  cfg.decode_attention ("auto" resolved for `mesh`'s devices), its
+  parameters laid out as cfg.rollout_layout says."""
+  return dataclasses.replace(
+    model_cfg,
+    dtype=getattr(cfg, "rollout_dtype", "") or model_cfg.dtype,
+    decode_attention=attention.resolve_decode(
+      getattr(cfg, "decode_attention", "auto"), mesh
+    ),
+    rollout_layout=getattr(cfg, "rollout_layout", "auto"),
+  )
 
 
 @functools.lru_cache(maxsize=8)

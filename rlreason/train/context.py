@@ -25,10 +25,10 @@ from rlreason.data import sources as data_lib
 from rlreason.sampling import scoring as evaluation
 from rlreason.guidance import hints
 from rlreason import mesh as mesh_lib
-from rlreason.model import attention
 from rlreason.model import policy
 from rlreason import rewards as rewards_lib
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import rollout_layout
 from rlreason.model import hf
 from rlreason.model import presets
 from rlreason.model import tokenizer as tokenizer_lib
@@ -145,20 +145,10 @@ class Context:
     return self.sampled_as(self.model_cfg)
 
   def sampled_as(self, model_cfg):
-    """`model_cfg` as the run's single-turn sampler runs it: in
-    cfg.rollout_dtype, decoding with cfg.decode_attention (its "auto"
-    resolved for the mesh's devices), its parameters laid out as
-    cfg.rollout_layout says."""
-    dtype = getattr(self.cfg, "rollout_dtype", "") or model_cfg.dtype
-    decode = attention.resolve_decode(
-      getattr(self.cfg, "decode_attention", "auto"), self.mesh
-    )
-    return dataclasses.replace(
-      model_cfg,
-      dtype=dtype,
-      decode_attention=decode,
-      rollout_layout=getattr(self.cfg, "rollout_layout", "auto"),
-    )
+    """`model_cfg` as the run's single-turn sampler runs it
+    (rollout_layout.sampled_as: --rollout_dtype, --decode_attention,
+    --rollout_layout on the run's mesh)."""
+    return rollout_layout.sampled_as(self.cfg, model_cfg, self.mesh)
 
   @property
   def score_rows(self) -> int:

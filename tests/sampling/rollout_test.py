@@ -220,6 +220,43 @@ def test_rollout_layouts_sample_the_same(params, ro, layout):
   _assert_same_rollout(_generate(params, 3, mesh=mesh, model_cfg=cfg), ro)
 
 
+def test_sampled_as_applies_the_runs_rollout_flags():
+  """The one place a run's sampler config is made (Context.sampled_as and
+  the planner's rollout programs both call it): --rollout_dtype ('' keeps
+  the model's), --decode_attention ("auto" is dense on CPU) and
+  --rollout_layout; the architecture otherwise untouched."""
+  from rlreason import config as config_lib
+
+  base = config_lib.BaseConfig()
+  got = rollout_layout.sampled_as(base, CFG)
+  assert (got.dtype, got.decode_attention, got.rollout_layout) == (
+    CFG.dtype,
+    "dense",
+    "auto",
+  )
+  run = dataclasses.replace(
+    base,
+    rollout_dtype="bfloat16",
+    decode_attention="ragged",
+    rollout_layout="fsdp",
+  )
+  got = rollout_layout.sampled_as(run, CFG)
+  assert (got.dtype, got.decode_attention, got.rollout_layout) == (
+    "bfloat16",
+    "ragged",
+    "fsdp",
+  )
+  assert (
+    dataclasses.replace(
+      got,
+      dtype=CFG.dtype,
+      decode_attention=CFG.decode_attention,
+      rollout_layout=CFG.rollout_layout,
+    )
+    == CFG
+  )
+
+
 def _assert_same_rollout(a, b):
   np.testing.assert_array_equal(a.tokens, b.tokens)
   np.testing.assert_array_equal(a.positions, b.positions)
