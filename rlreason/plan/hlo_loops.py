@@ -34,7 +34,11 @@ operand), every loop multiplied out, XLA's own too: the windowed
 einsum's loop permutes one shard per trip. A loop whose trip count is
 not read (a sampler's decode loop, which stops when every row has)
 counts once; `est.ici_unread` is that share, for the caller to scale
-(plan/summary.py: by the decode steps).
+(plan/summary.py: by the decode steps). `estimate(text, apart=scope)`
+leaves out of it the collectives under a name scope (an op_name path
+component), and the whole of any unread loop made under it:
+`est.ici_apart`, one pass's (continuous batching's refills, named
+"refill", run a prefill per `refill_rows` rows, not one per decode step).
 """
 
 import dataclasses
@@ -92,6 +96,9 @@ class Estimate:
   # sampler's decode loop, which stops when every row has): one trip's,
   # its conditionals' cheapest branches (a refill is not every step's).
   ici_unread: float = 0.0
+  # Of `ici`, the bytes under estimate's `apart` name scope, one pass of
+  # each loop they are in (not in ici_unread).
+  ici_apart: float = 0.0
 
   @property
   def factor(self) -> float:
@@ -209,14 +216,24 @@ def _trips(comps, loop: _Instruction) -> int | None:
   return int(m.group(1)) if m else None
 
 
+def _op_name(inst: _Instruction) -> str:
+  m = re.search(r'op_name="([^"]*)"', inst.attrs)
+  return m.group(1) if m else ""
+
+
 def _own(loop: _Instruction) -> bool:
   """A loop the program wrote (lax.scan, fori_loop, while_loop lower to
   an op_name ending in "while"), not one XLA's partitioner made."""
-  m = re.search(r'op_name="([^"]*)"', loop.attrs)
-  return m is None or m.group(1).rsplit("/", 1)[-1] == "while"
+  name = _op_name(loop)
+  return not name or name.rsplit("/", 1)[-1] == "while"
 
 
-def estimate(text: str) -> Estimate:
+def _under(inst: _Instruction, scope: str) -> bool:
+  """Whether inst's op_name has `scope` as a path component."""
+  return bool(scope) and scope in _op_name(inst).split("/")
+
+
+def estimate(text: str, apart: str = "") -> Estimate:
   comps, entry = parse(text)
   loops, unknown, made = [], [], set()
 
@@ -293,21 +310,26 @@ def estimate(text: str) -> Estimate:
     return total
 
   @functools.cache
-  def computation_ici(name: str) -> tuple[float, float, float]:
+  def computation_ici(name: str) -> tuple[float, float, float, float]:
     """Bytes sent by `name`'s collectives, each loop times its trips:
-    (with each conditional's costliest branch, with its cheapest, and of
-    the cheapest the share inside loops whose trip count was not read,
-    once per trip: a decode loop's steady step, its rare branches, such
-    as continuous batching's refills, left to the once-counted rest)."""
-    shapes, hi, lo, unread = {}, 0.0, 0.0, 0.0
+    (with each conditional's costliest branch, with its cheapest, of the
+    cheapest the share inside loops whose trip count was not read, once
+    per trip: a decode loop's steady step, its rare branches, such as
+    continuous batching's refills, left to the once-counted rest; and of
+    the cheapest those under `apart`, one pass of their loops)."""
+    shapes, hi, lo, unread, aside = {}, 0.0, 0.0, 0.0, 0.0
     for inst in comps.get(name, []):
       shapes[inst.name] = shape_bytes(inst.shape)
       if inst.op == "while":
-        b_hi, b_lo, b_unread = computation_ici((_attr(inst, "body") or [""])[0])
+        body = (_attr(inst, "body") or [""])[0]
+        b_hi, b_lo, b_unread, b_aside = computation_ici(body)
         n = _trips(comps, inst)
+        if n is None and _under(inst, apart):
+          b_aside = b_lo  # the loop is the scope's: all of it apart
         hi += b_hi * (n or 1)
         lo += b_lo * (n or 1)
-        unread += b_lo if n is None else b_unread * n
+        unread += b_lo - b_aside if n is None else b_unread * n
+        aside += b_aside * (n or 1)
       elif inst.op in ("call", "conditional", "fusion", "async-start"):
         # Called computations (an async start's: the collective it wraps).
         each = [
@@ -317,11 +339,12 @@ def estimate(text: str) -> Estimate:
           for c in _attr(inst, key)
         ]
         if inst.op == "conditional" and each:
-          each = [(max(e[0] for e in each), min(e[1] for e in each),
-                   min(e[2] for e in each))]  # fmt: skip
+          hi_most = max(e[0] for e in each)
+          each = [(hi_most, *(min(e[k] for e in each) for k in (1, 2, 3)))]
         hi += sum(e[0] for e in each)
         lo += sum(e[1] for e in each)
         unread += sum(e[2] for e in each)
+        aside += sum(e[3] for e in each)
       else:
         operands = sum(shapes.get(o, 0.0) for o in inst.operands)
         op = inst.op
@@ -329,7 +352,8 @@ def estimate(text: str) -> Estimate:
           op = "reduce-scatter"  # TPU's fusion: each keeps its slice
         sent = sent_bytes(op, operands, group_size(inst.attrs))
         hi, lo = hi + sent, lo + sent
-    return hi, lo, unread
+        aside += sent if _under(inst, apart) else 0.0
+    return hi, lo, unread, aside
 
   flat = computation_bytes(entry, False)
   looped = computation_bytes(entry, True)
@@ -341,4 +365,5 @@ def estimate(text: str) -> Estimate:
     len(made),
     computation_ici(entry)[0],
     computation_ici(entry)[2],
+    computation_ici(entry)[3],
   )

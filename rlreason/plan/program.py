@@ -11,6 +11,7 @@ import dataclasses
 import re
 
 from rlreason.plan import hlo_loops
+from rlreason.sampling import continuous_loop
 
 
 # The config field that bounds each program's temporaries on TPU (libtpu's
@@ -63,6 +64,11 @@ class Program:
   # loops, per trip (a sampler's decode loop: summary.ici_times scales it).
   ici_bytes: float = 0.0
   ici_unread: float = 0.0
+  # Of ici_bytes, one continuous-batching refill's (hlo_loops' `apart`
+  # scope, continuous_loop.REFILL_SCOPE; not in ici_unread), and the
+  # refills a call runs (plan/rollout.compile_rollout).
+  ici_refill: float = 0.0
+  refills: int = 0
   kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
   loop_trips: tuple[int, ...] = ()  # each own loop's trip count (0: unread)
   resident_bytes: int = 0  # other live arrays beside it, per device
@@ -161,7 +167,7 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
   if isinstance(cost, list):  # older JAX: one dict per device
     cost = cost[0] if cost else {}
   text = compiled.as_text()
-  loops = hlo_loops.estimate(text)
+  loops = hlo_loops.estimate(text, apart=continuous_loop.REFILL_SCOPE)
   factor = loop_trips if loops.unknown else max(loops.factor, 1.0)
   return Program(
     name=name,
@@ -174,6 +180,7 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     bytes_accessed=float(cost.get("bytes accessed", 0.0)) * factor,
     ici_bytes=loops.ici + loops.ici_unread * (loop_trips - 1),
     ici_unread=loops.ici_unread,
+    ici_refill=loops.ici_apart,
     largest=largest_buffers(text),
     kernels=tuple(sorted(set(_CUSTOM_CALL.findall(text)))),
     loop_trips=tuple(0 if b in loops.unknown else n for b, n in loops.loops),

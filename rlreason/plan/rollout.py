@@ -109,6 +109,7 @@ def compile_rollout(
     pad_id=0,
     mesh=mesh,
   )
+  refills = 0  # continuous batching's, per call
   tree_shape = tree_loop.call_shape(cfg)
   if tree_shape:
     # A call's whole trees in caches of P + (1 + L) T slots (tree.generate;
@@ -147,12 +148,13 @@ def compile_rollout(
       options,
       **continuous_loop.RUN_JIT,
     )
+    refill_rows = continuous.default_refill_rows(
+      rows, mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+    )
+    refills = -(-n // refill_rows)  # each prefills refill_rows prompts
     lowered = run.lower(
       params, ids, ids, jax.random.key(0), 0, limits, slots=rows,
-      refill_rows=continuous.default_refill_rows(
-        rows, mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-      ),
-      refill_every=1,
+      refill_rows=refill_rows, refill_every=1,
       stop_sequences=(), **common,
     )  # fmt: skip
   else:
@@ -168,6 +170,7 @@ def compile_rollout(
   return dataclasses.replace(
     program_lib.analyse("rollout", lowered.compile()),
     rows=rows,
+    refills=refills,
     temp_budget_mib=budget if options else 0,
   )
 

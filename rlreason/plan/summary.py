@@ -109,8 +109,11 @@ def _sampler_ici(cfg, prog, decode_tokens=0) -> float:
   every row has, counted once in the HLO) times the decode steps, as
   _sampling_seconds counts them (each call's T, or the decoded tokens of
   multi-turn episodes; a tree call's rounds of T), the rest (the
-  prefill; in a continuous-batching program, one refill's) once per
-  call of `rows` rows."""
+  prefill) once per call of `rows` rows. A continuous-batching program
+  is one call over the N rows through `rows` slots: its refills'
+  (Program.ici_refill, a prefill of refill_rows prompts each) times the
+  refills it runs (Program.refills), its decode steps' as `calls` calls'
+  would be, the rest once."""
   n, t = cfg.num_sequences, cfg.max_new_tokens
   decoded = min(decode_tokens, t) if decode_tokens > 0 else t
   calls = -(-n // prog.rows) if prog.rows else 1
@@ -119,7 +122,11 @@ def _sampler_ici(cfg, prog, decode_tokens=0) -> float:
     per_prompt, _, rounds = tree
     calls = -(-(n // cfg.group_size) // max(prog.rows // per_prompt, 1))
     decoded = rounds * t
-  fixed = prog.ici_bytes - prog.ici_unread
+  fixed = prog.ici_bytes - prog.ici_unread - prog.ici_refill
+  if prog.refills:
+    return (
+      fixed + prog.refills * prog.ici_refill + calls * decoded * prog.ici_unread
+    )
   return calls * (fixed + decoded * prog.ici_unread)
 
 

@@ -56,6 +56,9 @@ class SlotState:
   eos: jax.Array
 
 
+REFILL_SCOPE = "refill"  # the name scope of a refill's ops (HLO op_name)
+
+
 class Rows(NamedTuple):
   """The call's per-row inputs, on device: prompts [M, P], keys [M],
   budgets [M]."""
@@ -300,9 +303,12 @@ def _round(state, params, rows: Rows, **static):
     full = free >= jnp.minimum(r, m - s.next_row)
     return _waiting(s, m) & (free > 0) & (full | jnp.all(s.free))
 
-  state = jax.lax.while_loop(
-    due, lambda s: _refill(s, params, rows, **static), state
-  )
+  # Named so the planner tells a refill's collectives from a decode
+  # step's (plan/hlo_loops: neither loop's trip count is in the HLO).
+  with jax.named_scope(REFILL_SCOPE):
+    state = jax.lax.while_loop(
+      due, lambda s: _refill(s, params, rows, **static), state
+    )
   start = state.steps
   return jax.lax.while_loop(
     lambda s: (s.steps - start < static["refill_every"]) & ~jnp.all(s.free),

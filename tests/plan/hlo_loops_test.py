@@ -234,3 +234,70 @@ ENTRY %main (x: f32[8,16]) -> f32[2,16] {
   assert hlo_loops.estimate(module).ici == pytest.approx(
     3 / 4 * 512, rel=1e-12, abs=0
   )
+
+
+T2 = "(s32[], f32[16])"
+AG = "replica_groups={{0,1,2,3}}, dimensions={0}"
+PAIRS = "source_target_pairs={{0,1},{1,0}}"
+AT = 'metadata={op_name="jit(run)/while%s"}'
+RW, RS = AT % "/body/refill/while", AT % "/body/refill/scatter"
+ROUNDS = f"""HloModule rounds
+
+%rbody (t: {T2}) -> {T2} {{
+  %t = {T2} parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %a = f32[16]{{0}} get-tuple-element(%t), index=1
+  %g = f32[64]{{0}} all-gather(%a), {AG}
+  %s = f32[16]{{0}} slice(%g), slice={{[0:16]}}
+  ROOT %r = {T2} tuple(%i, %s)
+}}
+
+%rcond (u: {T2}) -> pred[] {{
+  %u = {T2} parameter(0)
+  %j = s32[] get-tuple-element(%u), index=0
+  %n = s32[] constant(8)
+  ROOT %ne = pred[] compare(%j, %n), direction=NE
+}}
+
+%dbody (t: {T2}) -> {T2} {{
+  %t = {T2} parameter(0)
+  %w = {T2} while(%t), condition=%rcond, body=%rbody, {RW}
+  %i = s32[] get-tuple-element(%w), index=0
+  %a = f32[16]{{0}} get-tuple-element(%w), index=1
+  %ar = f32[16]{{0}} all-reduce(%a), replica_groups={{{{0,1}}}}
+  %cp = f32[16]{{0}} collective-permute(%ar), {PAIRS}, {RS}
+  %one = s32[] constant(1)
+  %i2 = s32[] add(%i, %one)
+  ROOT %r = {T2} tuple(%i2, %cp)
+}}
+
+ENTRY %main (x: f32[16]) -> f32[16] {{
+  %x = f32[16]{{0}} parameter(0)
+  %zero = s32[] constant(0)
+  %init = {T2} tuple(%zero, %x)
+  %w = {T2} while(%init), condition=%rcond, body=%dbody, {AT % ""}
+  ROOT %out = f32[16]{{0}} get-tuple-element(%w), index=1
+}}
+"""
+
+
+def test_a_named_scopes_loop_is_apart_from_the_unread_steps():
+  """Continuous batching's rounds (continuous_loop._round): an unread
+  loop of rounds holds an unread refill loop, made under the "refill"
+  scope, which all-gathers an f32[16] over 4 (3 x 64 bytes a trip), then
+  a decode step's all-reduce over 2 (2 x 1/2 x 64) and a permute the
+  refill's ops left behind in the round (64, its op_name under the
+  scope). Every loop counts once in `ici`; without `apart` the round's
+  all of it is per decode step (a refill charged to each); with it, a
+  decode step's share is the all-reduce alone and the refill's 256
+  bytes are `ici_apart`."""
+  plain = hlo_loops.estimate(ROUNDS)
+  assert plain.ici == pytest.approx(192 + 64 + 64, rel=1e-12, abs=0)
+  assert plain.ici_unread == pytest.approx(320, rel=1e-12, abs=0)
+  assert plain.ici_apart == 0
+  e = hlo_loops.estimate(ROUNDS, apart="refill")
+  assert e.ici == plain.ici
+  assert e.ici_unread == pytest.approx(64, rel=1e-12, abs=0)
+  assert e.ici_apart == pytest.approx(192 + 64, rel=1e-12, abs=0)
+  # A scope's name must be a whole op_name component.
+  assert hlo_loops.estimate(ROUNDS, apart="refil").ici_unread == 320

@@ -167,6 +167,8 @@ prog = plan_rollout.compile_rollout(
 res["small_hbm"] = {
   "rows": rows, "hbm": hbm, "peak": resident + prog.peak_bytes,
   "resident": plan_state.resident_bytes(long, model_cfg, mesh),
+  "refills": prog.refills, "ici_bytes": prog.ici_bytes,
+  "ici_unread": prog.ici_unread, "ici_refill": prog.ici_refill,
 }
 # LoRA over an nf4 base on one chip (v5e-1, below a host's 2x2): the
 # train state is the adapters' alone.
@@ -572,6 +574,18 @@ def test_rollout_calls_are_sized_from_the_hbm_left(results):
   res = r["resident"]
   assert 0 < res["train_step"] < res["ref_logp"], r
   assert res["rollout"] == res["train_step"] + res["ref_logp"], r
+
+
+def test_continuous_batchings_refills_are_told_from_decode_steps(results):
+  """The rollout above is continuous batching (16 rows through 12 slots
+  split over 4 chips): its refills (prefills of waiting prompts into free
+  slots, under continuous_loop.REFILL_SCOPE) move rows between chips, and
+  their collectives are counted per refill, not in every decode step's
+  share (Program.ici_unread; summary.ici_times scales each apart)."""
+  r = results["small_hbm"]
+  assert r["refills"] == 16 // 4, r  # 4 prompts each: 12 / 8 up to 4 chips
+  assert r["ici_refill"] > 0, r
+  assert r["ici_unread"] + r["ici_refill"] <= r["ici_bytes"], r
 
 
 def test_temporaries_fall_with_smaller_micro_batches_and_larger_slices(

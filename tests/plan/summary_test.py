@@ -253,3 +253,22 @@ def test_a_samplers_decode_loop_ici_counts_every_decode_step():
   np.testing.assert_allclose(
     got["rollout"], (2 * 0.4 + 2 * 6 * 0.1) / 2, rtol=1e-12, atol=0
   )
+
+
+def test_continuous_batchings_refills_count_once_each():
+  """A continuous-batching program: one call of the N = 8 rows through 4
+  slots, refilled 4 times (Program.refills: 2 prompts each), each refill
+  sending 0.2 GB (Program.ici_refill), each decode step 0.1 GB, the rest
+  (casting the weights) 0.05 GB. Per RL step: the rest once, 4 refills,
+  and the decode steps of 2 calls' worth of T = 10; at 2 GB/s each way."""
+  cfg = types.SimpleNamespace(
+    num_sequences=8, max_prompt_len=4, max_new_tokens=10
+  )  # fmt: skip
+  roll = dataclasses.replace(
+    _rollout(4), ici_bytes=0.35e9, ici_unread=0.1e9, ici_refill=0.2e9,
+    refills=4,
+  )  # fmt: skip
+  got = summary.ici_times(cfg, {"rollout": roll}, 4e9)["rollout"]
+  np.testing.assert_allclose(
+    got, (0.05 + 4 * 0.2 + 2 * 10 * 0.1) / 2, rtol=1e-9, atol=0
+  )
