@@ -277,13 +277,17 @@ def fsdp_rollout(name: str, slice_name: str, overrides: dict) -> bool:
 
 def faster(first: dict, second: dict) -> dict:
   """Of two rows of one slice, the fit (both: the shorter RL step; both
-  misses: the first), with the other's verdict as its `alternative`."""
+  misses: the first), with the other's verdict as its `alternative` (and
+  its commit and ICI seconds: a row without `ici_s` was planned before
+  the ICI bound)."""
   keep, other = first, second
   if second["fits"] and (
     not first["fits"] or second["step_s"] < first["step_s"]
   ):
     keep, other = second, first
-  seen = ("fits", "peak_gib", "step_s", "mesh_tensor", "errors")
+  seen = (
+    "fits", "peak_gib", "step_s", "mesh_tensor", "errors", "ici_s", "commit"
+  )  # fmt: skip
   return {**keep, "alternative": {k: other[k] for k in seen if k in other}}
 
 
