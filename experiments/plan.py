@@ -220,7 +220,7 @@ def _row(s: summary.Summary, topology: str) -> dict:
     **({"unsplit": s.unsplit} if s.unsplit else {}),
     **({"peak_of": peak_of} if peak_of else {}),
     **({"notes": notes} if notes else {}),
-    # Seconds per RL step of each program's collectives (summary.ici_times)
+    # Seconds per RL step of each program's collectives (ici.ici_times)
     **(
       {"ici_s": {k: round(v, 2) for k, v in s.ici_seconds.items()}}
       if s.ici_seconds

@@ -357,13 +357,14 @@ def estimate(text: str, apart: str = "") -> Estimate:
 
   flat = computation_bytes(entry, False)
   looped = computation_bytes(entry, True)
+  ici, _, unread, aside = computation_ici(entry)
   return Estimate(
     flat,
     looped,
     tuple(loops),
     tuple(unknown),
     len(made),
-    computation_ici(entry)[0],
-    computation_ici(entry)[2],
-    computation_ici(entry)[3],
+    ici,
+    unread,
+    aside,
   )

@@ -61,7 +61,7 @@ class Program:
   # Per device, bytes its collectives send to other devices, every loop
   # multiplied out (hlo_loops.Estimate.ici; a loop whose trip count is
   # not read counts `loop_trips` times), and of them those inside such
-  # loops, per trip (a sampler's decode loop: summary.ici_times scales it).
+  # loops, per trip (a sampler's decode loop: ici.ici_times scales it).
   ici_bytes: float = 0.0
   ici_unread: float = 0.0
   # Of ici_bytes, one continuous-batching refill's (hlo_loops' `apart`

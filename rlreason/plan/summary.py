@@ -28,7 +28,7 @@ multiplied out: the train step's FSDP weight gathers and gradient
 reductions per micro-batch, an FSDP rollout's gathers per decode step)
 over half the chip's bidirectional ICI bandwidth (it sends over all its
 links at once, overlapped with compute: a bound, as the rest), times the
-program's calls per RL step (ici_times).
+program's calls per RL step (plan/ici.py).
 Stages a run goes through once, before its RL steps, are timed apart
 (before_rl): rm_grpo's reward-model training, --rm_steps Bradley-Terry
 steps, each max(6 * RM params * tokens (4/3 with remat) / peak, compiled
@@ -39,6 +39,7 @@ upper bound, as a roofline is.
 
 import dataclasses
 
+from rlreason.plan import ici as ici_lib
 from rlreason.plan import program as program_lib
 from rlreason.sampling import tree_loop
 from rlreason.train import train_step as ts
@@ -61,7 +62,7 @@ class Summary:
   advice: list[str]
   unsplit: str = ""  # train_step.unsplit: "" when the micro-batch splits
   before_seconds: float = 0.0  # once, before the RL steps (before_rl)
-  # {program: seconds its collectives take per RL step} (ici_times; the
+  # {program: seconds its collectives take per RL step} (ici.ici_times; the
   # programs' times above are at least these)
   ici_seconds: dict = dataclasses.field(default_factory=dict)
 
@@ -103,65 +104,6 @@ def _sampling_seconds(
   return prefill + t * (rounds * calls * weights + cache) / bandwidth
 
 
-def _sampler_ici(cfg, prog, decode_tokens=0) -> float:
-  """Bytes a sampler program's collectives send per RL step for cfg's N
-  rows: its decode loop's (Program.ici_unread: a loop that stops when
-  every row has, counted once in the HLO) times the decode steps, as
-  _sampling_seconds counts them (each call's T, or the decoded tokens of
-  multi-turn episodes; a tree call's rounds of T), the rest (the
-  prefill) once per call of `rows` rows. A continuous-batching program
-  is one call over the N rows through `rows` slots: its refills'
-  (Program.ici_refill, a prefill of refill_rows prompts each) times the
-  refills it runs (Program.refills), its decode steps' as `calls` calls'
-  would be, the rest once."""
-  n, t = cfg.num_sequences, cfg.max_new_tokens
-  decoded = min(decode_tokens, t) if decode_tokens > 0 else t
-  calls = -(-n // prog.rows) if prog.rows else 1
-  tree = tree_loop.call_shape(cfg)
-  if tree:
-    per_prompt, _, rounds = tree
-    calls = -(-(n // cfg.group_size) // max(prog.rows // per_prompt, 1))
-    decoded = rounds * t
-  fixed = prog.ici_bytes - prog.ici_unread - prog.ici_refill
-  if prog.refills:
-    return (
-      fixed + prog.refills * prog.ici_refill + calls * decoded * prog.ici_unread
-    )
-  return calls * (fixed + decoded * prog.ici_unread)
-
-
-def ici_times(
-  cfg, programs, ici_bandwidth, score_forwards=0, decode_tokens=0
-) -> dict:
-  """Seconds per RL step each program's collectives take on the ICI,
-  sent at half the bidirectional bandwidth (all links at once): the
-  train step's bytes (Program.ici_bytes) per minibatch and epoch, a
-  sampler's per decode step and call (_sampler_ici), a forward's per
-  call of its rows; {} without a bandwidth."""
-  if not ici_bandwidth:
-    return {}
-  rate = ici_bandwidth / 2
-  out = {}
-  for name, prog in programs.items():
-    if name == "reward_model_train" or not prog.ici_bytes:
-      continue  # before the RL steps (before_rl)
-    if name == "train_step":
-      sent = prog.ici_bytes * cfg.ppo_epochs * cfg.minibatches
-    elif name == "rollout":
-      sent = _sampler_ici(cfg, prog, decode_tokens)
-    elif prog.sampled:
-      sampler_cfg, _, models = prog.sampled
-      sent = models * _sampler_ici(sampler_cfg, prog)
-    else:  # a forward over `rows` of the N rows per call
-      sent = prog.ici_bytes * (
-        -(-cfg.num_sequences // prog.rows) if prog.rows else 1
-      )
-    out[name] = sent / rate
-  if score_forwards and "ref_logp" in out:
-    out["scores"] = score_forwards * out["ref_logp"]
-  return out
-
-
 def times(
   cfg,
   model_cfg,
@@ -181,7 +123,7 @@ def times(
   score_forwards: whole-batch forwards beyond the reference's, at the
   ref_logp program's shape (IGPO's answer probabilities, one per turn),
   timed as "scores".
-  ici_bandwidth: each program takes at least its ici_times."""
+  ici_bandwidth: each program takes at least its ici.ici_times."""
   n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
   context = p + t
   params = model_cfg.num_params()
@@ -211,7 +153,9 @@ def times(
       out[name] = forward * (programs[name].model_params or params) / params
   if score_forwards and "ref_logp" in programs:
     out["scores"] = score_forwards * forward
-  ici = ici_times(cfg, programs, ici_bandwidth, score_forwards, decode_tokens)
+  ici = ici_lib.ici_times(
+    cfg, programs, ici_bandwidth, score_forwards, decode_tokens
+  )
   return {k: max(v, ici.get(k, 0.0)) for k, v in out.items()}
 
 
@@ -297,7 +241,7 @@ def summarize(
     before_seconds=before_rl(
       cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth, ici_bandwidth
     ),
-    ici_seconds=ici_times(
+    ici_seconds=ici_lib.ici_times(
       cfg, ok, ici_bandwidth, score_forwards, decode_tokens
     ),
   )

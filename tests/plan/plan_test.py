@@ -581,7 +581,7 @@ def test_continuous_batchings_refills_are_told_from_decode_steps(results):
   split over 4 chips): its refills (prefills of waiting prompts into free
   slots, under continuous_loop.REFILL_SCOPE) move rows between chips, and
   their collectives are counted per refill, not in every decode step's
-  share (Program.ici_unread; summary.ici_times scales each apart)."""
+  share (Program.ici_unread; ici.ici_times scales each apart)."""
   r = results["small_hbm"]
   assert r["refills"] == 16 // 4, r  # 4 prompts each: 12 / 8 up to 4 chips
   assert r["ici_refill"] > 0, r

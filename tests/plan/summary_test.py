@@ -6,6 +6,7 @@ import types
 import numpy as np
 import pytest
 
+from rlreason.plan import ici as ici_lib
 from rlreason.plan import program
 from rlreason.plan import summary
 
@@ -226,13 +227,13 @@ def test_ici_bounds_each_program_times_its_calls():
   peak, bw = 1e6, 1e9
   plain = summary.times(cfg, model, programs, 2, peak, bw)
   got = summary.times(cfg, model, programs, 2, peak, bw, ici_bandwidth=4e9)
-  ici = summary.ici_times(cfg, programs, 4e9)
+  ici = ici_lib.ici_times(cfg, programs, 4e9)
   np.testing.assert_allclose(ici["train_step"], 2.0, rtol=1e-12, atol=0)
   np.testing.assert_allclose(ici["rollout"], 0.5, rtol=1e-12, atol=0)
   assert plain["train_step"] < 2.0 and got["train_step"] == ici["train_step"]
   assert plain["rollout"] < 0.5 and got["rollout"] == ici["rollout"]
   assert got["ref_logp"] == plain["ref_logp"] > ici["ref_logp"]
-  assert summary.ici_times(cfg, programs, 0.0) == {}
+  assert ici_lib.ici_times(cfg, programs, 0.0) == {}
 
 
 def test_a_samplers_decode_loop_ici_counts_every_decode_step():
@@ -244,12 +245,12 @@ def test_a_samplers_decode_loop_ici_counts_every_decode_step():
     num_sequences=8, max_prompt_len=4, max_new_tokens=10
   )  # fmt: skip
   roll = dataclasses.replace(_rollout(4), ici_bytes=0.5e9, ici_unread=0.1e9)
-  got = summary.ici_times(cfg, {"rollout": roll}, 4e9)["rollout"]
+  got = ici_lib.ici_times(cfg, {"rollout": roll}, 4e9)["rollout"]
   np.testing.assert_allclose(
     got, (2 * 0.4 + 2 * 10 * 0.1) / 2, rtol=1e-12, atol=0
   )
   # Multi-turn: only the 6 action tokens decode.
-  got = summary.ici_times(cfg, {"rollout": roll}, 4e9, decode_tokens=6)
+  got = ici_lib.ici_times(cfg, {"rollout": roll}, 4e9, decode_tokens=6)
   np.testing.assert_allclose(
     got["rollout"], (2 * 0.4 + 2 * 6 * 0.1) / 2, rtol=1e-12, atol=0
   )
@@ -268,7 +269,7 @@ def test_continuous_batchings_refills_count_once_each():
     _rollout(4), ici_bytes=0.35e9, ici_unread=0.1e9, ici_refill=0.2e9,
     refills=4,
   )  # fmt: skip
-  got = summary.ici_times(cfg, {"rollout": roll}, 4e9)["rollout"]
+  got = ici_lib.ici_times(cfg, {"rollout": roll}, 4e9)["rollout"]
   np.testing.assert_allclose(
     got, (0.05 + 4 * 0.2 + 2 * 10 * 0.1) / 2, rtol=1e-9, atol=0
   )
