@@ -12,25 +12,33 @@ least these.
 from rlreason.sampling import tree_loop
 
 
-def _sampler_ici(cfg, prog, decode_tokens=0) -> float:
-  """Bytes a sampler program's collectives send per RL step for cfg's N
-  rows: its decode loop's (Program.ici_unread: a loop that stops when
-  every row has, counted once in the HLO) times the decode steps, as
-  summary._sampling_seconds counts them (each call's T, or the decoded tokens of
-  multi-turn episodes; a tree call's rounds of T), the rest (the
-  prefill) once per call of `rows` rows. A continuous-batching program
-  is one call over the N rows through `rows` slots: its refills'
-  (Program.ici_refill, a prefill of refill_rows prompts each) times the
-  refills it runs (Program.refills), its decode steps' as `calls` calls'
-  would be, the rest once."""
+def sampler_calls(cfg, rows, decode_tokens=0) -> tuple[int, int]:
+  """(calls, decode steps per call) of a sampler taking `rows` of cfg's
+  N rows per call (0: all at once): each call decodes T steps, or the
+  decoded tokens of multi-turn episodes (decode_tokens, the rest
+  prefilled); a tree call (sampling/tree_loop.py) decodes its rounds
+  of T in sequence, rows // per_prompt prompts per call. The roofline
+  (summary._sampling_seconds) and the ICI bound (_sampler_ici) count
+  with it."""
   n, t = cfg.num_sequences, cfg.max_new_tokens
-  decoded = min(decode_tokens, t) if decode_tokens > 0 else t
-  calls = -(-n // prog.rows) if prog.rows else 1
   tree = tree_loop.call_shape(cfg)
   if tree:
     per_prompt, _, rounds = tree
-    calls = -(-(n // cfg.group_size) // max(prog.rows // per_prompt, 1))
-    decoded = rounds * t
+    return -(-(n // cfg.group_size) // max(rows // per_prompt, 1)), rounds * t
+  decoded = min(decode_tokens, t) if decode_tokens > 0 else t
+  return (-(-n // rows) if rows else 1), decoded
+
+
+def _sampler_ici(cfg, prog, decode_tokens=0) -> float:
+  """Bytes a sampler program's collectives send per RL step for cfg's N
+  rows: its decode loop's (Program.ici_unread: a loop that stops when
+  every row has, counted once in the HLO) times the decode steps
+  (sampler_calls), the rest (the prefill) once per call of `rows`
+  rows. A continuous-batching program is one call over the N rows
+  through `rows` slots: its refills' (Program.ici_refill, a prefill of
+  refill_rows prompts each) times the refills it runs (Program.refills),
+  its decode steps' as `calls` calls' would be, the rest once."""
+  calls, decoded = sampler_calls(cfg, prog.rows, decode_tokens)
   fixed = prog.ici_bytes - prog.ici_unread - prog.ici_refill
   if prog.refills:
     return (

@@ -82,26 +82,23 @@ def _sampling_seconds(
   n, p, t = cfg.num_sequences, cfg.max_prompt_len, cfg.max_new_tokens
   params = model_cfg.num_params()
   dtype_bytes = 2 if model_cfg.dtype == "bfloat16" else 4
-  decoded = min(decode_tokens, t) if decode_tokens > 0 else t
-  prefill = 2 * params * n * (p + t - decoded) / devices / peak
   kv = 2 * model_cfg.n_layers * model_cfg.n_kv_heads * model_cfg.head_dim
-  cache = kv * dtype_bytes * n * (p + t / 2) / devices
-  calls = -(-n // prog.rows) if prog.rows else 1
+  calls, steps = ici_lib.sampler_calls(cfg, prog.rows, decode_tokens)
   weights = prog.argument_bytes  # per device, as laid out
   tree = tree_loop.call_shape(cfg)
   if not tree:
     # Each call's decode steps re-read the weights; the caches add up to N.
-    return prefill + decoded * (calls * weights + cache) / bandwidth
+    prefill = 2 * params * n * (p + t - steps) / devices / peak
+    cache = kv * dtype_bytes * n * (p + t / 2) / devices
+    return prefill + steps * (calls * weights + cache) / bandwidth
   # Trees: each call's rounds decode in sequence, T steps each; every
   # leaf decodes in one round, reading all P + (1 + L) T slots of its
   # cache each step (dense); only the roots' prompts are prefilled.
-  per_prompt, slots, rounds = tree
-  prompts = n // cfg.group_size
+  per_prompt, slots, _ = tree
   roots = per_prompt - cfg.group_size  # per prompt
-  calls = -(-prompts // max(prog.rows // per_prompt, 1))
-  prefill = 2 * params * prompts * roots * p / devices / peak
+  prefill = 2 * params * (n // cfg.group_size) * roots * p / devices / peak
   cache = kv * dtype_bytes * n * slots / devices
-  return prefill + t * (rounds * calls * weights + cache) / bandwidth
+  return prefill + (steps * calls * weights + t * cache) / bandwidth
 
 
 def times(

@@ -256,6 +256,27 @@ def test_a_samplers_decode_loop_ici_counts_every_decode_step():
   )
 
 
+def test_a_tree_samplers_ici_counts_its_rounds_decode_steps():
+  """TreeRL's shape (as in the roofline's tree test): 2 calls of one
+  prompt, each decoding 2 rounds of T = 10 steps; the rest once per call.
+  The roofline and the ICI bound count calls and steps the same way
+  (ici.sampler_calls)."""
+  cfg = types.SimpleNamespace(
+    num_sequences=12, group_size=6, max_prompt_len=4, max_new_tokens=10,
+    forks=2, fork_levels=1, fork_branches=1,
+  )  # fmt: skip
+  assert ici_lib.sampler_calls(cfg, 8) == (2, 20)
+  roll = dataclasses.replace(_rollout(8), ici_bytes=0.5e9, ici_unread=0.1e9)
+  got = ici_lib.ici_times(cfg, {"rollout": roll}, 4e9)["rollout"]
+  np.testing.assert_allclose(got, 2 * (0.4 + 20 * 0.1) / 2, rtol=1e-12, atol=0)
+  plain = types.SimpleNamespace(
+    num_sequences=8, max_prompt_len=4, max_new_tokens=10
+  )  # fmt: skip
+  assert ici_lib.sampler_calls(plain, 3) == (3, 10)
+  assert ici_lib.sampler_calls(plain, 0, decode_tokens=6) == (1, 6)
+  assert ici_lib.sampler_calls(plain, 8, decode_tokens=12) == (1, 10)
+
+
 def test_continuous_batchings_refills_count_once_each():
   """A continuous-batching program: one call of the N = 8 rows through 4
   slots, refilled 4 times (Program.refills: 2 prompts each), each refill
