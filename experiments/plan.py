@@ -276,12 +276,20 @@ def fsdp_rollout(name: str, slice_name: str, overrides: dict) -> bool:
 
 
 def faster(first: dict, second: dict) -> dict:
-  """Of two rows of one slice, the fit (both: the shorter RL step; both
-  misses: the first), with the other's verdict as its `alternative` (and
-  its commit and ICI seconds: a row without `ici_s` was planned before
-  the ICI bound)."""
+  """Of two rows of one slice, the fit (both: the shorter RL step, or the
+  one with the ICI bound when only one has it: a row without `ici_s` was
+  planned before the bound, its step too short where its rollout gathers
+  weights; both misses: the first), with the other's verdict as its
+  `alternative` (and its commit and ICI seconds)."""
   keep, other = first, second
-  if second["fits"] and (
+  if (
+    second["fits"]
+    and first["fits"]
+    and ("ici_s" in first) != ("ici_s" in second)
+  ):
+    if "ici_s" in second:
+      keep, other = second, first
+  elif second["fits"] and (
     not first["fits"] or second["step_s"] < first["step_s"]
   ):
     keep, other = second, first

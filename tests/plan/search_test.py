@@ -309,6 +309,11 @@ def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
   b = {"fits": True, "step_s": 9.0, "mesh_tensor": 2}
   assert plan_cli.faster(a, b)["step_s"] == 5.0
   assert plan_cli.faster(b, a)["step_s"] == 5.0
+  # A row without the ICI bound (planned before it) loses to one with it.
+  bound = {**b, "ici_s": {"rollout": 1.0}}
+  assert plan_cli.faster(a, bound)["step_s"] == 9.0
+  assert plan_cli.faster(bound, a)["alternative"]["step_s"] == 5.0
+  assert plan_cli.faster({**a, "ici_s": {}}, bound)["step_s"] == 5.0
   miss = {"fits": False, "step_s": 1.0}
   assert (
     plan_cli.faster(miss, {**miss, "mesh_tensor": 2}).get("mesh_tensor") is None
