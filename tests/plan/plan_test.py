@@ -181,13 +181,13 @@ res["state_bytes"] = {
   name: plan_state.resident_bytes(cfg, model_cfg, mesh1)["ref_logp"]
   for name, cfg in (("full", base), ("lora", lora))
 }
-# Remat on a TPU (XLA:CPU's memory_analysis does not show it): 8 layers,
+# Remat on a TPU (XLA:CPU's memory_analysis does not show it): 4 layers,
 # 2 rows of 2k tokens on one chip.
+mo = {"n_layers": 4, "mlp_dim": 2048}
 for name, remat in (("remat", True), ("no_remat", False)):
   long_rows = dataclasses.replace(base, batch_size=1, group_size=2,
                                   max_new_tokens=2032, remat=remat)
-  res[name] = run(long_rows, "v5e-1",
-                  model_overrides={"n_layers": 8, "mlp_dim": 2048})
+  res[name] = run(long_rows, "v5e-1", model_overrides=mo)
 # The temporaries budget (--train_temp_budget_mib) reaches libtpu: 1 MiB
 # cannot hold the remat step, 1 GiB can; asked to fit below its peak, the
 # planner compiles it again under the budget that would (1 MiB under the
@@ -196,9 +196,8 @@ for name, remat in (("remat", True), ("no_remat", False)):
 remat_cfg = dataclasses.replace(long_rows, remat=True)
 for name, mib in (("budget_tiny", 1), ("budget_roomy", 1024)):
   res[name] = run(dataclasses.replace(remat_cfg, train_temp_budget_mib=mib),
-                  "v5e-1", model_overrides={"n_layers": 8, "mlp_dim": 2048})
-res["budget_auto"] = run(remat_cfg, "v5e-1",
-                         model_overrides={"n_layers": 8, "mlp_dim": 2048},
+                  "v5e-1", model_overrides=mo)
+res["budget_auto"] = run(remat_cfg, "v5e-1", model_overrides=mo,
                          fit_bytes=res["remat"]["peak"] - (1 << 20))
 # The rollout's budget (--rollout_temp_budget_mib) reaches libtpu too; a
 # rollout over a fit with room for ~1 MiB of temporaries: no budget holds
@@ -214,7 +213,6 @@ res["rollout_auto"] = run(long, "v5e-1", ("rollout",),
 # holds the reference forward; under the fit half its temporaries lower,
 # the planner tries the budget that would hold it, which libtpu refuses
 # (its own count of them is larger than memory_analysis's).
-mo = {"n_layers": 8, "mlp_dim": 2048}
 res["score_default"] = run(remat_cfg, "v5e-1", ("ref_logp",),
                            model_overrides=mo)
 first = res["score_default"]["each"]["ref_logp"]
