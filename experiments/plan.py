@@ -433,6 +433,41 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
   return table
 
 
+def merge_row(out_dir, name, row) -> dict:
+  """Puts a single slice's plan (main's --merge) into out_dir's tried.json
+  at its slice, as `faster` keeps it against the row there, and into
+  results.json where it is the family's cell (that slice again, or a fit
+  on a smaller one: the table's cell is the smallest fit); the table
+  again. The kept row."""
+  paths = [os.path.join(out_dir, f) for f in ("results.json", "tried.json")]
+  results, tried = (
+    json.load(open(p)) if os.path.exists(p) else {} for p in paths
+  )
+  key = f"{name}/{chips.parse(row['slice']).name.split('-')[0]}"
+  cell = tried.setdefault(key, {})
+  if row["slice"] in cell:
+    row = faster(cell[row["slice"]], row)
+  cell[row["slice"]] = row
+  now = results.get(key)
+  if now is None or (
+    row["fits"]
+    and (
+      not now["fits"]
+      or chips.parse(row["slice"]).chips < chips.parse(now["slice"]).chips
+    )
+  ):
+    results[key] = row  # the search's notes on the slices beyond go
+  elif now["slice"] == row["slice"]:
+    search_notes = ("killed", "beyond", "floor_gib")
+    results[key] = {**row, **{k: now[k] for k in search_notes if k in now}}
+  for p, obj in zip(paths, (results, tried)):
+    with open(p, "w") as f:
+      json.dump(obj, f, indent=1, sort_keys=True)
+  with open(os.path.join(out_dir, "table.md"), "w") as f:
+    f.write(search.markdown(results, search.FAMILIES))
+  return row
+
+
 def parse_set(text: str) -> dict:
   out = {}
   for item in filter(None, text.split(",")):
@@ -452,6 +487,8 @@ def main(argv):
   f = flags.FLAGS
   programs = tuple(p for p in f.programs.split(",") if p)
   overrides = parse_set(f.set)
+  if f.merge and (f.all or f.topology == "local"):
+    raise app.UsageError("--merge takes one TPU slice's plan (--topology)")
   if f.all:
     names = tuple(n for n in f.experiments.split(",") if n)
     print(plan_all(f.out, f.families.split(","), programs, f.set, names))
@@ -469,14 +506,21 @@ def main(argv):
     f.score_rows,
     stop_over_fit=f.stop_over_fit,
   )
-  if f.row_out:  # plan_all's child (slice_row)
+  if f.row_out or f.merge:  # plan_all's child (slice_row); a re-plan
     # The results' own files do not make the code dirty.
     commit = run_info.current_commit(ignore=("experiments/plan_results",))
     # --set's overrides too: the run needs them (e.g. --mesh_tensor=2).
     row = {**_row(s, f.topology), **overrides, **split, "commit": commit}
     row["host_gb"] = round(retry.host_peak_gb(), 1)  # the compiler's need
-    with open(f.row_out, "w") as out:
-      json.dump(row, out)
+    if f.row_out:
+      with open(f.row_out, "w") as out:
+        json.dump(row, out)
+    if f.merge:
+      kept = merge_row(f.out, f.experiment, row)
+      print(
+        f"--merge: {f.out} keeps {kept['slice']} with step "
+        f"{kept.get('step_s')} s (alternative: {kept.get('alternative')})"
+      )
   title = (
     f"{f.experiment} ({f.scale}) on {f.topology}: compiled in {secs:.0f} s"
     f" (this host's memory at its peak: {retry.host_peak_gb():.1f} GB)"
@@ -517,6 +561,14 @@ if __name__ == "__main__":
     "--micro_batches)",
   )
   flags.DEFINE_string("row_out", "", "write the plan's row here (json)")
+  flags.DEFINE_bool(
+    "merge",
+    False,
+    "put the plan's row into --out's tried.json and, where it is the "
+    "family's cell, results.json (a re-plan of one slice, e.g. at "
+    "--set=mesh_tensor=2: the faster fit is kept, with the ICI bound "
+    "where only one row has it)",
+  )
   flags.DEFINE_string(
     "families", ",".join(search.FAMILIES), "chip families (--all)"
   )

@@ -320,6 +320,51 @@ def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
   )
 
 
+def test_a_single_slice_plan_merges_into_the_results(tmp_path):
+  """--merge: a re-plan of the cell's slice replaces it as `faster` keeps
+  it (the ICI bound beats a row planned before it; the search's notes on
+  the slices beyond stay); a fit on a smaller slice becomes the cell; a
+  miss or a larger slice goes to tried.json alone."""
+  old = {"slice": "v4-16", "fits": True, "step_s": 5.0, "peak_gib": 20.0}
+  old.update(mfu=0.5, errors={}, commit="a")
+  (tmp_path / "results.json").write_text(
+    json.dumps({"grpo/v4": {**old, "beyond": {"slice": "v4-8"}}})
+  )
+  (tmp_path / "tried.json").write_text(json.dumps({"grpo/v4": {"v4-16": old}}))
+  new = {**old, "step_s": 9.0, "mesh_tensor": 2, "ici_s": {"rollout": 1.0}}
+  kept = plan_cli.merge_row(str(tmp_path), "grpo", new)
+  assert kept["step_s"] == 9.0 and kept["alternative"]["commit"] == "a"
+
+  def files():
+    return [
+      json.loads((tmp_path / f).read_text())["grpo/v4"]
+      for f in ("results.json", "tried.json")
+    ]
+
+  results, tried = files()
+  assert tried["v4-16"] == kept
+  assert results == {**kept, "beyond": {"slice": "v4-8"}}
+  assert "| grpo | v4-16: 20.0 GiB" in (tmp_path / "table.md").read_text()
+  # A miss on a smaller slice, a fit on a larger one: tried.json only.
+  plan_cli.merge_row(
+    str(tmp_path), "grpo", {**new, "slice": "v4-8", "fits": False}
+  )
+  plan_cli.merge_row(str(tmp_path), "grpo", {**new, "slice": "v4-32"})
+  results, tried = files()
+  assert results["slice"] == "v4-16" and set(tried) == {
+    "v4-8",
+    "v4-16",
+    "v4-32",
+  }
+  # A fit on a smaller slice is the cell now (the miss there beside it).
+  small = {**new, "slice": "v4-8", "step_s": 20.0}
+  kept = plan_cli.merge_row(str(tmp_path), "grpo", small)
+  assert kept == {**small, "alternative": {**kept["alternative"]}}
+  assert kept["alternative"]["fits"] is False
+  results, tried = files()
+  assert results == kept == tried["v4-8"]
+
+
 def test_a_slice_whose_child_fails_is_a_row_with_its_error():
   row = plan_cli.slice_row("no_such_experiment", "v5e-4", ("train_step",), "")
   assert row["slice"] == "v5e-4" and not row["fits"]
