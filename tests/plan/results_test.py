@@ -100,3 +100,15 @@ def test_a_cell_says_whether_its_micro_batch_splits(key):
   assert row.get("unsplit", "") == plan_cli.unsplit_on(
     name, row["slice"], overrides
   )
+
+
+def test_the_readme_lists_the_fits_without_the_ici_bound():
+  """plan.unbounded: fits planned before the ICI bound whose rollout
+  gathers its weights every decode step (their steps far too short); the
+  README names each until it is planned again."""
+  with open(os.path.join(ROOT, "README.md")) as f:
+    readme = " ".join(f.read().split())
+  listed = plan_cli.unbounded_text(RESULTS_JSON)
+  assert listed in readme, listed
+  total = sum(len(v) for v in plan_cli.unbounded(RESULTS_JSON).values())
+  assert f"The other {total} are kept as compiled" in readme, total

@@ -365,6 +365,23 @@ def test_a_single_slice_plan_merges_into_the_results(tmp_path):
   assert results == kept == tried["v4-8"]
 
 
+def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
+  """grpo's 7B bf16 weights are over 40% of a v4 chip (its rollout splits
+  them over fsdp), not of a v5p chip, unless --rollout_layout=fsdp; a row
+  with `ici_s` has the bound, a miss has no step."""
+  fit = {"fits": True, "slice": "v4-16", "step_s": 1.0}
+  results = {
+    "grpo/v4": fit,
+    "grpo/v5p": {**fit, "slice": "v5p-8"},
+    "dapo/v5p": {**fit, "slice": "v5p-8", "rollout_layout": "fsdp"},
+    "rloo/v4": {**fit, "mesh_tensor": 2},
+    "dump/v4": {**fit, "ici_s": {"rollout": 9.0}},
+    "ppo/v4": {**fit, "fits": False},
+  }
+  assert plan_cli.unbounded(results) == {"v4": ["grpo"], "v5p": ["dapo"]}
+  assert plan_cli.unbounded_text(results) == "v4 (1): grpo; v5p (1): dapo"
+
+
 def test_a_slice_whose_child_fails_is_a_row_with_its_error():
   row = plan_cli.slice_row("no_such_experiment", "v5e-4", ("train_step",), "")
   assert row["slice"] == "v5e-4" and not row["fits"]
