@@ -392,14 +392,9 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
   resumes mid-search."""
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "results.json")
-  results = json.load(open(path)) if os.path.exists(path) else {}
   tried_path = os.path.join(out_dir, "tried.json")
-  tried = json.load(open(tried_path)) if os.path.exists(tried_path) else {}
+  results, tried = _load(path), _load(tried_path)
   overrides = parse_set(set_text)
-
-  def save(obj, where):
-    with open(where, "w") as f:
-      json.dump(obj, f, indent=1, sort_keys=True)
 
   for name in names or experiment_names():
     if not hasattr(importlib.import_module(f"experiments.{name}"), "PAPER"):
@@ -424,7 +419,7 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
             cell[s.name] = faster(
               cell[s.name], slice_row(name, s.name, programs, tp)
             )
-          save(tried, tried_path)
+          _save(tried, tried_path)
           row = cell[s.name]
           print(
             f"{key} {s.name}: peak {row.get('peak_gib', '-')} GiB "
@@ -451,12 +446,28 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
       if row["fits"] and killed:  # a smaller slice's verdict is unknown
         row = {**row, "killed": killed}
       results[key] = row
-      save(results, path)
-  # Every family's, however many ran.
-  table = search.markdown(results, search.FAMILIES)
+      _save(results, path)
   if unbounded(results):
     print("Fits without the ICI bound (steps too short, plan them again):")
     print(unbounded_text(results), flush=True)
+  return _write_table(out_dir, results)
+
+
+def _load(path) -> dict:
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def _save(obj, path) -> None:
+  with open(path, "w") as f:
+    json.dump(obj, f, indent=1, sort_keys=True)
+
+
+def _write_table(out_dir, results) -> str:
+  """table.md of every family's cells, however many the run searched."""
+  table = search.markdown(results, search.FAMILIES)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
   return table
@@ -469,9 +480,7 @@ def merge_row(out_dir, name, row) -> dict:
   on a smaller one: the table's cell is the smallest fit); the table
   again. The kept row."""
   paths = [os.path.join(out_dir, f) for f in ("results.json", "tried.json")]
-  results, tried = (
-    json.load(open(p)) if os.path.exists(p) else {} for p in paths
-  )
+  results, tried = map(_load, paths)
   key = f"{name}/{chips.parse(row['slice']).name.split('-')[0]}"
   cell = tried.setdefault(key, {})
   if row["slice"] in cell:
@@ -490,10 +499,8 @@ def merge_row(out_dir, name, row) -> dict:
     search_notes = ("killed", "beyond", "floor_gib")
     results[key] = {**row, **{k: now[k] for k in search_notes if k in now}}
   for p, obj in zip(paths, (results, tried)):
-    with open(p, "w") as f:
-      json.dump(obj, f, indent=1, sort_keys=True)
-  with open(os.path.join(out_dir, "table.md"), "w") as f:
-    f.write(search.markdown(results, search.FAMILIES))
+    _save(obj, p)
+  _write_table(out_dir, results)
   return row
 
 
