@@ -301,30 +301,6 @@ def unbounded_text(results: dict) -> str:
   )
 
 
-def faster(first: dict, second: dict) -> dict:
-  """Of two rows of one slice, the fit (both: the shorter RL step, or the
-  one with the ICI bound when only one has it: a row without `ici_s` was
-  planned before the bound, its step too short where its rollout gathers
-  weights; both misses: the first), with the other's verdict as its
-  `alternative` (and its commit and ICI seconds)."""
-  keep, other = first, second
-  if (
-    second["fits"]
-    and first["fits"]
-    and ("ici_s" in first) != ("ici_s" in second)
-  ):
-    if "ici_s" in second:
-      keep, other = second, first
-  elif second["fits"] and (
-    not first["fits"] or second["step_s"] < first["step_s"]
-  ):
-    keep, other = second, first
-  seen = (
-    "fits", "peak_gib", "step_s", "mesh_tensor", "errors", "ici_s", "commit"
-  )  # fmt: skip
-  return {**keep, "alternative": {k: other[k] for k in seen if k in other}}
-
-
 def candidate_slices(name: str, family: str, overrides: dict):
   """The family's slices, from the smallest whose HBM (less the fit margin)
   holds fp32 parameters and two Adam moments (of the policy and whatever
@@ -393,7 +369,7 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "results.json")
   tried_path = os.path.join(out_dir, "tried.json")
-  results, tried = _load(path), _load(tried_path)
+  results, tried = search.load(path), search.load(tried_path)
   overrides = parse_set(set_text)
 
   for name in names or experiment_names():
@@ -416,10 +392,10 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
             # tensor parallelism over pairs of chips (weights halved per
             # chip, replicated over fsdp); the faster fit is kept.
             tp = ",".join(filter(None, (set_text, "mesh_tensor=2")))
-            cell[s.name] = faster(
+            cell[s.name] = search.faster(
               cell[s.name], slice_row(name, s.name, programs, tp)
             )
-          _save(tried, tried_path)
+          search.save(tried, tried_path)
           row = cell[s.name]
           print(
             f"{key} {s.name}: peak {row.get('peak_gib', '-')} GiB "
@@ -446,62 +422,11 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
       if row["fits"] and killed:  # a smaller slice's verdict is unknown
         row = {**row, "killed": killed}
       results[key] = row
-      _save(results, path)
+      search.save(results, path)
   if unbounded(results):
     print("Fits without the ICI bound (steps too short, plan them again):")
     print(unbounded_text(results), flush=True)
-  return _write_table(out_dir, results)
-
-
-def _load(path) -> dict:
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    return json.load(f)
-
-
-def _save(obj, path) -> None:
-  with open(path, "w") as f:
-    json.dump(obj, f, indent=1, sort_keys=True)
-
-
-def _write_table(out_dir, results) -> str:
-  """table.md of every family's cells, however many the run searched."""
-  table = search.markdown(results, search.FAMILIES)
-  with open(os.path.join(out_dir, "table.md"), "w") as f:
-    f.write(table)
-  return table
-
-
-def merge_row(out_dir, name, row) -> dict:
-  """Puts a single slice's plan (main's --merge) into out_dir's tried.json
-  at its slice, as `faster` keeps it against the row there, and into
-  results.json where it is the family's cell (that slice again, or a fit
-  on a smaller one: the table's cell is the smallest fit); the table
-  again. The kept row."""
-  paths = [os.path.join(out_dir, f) for f in ("results.json", "tried.json")]
-  results, tried = map(_load, paths)
-  key = f"{name}/{chips.parse(row['slice']).name.split('-')[0]}"
-  cell = tried.setdefault(key, {})
-  if row["slice"] in cell:
-    row = faster(cell[row["slice"]], row)
-  cell[row["slice"]] = row
-  now = results.get(key)
-  if now is None or (
-    row["fits"]
-    and (
-      not now["fits"]
-      or chips.parse(row["slice"]).chips < chips.parse(now["slice"]).chips
-    )
-  ):
-    results[key] = row  # the search's notes on the slices beyond go
-  elif now["slice"] == row["slice"]:
-    search_notes = ("killed", "beyond", "floor_gib")
-    results[key] = {**row, **{k: now[k] for k in search_notes if k in now}}
-  for p, obj in zip(paths, (results, tried)):
-    _save(obj, p)
-  _write_table(out_dir, results)
-  return row
+  return search.write_table(out_dir, results)
 
 
 def parse_set(text: str) -> dict:
@@ -552,7 +477,7 @@ def main(argv):
       with open(f.row_out, "w") as out:
         json.dump(row, out)
     if f.merge:
-      kept = merge_row(f.out, f.experiment, row)
+      kept = search.merge_row(f.out, f.experiment, row)
       print(
         f"--merge: {f.out} keeps {kept['slice']} with step "
         f"{kept.get('step_s')} s (alternative: {kept.get('alternative')})"

@@ -8,9 +8,15 @@ fits, peak_gib, step_s, train_s, mfu, errors and the flags the run needs).
 `smallest_fit` walks a family's slices (smallest first) with a
 `try_slice(slice)` that compiles one (experiments/plan.py: a child process
 per slice) or, in tests, fakes it; `start_index` picks where to start from
-other families' fits. Nothing here compiles.
+other families' fits; `faster` keeps one of two rows of a slice and
+`merge_row` puts one slice's row into the results' files. Nothing here
+compiles.
 """
 
+import json
+import os
+
+from rlreason.plan import chips
 from rlreason.plan import program as program_lib
 from rlreason.plan import summary
 
@@ -170,3 +176,78 @@ def markdown(results: dict, families) -> str:
         )
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
+
+
+def faster(first: dict, second: dict) -> dict:
+  """Of two rows of one slice, the fit (both: the shorter RL step, or the
+  one with the ICI bound when only one has it: a row without `ici_s` was
+  planned before the bound, its step too short where its rollout gathers
+  weights; both misses: the first), with the other's verdict as its
+  `alternative` (and its commit and ICI seconds)."""
+  keep, other = first, second
+  if (
+    second["fits"]
+    and first["fits"]
+    and ("ici_s" in first) != ("ici_s" in second)
+  ):
+    if "ici_s" in second:
+      keep, other = second, first
+  elif second["fits"] and (
+    not first["fits"] or second["step_s"] < first["step_s"]
+  ):
+    keep, other = second, first
+  seen = (
+    "fits", "peak_gib", "step_s", "mesh_tensor", "errors", "ici_s", "commit"
+  )  # fmt: skip
+  return {**keep, "alternative": {k: other[k] for k in seen if k in other}}
+
+
+def load(path) -> dict:
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def save(obj, path) -> None:
+  with open(path, "w") as f:
+    json.dump(obj, f, indent=1, sort_keys=True)
+
+
+def write_table(out_dir, results) -> str:
+  """table.md of every family's cells, however many the run searched."""
+  table = markdown(results, FAMILIES)
+  with open(os.path.join(out_dir, "table.md"), "w") as f:
+    f.write(table)
+  return table
+
+
+def merge_row(out_dir, name, row) -> dict:
+  """Puts one slice's plan (experiments/plan.py's --merge) into
+  out_dir's tried.json at its slice, as `faster` keeps it against the row
+  there, and into results.json where it is the family's cell (that slice
+  again, or a fit on a smaller one: the table's cell is the smallest
+  fit); the table again. The kept row."""
+  paths = [os.path.join(out_dir, f) for f in ("results.json", "tried.json")]
+  results, tried = map(load, paths)
+  key = f"{name}/{chips.parse(row['slice']).name.split('-')[0]}"
+  cell = tried.setdefault(key, {})
+  if row["slice"] in cell:
+    row = faster(cell[row["slice"]], row)
+  cell[row["slice"]] = row
+  now = results.get(key)
+  if now is None or (
+    row["fits"]
+    and (
+      not now["fits"]
+      or chips.parse(row["slice"]).chips < chips.parse(now["slice"]).chips
+    )
+  ):
+    results[key] = row  # the search's notes on the slices beyond go
+  elif now["slice"] == row["slice"]:
+    search_notes = ("killed", "beyond", "floor_gib")
+    results[key] = {**row, **{k: now[k] for k in search_notes if k in now}}
+  for p, obj in zip(paths, (results, tried)):
+    save(obj, p)
+  write_table(out_dir, results)
+  return row

@@ -307,16 +307,16 @@ def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
   # Both fit: the shorter step; both miss: the first.
   a = {"fits": True, "step_s": 5.0}
   b = {"fits": True, "step_s": 9.0, "mesh_tensor": 2}
-  assert plan_cli.faster(a, b)["step_s"] == 5.0
-  assert plan_cli.faster(b, a)["step_s"] == 5.0
+  assert search.faster(a, b)["step_s"] == 5.0
+  assert search.faster(b, a)["step_s"] == 5.0
   # A row without the ICI bound (planned before it) loses to one with it.
   bound = {**b, "ici_s": {"rollout": 1.0}}
-  assert plan_cli.faster(a, bound)["step_s"] == 9.0
-  assert plan_cli.faster(bound, a)["alternative"]["step_s"] == 5.0
-  assert plan_cli.faster({**a, "ici_s": {}}, bound)["step_s"] == 5.0
+  assert search.faster(a, bound)["step_s"] == 9.0
+  assert search.faster(bound, a)["alternative"]["step_s"] == 5.0
+  assert search.faster({**a, "ici_s": {}}, bound)["step_s"] == 5.0
   miss = {"fits": False, "step_s": 1.0}
   assert (
-    plan_cli.faster(miss, {**miss, "mesh_tensor": 2}).get("mesh_tensor") is None
+    search.faster(miss, {**miss, "mesh_tensor": 2}).get("mesh_tensor") is None
   )
 
 
@@ -332,7 +332,7 @@ def test_a_single_slice_plan_merges_into_the_results(tmp_path):
   )
   (tmp_path / "tried.json").write_text(json.dumps({"grpo/v4": {"v4-16": old}}))
   new = {**old, "step_s": 9.0, "mesh_tensor": 2, "ici_s": {"rollout": 1.0}}
-  kept = plan_cli.merge_row(str(tmp_path), "grpo", new)
+  kept = search.merge_row(str(tmp_path), "grpo", new)
   assert kept["step_s"] == 9.0 and kept["alternative"]["commit"] == "a"
 
   def files():
@@ -346,10 +346,10 @@ def test_a_single_slice_plan_merges_into_the_results(tmp_path):
   assert results == {**kept, "beyond": {"slice": "v4-8"}}
   assert "| grpo | v4-16: 20.0 GiB" in (tmp_path / "table.md").read_text()
   # A miss on a smaller slice, a fit on a larger one: tried.json only.
-  plan_cli.merge_row(
+  search.merge_row(
     str(tmp_path), "grpo", {**new, "slice": "v4-8", "fits": False}
   )
-  plan_cli.merge_row(str(tmp_path), "grpo", {**new, "slice": "v4-32"})
+  search.merge_row(str(tmp_path), "grpo", {**new, "slice": "v4-32"})
   results, tried = files()
   assert results["slice"] == "v4-16" and set(tried) == {
     "v4-8",
@@ -358,7 +358,7 @@ def test_a_single_slice_plan_merges_into_the_results(tmp_path):
   }
   # A fit on a smaller slice is the cell now (the miss there beside it).
   small = {**new, "slice": "v4-8", "step_s": 20.0}
-  kept = plan_cli.merge_row(str(tmp_path), "grpo", small)
+  kept = search.merge_row(str(tmp_path), "grpo", small)
   assert kept == {**small, "alternative": {**kept["alternative"]}}
   assert kept["alternative"]["fits"] is False
   results, tried = files()
