@@ -96,15 +96,17 @@ def tiny_context(cfg, **fields):
   )
 
 
-def room_for(monkeypatch, model_cfg, prompt_len, new_tokens, sequences):
+def room_for(
+  monkeypatch, model_cfg, prompt_len, new_tokens, sequences, tensor=1
+):
   """Makes every device report free memory for `sequences` (a float)
-  sequences of prompt_len + new_tokens (rollout_memory.sequence_bytes), so
-  a sampler sizing its calls from free memory fits floor(sequences) per
-  device."""
+  sequences of prompt_len + new_tokens (rollout_memory.sequence_bytes, on
+  a mesh whose tensor axis has size `tensor`), so a sampler sizing its
+  calls from free memory fits floor(sequences) per device."""
   from rlreason import mesh as mesh_lib  # Deferred, as in tiny_context.
   from rlreason.sampling import rollout_memory
 
-  seq = rollout_memory.sequence_bytes(model_cfg, prompt_len, new_tokens)
+  seq = rollout_memory.sequence_bytes(model_cfg, prompt_len, new_tokens, tensor)
   free = int(sequences * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
   monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
 

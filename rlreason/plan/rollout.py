@@ -60,6 +60,7 @@ def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
     free,
     shards,
     "static" if tree_shape else getattr(cfg, "rollout_batching", "static"),
+    mesh.shape["tensor"],
   )
   return min(n, rows)
 

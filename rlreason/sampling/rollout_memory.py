@@ -26,28 +26,43 @@ from rlreason.model.transformer import ModelConfig
 ROLLOUT_FREE_FRACTION = 0.8
 
 
-def sequence_bytes(model_cfg: ModelConfig, prompt_len: int, new_tokens: int):
+def _split(size: int, tensor: int) -> int:
+  """A dimension's share per device over the mesh's `tensor` axis: split
+  where it divides (mesh.spec), else whole."""
+  return size // tensor if size % tensor == 0 else size
+
+
+def sequence_bytes(
+  model_cfg: ModelConfig, prompt_len: int, new_tokens: int, tensor: int = 1
+):
   """Device bytes one sequence holds while it is sampled: its KV cache (all
   layers, P + T slots in the compute dtype) plus the prefill's working set
   (fp32 residual stream and MLP products of P tokens, one block of attention
-  scores per head) and the decode step's [V] logits and [T] buffers."""
+  scores per head) and the decode step's [V] logits and [T] buffers; KV
+  heads, MLP products, heads' scores and the logits' vocabulary split over
+  a `tensor` axis of that size (mesh.ROLLOUT_RULES), the residual stream
+  whole on each device."""
   c = model_cfg
-  cache = cache_bytes(c, prompt_len + new_tokens)
+  cache = cache_bytes(c, prompt_len + new_tokens, tensor)
   block = min(prompt_len, c.attention_block)
-  prefill = 4 * prompt_len * (6 * c.d_model + 3 * c.mlp_dim)
-  prefill += 4 * 2 * c.n_heads * prompt_len * block
-  decode = 4 * 4 * c.vocab_size + 4 * 4 * new_tokens
+  prefill = 4 * prompt_len * (6 * c.d_model + 3 * _split(c.mlp_dim, tensor))
+  prefill += 4 * 2 * _split(c.n_heads, tensor) * prompt_len * block
+  decode = 4 * 4 * _split(c.vocab_size, tensor) + 4 * 4 * new_tokens
   return cache + prefill + decode
 
 
-def cache_bytes(model_cfg: ModelConfig, length: int) -> int:
-  """One sequence's KV cache: all layers, `length` slots, compute dtype."""
+def cache_bytes(model_cfg: ModelConfig, length: int, tensor: int = 1) -> int:
+  """One sequence's KV cache per device: all layers, `length` slots,
+  compute dtype, its KV heads split over a `tensor` axis of that size."""
   c = model_cfg
   itemsize = jnp.dtype(c.compute_dtype).itemsize
-  return 2 * c.n_layers * c.n_kv_heads * c.head_dim * length * itemsize
+  heads = _split(c.n_kv_heads, tensor)
+  return 2 * c.n_layers * heads * c.head_dim * length * itemsize
 
 
-def continuous_bytes(model_cfg, prompt_len, new_tokens, slots, shards):
+def continuous_bytes(
+  model_cfg, prompt_len, new_tokens, slots, shards, tensor: int = 1
+):
   """Device bytes of continuous batching with `slots` decode slots split
   over `shards`: each slot's sequence_bytes and a second copy of its KV
   cache (the refill's scatter into the cache is not in place), plus the
@@ -66,9 +81,9 @@ def continuous_bytes(model_cfg, prompt_len, new_tokens, slots, shards):
   if continuous_loop.refill_in_place(slots, refill, shards):
     refill //= shards
   return per_shard * (
-    sequence_bytes(model_cfg, prompt_len, new_tokens)
-    + cache_bytes(model_cfg, prompt_len + new_tokens)
-  ) + 2 * refill * cache_bytes(model_cfg, prompt_len)
+    sequence_bytes(model_cfg, prompt_len, new_tokens, tensor)
+    + cache_bytes(model_cfg, prompt_len + new_tokens, tensor)
+  ) + 2 * refill * cache_bytes(model_cfg, prompt_len, tensor)
 
 
 def rows_per_call(
@@ -78,19 +93,26 @@ def rows_per_call(
   free_bytes: int,
   batch_shards: int = 1,
   batching: str = "static",
+  tensor: int = 1,
 ) -> int:
   """Sequences one sampler call holds in `free_bytes` per device (a
   multiple of the batch shards; at least one per shard); with continuous
-  batching, its decode slots (continuous_bytes)."""
+  batching, its decode slots (continuous_bytes); each sequence's share per
+  device over a `tensor` axis of that size (sequence_bytes)."""
   budget = int(ROLLOUT_FREE_FRACTION * free_bytes)
-  per_row = sequence_bytes(model_cfg, prompt_len, new_tokens)
+  per_row = sequence_bytes(model_cfg, prompt_len, new_tokens, tensor)
   per_shard = max(1, budget // per_row)
   if batching == "continuous":  # the most slots that fit: bisection
     fits = lambda k: (
       k == 1
       or budget
       >= continuous_bytes(  # noqa: E731
-        model_cfg, prompt_len, new_tokens, k * batch_shards, batch_shards
+        model_cfg,
+        prompt_len,
+        new_tokens,
+        k * batch_shards,
+        batch_shards,
+        tensor,
       )
     )
     lo, hi = 1, per_shard  # fits(lo); continuous holds more than static
@@ -118,7 +140,8 @@ def call_rows(
   if not free:
     return min(requested, n) if requested > 0 else n
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-  most = rows_per_call(model_cfg, p, t, free, shards, batching)
+  tensor = mesh.shape["tensor"]
+  most = rows_per_call(model_cfg, p, t, free, shards, batching, tensor)
   if requested > most:
     raise ValueError(
       f"--rollout_rows={requested}: the devices' free memory "

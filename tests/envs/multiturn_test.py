@@ -283,7 +283,7 @@ def test_calls_are_sized_from_the_devices_free_memory(rollout, monkeypatch):
   one = _generate(params, turns, prompts)
   p = max(len(TOK.encode(x)) for x in prompts)
   t = 3 * 6 + 2 * (8 + 1)  # the cache's slots past the prompt
-  testing.room_for(monkeypatch, CFG, p, t, 1.5)
+  testing.room_for(monkeypatch, CFG, p, t, 1.5, tensor=2)
   calls = testing.spy(
     monkeypatch, multiturn, "_episodes", lambda *a, **k: (a[5], len(a[2]))
   )

@@ -281,7 +281,7 @@ def test_chunked_sharded_calls_from_free_memory(params, ro, monkeypatch):
   room for one sequence per device gives calls of 4 rows (the batch splits
   over data x fsdp = 4), with the samples of one call."""
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
-  testing.room_for(monkeypatch, CFG, 8, T, 1.5)
+  testing.room_for(monkeypatch, CFG, 8, T, 1.5, tensor=2)
   calls = testing.spy(
     monkeypatch, rollout, "_sample_rows", lambda *a, **k: (len(a[1]), k["rows"])
   )
@@ -305,9 +305,7 @@ def test_continuous_batching_equals_one_static_call(params, ro, monkeypatch):
     _generate(params, step=3, rows_per_call=3, batching="continuous"), ro
   )
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
-  seq = rollout_memory.sequence_bytes(CFG, 8, T)
-  free = int(1.5 * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
-  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
+  testing.room_for(monkeypatch, CFG, 8, T, 1.5, tensor=2)
   sharded = _generate(params, step=3, mesh=mesh, batching="continuous")
   _assert_same_rollout(sharded, ro)
   assert calls == [3, 4]
@@ -369,6 +367,22 @@ def test_rows_per_call_by_hand():
   assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4) == 12
   assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4, "continuous") == 12
   assert rollout_memory.rows_per_call(cfg, 3, 5, 7360, 4, "continuous") == 16
+  # Over a tensor axis of 2: MLP products 4*3*(24+12) = 432, one head's
+  # scores 48, half the vocabulary's logits 16*5 + 80; the one KV head
+  # does not split (256), two do (2*2*2*2*8*4 / 2 = 256 of 512).
+  assert rollout_memory.sequence_bytes(cfg, 3, 5, 2) == 256 + 432 + 48 + 160
+  kv2 = dataclasses.replace(cfg, n_kv_heads=2)
+  assert rollout_memory.cache_bytes(kv2, 8) == 512
+  assert rollout_memory.sequence_bytes(kv2, 3, 5, 2) == 256 + 432 + 48 + 160
+  # So a call holds more rows per device: room for 3 rows of 896 bytes
+  # (split) is room for one of 1424 (unsplit), per shard.
+  free = int(3 * 896 / frac) + 1
+  assert rollout_memory.rows_per_call(kv2, 3, 5, free, 4, tensor=2) == 12
+  assert rollout_memory.rows_per_call(kv2, 3, 5, free, 4) == 4
+  assert (
+    rollout_memory.continuous_bytes(kv2, 3, 5, 12, 4, 2)
+    == 3 * (896 + 256) + 2 * 1 * 96
+  )
 
 
 def test_stop_strings_as_token_sequences(params, ro):

@@ -350,7 +350,7 @@ def test_tree_calls_are_sized_from_the_devices_free_memory(
 
   # Prompts bucketed to 32 tokens, capped at max_prompt_len = 16; 3
   # rounds of 6 tokens.
-  testing.room_for(monkeypatch, CFG, 16, 3 * 6, 5.5)
+  testing.room_for(monkeypatch, CFG, 16, 3 * 6, 5.5, tensor=2)
   sizes = testing.spy(monkeypatch, tree, "generate", lambda *a, **k: len(a[1]))
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
   _assert_same_trees(_tree_fn_run(mesh=mesh), one_call)
