@@ -9,7 +9,8 @@ what stays resident beside each program; this module decides what to try
 when one lands over the fit (or out of HBM at the compiler's default):
   budgeted            under its temporaries budget flag (program.
                       TEMP_BUDGETS), lowered by each overshoot;
-  fewer_rows          a rollout at half its sequences per call, twice
+  fewer_rows          a rollout at fewer sequences per call (what the
+                      room per row holds, at least half), twice
                       (--rollout_rows in the run);
   more_micro_batches  a Bradley-Terry step in twice the micro-batches, up
                       to three times (--rm_micro_batches in the run);
@@ -78,6 +79,18 @@ def host_peak_gb() -> float:
   takes 8-24 GB of the host for a 7B program."""
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   return peak / (1e9 if sys.platform == "darwin" else 1e6)  # bytes / KB
+
+
+def _fewer(prog, rows: int, fit_bytes: int, unit: int) -> int:
+  """The next rows per call to try for a rollout over the fit, fewer than
+  `rows`, a multiple of `unit`: in proportion to the room the fit leaves
+  beside its resident arrays and arguments (the weights), for the bytes
+  that grow with its prog.rows rows, but at least half of `rows` (a
+  compile is minutes; the estimate is linear, the compiler not quite)."""
+  fixed = prog.resident_bytes + prog.argument_bytes
+  grows = prog.peak_bytes - fixed
+  scaled = prog.rows * (fit_bytes - fixed) // grows if grows > 0 else 0
+  return max(rows // 2, min(scaled, rows - unit)) // unit * unit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,17 +172,18 @@ class Retrying:
   def fewer_rows(self, prog, cfg):
     """A rollout over the fit at the rows per call the loop would size
     itself (rollout_memory's estimate leaves out what the compiler holds
-    beside the cache, e.g. gathered weights): again at half the rows, at
-    most twice, down to the batch shards (a tree rollout: to the fewest
-    whole prompts that split over them, tree_loop.call_prompts); a fit at
-    fewer rows needs --rollout_rows in the run (Program.run_flags)."""
+    beside the cache, e.g. gathered weights): again at fewer rows (_fewer:
+    what the room left per row holds, at least half), at most twice, down
+    to the batch shards (a tree rollout: to the fewest whole prompts that
+    split over them, tree_loop.call_prompts); a fit at fewer rows needs
+    --rollout_rows in the run (Program.run_flags)."""
     unit = mesh_lib.batch_divisor(self.mesh, mesh_lib.ROLLOUT_RULES)
     tree_shape = tree_loop.call_shape(cfg)
     if tree_shape:  # calls hold whole prompts' trees (call_prompts)
       unit = tree_shape[0] * tree_loop.call_prompts(0, tree_shape[0], unit)
     rows = prog.rows
     for _ in range(2):
-      rows = rows // 2 // unit * unit
+      rows = _fewer(prog, rows, self.fit_bytes, unit)
       if not over(prog, self.fit_bytes) or rows < unit:
         break
       c = dataclasses.replace(cfg, rollout_rows=rows)

@@ -159,6 +159,34 @@ def test_a_budgeted_compile_over_the_fit_is_tried_lower_by_its_overshoot():
   assert kept.temp_bytes == 200 << 20 and kept.peak_bytes > 200 << 20
 
 
+def test_a_rollout_over_the_fit_is_tried_at_the_rows_its_room_holds():
+  """retry.fewer_rows: a rollout of 1000 MiB of weights and 10 MiB per row
+  at 64 rows (1640 MiB) over a 1500 MiB fit is compiled again at the rows
+  the 500 MiB of room holds, 50, down to a multiple of the batch shards
+  (halving would try 32); at least half the rows however little room (a
+  fit below the weights: 32, then 16)."""
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+  tried = []
+
+  def rollout(c):
+    rows = c.rollout_rows or 64
+    tried.append(rows)
+    return program_lib.Program(
+      "rollout", 1000 * MIB, 10 * rows * MIB, 0, 0, 0, 0.0, 0.0, [],
+      rows=rows,
+    )  # fmt: skip
+
+  cfg = grpo.TinyConfig()
+  for fit, want in ((1500, [64, 50 // unit * unit]), (900, [64, 32, 16])):
+    tried.clear()
+    compiler = retry.Retrying({"rollout": rollout}, {"rollout": 0}, mesh,
+                              fit * MIB)  # fmt: skip
+    got = compiler.fewer_rows(compiler.compile_one("rollout", cfg), cfg)
+    assert tried == want, (fit, tried)
+    assert got.rows == want[-1] and got.run_flags == {"rollout_rows": got.rows}
+
+
 def test_a_replicated_rollout_over_the_fit_is_tried_split_over_fsdp():
   """retry.sharded_params: a rollout whose replicated weights (1000 MiB
   per chip here) leave it over an 800 MiB fit is compiled again with
