@@ -9,9 +9,9 @@ what stays resident beside each program; this module decides what to try
 when one lands over the fit (or out of HBM at the compiler's default):
   budgeted            under its temporaries budget flag (program.
                       TEMP_BUDGETS), lowered by each overshoot;
-  fewer_rows          a rollout at fewer sequences per call (what the
-                      room per row holds, at least half), twice
-                      (--rollout_rows in the run);
+  fewer_rows          a rollout at fewer sequences per call (where its
+                      peaks so far meet the fit, at least half), down to
+                      a quarter (--rollout_rows in the run);
   more_micro_batches  a Bradley-Terry step in twice the micro-batches, up
                       to three times (--rm_micro_batches in the run);
   sharded_params      a rollout whose replicated parameters leave too
@@ -81,16 +81,16 @@ def host_peak_gb() -> float:
   return peak / (1e9 if sys.platform == "darwin" else 1e6)  # bytes / KB
 
 
-def _fewer(prog, rows: int, fit_bytes: int, unit: int) -> int:
+def _fewer(seen, rows: int, fit_bytes: int, fixed: int, unit: int) -> int:
   """The next rows per call to try for a rollout over the fit, fewer than
-  `rows`, a multiple of `unit`: in proportion to the room the fit leaves
-  beside its resident arrays and arguments (the weights), for the bytes
-  that grow with its prog.rows rows, but at least half of `rows` (a
-  compile is minutes; the estimate is linear, the compiler not quite)."""
-  fixed = prog.resident_bytes + prog.argument_bytes
-  grows = prog.peak_bytes - fixed
-  scaled = prog.rows * (fit_bytes - fixed) // grows if grows > 0 else 0
-  return max(rows // 2, min(scaled, rows - unit)) // unit * unit
+  `rows` and at least half, a multiple of `unit`: where the line through
+  the last two compiled (rows, peak bytes) of `seen` meets the fit (with
+  one, through (0, fixed): the resident arrays and the weights)."""
+  r1, p1 = seen[-1]
+  r0, p0 = seen[-2] if len(seen) > 1 else (0, fixed)
+  slope = (p1 - p0) / (r1 - r0) if r1 != r0 else 0.0
+  est = int(r1 - (p1 - fit_bytes) / slope) if slope > 0 else 0
+  return max(rows // 2, min(est, rows - unit)) // unit * unit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,24 +173,29 @@ class Retrying:
     """A rollout over the fit at the rows per call the loop would size
     itself (rollout_memory's estimate leaves out what the compiler holds
     beside the cache, e.g. gathered weights): again at fewer rows (_fewer:
-    what the room left per row holds, at least half), at most twice, down
-    to the batch shards (a tree rollout: to the fewest whole prompts that
-    split over them, tree_loop.call_prompts); a fit at fewer rows needs
+    where the peaks compiled so far say the fit is, at least half), at
+    most three times and down to a quarter of the rows and the batch
+    shards (a tree rollout: the fewest whole prompts that split over
+    them, tree_loop.call_prompts); a fit at fewer rows needs
     --rollout_rows in the run (Program.run_flags)."""
     unit = mesh_lib.batch_divisor(self.mesh, mesh_lib.ROLLOUT_RULES)
     tree_shape = tree_loop.call_shape(cfg)
     if tree_shape:  # calls hold whole prompts' trees (call_prompts)
       unit = tree_shape[0] * tree_loop.call_prompts(0, tree_shape[0], unit)
-    rows = prog.rows
-    for _ in range(2):
-      rows = _fewer(prog, rows, self.fit_bytes, unit)
-      if not over(prog, self.fit_bytes) or rows < unit:
+    rows, floor = prog.rows, prog.rows // 4  # two halvings at most
+    seen = [(prog.rows, prog.peak_bytes)]
+    fixed = prog.resident_bytes + prog.argument_bytes
+    for _ in range(3):
+      rows = _fewer(seen, rows, self.fit_bytes, fixed, unit)
+      if not over(prog, self.fit_bytes) or rows < max(unit, floor):
         break
       c = dataclasses.replace(cfg, rollout_rows=rows)
       try:
         fewer = self.compile_one("rollout", c, f" at {rows} rows per call")
       except Exception:  # noqa: BLE001 - out of HBM at the default budget
+        seen = [(rows, 2 * self.fit_bytes)]  # the next try: half as many
         continue
+      seen.append((rows, fewer.peak_bytes))
       prog = dataclasses.replace(fewer, run_flags={"rollout_rows": rows})
     return prog
 

@@ -162,24 +162,31 @@ def test_a_budgeted_compile_over_the_fit_is_tried_lower_by_its_overshoot():
 def test_a_rollout_over_the_fit_is_tried_at_the_rows_its_room_holds():
   """retry.fewer_rows: a rollout of 1000 MiB of weights and 10 MiB per row
   at 64 rows (1640 MiB) over a 1500 MiB fit is compiled again at the rows
-  the 500 MiB of room holds, 50, down to a multiple of the batch shards
-  (halving would try 32); at least half the rows however little room (a
+  the 500 MiB of room holds, 50, down to a multiple of the 8 batch shards
+  (halving would try 32). With 300 MiB more that do not grow with the
+  rows and 5 MiB per row, that first try (48) misses; the line through
+  the two peaks says 40. However little room: half, down to a quarter (a
   fit below the weights: 32, then 16)."""
   mesh = mesh_lib.make_mesh(1, -1, 1)
-  unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
-  tried = []
+  assert mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES) == 8
+  tried, per_row, extra = [], [10], [0]
 
   def rollout(c):
     rows = c.rollout_rows or 64
     tried.append(rows)
     return program_lib.Program(
-      "rollout", 1000 * MIB, 10 * rows * MIB, 0, 0, 0, 0.0, 0.0, [],
-      rows=rows,
+      "rollout", 1000 * MIB, (extra[0] + per_row[0] * rows) * MIB, 0, 0, 0,
+      0.0, 0.0, [], rows=rows,
     )  # fmt: skip
 
   cfg = grpo.TinyConfig()
-  for fit, want in ((1500, [64, 50 // unit * unit]), (900, [64, 32, 16])):
+  for fit, grows, fixed, want in (
+    (1500, 10, 0, [64, 48]),
+    (1500, 5, 300, [64, 48, 40]),
+    (900, 10, 0, [64, 32, 16]),
+  ):
     tried.clear()
+    per_row[0], extra[0] = grows, fixed
     compiler = retry.Retrying({"rollout": rollout}, {"rollout": 0}, mesh,
                               fit * MIB)  # fmt: skip
     got = compiler.fewer_rows(compiler.compile_one("rollout", cfg), cfg)
