@@ -201,7 +201,7 @@ res["budget_auto"] = run(remat_cfg, "v5e-1", model_overrides=mo,
                          fit_bytes=res["remat"]["peak"] - (1 << 20))
 # The rollout's budget (--rollout_temp_budget_mib) reaches libtpu too; a
 # rollout over a fit with room for ~1 MiB of temporaries: no budget holds
-# it, and the planner halves its 16 rows per call, twice.
+# it, and the planner tries fewer of its 16 rows per call, down to 4.
 res["rollout_budget_tiny"] = run(
   dataclasses.replace(long, rollout_temp_budget_mib=1), "v5e-1", ("rollout",)
 )
@@ -510,9 +510,11 @@ def test_a_rollout_over_its_fit_is_retried_with_a_budget_then_fewer_rows(
   r = results["rollout_auto"]["each"]["rollout"]
   assert first["rows"] == 16 and first["rows_flag"] == 0, first
   assert first["temp"] > 2 << 20, first  # more than the fit's room
-  # 16 -> 8 -> 4 rows per call, no budget holding any: still over, and
-  # the run would need --rollout_rows=4 (what the planner tried last).
-  assert r["rows"] == 4 and r["rows_flag"] == 4 and r["budget"] == 0, r
+  # Fewer rows per call (at least half each try, down to a quarter), no
+  # budget holding any: still over, and the run would need
+  # --rollout_rows=R (what the planner tried last).
+  assert 4 <= r["rows"] <= 8 and r["rows_flag"] == r["rows"], r
+  assert r["budget"] == 0, r
   assert r["temp"] < first["temp"], (r, first)
 
 
