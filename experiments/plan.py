@@ -293,6 +293,11 @@ def unbounded(results: dict) -> dict:
   return {f: out[f] for f in search.FAMILIES if f in out}
 
 
+def unbounded_keys(results: dict) -> set:
+  """unbounded(results) as results' keys ("dump/v4"): table.md marks them."""
+  return {f"{n}/{f}" for f, names in unbounded(results).items() for n in names}
+
+
 def unbounded_text(results: dict) -> str:
   """unbounded(results) as the README lists it: "v4 (2): a, b; v5e (1): c"."""
   return "; ".join(
@@ -426,7 +431,7 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
   if unbounded(results):
     print("Fits without the ICI bound (steps too short, plan them again):")
     print(unbounded_text(results), flush=True)
-  return search.write_table(out_dir, results)
+  return search.write_table(out_dir, results, unbounded_keys(results))
 
 
 def parse_set(text: str) -> dict:
@@ -477,7 +482,7 @@ def main(argv):
       with open(f.row_out, "w") as out:
         json.dump(row, out)
     if f.merge:
-      kept = search.merge_row(f.out, f.experiment, row)
+      kept = search.merge_row(f.out, f.experiment, row, unbounded_keys)
       print(
         f"--merge: {f.out} keeps {kept['slice']} with step "
         f"{kept.get('step_s')} s (alternative: {kept.get('alternative')})"

@@ -132,7 +132,14 @@ def smallest_fit(slices, try_slice, start: int = 0, steady=None):
   return row, tried
 
 
-def markdown(results: dict, families) -> str:
+# A fit whose step is known to be far too short: planned before the ICI
+# bound while its rollout gathers the weights every decode step
+# (experiments/plan.py's `unbounded` names them).
+UNBOUNDED = "no ICI bound: too short"
+
+
+def markdown(results: dict, families, unbounded=()) -> str:
+  """The table of `results`' cells; the keys in `unbounded` marked."""
   lines = [
     "| experiment | " + " | ".join(families) + " |",
     "|---|" + "---|" * len(families),
@@ -164,8 +171,9 @@ def markdown(results: dict, families) -> str:
           f"--{name}={r[name]}" for name in ROW_FLAGS if name in r
         )
         cells.append(
-          f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s, "
-          f"MFU {100 * r['mfu']:.0f}%"
+          f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s"
+          + (f" ({UNBOUNDED})" if f"{name}/{family}" in unbounded else "")
+          + f", MFU {100 * r['mfu']:.0f}%"
           + (f" ({needed})" if needed else "")
           + (
             f" ({', '.join(r['killed'])}: compile killed, not decided)"
@@ -214,20 +222,21 @@ def save(obj, path) -> None:
     json.dump(obj, f, indent=1, sort_keys=True)
 
 
-def write_table(out_dir, results) -> str:
+def write_table(out_dir, results, unbounded=()) -> str:
   """table.md of every family's cells, however many the run searched."""
-  table = markdown(results, FAMILIES)
+  table = markdown(results, FAMILIES, unbounded)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
   return table
 
 
-def merge_row(out_dir, name, row) -> dict:
+def merge_row(out_dir, name, row, unbounded=lambda results: ()) -> dict:
   """Puts one slice's plan (experiments/plan.py's --merge) into
   out_dir's tried.json at its slice, as `faster` keeps it against the row
   there, and into results.json where it is the family's cell (that slice
   again, or a fit on a smaller one: the table's cell is the smallest
-  fit); the table again. The kept row."""
+  fit); the table again (`unbounded(results)`: the keys its cells mark).
+  The kept row."""
   paths = [os.path.join(out_dir, f) for f in ("results.json", "tried.json")]
   results, tried = map(load, paths)
   key = f"{name}/{chips.parse(row['slice']).name.split('-')[0]}"
@@ -249,5 +258,5 @@ def merge_row(out_dir, name, row) -> dict:
     results[key] = {**row, **{k: now[k] for k in search_notes if k in now}}
   for p, obj in zip(paths, (results, tried)):
     save(obj, p)
-  write_table(out_dir, results)
+  write_table(out_dir, results, unbounded(results))
   return row

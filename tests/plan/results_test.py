@@ -31,6 +31,7 @@ def _load(name):
 
 RESULTS_JSON = _load("results.json")
 TRIED_JSON = _load("tried.json")
+UNBOUNDED_KEYS = plan_cli.unbounded_keys(RESULTS_JSON)
 
 
 @pytest.mark.parametrize("key", sorted(RESULTS_JSON))
@@ -46,6 +47,9 @@ def test_each_fit_is_in_the_readme(key):
   assert lines, f"README has no row {cell!r}"
   (line,) = lines
   assert f"step {row['step_s']} s" in line, line
+  # A step known to be far too short says so (table.md's mark).
+  marked = f"step {row['step_s']} s ({search.UNBOUNDED})"
+  assert (marked in line) == (key in UNBOUNDED_KEYS), line
   assert f"MFU {100 * row['mfu']:.0f}%" in line, line
   # The flags the run needs (budgets, rows per call) are in the cell too.
   for flag in search.ROW_FLAGS:
@@ -84,7 +88,9 @@ def test_a_searched_cell_is_its_tried_slice(key):
 
 def test_table_md_is_the_results_table():
   with open(os.path.join(RESULTS, "table.md")) as f:
-    assert f.read() == search.markdown(RESULTS_JSON, search.FAMILIES)
+    assert f.read() == search.markdown(
+      RESULTS_JSON, search.FAMILIES, UNBOUNDED_KEYS
+    )
 
 
 @pytest.mark.parametrize("key", sorted(RESULTS_JSON))

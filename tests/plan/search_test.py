@@ -345,6 +345,10 @@ def test_a_single_slice_plan_merges_into_the_results(tmp_path):
   assert tried["v4-16"] == kept
   assert results == {**kept, "beyond": {"slice": "v4-8"}}
   assert "| grpo | v4-16: 20.0 GiB" in (tmp_path / "table.md").read_text()
+  # The table marks the cells the caller's `unbounded` names.
+  search.merge_row(str(tmp_path), "grpo", new, lambda results: set(results))
+  marked = f"step 9.0 s ({search.UNBOUNDED})"
+  assert marked in (tmp_path / "table.md").read_text()
   # A miss on a smaller slice, a fit on a larger one: tried.json only.
   search.merge_row(
     str(tmp_path), "grpo", {**new, "slice": "v4-8", "fits": False}
@@ -369,7 +373,8 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
   """grpo's 7B bf16 weights are over 40% of a v4 chip (its rollout splits
   them over fsdp), not of a v5p chip, unless --rollout_layout=fsdp; a row
   with `ici_s` has the bound, a miss has no step."""
-  fit = {"fits": True, "slice": "v4-16", "step_s": 1.0}
+  fit = {"fits": True, "slice": "v4-16", "step_s": 1.0, "peak_gib": 20.0}
+  fit.update(mfu=0.5, errors={})
   results = {
     "grpo/v4": fit,
     "grpo/v5p": {**fit, "slice": "v5p-8"},
@@ -380,6 +385,16 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
   }
   assert plan_cli.unbounded(results) == {"v4": ["grpo"], "v5p": ["dapo"]}
   assert plan_cli.unbounded_text(results) == "v4 (1): grpo; v5p (1): dapo"
+  # table.md marks their steps, and only theirs.
+  keys = plan_cli.unbounded_keys(results)
+  assert keys == {"grpo/v4", "dapo/v5p"}
+  table = search.markdown(results, ("v4", "v5p"), keys).splitlines()
+  marked = [line for line in table if search.UNBOUNDED in line]
+  assert [line.split(" | ")[0] for line in marked] == ["| dapo", "| grpo"]
+  assert (
+    f"v4-16: 20.0 GiB, step 1.0 s ({search.UNBOUNDED}), MFU 50%" in marked[1]
+  )
+  assert search.UNBOUNDED not in search.markdown(results, ("v4", "v5p"))
 
 
 def test_a_slice_whose_child_fails_is_a_row_with_its_error():
