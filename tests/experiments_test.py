@@ -25,7 +25,8 @@ EXPERIMENTS = sorted(
   m.name
   for m in pkgutil.iter_modules(experiments.__path__)
   if not m.ispkg
-  and m.name not in ("reproduce", "evaluate", "claims", "plan", "pretrain")
+  and m.name
+  not in ("reproduce", "evaluate", "claims", "plan", "plan_all", "pretrain")
 )
 # Smoke-run by their own tests below, which also make test_smoke's checks
 # (dars as its dars_b variant: the same code with the variant's preset).

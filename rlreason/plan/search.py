@@ -6,10 +6,10 @@
 A row is one slice's verdict as experiments/plan.py records it (slice,
 fits, peak_gib, step_s, train_s, mfu, errors and the flags the run needs).
 `smallest_fit` walks a family's slices (smallest first) with a
-`try_slice(slice)` that compiles one (experiments/plan.py: a child process
-per slice) or, in tests, fakes it; `start_index` picks where to start from
-other families' fits; `faster` keeps one of two rows of a slice and
-`merge_row` puts one slice's row into the results' files. Nothing here
+`try_slice(slice)` that compiles one (experiments/plan_all.py: a child
+process per slice) or, in tests, fakes it; `start_index` picks where to
+start from other families' fits; `faster` keeps one of two rows of a slice
+and `merge_row` puts one slice's row into the results' files. Nothing here
 compiles.
 """
 
@@ -134,7 +134,7 @@ def smallest_fit(slices, try_slice, start: int = 0, steady=None):
 
 # A fit whose step is known to be far too short: planned before the ICI
 # bound while its rollout gathers the weights every decode step
-# (experiments/plan.py's `unbounded` names them).
+# (experiments/plan_all.py's `unbounded` names them).
 UNBOUNDED = "no ICI bound: too short"
 
 

@@ -16,6 +16,7 @@ from rlreason.plan import search
 
 _env = dict(os.environ)
 from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
+from experiments import plan_all  # noqa: E402
 
 os.environ.clear()
 os.environ.update(_env)
@@ -31,7 +32,7 @@ def _load(name):
 
 RESULTS_JSON = _load("results.json")
 TRIED_JSON = _load("tried.json")
-UNBOUNDED_KEYS = plan_cli.unbounded_keys(RESULTS_JSON)
+UNBOUNDED_KEYS = plan_all.unbounded_keys(RESULTS_JSON)
 
 
 @pytest.mark.parametrize("key", sorted(RESULTS_JSON))
@@ -109,12 +110,12 @@ def test_a_cell_says_whether_its_micro_batch_splits(key):
 
 
 def test_the_readme_lists_the_fits_without_the_ici_bound():
-  """plan.unbounded: fits planned before the ICI bound whose rollout
+  """plan_all.unbounded: fits planned before the ICI bound whose rollout
   gathers its weights every decode step (their steps far too short); the
   README names each until it is planned again."""
   with open(os.path.join(ROOT, "README.md")) as f:
     readme = " ".join(f.read().split())
-  listed = plan_cli.unbounded_text(RESULTS_JSON)
+  listed = plan_all.unbounded_text(RESULTS_JSON)
   assert listed in readme, listed
-  total = sum(len(v) for v in plan_cli.unbounded(RESULTS_JSON).values())
+  total = sum(len(v) for v in plan_all.unbounded(RESULTS_JSON).values())
   assert f"The other {total} are kept as compiled" in readme, total

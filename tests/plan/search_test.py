@@ -14,6 +14,7 @@ from rlreason.train import train_step as ts
 
 _env = dict(os.environ)
 from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
+from experiments import plan_all  # noqa: E402
 
 os.environ.clear()  # importing the CLI set libtpu's env for this process
 os.environ.update(_env)
@@ -157,7 +158,7 @@ def test_misses_are_extrapolated_only_where_rows_per_chip_cannot_fall():
 
 def test_one_row_per_chip_follows_the_split_micro_batch():
   # grpo's preset: 1024 rows in 32 micro-batches of 32.
-  steady = functools.partial(plan_cli.one_row_per_chip, "grpo")
+  steady = functools.partial(plan_all.one_row_per_chip, "grpo")
   assert not steady(chips.parse("v4-16"))  # 8 chips: 4 rows each
   assert not steady(chips.parse("v4-32"))  # 16 chips: 2 each
   assert steady(chips.parse("v4-64"))  # 32 chips: 1 each
@@ -208,7 +209,7 @@ def _fake_rows(calls, fits_from: int, killed=()):
       return {
         "slice": slice_name,
         "fits": False,
-        "errors": {"plan": plan_cli.KILLED},
+        "errors": {"plan": plan_all.KILLED},
       }
     fits = chips.parse(slice_name).chips >= fits_from
     return {
@@ -246,16 +247,16 @@ def test_plan_all_resumes_from_the_slices_tried(
   calls = []
   fits_from = 16 if expected_slice == "v4-32" else 8
   monkeypatch.setattr(
-    plan_cli, "slice_row", _fake_rows(calls, fits_from, killed)
+    plan_all, "slice_row", _fake_rows(calls, fits_from, killed)
   )
-  monkeypatch.setattr(plan_cli, "fsdp_rollout", lambda *a: False)
-  monkeypatch.setattr(plan_cli, "candidate_slices", lambda *a: V4[:4])
+  monkeypatch.setattr(plan_all, "fsdp_rollout", lambda *a: False)
+  monkeypatch.setattr(plan_all, "candidate_slices", lambda *a: V4[:4])
   (tmp_path / "tried.json").write_text(json.dumps({"grpo/v4": seen}))
   if expected_slice == "v4-32":
     v5p = {"slice": "v5p-8", "fits": True, "peak_gib": 60.0, "step_s": 1.0}
     v5p.update(mfu=0.5, errors={})
     (tmp_path / "results.json").write_text(json.dumps({"grpo/v5p": v5p}))
-  table = plan_cli.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
+  table = plan_all.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
   assert calls == expected_calls
   # The table has every family's column, not only the searched one's.
   assert table.splitlines()[0] == "| experiment | v4 | v5p | v5e | v6e |"
@@ -264,7 +265,7 @@ def test_plan_all_resumes_from_the_slices_tried(
   tried = json.loads((tmp_path / "tried.json").read_text())["grpo/v4"]
   assert set(tried) == set(seen) | set(expected_calls)
   if not fits:
-    assert row["errors"]["plan"] == plan_cli.KILLED
+    assert row["errors"]["plan"] == plan_all.KILLED
     assert "killed" in table
   elif expected_slice == "v4-32":
     assert row["killed"] == ["v4-16"]
@@ -281,10 +282,10 @@ def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
   compiled with --mesh_tensor=2 and the faster fit kept, the other's
   verdict beside it; on v5p (95 GiB) the weights are replicated, one
   compile."""
-  assert plan_cli.fsdp_rollout("grpo", "v4-16", {})
-  assert not plan_cli.fsdp_rollout("grpo", "v5p-8", {})
-  assert not plan_cli.fsdp_rollout("grpo", "v4-16", {"mesh_tensor": 2})
-  assert not plan_cli.fsdp_rollout("grpo", "v4-16", {"rollout_layout": "fsdp"})
+  assert plan_all.fsdp_rollout("grpo", "v4-16", {})
+  assert not plan_all.fsdp_rollout("grpo", "v5p-8", {})
+  assert not plan_all.fsdp_rollout("grpo", "v4-16", {"mesh_tensor": 2})
+  assert not plan_all.fsdp_rollout("grpo", "v4-16", {"rollout_layout": "fsdp"})
   calls = []
 
   def slice_row(name, slice_name, programs, set_text):
@@ -295,9 +296,9 @@ def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
     row.update(peak_gib=20.0, step_s=3.0 if tp else 40.0, mfu=0.5)
     return {**row, "mesh_tensor": 2} if tp else row
 
-  monkeypatch.setattr(plan_cli, "slice_row", slice_row)
-  monkeypatch.setattr(plan_cli, "candidate_slices", lambda *a: V4[:4])
-  plan_cli.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
+  monkeypatch.setattr(plan_all, "slice_row", slice_row)
+  monkeypatch.setattr(plan_all, "candidate_slices", lambda *a: V4[:4])
+  plan_all.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
   assert calls == [("v4-8", ""), ("v4-8", "mesh_tensor=2")]
   row = json.loads((tmp_path / "results.json").read_text())["grpo/v4"]
   assert row["slice"] == "v4-8" and row["mesh_tensor"] == 2, row
@@ -383,10 +384,10 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
     "dump/v4": {**fit, "ici_s": {"rollout": 9.0}},
     "ppo/v4": {**fit, "fits": False},
   }
-  assert plan_cli.unbounded(results) == {"v4": ["grpo"], "v5p": ["dapo"]}
-  assert plan_cli.unbounded_text(results) == "v4 (1): grpo; v5p (1): dapo"
+  assert plan_all.unbounded(results) == {"v4": ["grpo"], "v5p": ["dapo"]}
+  assert plan_all.unbounded_text(results) == "v4 (1): grpo; v5p (1): dapo"
   # table.md marks their steps, and only theirs.
-  keys = plan_cli.unbounded_keys(results)
+  keys = plan_all.unbounded_keys(results)
   assert keys == {"grpo/v4", "dapo/v5p"}
   table = search.markdown(results, ("v4", "v5p"), keys).splitlines()
   marked = [line for line in table if search.UNBOUNDED in line]
@@ -398,7 +399,7 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
 
 
 def test_a_slice_whose_child_fails_is_a_row_with_its_error():
-  row = plan_cli.slice_row("no_such_experiment", "v5e-4", ("train_step",), "")
+  row = plan_all.slice_row("no_such_experiment", "v5e-4", ("train_step",), "")
   assert row["slice"] == "v5e-4" and not row["fits"]
   assert "no_such_experiment" in row["errors"]["plan"], row
 
@@ -410,13 +411,13 @@ def test_a_child_killed_is_a_miss_and_one_stopped_stops_the_search(
   def run(cmd, **kwargs):
     return subprocess.CompletedProcess(cmd, code, "", "Killed")
 
-  monkeypatch.setattr(plan_cli.subprocess, "run", run)
+  monkeypatch.setattr(plan_all.subprocess, "run", run)
   if code == -9:  # SIGKILL: the OOM killer
-    row = plan_cli.slice_row("grpo", "v4-8", ("train_step",), "")
-    assert row["errors"]["plan"] == plan_cli.KILLED and not row["fits"]
+    row = plan_all.slice_row("grpo", "v4-8", ("train_step",), "")
+    assert row["errors"]["plan"] == plan_all.KILLED and not row["fits"]
   else:  # SIGTERM / SIGINT: stopped by hand, nothing to record
     with pytest.raises(KeyboardInterrupt):
-      plan_cli.slice_row("grpo", "v4-8", ("train_step",), "")
+      plan_all.slice_row("grpo", "v4-8", ("train_step",), "")
 
 
 def test_a_micro_batch_that_does_not_split_is_named_in_the_cell():
