@@ -191,7 +191,9 @@ def faster(first: dict, second: dict) -> dict:
   one with the ICI bound when only one has it: a row without `ici_s` was
   planned before the bound, its step too short where its rollout gathers
   weights; both misses: the first), with the other's verdict as its
-  `alternative` (and its commit and ICI seconds)."""
+  `alternative` (and its commit and ICI seconds), the verdicts either
+  was kept against before inside it: a slice planned three ways
+  (plan_all.tensor_splits) keeps all three."""
   keep, other = first, second
   if (
     second["fits"]
@@ -207,7 +209,11 @@ def faster(first: dict, second: dict) -> dict:
   seen = (
     "fits", "peak_gib", "step_s", "mesh_tensor", "errors", "ici_s", "commit"
   )  # fmt: skip
-  return {**keep, "alternative": {k: other[k] for k in seen if k in other}}
+  alternative = {k: other[k] for k in seen if k in other}
+  before = keep.get("alternative") or other.get("alternative")
+  if before:
+    alternative["alternative"] = before
+  return {**keep, "alternative": alternative}
 
 
 def load(path) -> dict:

@@ -279,32 +279,47 @@ def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
 ):
   """grpo's 7B bf16 weights take over 40% of a 32 GiB chip: its rollout
   splits them over fsdp (gathered every decode step). Each slice is also
-  compiled with --mesh_tensor=2 and the faster fit kept, the other's
-  verdict beside it; on v5p (95 GiB) the weights are replicated, one
-  compile."""
+  compiled with --mesh_tensor=2 and 4 (its 4 KV heads split 4 ways) and
+  the fastest fit kept, the others' verdicts beside it; on v5p (95 GiB)
+  the weights are replicated, one compile."""
   assert plan_all.fsdp_rollout("grpo", "v4-16", {})
   assert not plan_all.fsdp_rollout("grpo", "v5p-8", {})
   assert not plan_all.fsdp_rollout("grpo", "v4-16", {"mesh_tensor": 2})
   assert not plan_all.fsdp_rollout("grpo", "v4-16", {"rollout_layout": "fsdp"})
   calls = []
 
+  assert plan_all.tensor_splits("grpo", "v4-16", {}) == (2, 4)
+  assert plan_all.tensor_splits("grpo", "v4-8", {}) == (2,)  # 4 chips
+  assert plan_all.tensor_splits("grpo", "v5p-8", {}) == ()
+  assert plan_all.tensor_splits("grpo", "v4-16", {"mesh_tensor": 2}) == ()
+  calls = []
+  steps = {0: 40.0, 2: 3.0, 4: 5.0}  # at 4 slower than at 2
+
   def slice_row(name, slice_name, programs, set_text):
     calls.append((slice_name, set_text))
-    tp = "mesh_tensor=2" in set_text
-    fits = chips.parse(slice_name).chips >= (4 if tp else 8)
+    tensor = int(set_text.partition("mesh_tensor=")[2] or 0)
+    fits = chips.parse(slice_name).chips >= 8
     row = {"slice": slice_name, "fits": fits, "errors": {}}
-    row.update(peak_gib=20.0, step_s=3.0 if tp else 40.0, mfu=0.5)
-    return {**row, "mesh_tensor": 2} if tp else row
+    row.update(peak_gib=20.0, step_s=steps[tensor], mfu=0.5)
+    return {**row, "mesh_tensor": tensor} if tensor else row
 
   monkeypatch.setattr(plan_all, "slice_row", slice_row)
   monkeypatch.setattr(plan_all, "candidate_slices", lambda *a: V4[:4])
   plan_all.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
-  assert calls == [("v4-8", ""), ("v4-8", "mesh_tensor=2")]
+  assert calls == [
+    ("v4-8", ""), ("v4-8", "mesh_tensor=2"),  # 4 chips: both miss
+    ("v4-16", ""), ("v4-16", "mesh_tensor=2"), ("v4-16", "mesh_tensor=4"),
+  ]  # fmt: skip
   row = json.loads((tmp_path / "results.json").read_text())["grpo/v4"]
-  assert row["slice"] == "v4-8" and row["mesh_tensor"] == 2, row
+  assert row["slice"] == "v4-16" and row["mesh_tensor"] == 2, row
+  fit = {"fits": True, "peak_gib": 20.0, "errors": {}}
   assert row["alternative"] == {
-    "fits": False, "peak_gib": 20.0, "step_s": 40.0, "errors": {}
+    **fit, "step_s": 5.0, "mesh_tensor": 4,
+    "alternative": {**fit, "step_s": 40.0},
   }  # fmt: skip
+  tried = json.loads((tmp_path / "tried.json").read_text())["grpo/v4"]
+  assert tried["v4-8"]["alternative"]["mesh_tensor"] == 2
+  assert not tried["v4-8"]["fits"] and "mesh_tensor" not in tried["v4-8"]
   # Both fit: the shorter step; both miss: the first.
   a = {"fits": True, "step_s": 5.0}
   b = {"fits": True, "step_s": 9.0, "mesh_tensor": 2}
