@@ -8,7 +8,9 @@ aot.compile_run builds `makers` ({program: compile(config) -> Program}) and
 what stays resident beside each program; this module decides what to try
 when one lands over the fit (or out of HBM at the compiler's default):
   budgeted            under its temporaries budget flag (program.
-                      TEMP_BUDGETS), lowered by each overshoot;
+                      TEMP_BUDGETS), lowered by each overshoot; not
+                      again once the compiler refused one (a rollout
+                      at fewer rows);
   fewer_rows          a rollout at fewer sequences per call (where its
                       peaks so far meet the fit, at least half), down to
                       a quarter (--rollout_rows in the run);
@@ -107,6 +109,12 @@ class Retrying:
   mesh: object
   fit_bytes: int | None
   progress: Callable[[str], None] | None = None
+  # Programs whose first budget the compiler refused: not budgeted again
+  # (a rollout at fewer rows: libtpu counted 14.2-14.8 GB of temporaries
+  # for grpo's 7B at 188, 176 and 160 rows per call, under budgets of
+  # 5.7-5.9 GiB, memory_analysis 2.5 times fewer; no rollout budget has
+  # compiled in the 17 tried on 7B-32B presets).
+  refused: set = dataclasses.field(default_factory=set)
 
   def _compile(self, name: str, c, how: str = "") -> program_lib.Program:
     """makers[name](c); `how` (" under --flag=N", ...) names the retry in
@@ -136,10 +144,12 @@ class Retrying:
   def compile_one(self, name: str, c, how: str = "") -> program_lib.Program:
     """`name` compiled with config `c`; over the fit, or out of HBM at the
     compiler's default, again under the temporaries budget where `c`
-    sets none (program.TEMP_BUDGETS)."""
+    sets none (program.TEMP_BUDGETS) and the compiler has not refused
+    one for `name` (self.refused)."""
     flag = program_lib.TEMP_BUDGETS.get(name)
     can_budget = (
       flag
+      and name not in self.refused
       and self.fit_bytes
       and not getattr(c, flag, 0)
       and ts.compiler_options(1, self.mesh)  # a TPU mesh
@@ -161,12 +171,16 @@ class Retrying:
       )
       kept = budgeted(stub, self.fit_bytes, with_budget)
       if kept.argument_bytes == 0:  # no budget compiled either
+        self.refused.add(name)
         why = str(e).splitlines()[0][:200]
         raise RuntimeError(f"{why}; {kept.note}") from e
       return kept
     first = dataclasses.replace(first, resident_bytes=self.resident[name])
     if can_budget and first.peak_bytes > self.fit_bytes:
-      return budgeted(first, self.fit_bytes, with_budget)
+      kept = budgeted(first, self.fit_bytes, with_budget)
+      if not kept.temp_budget_mib:  # none compiled
+        self.refused.add(name)
+      return kept
     return first
 
   def fewer_rows(self, prog, cfg):

@@ -194,6 +194,48 @@ def test_a_rollout_over_the_fit_is_tried_at_the_rows_its_room_holds():
     assert got.rows == want[-1] and got.run_flags == {"rollout_rows": got.rows}
 
 
+def test_a_rollout_budget_the_compiler_refused_is_not_tried_again(
+  monkeypatch,
+):
+  """A rollout over the fit whose budget the compiler refuses (libtpu
+  counts more temporaries than any room the fit leaves) is compiled
+  again at fewer rows without one; where it compiles, each try is
+  budgeted."""
+  monkeypatch.setattr(
+    aot.ts, "compiler_options", lambda mib, mesh: {"budget": mib}
+  )
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  tried, refuse = [], [True]
+
+  def rollout(c):
+    rows, budget = c.rollout_rows or 64, c.rollout_temp_budget_mib
+    tried.append((rows, budget))
+    if budget and refuse[0]:
+      raise RuntimeError(OOM)
+    temp = 300 + 5 * rows  # MiB: 300 do not grow with the rows
+    temp = min(budget, temp) if budget else temp
+    return program_lib.Program(
+      "rollout", 1000 * MIB, 0, 0, temp * MIB, 0, 0.0, 0.0, [], rows=rows,
+      temp_budget_mib=budget,
+    )  # fmt: skip
+
+  cfg = grpo.TinyConfig()
+  for refused in (True, False):
+    tried.clear()
+    refuse[0] = refused
+    compiler = retry.Retrying(
+      {"rollout": rollout}, {"rollout": 0}, mesh, 1500 * MIB
+    )
+    got = compiler.fewer_rows(compiler.compile_one("rollout", cfg), cfg)
+    if refused:  # 64 over, its budget refused; 48 over, 40 fit
+      assert tried == [(64, 0), (64, 500), (48, 0), (40, 0)], tried
+      assert compiler.refused == {"rollout"}
+      assert got.rows == 40 and got.temp_budget_mib == 0
+    else:  # the budget holds it at 64 rows: no fewer rows
+      assert tried == [(64, 0), (64, 500)], tried
+      assert compiler.refused == set() and got.temp_budget_mib == 500
+
+
 def test_a_replicated_rollout_over_the_fit_is_tried_split_over_fsdp():
   """retry.sharded_params: a rollout whose replicated weights (1000 MiB
   per chip here) leave it over an 800 MiB fit is compiled again with
