@@ -113,8 +113,9 @@ class Retrying:
   # (a rollout at fewer rows: libtpu counted 14.2-14.8 GB of temporaries
   # for grpo's 7B at 188, 176 and 160 rows per call at --mesh_tensor=2,
   # under budgets of 5.7-5.9 GiB, memory_analysis 2.5 times fewer; none
-  # of the 17 rollout budgets in sessions 43-47's logs compiled, each
-  # 11-29 s. Budgets that compile, as grpo's on v5e-32, are tried again.)
+  # of the 18 rollout budgets in this host's logs of 7B presets on 32 GiB
+  # chips compiled, each refused in 11-29 s. Budgets that compile, as
+  # grpo's on v5e-32, are tried again.)
   refused: set = dataclasses.field(default_factory=set)
 
   def _compile(self, name: str, c, how: str = "") -> program_lib.Program:
