@@ -16,11 +16,8 @@ results.json (resumable: finished cells are reused) and table.md;
 `--merge` puts one slice's plan into them.
 """
 
-import dataclasses
-import importlib
 import json
 import os
-import pkgutil
 import sys
 import time
 
@@ -44,66 +41,10 @@ from rlreason.plan import program as program_lib  # noqa: E402
 from rlreason.plan import retry  # noqa: E402
 from rlreason.plan import search  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
-from rlreason.rl import objective  # noqa: E402
 from rlreason.train import run_info  # noqa: E402
-from rlreason.train import train_step as ts  # noqa: E402
 
-import experiments  # noqa: E402
-
-_SKIP = ("reproduce", "evaluate", "claims", "plan", "plan_all")
-
-
-def experiment_names() -> list[str]:
-  return sorted(
-    m.name
-    for m in pkgutil.iter_modules(experiments.__path__)
-    if not m.ispkg and m.name not in _SKIP
-  )
-
-
-def experiment_config(name: str, scale: str, overrides: dict):
-  """(cfg, loss_fn, extras) of an experiment at a scale, with overrides.
-
-  An experiment module tells the planner what its run holds beyond the
-  policy: `critic(cfg)`, its loop hook for parameters trained beside the
-  policy; `train_fields(cfg)`, {batch field: per-row shape} its loss reads
-  beyond objective.loss_fn's, or at another shape (IGPO's token-level
-  adv); `plan_config(cfg)`, the config whose shapes
-  its programs run at (when they are not the flags' own);
-  `scorers(cfg)`, {program: --model name} of the frozen models it scores
-  its rollouts with (plan/scoring.py's SCORERS: KDRL's teacher, rm_grpo's
-  reward model); `reward_model_pairs(cfg)`, the pairs per step of a
-  reward model it trains before the RL (rm_grpo's Bradley-Terry stage);
-  `samplers(cfg)`, {program: config} of other models that sample in the
-  run (rm_grpo's generative judge, ampo's teachers: a config, or a
-  plan/program.Sampler of it and how many models); and, read by
-  `plan`, `decode_tokens(cfg)`, the completion tokens its rollout decodes
-  (when not all), and `score_forwards(cfg)`, the whole-batch forwards
-  per step beyond the reference's (IGPO's answer probabilities).
-  `extras` are aot.compile_run's keywords for the first two, the
-  scorers, the reward model's pairs and the samplers.
-  """
-  module = importlib.import_module(f"experiments.{name}")
-  cfg = module.Config()
-  if scale == "paper":
-    cfg = dataclasses.replace(cfg, **module.PAPER)
-  cfg = dataclasses.replace(cfg, **overrides)
-  resolve = getattr(module, "resolve", None)
-  cfg = resolve(cfg) if resolve else cfg
-  shaped = getattr(module, "plan_config", None)
-  cfg = shaped(cfg) if shaped else cfg
-  extras = {}
-  if hasattr(module, "critic"):
-    extras["extra_params"] = module.critic(cfg)
-  if hasattr(module, "train_fields"):
-    extras["fields"] = module.train_fields(cfg)
-  if hasattr(module, "scorers"):
-    extras["scorers"] = module.scorers(cfg)
-  if hasattr(module, "reward_model_pairs"):
-    extras["reward_model_pairs"] = module.reward_model_pairs(cfg)
-  if hasattr(module, "samplers"):
-    extras["samplers"] = module.samplers(cfg)
-  return cfg, getattr(module, "loss_fn", objective.loss_fn), extras
+from experiments import plan_all  # noqa: E402
+from experiments import plan_hooks  # noqa: E402
 
 
 def mesh_for(topology: str, cfg):
@@ -142,7 +83,7 @@ def plan(
 ):
   """(Summary, seconds) of a run on a slice (`stop_over_fit`: the programs
   after one over the fit are not compiled, aot.compile_run)."""
-  cfg, loss_fn, extras = experiment_config(name, scale, overrides)
+  cfg, loss_fn, extras = plan_hooks.experiment_config(name, scale, overrides)
   mesh, hbm, n_dev, peak, bw, ici = mesh_for(topology, cfg)
   t0 = time.time()
   progs = aot.compile_run(
@@ -167,19 +108,10 @@ def plan(
     peak_flops=peak,
     hbm_bandwidth=bw,
     ici_bandwidth=ici,
-    decode_tokens=_hook(name, "decode_tokens", cfg),
-    score_forwards=_hook(name, "score_forwards", cfg),
+    decode_tokens=plan_hooks.hook(name, "decode_tokens", cfg),
+    score_forwards=plan_hooks.hook(name, "score_forwards", cfg),
   )
   return s, time.time() - t0
-
-
-def _hook(name: str, hook: str, cfg) -> int:
-  """The experiment's `hook(cfg)` (decode_tokens: the completion tokens
-  per row its rollout decodes, multi-turn: the actions'; score_forwards:
-  its extra whole-batch forwards), else 0 (decode_tokens: all; no extra
-  forwards)."""
-  fn = getattr(importlib.import_module(f"experiments.{name}"), hook, None)
-  return fn(cfg) if fn else 0
 
 
 def _row(s: summary.Summary, topology: str) -> dict:
@@ -216,51 +148,13 @@ def _row(s: summary.Summary, topology: str) -> dict:
   }
 
 
-def _shards(cfg, slice_name: str) -> int:
-  return ts.batch_shards(cfg, chips.parse(slice_name).chips)
-
-
-def unsplit_on(name: str, slice_name: str, overrides=None) -> str:
-  """train_step.unsplit for a PAPER preset on a slice, without compiling."""
-  cfg = experiment_config(name, "paper", overrides or {})[0]
-  return ts.unsplit(cfg, _shards(cfg, slice_name))
-
-
-def split_overrides(name, scale, slice_name, overrides: dict) -> dict:
-  """{"micro_batches": n} where the config's micro-batch (the preset's,
-  with `overrides`) does not split over the slice's chips and n does
-  (train_step.splitting_micro_batches): fewer weight re-reads, and no
-  activations kept whole on groups of chips. {} where it splits already
-  (or no count would)."""
-  cfg = experiment_config(name, scale, overrides)[0]
-  mb = ts.splitting_micro_batches(cfg, _shards(cfg, slice_name))
-  return {"micro_batches": mb} if mb and mb != cfg.micro_batches else {}
-
-
-def parse_set(text: str) -> dict:
-  out = {}
-  for item in filter(None, text.split(",")):
-    key, _, value = item.partition("=")
-    for kind in (int, float):
-      try:
-        value = kind(value)
-        break
-      except ValueError:
-        pass
-    out[key] = {"True": True, "False": False}.get(value, value)
-  return out
-
-
 def main(argv):
   del argv
   f = flags.FLAGS
   programs = tuple(p for p in f.programs.split(",") if p)
-  overrides = parse_set(f.set)
+  overrides = plan_hooks.parse_set(f.set)
   if f.merge and (f.all or f.topology == "local"):
     raise app.UsageError("--merge takes one TPU slice's plan (--topology)")
-  # The search (and --merge's marks) import this module: not at its top.
-  from experiments import plan_all
-
   if f.all:
     names = tuple(n for n in f.experiments.split(",") if n)
     print(
@@ -269,7 +163,9 @@ def main(argv):
     return
   split = {}
   if f.split_micro_batches and f.topology != "local":
-    split = split_overrides(f.experiment, f.scale, f.topology, overrides)
+    split = plan_hooks.split_overrides(
+      f.experiment, f.scale, f.topology, overrides
+    )
   s, secs = plan(
     f.experiment,
     f.scale,

@@ -27,10 +27,9 @@ import sys
 import tempfile
 import time
 
-from experiments import plan  # first: it sets libtpu's env before jax starts
+import jax
 
-import jax  # noqa: E402
-
+from experiments import plan_hooks
 from rlreason import mesh as mesh_lib
 from rlreason.plan import aot
 from rlreason.plan import chips
@@ -45,8 +44,8 @@ def one_row_per_chip(name: str, s: chips.Slice, overrides=None) -> bool:
   --split_micro_batches plans it) holds at most one row per batch shard
   there: then a larger slice cannot hold fewer."""
   overrides = overrides or {}
-  split = plan.split_overrides(name, "paper", s.name, overrides)
-  cfg = plan.experiment_config(name, "paper", {**overrides, **split})[0]
+  split = plan_hooks.split_overrides(name, "paper", s.name, overrides)
+  cfg = plan_hooks.experiment_config(name, "paper", {**overrides, **split})[0]
   rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
   return rows <= ts.batch_shards(cfg, s.chips)
 
@@ -56,7 +55,7 @@ def fsdp_rollout(name: str, slice_name: str, overrides: dict) -> bool:
   the slice (the auto layout, mesh.rollout_rules: bf16 weights over 40%
   of a chip at the preset's tensor split): each decode step then gathers
   them over the ICI."""
-  cfg = plan.experiment_config(name, "paper", overrides)[0]
+  cfg = plan_hooks.experiment_config(name, "paper", overrides)[0]
   if getattr(cfg, "rollout_layout", "auto") != "auto":
     return False
   model_cfg = aot.model_config(cfg)
@@ -77,7 +76,7 @@ def tensor_splits(name: str, slice_name: str, overrides: dict) -> tuple:
     name, slice_name, overrides
   ):
     return ()
-  cfg = plan.experiment_config(name, "paper", overrides)[0]
+  cfg = plan_hooks.experiment_config(name, "paper", overrides)[0]
   four = aot.model_config(cfg).n_kv_heads % 4 == 0
   return (2, 4) if four and chips.parse(slice_name).chips >= 8 else (2,)
 
@@ -117,7 +116,7 @@ def candidate_slices(name: str, family: str, overrides: dict):
   """The family's slices, from the smallest whose HBM (less the fit margin)
   holds fp32 parameters and two Adam moments (of the policy and whatever
   is trained beside it) split over all chips."""
-  cfg, _, extras = plan.experiment_config(name, "paper", overrides)
+  cfg, _, extras = plan_hooks.experiment_config(name, "paper", overrides)
   shapes = plan_state.trained_shapes(
     cfg, aot.model_config(cfg), extras.get("extra_params")
   )[0]
@@ -182,9 +181,9 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
   path = os.path.join(out_dir, "results.json")
   tried_path = os.path.join(out_dir, "tried.json")
   results, tried = search.load(path), search.load(tried_path)
-  overrides = plan.parse_set(set_text)
+  overrides = plan_hooks.parse_set(set_text)
 
-  for name in names or plan.experiment_names():
+  for name in names or plan_hooks.experiment_names():
     if not hasattr(importlib.import_module(f"experiments.{name}"), "PAPER"):
       continue
     for family in families:

@@ -14,7 +14,7 @@ program; the reward model's Bradley-Terry training before the RL, its
 weights and moments updated in place, its activations cut by
 micro-batches, which the planner raises for a step over the fit; its
 generative judge's sampler) and T-PPO's window batch are
-planned through the experiments' hooks (experiments/plan.py), and SIREN's
+planned through the experiments' hooks (experiments/plan_hooks.py), and SIREN's
 loss of the whole distribution holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
 analysis shows the same bytes with and without it); the train step's
@@ -228,11 +228,11 @@ res["options"] = [ts.compiler_options(0, mesh1), ts.compiler_options(7, mesh1)]
 res["tp_mesh"] = dict(mesh_lib.make_mesh(
   1, -1, 2, devices=chips.devices(chips.parse("v6e-16"))).shape)
 # PPO's critic and T-PPO's window batch, through the CLI's hooks.
-from experiments import plan as plan_cli
+from experiments import plan_hooks
 small = dict(model="tiny", batch_size=4, group_size=4, micro_batches=1,
              steps=1, dtype="float32")
 for name in ("grpo", "ppo", "truncated_ppo", "siren"):
-  cfg, loss_fn, extras = plan_cli.experiment_config(name, "laptop", small)
+  cfg, loss_fn, extras = plan_hooks.experiment_config(name, "laptop", small)
   res[name] = run(cfg, "v5e-4", ("train_step", "ref_logp", "values"),
                   loss_fn=loss_fn, extras=extras)
   res[name]["prompt"] = cfg.max_prompt_len
@@ -240,13 +240,13 @@ for name in ("grpo", "ppo", "truncated_ppo", "siren"):
 # KDRL's teacher (twice the policy's layers, as its 7B teacher is larger
 # than its 1.5B student) and rm_grpo's reward model (the policy's shape
 # with a scalar head), through their `scorers` hooks.
-cfg, loss_fn, extras = plan_cli.experiment_config("kdrl", "laptop", small)
+cfg, loss_fn, extras = plan_hooks.experiment_config("kdrl", "laptop", small)
 deeper = {"n_layers": 2 * presets.get("tiny").n_layers}
 res["kdrl"] = run(cfg, "v5e-4", ("ref_logp", "teacher"),
                   loss_fn=loss_fn, extras=extras, scorer_overrides=deeper)
 res["kdrl"]["teacher_params"] = dataclasses.replace(
   presets.get("tiny"), vocab_size=V, **deeper).num_params()
-cfg, loss_fn, extras = plan_cli.experiment_config("rm_grpo", "laptop", small)
+cfg, loss_fn, extras = plan_hooks.experiment_config("rm_grpo", "laptop", small)
 res["rm_grpo"] = run(cfg, "v5e-4",
                      ("ref_logp", "reward_model", "reward_model_train"),
                      loss_fn=loss_fn, extras=extras)
@@ -257,7 +257,7 @@ for m in (2, 4):
                                  loss_fn=loss_fn, extras=extras)
 # rm_grpo's generative judge (--rm_kind=judge), through its `samplers`.
 judged = dict(small, rm_kind="judge", judge_samples=2)
-cfg_j, loss_fn, extras_j = plan_cli.experiment_config("rm_grpo", "laptop",
+cfg_j, loss_fn, extras_j = plan_hooks.experiment_config("rm_grpo", "laptop",
                                                       judged)
 res["rm_judge"] = run(cfg_j, "v5e-4", ("rollout", "judge"), loss_fn=loss_fn,
                       extras=extras_j)
@@ -267,7 +267,7 @@ res["rm_judge"]["prompt"] = cfg_j.max_prompt_len
 res["rm_judge"]["completion"] = cfg_j.max_new_tokens
 # ampo's teachers (two models and the stored solutions), through its
 # `samplers`: each samples --teacher_samples solutions for every prompt.
-cfg_a, loss_fn, extras_a = plan_cli.experiment_config(
+cfg_a, loss_fn, extras_a = plan_hooks.experiment_config(
   "ampo", "laptop", dict(small, teachers="a,b,reference", teacher_samples=2))
 res["ampo"] = run(cfg_a, "v5e-4", ("rollout", "teachers"), loss_fn=loss_fn,
                   extras=extras_a)

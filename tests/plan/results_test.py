@@ -11,15 +11,10 @@ import os
 
 import pytest
 
+from experiments import plan_all
+from experiments import plan_hooks
 from rlreason.plan import chips
 from rlreason.plan import search
-
-_env = dict(os.environ)
-from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
-from experiments import plan_all  # noqa: E402
-
-os.environ.clear()
-os.environ.update(_env)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 RESULTS = os.path.join(ROOT, "experiments", "plan_results")
@@ -104,7 +99,7 @@ def test_a_cell_says_whether_its_micro_batch_splits(key):
   overrides = {  # the row's flags that change the batch's split
     k: row[k] for k in ("micro_batches", "mesh_tensor") if k in row
   }
-  assert row.get("unsplit", "") == plan_cli.unsplit_on(
+  assert row.get("unsplit", "") == plan_hooks.unsplit_on(
     name, row["slice"], overrides
   )
 

@@ -15,6 +15,7 @@ from rlreason.train import train_step as ts
 _env = dict(os.environ)
 from experiments import plan as plan_cli  # noqa: E402 - sets libtpu's env
 from experiments import plan_all  # noqa: E402
+from experiments import plan_hooks  # noqa: E402
 
 os.environ.clear()  # importing the CLI set libtpu's env for this process
 os.environ.update(_env)
@@ -439,7 +440,7 @@ def test_a_micro_batch_that_does_not_split_is_named_in_the_cell():
   """4 rows per micro-batch on 16 chips: XLA keeps activations whole on
   groups of chips (adacl's v4-32 cell, train MFU 29%); the row says so,
   and the cell too. 16 rows on the same chips split."""
-  cfg = plan_cli.experiment_config("grpo", "paper", {})[0]
+  cfg = plan_hooks.experiment_config("grpo", "paper", {})[0]
   rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
   assert ts.unsplit(cfg, rows) == ""
   assert ts.unsplit(cfg, 1) == ""
@@ -448,8 +449,8 @@ def test_a_micro_batch_that_does_not_split_is_named_in_the_cell():
     why == f"{rows} rows per micro-batch do not split over {2 * rows} chips"
   )
   slice_name = f"v4-{4 * rows}"  # 2 * rows chips (two cores per chip)
-  assert plan_cli.unsplit_on("grpo", slice_name) == why
-  assert plan_cli.unsplit_on("grpo", f"v4-{2 * rows}") == ""
+  assert plan_hooks.unsplit_on("grpo", slice_name) == why
+  assert plan_hooks.unsplit_on("grpo", f"v4-{2 * rows}") == ""
   row = {"slice": slice_name, "fits": True, "errors": {}, "peak_gib": 20.0}
   row.update(step_s=2.0, mfu=0.3, unsplit=why)
   cell = search.markdown({"grpo/v4": row}, ("v4",)).splitlines()[-1]
@@ -459,7 +460,7 @@ def test_a_micro_batch_that_does_not_split_is_named_in_the_cell():
 def test_a_fitting_plan_is_told_its_micro_batch_does_not_split():
   from rlreason.plan import program as program_lib
 
-  cfg = plan_cli.experiment_config("grpo", "paper", {})[0]
+  cfg = plan_hooks.experiment_config("grpo", "paper", {})[0]
   rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
   fits = {
     "train_step": program_lib.Program("train_step", 1, 0, 0, 1, 0, 0, 0, [])
@@ -474,18 +475,18 @@ def test_a_fitting_plan_is_told_its_micro_batch_does_not_split():
 
 
 def test_a_slice_that_does_not_split_the_micro_batch_is_planned_with_fewer():
-  cfg = plan_cli.experiment_config("grpo", "paper", {})[0]
+  cfg = plan_hooks.experiment_config("grpo", "paper", {})[0]
   rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
   two_rows = f"v4-{4 * rows}"  # 2 * rows chips: one row each
   fewer = cfg.micro_batches // 2
-  assert plan_cli.split_overrides("grpo", "paper", two_rows, {}) == {
+  assert plan_hooks.split_overrides("grpo", "paper", two_rows, {}) == {
     "micro_batches": fewer
   }
-  assert plan_cli.unsplit_on("grpo", two_rows, {"micro_batches": fewer}) == ""
+  assert plan_hooks.unsplit_on("grpo", two_rows, {"micro_batches": fewer}) == ""
   # Where the preset's split, nothing is added to the overrides.
-  assert plan_cli.split_overrides("grpo", "paper", "v4-8", {"seed": 3}) == {}
+  assert plan_hooks.split_overrides("grpo", "paper", "v4-8", {"seed": 3}) == {}
   assert (
-    plan_cli.split_overrides(
+    plan_hooks.split_overrides(
       "grpo", "paper", two_rows, {"micro_batches": fewer}
     )
     == {}
@@ -510,16 +511,16 @@ def test_a_slice_that_does_not_split_the_micro_batch_is_planned_with_fewer():
 def test_multi_turn_presets_are_planned_at_their_episode_length(
   name, prompt, completion, decoded
 ):
-  cfg, _, _ = plan_cli.experiment_config(name, "paper", {})
+  cfg, _, _ = plan_hooks.experiment_config(name, "paper", {})
   assert (cfg.max_prompt_len, cfg.max_new_tokens) == (prompt, completion)
-  assert plan_cli._hook(name, "decode_tokens", cfg) == decoded
+  assert plan_hooks.hook(name, "decode_tokens", cfg) == decoded
 
 
 def test_igpo_plans_token_advantages_and_its_answer_forwards():
-  cfg, _, extras = plan_cli.experiment_config("igpo", "paper", {})
+  cfg, _, extras = plan_hooks.experiment_config("igpo", "paper", {})
   assert extras["fields"] == {"adv": (cfg.max_new_tokens,)}
-  assert plan_cli._hook("igpo", "score_forwards", cfg) == cfg.max_turns == 4
-  assert plan_cli._hook("search_r1", "score_forwards", cfg) == 0
+  assert plan_hooks.hook("igpo", "score_forwards", cfg) == cfg.max_turns == 4
+  assert plan_hooks.hook("search_r1", "score_forwards", cfg) == 0
 
 
 def test_ampo_plans_its_teachers_and_their_candidates_forward():
@@ -530,23 +531,23 @@ def test_ampo_plans_its_teachers_and_their_candidates_forward():
   per prompt; with 3 x 3 + 1 candidates per prompt of 8 rows, two."""
   from rlreason.plan import program as program_lib
 
-  cfg, _, extras = plan_cli.experiment_config("ampo", "paper", {})
+  cfg, _, extras = plan_hooks.experiment_config("ampo", "paper", {})
   ((name, sampler),) = extras["samplers"].items()
   assert name == "teachers" and isinstance(sampler, program_lib.Sampler)
   assert sampler.models == 4 and cfg.group_size == 8
   assert sampler.config.group_size == cfg.teacher_samples == 1
   assert sampler.config.model == cfg.model
   assert sampler.config.max_new_tokens == cfg.max_new_tokens
-  assert plan_cli._hook("ampo", "score_forwards", cfg) == 1
+  assert plan_hooks.hook("ampo", "score_forwards", cfg) == 1
   three = dict(teachers="a,b,c,reference", teacher_samples=3)
-  cfg3, _, extras3 = plan_cli.experiment_config("ampo", "paper", three)
+  cfg3, _, extras3 = plan_hooks.experiment_config("ampo", "paper", three)
   assert extras3["samplers"]["teachers"].models == 3
-  assert plan_cli._hook("ampo", "score_forwards", cfg3) == 2
-  stored, _, none = plan_cli.experiment_config(
+  assert plan_hooks.hook("ampo", "score_forwards", cfg3) == 2
+  stored, _, none = plan_hooks.experiment_config(
     "ampo", "paper", dict(teachers="reference")
   )
   assert none["samplers"] == {}
-  assert plan_cli._hook("ampo", "score_forwards", stored) == 1
+  assert plan_hooks.hook("ampo", "score_forwards", stored) == 1
 
 
 def test_a_row_names_its_peak_program_and_the_budgets_refused():
