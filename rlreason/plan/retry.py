@@ -180,7 +180,7 @@ class Retrying:
     first = dataclasses.replace(first, resident_bytes=self.resident[name])
     if can_budget and first.peak_bytes > self.fit_bytes:
       kept = budgeted(first, self.fit_bytes, with_budget)
-      if not kept.temp_budget_mib:  # none compiled
+      if kept is not first and not kept.temp_budget_mib:  # tried, refused
         self.refused.add(name)
       return kept
     return first

@@ -200,7 +200,7 @@ def test_a_rollout_budget_the_compiler_refused_is_not_tried_again(
   """A rollout over the fit whose budget the compiler refuses (libtpu
   counts more temporaries than any room the fit leaves) is compiled
   again at fewer rows without one; where it compiles, each try is
-  budgeted."""
+  budgeted; a fit that leaves no room tries none and refuses nothing."""
   monkeypatch.setattr(
     aot.ts, "compiler_options", lambda mib, mesh: {"budget": mib}
   )
@@ -234,6 +234,14 @@ def test_a_rollout_budget_the_compiler_refused_is_not_tried_again(
     else:  # the budget holds it at 64 rows: no fewer rows
       assert tried == [(64, 0), (64, 500)], tried
       assert compiler.refused == set() and got.temp_budget_mib == 500
+  # A fit below the weights leaves no room for any budget: none is tried,
+  # and none counts as refused.
+  tried.clear()
+  compiler = retry.Retrying(
+    {"rollout": rollout}, {"rollout": 0}, mesh, 900 * MIB
+  )
+  compiler.compile_one("rollout", cfg)
+  assert tried == [(64, 0)] and compiler.refused == set()
 
 
 def test_a_replicated_rollout_over_the_fit_is_tried_split_over_fsdp():
