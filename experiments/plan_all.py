@@ -68,10 +68,11 @@ def tensor_splits(name: str, slice_name: str, overrides: dict) -> tuple:
   """The --mesh_tensor values a slice is also planned at (the fastest fit
   kept, search.faster) where the preset's rollout would gather its
   weights every decode step (fsdp_rollout): 2, and 4 where the model's
-  KV heads split 4 ways and the slice has 8 chips or more. Each halves
-  the weights a chip holds and re-reads every decode step (replicated
-  over fsdp), leaving room for more rows per call; dler on v6e-16:
-  559.7 s per RL step at 2, 396.41 s at 4 (its train MFU 75% -> 66%)."""
+  KV heads split 4 ways and the slice has 8 chips or more. A split of T
+  divides by T the weights a chip holds and re-reads every decode step
+  (replicated over fsdp), leaving room for more rows per call; dler on
+  v6e-16: 559.7 s per RL step at 2, 396.41 s at 4 (its train MFU 75% ->
+  66%); expert_iteration's 7B at 4 on v6e-8 misses in the train step."""
   if "mesh_tensor" in overrides or not fsdp_rollout(
     name, slice_name, overrides
   ):
