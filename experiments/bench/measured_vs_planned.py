@@ -69,6 +69,7 @@ from rlreason.train import train_step as ts
 _ENV = dict(os.environ)
 
 from experiments import plan as plan_cli  # noqa: E402
+from experiments import plan_hooks  # noqa: E402
 from experiments.bench import measure  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -141,7 +142,7 @@ def config():
     # its decode steps are what the bound describes.
     rollout_batching="static",
   )
-  cfg, loss_fn, _ = plan_cli.experiment_config("grpo", "laptop", overrides)
+  cfg, loss_fn, _ = plan_hooks.experiment_config("grpo", "laptop", overrides)
   model_cfg = dataclasses.replace(
     aot.model_config(cfg),
     attention=FLAGS.attention,
