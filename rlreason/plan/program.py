@@ -73,6 +73,9 @@ class Program:
   loop_trips: tuple[int, ...] = ()  # each own loop's trip count (0: unread)
   resident_bytes: int = 0  # other live arrays beside it, per device
   rows: int = 0  # sequences per call (rollout, ref_logp)
+  # A rollout's rows as rollout_memory estimates them per device (what a
+  # run sizes its calls by; 0: not estimated, a tree rollout's).
+  estimate_bytes: int = 0
   # {flag: value} the run needs beyond its config, where the planner
   # found them (aot.compile_run): --rollout_rows (fewer rows per sampler
   # call than the loop would size), --rm_micro_batches.

@@ -65,6 +65,22 @@ def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   return min(n, rows)
 
 
+def _estimate(cfg, model_cfg, mesh, rows: int) -> int:
+  """Per-device bytes of `rows` sequences per sampler call as the run
+  sizes its calls (rollout_memory; continuous batching's slots where
+  they are fewer than the N rows, as compile_rollout compiles them)."""
+  p, t = cfg.max_prompt_len, cfg.max_new_tokens
+  shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+  tensor = mesh.shape["tensor"]
+  continuous = getattr(cfg, "rollout_batching", "static") == "continuous"
+  if continuous and rows < cfg.num_sequences:
+    return rollout_memory.continuous_bytes(
+      model_cfg, p, t, rows, shards, tensor
+    )
+  per_row = rollout_memory.sequence_bytes(model_cfg, p, t, tensor)
+  return -(-rows // shards) * per_row
+
+
 def _tree_round(params, tokens, positions, rng, *, slots, **kw):
   """A tree call's rows in one cache of `slots` slots per row: their
   prompts written, one segment decoded (segments.decode, dense attention
@@ -171,6 +187,7 @@ def compile_rollout(
   return dataclasses.replace(
     program_lib.analyse("rollout", lowered.compile()),
     rows=rows,
+    estimate_bytes=0 if tree_shape else _estimate(cfg, model_cfg, mesh, rows),
     refills=refills,
     temp_budget_mib=budget if options else 0,
   )

@@ -329,6 +329,13 @@ def text(s: Summary, title: str = "") -> str:
       f"{p.bytes_accessed / 1e9:.1f} GB ({_loops(p.loop_trips)})"
       f"{rows}"
     )
+    rows_bytes = p.output_bytes - p.alias_bytes + p.temp_bytes
+    if p.estimate_bytes and rows_bytes > 0:
+      lines.append(
+        f"      its rows estimated at {p.estimate_bytes / GIB:.2f} GiB "
+        f"(rollout_memory), compiled to {rows_bytes / GIB:.2f} GiB "
+        f"(out - alias + temp): {p.estimate_bytes / rows_bytes:.2f}x"
+      )
     for flag, value in p.run_flags.items():
       lines.append(
         f"      at --{flag}={value}: {RUN_FLAGS[flag]}; the run needs the same"

@@ -6,8 +6,10 @@ A sequence being sampled holds its KV cache, the prefill's working set and
 the decode step's buffers (sequence_bytes); a call may fill
 ROLLOUT_FREE_FRACTION of the memory left free once the rollout parameters
 are in place (the rest covers XLA temporaries the estimate leaves out).
-Continuous batching holds more per slot (continuous_bytes: a second copy
-of the cache, and the refill's prefilled cache).
+Continuous batching holds per slot a second copy of the cache and the
+decode step's buffers, the prefill's working set only for the rows a
+refill prefills, and a copy of the MLP weights (continuous_bytes,
+calibrated on TPU compiles).
 rollout.generate sizes its calls (static batching) or its decode slots
 (continuous batching) with `call_rows`; the planner (plan/rollout.py) with
 `rows_per_call`.
@@ -35,20 +37,33 @@ def _split(size: int, tensor: int) -> int:
 def sequence_bytes(
   model_cfg: ModelConfig, prompt_len: int, new_tokens: int, tensor: int = 1
 ):
-  """Device bytes one sequence holds while it is sampled: its KV cache (all
-  layers, P + T slots in the compute dtype) plus the prefill's working set
-  (fp32 residual stream and MLP products of P tokens, one block of attention
-  scores per head) and the decode step's [V] logits and [T] buffers; KV
-  heads, MLP products, heads' scores and the logits' vocabulary split over
-  a `tensor` axis of that size (mesh.ROLLOUT_RULES), the residual stream
-  whole on each device."""
+  """Device bytes one sequence holds while it is sampled in a static call
+  (all rows prefilled at once): its KV cache (all layers, P + T slots in
+  the compute dtype), the prefill's working set (prefill_bytes) and the
+  decode step's buffers (decode_bytes); KV heads, MLP products, heads'
+  scores and the logits' vocabulary split over a `tensor` axis of that
+  size (mesh.ROLLOUT_RULES), the residual stream whole on each device."""
+  return (
+    cache_bytes(model_cfg, prompt_len + new_tokens, tensor)
+    + prefill_bytes(model_cfg, prompt_len, tensor)
+    + decode_bytes(model_cfg, new_tokens, tensor)
+  )
+
+
+def prefill_bytes(model_cfg: ModelConfig, prompt_len: int, tensor: int = 1):
+  """One row's prefill working set per device: the fp32 residual stream
+  and MLP products of its P tokens, one block of attention scores per
+  head."""
   c = model_cfg
-  cache = cache_bytes(c, prompt_len + new_tokens, tensor)
   block = min(prompt_len, c.attention_block)
-  prefill = 4 * prompt_len * (6 * c.d_model + 3 * _split(c.mlp_dim, tensor))
-  prefill += 4 * 2 * _split(c.n_heads, tensor) * prompt_len * block
-  decode = 4 * 4 * _split(c.vocab_size, tensor) + 4 * 4 * new_tokens
-  return cache + prefill + decode
+  mlp = 4 * prompt_len * (6 * c.d_model + 3 * _split(c.mlp_dim, tensor))
+  return mlp + 4 * 2 * _split(c.n_heads, tensor) * prompt_len * block
+
+
+def decode_bytes(model_cfg: ModelConfig, new_tokens: int, tensor: int = 1):
+  """One row's decode-step buffers per device: its [V] logits (fp32, a
+  few copies) and [T] token buffers."""
+  return 4 * 4 * _split(model_cfg.vocab_size, tensor) + 4 * 4 * new_tokens
 
 
 def cache_bytes(model_cfg: ModelConfig, length: int, tensor: int = 1) -> int:
@@ -60,30 +75,50 @@ def cache_bytes(model_cfg: ModelConfig, length: int, tensor: int = 1) -> int:
   return 2 * c.n_layers * heads * c.head_dim * length * itemsize
 
 
+def mlp_copy_bytes(model_cfg: ModelConfig, tensor: int = 1) -> int:
+  """A copy of every layer's MLP weights per device (compute dtype, split
+  over a `tensor` axis of that size): the decode loop's temporaries that
+  do not grow with its slots (continuous_bytes)."""
+  c = model_cfg
+  itemsize = jnp.dtype(c.compute_dtype).itemsize
+  return 3 * c.d_model * _split(c.mlp_dim, tensor) * c.n_layers * itemsize
+
+
 def continuous_bytes(
   model_cfg, prompt_len, new_tokens, slots, shards, tensor: int = 1
 ):
   """Device bytes of continuous batching with `slots` decode slots split
-  over `shards`: each slot's sequence_bytes and a second copy of its KV
-  cache (the refill's scatter into the cache is not in place), plus the
-  refill prefill's KV cache twice (its input and its output): the
-  device's own refill rows where the slots and the refill rows split
-  evenly over the shards (each row goes into a slot on its own device,
-  continuous_loop._free_slots), else every refill row (gathered to every
-  device). Checked by AOT compilation for Qwen3-8B (gspo), 2048 + 16384
-  tokens on v5p-128: 640 slots, estimated at 58.96 GiB, compile to 54.9
-  GiB per chip beside the parameters and resident arrays. (With the
-  refill gathered to every chip, before refills wrote in place, and
-  counted twice: 256 slots, 66.5 GiB in all, 12 GiB below the estimate;
-  counted once: 448 slots, 89 GiB, 11 above.)"""
+  over `shards`: per slot two copies of its KV cache (the refill's
+  scatter into the cache is not in place) and the decode step's buffers;
+  the refill's prefill working set and its prompts' KV cache twice (its
+  input and its output) for the device's own refill rows where the slots
+  and the refill rows split evenly over the shards (each row goes into a
+  slot on its own device, continuous_loop._free_slots), else for every
+  refill row (gathered to every device); and a copy of the MLP weights
+  (mlp_copy_bytes), which the compiled decode loops hold whatever their
+  slots.
+
+  Calibrated on 39 TPU compiles of 7B and 32B presets (this host's
+  planner logs, session 48: v6e, v4 and v5p, --mesh_tensor 1, 2 and 4,
+  12 to 408 slots; estimate over the compiled rollout's outputs plus
+  temporaries): 1.15 to 1.38 times the compiled bytes, except 0.88 for
+  expert_iteration's 28 slots at --mesh_tensor=2 (ROLLOUT_FREE_FRACTION
+  covers it), 1.77 for dapo's 32B with fsdp-split weights, and 1.9 at
+  --mesh_tensor=4 where each chip holds one KV head (its cache is
+  written in place: one copy). The estimate before (each slot's whole
+  prefill working set, no weight copy) was 0.54 to 2.8 times: over at
+  many slots, under at few."""
   per_shard = -(-slots // shards)
   refill = continuous.default_refill_rows(slots, shards)
   if continuous_loop.refill_in_place(slots, refill, shards):
     refill //= shards
-  return per_shard * (
-    sequence_bytes(model_cfg, prompt_len, new_tokens, tensor)
-    + cache_bytes(model_cfg, prompt_len + new_tokens, tensor)
-  ) + 2 * refill * cache_bytes(model_cfg, prompt_len, tensor)
+  slot = 2 * cache_bytes(
+    model_cfg, prompt_len + new_tokens, tensor
+  ) + decode_bytes(model_cfg, new_tokens, tensor)
+  prompt = prefill_bytes(model_cfg, prompt_len, tensor) + 2 * cache_bytes(
+    model_cfg, prompt_len, tensor
+  )
+  return per_shard * slot + refill * prompt + mlp_copy_bytes(model_cfg, tensor)
 
 
 def rows_per_call(
@@ -100,27 +135,24 @@ def rows_per_call(
   batching, its decode slots (continuous_bytes); each sequence's share per
   device over a `tensor` axis of that size (sequence_bytes)."""
   budget = int(ROLLOUT_FREE_FRACTION * free_bytes)
-  per_row = sequence_bytes(model_cfg, prompt_len, new_tokens, tensor)
-  per_shard = max(1, budget // per_row)
-  if batching == "continuous":  # the most slots that fit: bisection
-    fits = lambda k: (
-      k == 1
-      or budget
-      >= continuous_bytes(  # noqa: E731
-        model_cfg,
-        prompt_len,
-        new_tokens,
-        k * batch_shards,
-        batch_shards,
-        tensor,
-      )
+  if batching != "continuous":
+    per_row = sequence_bytes(model_cfg, prompt_len, new_tokens, tensor)
+    return max(1, budget // per_row) * batch_shards
+
+  def fits(k):  # k slots per shard
+    slots = k * batch_shards
+    return k == 1 or budget >= continuous_bytes(
+      model_cfg, prompt_len, new_tokens, slots, batch_shards, tensor
     )
-    lo, hi = 1, per_shard  # fits(lo); continuous holds more than static
-    while lo < hi:
-      mid = (lo + hi + 1) // 2
-      lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    per_shard = lo
-  return per_shard * batch_shards
+
+  # The most slots that fit, by bisection: fits(lo), and no more slots
+  # than their caches alone would allow.
+  slot = 2 * cache_bytes(model_cfg, prompt_len + new_tokens, tensor)
+  lo, hi = 1, max(1, budget // slot)
+  while lo < hi:
+    mid = (lo + hi + 1) // 2
+    lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+  return lo * batch_shards
 
 
 def call_rows(
@@ -143,10 +175,11 @@ def call_rows(
   tensor = mesh.shape["tensor"]
   most = rows_per_call(model_cfg, p, t, free, shards, batching, tensor)
   if requested > most:
+    how = "continuous" if batching == "continuous" else "sequence"
     raise ValueError(
       f"--rollout_rows={requested}: the devices' free memory "
       f"({free / 2**30:.2f} GiB per device) holds at most {most} sequences "
-      f"of {p} + {t} tokens at once (rollout_memory.sequence_bytes). Lower "
+      f"of {p} + {t} tokens at once (rollout_memory.{how}_bytes). Lower "
       "it, or pass 0 to size the sampler calls from memory."
     )
   return min(requested if requested > 0 else most, n)

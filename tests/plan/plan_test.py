@@ -167,6 +167,8 @@ prog = plan_rollout.compile_rollout(
 res["small_hbm"] = {
   "rows": rows, "hbm": hbm, "peak": resident + prog.peak_bytes,
   "resident": plan_state.resident_bytes(long, model_cfg, mesh),
+  "estimate": prog.estimate_bytes,
+  "compiled": prog.output_bytes - prog.alias_bytes + prog.temp_bytes,
   "refills": prog.refills, "ici_bytes": prog.ici_bytes,
   "ici_unread": prog.ici_unread, "ici_refill": prog.ici_refill,
 }
@@ -571,6 +573,9 @@ def test_rollout_calls_are_sized_from_the_hbm_left(results):
   r = results["small_hbm"]
   assert r["rows"] == 3 * 4, r
   assert r["peak"] <= r["hbm"], r
+  # The run's estimate of those rows (rollout_memory.continuous_bytes,
+  # the planner's "its rows estimated at" line) holds the compiled ones.
+  assert r["compiled"] <= r["estimate"], r
   res = r["resident"]
   assert 0 < res["train_step"] < res["ref_logp"], r
   assert res["rollout"] == res["train_step"] + res["ref_logp"], r

@@ -176,13 +176,20 @@ def test_a_reward_model_training_over_the_slice_is_told_its_knobs():
 
 def test_the_flags_the_planner_set_are_printed_for_the_run():
   """Program.run_flags (aot.compile_run's fewer rollout rows, more
-  Bradley-Terry micro-batches) each print as the flag the run needs."""
+  Bradley-Terry micro-batches) each print as the flag the run needs; a
+  rollout's estimated rows print beside its compiled bytes."""
   bt = dataclasses.replace(
     _rollout(6),
     name="reward_model_train",
     run_flags={"rm_micro_batches": 4},
   )
-  ro = dataclasses.replace(_rollout(8), run_flags={"rollout_rows": 8})
+  ro = dataclasses.replace(
+    _rollout(8),
+    run_flags={"rollout_rows": 8},
+    output_bytes=1 << 30,
+    temp_bytes=3 << 30,
+    estimate_bytes=5 << 30,
+  )
   assert (ro.rows_flag, bt.rows_flag) == (8, 0)
   s = summary.Summary(
     peak_bytes=1000,
@@ -202,8 +209,17 @@ def test_the_flags_the_planner_set_are_printed_for_the_run():
     "the config's; the run needs the same",
     "      at --rollout_rows=8: fewer rows than the loop would size from "
     "free memory; the run needs the same",
+    # and the rows' estimate (rollout_memory) beside the compiled bytes
+    "      its rows estimated at 5.00 GiB (rollout_memory), compiled to "
+    "4.00 GiB (out - alias + temp): 1.25x",
   )
   assert set(want) <= set(lines), lines
+  assert not any(
+    "estimated" in line
+    for line in summary.text(
+      dataclasses.replace(s, programs={"reward_model_train": bt})
+    ).splitlines()
+  )
 
 
 def test_ici_bounds_each_program_times_its_calls():

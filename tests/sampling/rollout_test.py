@@ -352,21 +352,25 @@ def test_rows_per_call_by_hand():
   assert (
     rollout_memory.rows_per_call(cfg, 3, 5, 10, 4) == 4
   )  # at least 1 per shard
-  # Continuous batching: per slot a second cache copy (2*2*1*2*8*4 = 256),
-  # and twice the refill's prompt caches (2*2*1*2*3*4 = 96 each) of the
-  # device's own refill rows (4 rows over the 4 shards: 1): 3 slots per
-  # shard take 3 * (1168 + 256) + 2 * 1 * 96 = 4464 bytes, 4 would take
-  # 5888.
-  assert rollout_memory.continuous_bytes(cfg, 3, 5, 12, 4) == 4464
+  # Continuous batching: per slot two cache copies and the decode buffers
+  # (2 * 256 + 240 = 752); the prefill working set (576 + 96) and twice
+  # the prompt's cache (2*2*1*2*3*4 = 96 each) for the device's own
+  # refill rows (4 rows over the 4 shards: 1); a copy of the MLP weights
+  # (3*4*8*2 layers*4 = 768). 3 slots per shard: 3 * 752 + 864 + 768.
+  assert rollout_memory.mlp_copy_bytes(cfg) == 768
+  assert rollout_memory.continuous_bytes(cfg, 3, 5, 12, 4) == 3888
   # Slots the shards do not split: all 4 refill rows on every device.
   assert (
-    rollout_memory.continuous_bytes(cfg, 3, 5, 10, 4)
-    == 3 * (1168 + 256) + 2 * 4 * 96
+    rollout_memory.continuous_bytes(cfg, 3, 5, 10, 4) == 3 * 752 + 4 * 864 + 768
   )
   free = 5580  # 0.8 * 5580 = 4464
   assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4) == 12
   assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4, "continuous") == 12
-  assert rollout_memory.rows_per_call(cfg, 3, 5, 7360, 4, "continuous") == 16
+  # 8 slots per shard (8 * 752 + 1632 = 7648) fit 0.8 * 10000 = 8000, 9
+  # do not: more than the 6 static rows of 1168 bytes, whose prefills all
+  # run at once.
+  assert rollout_memory.rows_per_call(cfg, 3, 5, 10000, 4) == 24
+  assert rollout_memory.rows_per_call(cfg, 3, 5, 10000, 4, "continuous") == 32
   # Over a tensor axis of 2: MLP products 4*3*(24+12) = 432, one head's
   # scores 48, half the vocabulary's logits 16*5 + 80; the one KV head
   # does not split (256), two do (2*2*2*2*8*4 / 2 = 256 of 512).
@@ -379,9 +383,11 @@ def test_rows_per_call_by_hand():
   free = int(3 * 896 / frac) + 1
   assert rollout_memory.rows_per_call(kv2, 3, 5, free, 4, tensor=2) == 12
   assert rollout_memory.rows_per_call(kv2, 3, 5, free, 4) == 4
+  # Continuous: 3 slots of 2 * 256 + 160, one refill row's 432 + 48 +
+  # 2 * 96, half the MLP weights' copy (384).
   assert (
     rollout_memory.continuous_bytes(kv2, 3, 5, 12, 4, 2)
-    == 3 * (896 + 256) + 2 * 1 * 96
+    == 3 * (512 + 160) + (480 + 192) + 384
   )
 
 
