@@ -103,9 +103,10 @@ def continuous_bytes(
   12 to 408 slots; estimate over the compiled rollout's outputs plus
   temporaries): 1.15 to 1.38 times the compiled bytes, except 0.88 for
   expert_iteration's 28 slots at --mesh_tensor=2 (ROLLOUT_FREE_FRACTION
-  covers it), 1.77 for dapo's 32B with fsdp-split weights, and 1.9 at
-  --mesh_tensor=4 where each chip holds one KV head (its cache is
-  written in place: one copy). The estimate before (each slot's whole
+  covers it), 1.77 for dapo's 32B with fsdp-split weights, and up to
+  1.9 at --mesh_tensor=4 where each chip holds one KV head (its cache
+  is written in place: one copy; 1.25 for grpo's shorter rows, whose
+  bytes are mostly the weights' copy). The estimate before (each slot's whole
   prefill working set, no weight copy) was 0.54 to 2.8 times: over at
   many slots, under at few."""
   per_shard = -(-slots // shards)
