@@ -73,12 +73,12 @@ def _estimate(cfg, model_cfg, mesh, rows: int) -> int:
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
   tensor = mesh.shape["tensor"]
   continuous = getattr(cfg, "rollout_batching", "static") == "continuous"
-  if continuous and rows < cfg.num_sequences:
-    return rollout_memory.continuous_bytes(
-      model_cfg, p, t, rows, shards, tensor
-    )
-  per_row = rollout_memory.sequence_bytes(model_cfg, p, t, tensor)
-  return -(-rows // shards) * per_row
+  batching = (
+    "continuous" if continuous and rows < cfg.num_sequences else "static"
+  )
+  return rollout_memory.call_bytes(
+    model_cfg, p, t, rows, shards, batching, tensor
+  )
 
 
 def _tree_round(params, tokens, positions, rng, *, slots, **kw):

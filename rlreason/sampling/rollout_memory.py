@@ -122,6 +122,20 @@ def continuous_bytes(
   return per_shard * slot + refill * prompt + mlp_copy_bytes(model_cfg, tensor)
 
 
+def call_bytes(
+  model_cfg, prompt_len, new_tokens, rows, shards, batching="static", tensor=1
+) -> int:
+  """Device bytes of one sampler call of `rows` sequences split over
+  `shards` (static batching: each device's rows times sequence_bytes) or
+  of `rows` decode slots (continuous batching: continuous_bytes)."""
+  if batching == "continuous":
+    return continuous_bytes(
+      model_cfg, prompt_len, new_tokens, rows, shards, tensor
+    )
+  per_row = sequence_bytes(model_cfg, prompt_len, new_tokens, tensor)
+  return -(-rows // shards) * per_row
+
+
 def rows_per_call(
   model_cfg: ModelConfig,
   prompt_len: int,
@@ -141,9 +155,14 @@ def rows_per_call(
     return max(1, budget // per_row) * batch_shards
 
   def fits(k):  # k slots per shard
-    slots = k * batch_shards
-    return k == 1 or budget >= continuous_bytes(
-      model_cfg, prompt_len, new_tokens, slots, batch_shards, tensor
+    return k == 1 or budget >= call_bytes(
+      model_cfg,
+      prompt_len,
+      new_tokens,
+      k * batch_shards,
+      batch_shards,
+      batching,
+      tensor,
     )
 
   # The most slots that fit, by bisection: fits(lo), and no more slots

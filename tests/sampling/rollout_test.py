@@ -363,6 +363,10 @@ def test_rows_per_call_by_hand():
   assert (
     rollout_memory.continuous_bytes(cfg, 3, 5, 10, 4) == 3 * 752 + 4 * 864 + 768
   )
+  # A call's bytes (call_bytes): static, 10 rows over 4 shards hold 3 per
+  # device; continuous, the slots' continuous_bytes.
+  assert rollout_memory.call_bytes(cfg, 3, 5, 10, 4) == 3 * 1168
+  assert rollout_memory.call_bytes(cfg, 3, 5, 12, 4, "continuous") == 3888
   free = 5580  # 0.8 * 5580 = 4464
   assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4) == 12
   assert rollout_memory.rows_per_call(cfg, 3, 5, free, 4, "continuous") == 12
