@@ -12,7 +12,8 @@ refill prefills, and a copy of the MLP weights (continuous_bytes,
 calibrated on TPU compiles).
 rollout.generate sizes its calls (static batching) or its decode slots
 (continuous batching) with `call_rows`; the planner (plan/rollout.py) with
-`rows_per_call`.
+`rows_per_call`, and prints `call_bytes` (a call's estimate) beside each
+compiled rollout.
 """
 
 import jax
