@@ -53,15 +53,16 @@ def one_row_per_chip(name: str, s: chips.Slice, overrides=None) -> bool:
 def fsdp_rollout(name: str, slice_name: str, overrides: dict) -> bool:
   """Whether the PAPER preset's rollout splits its weights over fsdp on
   the slice (the auto layout, mesh.rollout_rules: bf16 weights over 40%
-  of a chip at the preset's tensor split): each decode step then gathers
-  them over the ICI."""
+  of a chip at the preset's tensor split, or the sampler's own:
+  --rollout_tensor): each decode step then gathers them over the ICI."""
   cfg = plan_hooks.experiment_config(name, "paper", overrides)[0]
   if getattr(cfg, "rollout_layout", "auto") != "auto":
     return False
   model_cfg = aot.model_config(cfg)
   weights = model_cfg.num_params() * plan_state.compute_bytes(model_cfg)
   hbm = chips.parse(slice_name).hbm_bytes
-  return not mesh_lib.replicates(weights, max(cfg.mesh_tensor, 1), hbm)
+  tensor = getattr(cfg, "rollout_tensor", 0) or max(cfg.mesh_tensor, 1)
+  return not mesh_lib.replicates(weights, tensor, hbm)
 
 
 def tensor_splits(name: str, slice_name: str, overrides: dict) -> tuple:
@@ -92,7 +93,7 @@ def unbounded(results: dict) -> dict:
     name, family = key.split("/")
     if not row.get("fits") or "ici_s" in row:
       continue
-    tensor = {"mesh_tensor": row["mesh_tensor"]} if "mesh_tensor" in row else {}
+    tensor = {k: row[k] for k in ("mesh_tensor", "rollout_tensor") if k in row}
     if row.get("rollout_layout") == "fsdp" or fsdp_rollout(
       name, row["slice"], tensor
     ):

@@ -165,17 +165,20 @@ def _window_batch(rollout, examples, ctx, slots: Slots):
   parts = [(rollout, list(range(len(free))), free)]
   if busy:
     slots.calls += 1
+    # As the run's sampler samples (--rollout_dtype, --rollout_layout,
+    # --rollout_tensor, --rollout_rows, its budget), in static calls: the
+    # program plan_config plans.
     cont = rollout_lib.generate(
       ctx.params,
       [slots.context[i] + slots.done[i] for i in busy],
       jax.random.key(cfg.seed + 7919),
       slots.calls,
-      model_cfg=ctx.model_cfg,
+      model_cfg=ctx.rollout_model_cfg,
       tokenizer=ctx.tokenizer,
       max_new_tokens=cfg.max_new_tokens,
       sampling=sampling_lib.Sampling(temperature=cfg.temperature),
-      mesh=ctx.mesh,
       max_prompt_len=cfg.max_prompt_len + cfg.max_response_len,
+      **{**ctx.sampler_kwargs(), "batching": "static"},
     )
     parts.append((cont, list(range(len(busy))), busy))
   p = max(r.prompt_len for r, _, _ in parts)

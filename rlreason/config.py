@@ -36,6 +36,7 @@ RESUMABLE_CHANGES = (
   "rollout_batching",  # nor on this
   "decode_attention",  # nor on this (up to numerics)
   "rollout_layout",  # nor on this
+  "rollout_tensor",  # nor on this (up to numerics)
   "allow_config_change",
 )
 
@@ -127,6 +128,13 @@ class BaseConfig:
   # choose (fsdp: room for more rows per call, a weight all-gather per
   # decode step; the planner sets it where only it fits).
   rollout_layout: str = "auto"
+  # The sampler's own tensor split (mesh.rollout_mesh): 0 samples on the
+  # run's mesh; N > 0 on its devices as (data, rest, N), the weights split
+  # N ways and replicated over the rest (resharded from the train layout
+  # once per rollout). For a model that trains over fsdp alone (no
+  # --mesh_tensor) but whose replicas would not fit one device: without
+  # it, its rollout all-gathers the weights every decode step.
+  rollout_tensor: int = 0
 
   # Optimisation.
   lr: float = 1e-3
@@ -302,6 +310,10 @@ class BaseConfig:
     for name in ("mesh_data", "mesh_fsdp", "mesh_tensor"):
       value = getattr(self, name)
       check(value == -1 or value >= 1, f"--{name}={value}: -1 or >= 1")
+    check(
+      self.rollout_tensor >= 0,
+      f"--rollout_tensor={self.rollout_tensor}: 0 (the mesh's) or >= 1",
+    )
     check(
       self.ppo_epochs >= 1
       and self.minibatches >= 1

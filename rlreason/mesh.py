@@ -287,6 +287,30 @@ def make_mesh(
     return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * 3)
 
 
+@functools.lru_cache(maxsize=8)
+def rollout_mesh(mesh: Mesh, tensor: int = 0) -> Mesh:
+  """The sampler's own mesh (--rollout_tensor): `mesh`'s devices, in the
+  same order, as (data, rest, `tensor`) (0 or the mesh's own tensor size:
+  `mesh` itself). Training may split a large model over fsdp alone while
+  the sampler keeps its weights split over `tensor` only and replicated
+  over the rest (ROLLOUT_RULES): no weight all-gathers per decode step,
+  one reshard per rollout. The device order is kept, so programs mixing
+  both meshes compile (jit needs one device assignment) and each group
+  of `tensor` devices is consecutive in the train mesh (neighbours on a
+  TPU slice's ICI)."""
+  if tensor in (0, mesh.shape["tensor"]):
+    return mesh
+  data = mesh.shape["data"]
+  rest = mesh.size // data
+  if tensor < 0 or rest % tensor:
+    raise ValueError(
+      f"--rollout_tensor={tensor} must divide the {rest} devices of each "
+      f"data replica of mesh {dict(mesh.shape)}"
+    )
+  grid = np.asarray(mesh.devices).reshape(data, rest // tensor, tensor)
+  return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * 3)
+
+
 def is_axes(x) -> bool:
   """True for a logical-axes leaf: a tuple of axis names (or None)."""
   return isinstance(x, tuple) and all(
@@ -405,15 +429,17 @@ def put_rows(mesh: Mesh | None, tree):
   """Host [N, ...] arrays -> device arrays split by rows over the rollout
   batch axes of `mesh` (replicated where N does not divide; mesh None: the
   default device). Multi-turn and tree rollouts put their per-row inputs
-  back this way between host-side steps.
+  back this way between host-side steps. Arrays already on a mesh (the
+  sampler's, rollout_mesh) move there device to device.
   """
   if mesh is None:
     return jax.tree.map(jnp.asarray, tree)
 
   def put(x):
-    x = np.asarray(x)
-    axes = ("batch",) + (None,) * (x.ndim - 1)
-    sharding = NamedSharding(mesh, spec(axes, ROLLOUT_RULES, x.shape, mesh))
-    return put_global(x, sharding)
+    axes = ("batch",) + (None,) * (np.ndim(x) - 1)
+    sharding = NamedSharding(mesh, spec(axes, ROLLOUT_RULES, np.shape(x), mesh))
+    if isinstance(x, jax.Array) and len(x.sharding.device_set) > 1:
+      return jax.device_put(x, sharding)
+    return put_global(np.asarray(x), sharding)
 
   return jax.tree.map(put, tree)

@@ -125,6 +125,31 @@ def test_rollout_rules_replicate_only_what_fits():
   assert config.ROLLOUT_LAYOUTS == mesh_lib.ROLLOUT_LAYOUTS  # the flag's
 
 
+def test_rollout_mesh_regroups_the_same_devices_in_their_order():
+  """--rollout_tensor: the run's devices, in its order (one device
+  assignment: programs mixing both meshes compile), as (data, rest, T);
+  T = 0 or the mesh's own size is the mesh itself; T must divide each
+  data replica's devices."""
+  mesh = mesh_lib.make_mesh(2, 4, 1)
+  for tensor, fsdp in ((2, 2), (4, 1)):
+    got = mesh_lib.rollout_mesh(mesh, tensor)
+    assert dict(got.shape) == {"data": 2, "fsdp": fsdp, "tensor": tensor}
+    assert list(got.devices.flat) == list(mesh.devices.flat)
+    # Each data replica keeps its devices (no group straddles two).
+    np.testing.assert_array_equal(
+      got.devices.reshape(2, -1), mesh.devices.reshape(2, -1)
+    )
+  assert mesh_lib.rollout_mesh(mesh, 0) is mesh
+  assert mesh_lib.rollout_mesh(mesh, 1) is mesh
+  back = mesh_lib.rollout_mesh(mesh_lib.rollout_mesh(mesh, 2), 1)
+  assert dict(back.shape) == dict(mesh.shape)
+  for bad in (3, 8, -2):
+    with pytest.raises(ValueError, match=f"--rollout_tensor={bad} must"):
+      mesh_lib.rollout_mesh(mesh, bad)
+  with pytest.raises(config.ConfigError, match="--rollout_tensor=-1"):
+    config.BaseConfig(rollout_tensor=-1).validate()
+
+
 def test_device_memory_is_none_where_the_backend_does_not_say():
   assert mesh_lib.device_memory(mesh_lib.make_mesh(1, -1, 1)) is None  # CPU
 

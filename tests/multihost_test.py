@@ -46,6 +46,10 @@ CONFIG = dict(
   # 4 devices: 2 processes x 2, or 1 process x 4. FSDP over all of them puts
   # every parameter and the batch across both processes.
   mesh_fsdp=4,
+  # The sampler on its own (1, 2, 2) mesh (mesh.rollout_mesh): its weights
+  # resharded from FSDP across both processes every step, its rows handed
+  # back to the run's mesh.
+  rollout_tensor=2,
 )
 
 # Values that differ between runs by nature, not by computation.

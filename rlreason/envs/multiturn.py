@@ -113,8 +113,9 @@ def generate(
     max_prompt_len, bucket: as rollout.pad_prompts.
     env_workers: threads stepping the environments of one turn.
     mesh: decode on this mesh: parameters in the rollout layout
-      (mesh.ROLLOUT_RULES), rows split over its batch axes; None: where
-      the parameters are, rows unsplit.
+      (mesh.ROLLOUT_RULES; regrouped to model_cfg.rollout_tensor,
+      rollout_layout.sampling_mesh), rows split over its batch axes, the
+      outputs on `mesh`; None: where the parameters are, rows unsplit.
     stop_strings: texts that end a turn (e.g. an env's "</search>"),
       checked as token sequences on device and as text on the host (see
       the module docstring).
@@ -142,7 +143,8 @@ def generate(
     raise ValueError(f"{len(envs)} envs for {n} rows (B={b}, G={group_size})")
   tokens = np.repeat(tokens, group_size, axis=0)
   positions = np.repeat(positions, group_size, axis=0)
-  rows_on = functools.partial(mesh_lib.put_rows, mesh)
+  rows_on = functools.partial(mesh_lib.put_rows, mesh)  # the outputs'
+  mesh = rollout_layout.sampling_mesh(mesh, model_cfg)  # --rollout_tensor
   params, rng = rollout_layout.on_mesh(
     params, jax.random.fold_in(rng, step), mesh, model_cfg
   )

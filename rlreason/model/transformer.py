@@ -86,6 +86,8 @@ class ModelConfig:
   # The sampler's parameters over the mesh (mesh.ROLLOUT_LAYOUTS): auto
   # replicates them over data / fsdp where they fit (mesh.rollout_rules).
   rollout_layout: str = "auto"
+  # The sampler's tensor split (mesh.rollout_mesh; 0: the mesh's own).
+  rollout_tensor: int = 0
 
   def __post_init__(self):
     if self.n_heads % self.n_kv_heads:

@@ -173,7 +173,9 @@ def compile_train_step(
 def _replicates(cfg, model_cfg, mesh, hbm_bytes) -> bool:
   """Whether the auto layout (mesh.rollout_rules for `hbm_bytes`, as
   plan/state.rollout_params lays them out) replicates the rollout's
-  parameters over an fsdp axis of more than one device."""
+  parameters over an fsdp axis of more than one device (of the sampler's
+  mesh: mesh.rollout_mesh)."""
+  mesh = mesh_lib.rollout_mesh(mesh, getattr(cfg, "rollout_tensor", 0))
   if getattr(cfg, "rollout_layout", "auto") != "auto" or (
     mesh.shape["fsdp"] == 1
   ):

@@ -194,7 +194,10 @@ class Retrying:
     shards (a tree rollout: the fewest whole prompts that split over
     them, tree_loop.call_prompts); a fit at fewer rows needs
     --rollout_rows in the run (Program.run_flags)."""
-    unit = mesh_lib.batch_divisor(self.mesh, mesh_lib.ROLLOUT_RULES)
+    unit = mesh_lib.batch_divisor(  # the sampler's mesh (--rollout_tensor)
+      mesh_lib.rollout_mesh(self.mesh, getattr(cfg, "rollout_tensor", 0)),
+      mesh_lib.ROLLOUT_RULES,
+    )
     tree_shape = tree_loop.call_shape(cfg)
     if tree_shape:  # calls hold whole prompts' trees (call_prompts)
       unit = tree_shape[0] * tree_loop.call_prompts(0, tree_shape[0], unit)

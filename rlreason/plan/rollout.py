@@ -6,8 +6,9 @@
 Static batching (sampler._sample over one call's rows), continuous batching
 (continuous_loop.run: every row through the call's decode slots) or a tree
 call (tree_loop: whole prompts' trees, one round), over abstract parameters
-laid out as mesh.rollout_rules chooses (plan/state.py). plan/aot.py compiles
-it beside the run's other programs.
+laid out as mesh.rollout_rules chooses (plan/state.py), on the sampler's
+own mesh where --rollout_tensor gives it one (mesh.rollout_mesh). plan/aot.py
+compiles it beside the run's other programs.
 """
 
 import dataclasses
@@ -46,10 +47,10 @@ def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
     t = slots - cfg.max_prompt_len
   if not hbm_bytes:
     return n
+  sampled = rollout_layout.sampled_as(cfg, model_cfg, mesh)
+  mesh = rollout_layout.sampling_mesh(mesh, sampled)
   params = state_lib.per_device_bytes(
-    state_lib.rollout_params(
-      rollout_layout.sampled_as(cfg, model_cfg, mesh), mesh, hbm_bytes
-    )
+    state_lib.rollout_params(sampled, mesh, hbm_bytes)
   )
   free = max(hbm_bytes - resident - params, 0)
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
@@ -101,14 +102,17 @@ def compile_rollout(
   cfg, model_cfg, mesh, rows, hbm_bytes=None
 ) -> program_lib.Program:
   model_cfg = rollout_layout.sampled_as(cfg, model_cfg, mesh)
+  # The train state's mesh (LoRA's base and adapters sample where they
+  # are) and the sampler's (--rollout_tensor: rollout_layout.sampling_mesh).
+  train_mesh, mesh = mesh, rollout_layout.sampling_mesh(mesh, model_cfg)
   params = state_lib.rollout_params(model_cfg, mesh, hbm_bytes)
-  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
+  frozen = state_lib.lora_base(cfg, model_cfg, train_mesh)
   if frozen is not None and cfg.lora_quantize:
     # QLoRA samples base + adapters unmerged (train/adapters.py).
     adapters, axes, _ = state_lib.trained_shapes(cfg, model_cfg)
     adapters = state_lib.abstract(
       adapters,
-      mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, adapters),
+      mesh_lib.shardings(train_mesh, axes, mesh_lib.TRAIN_RULES, adapters),
     )
     shapes_only = dataclasses.replace(  # scale 1: abstract arrays pass
       adapters_lib.lora_config(cfg), alpha=float(cfg.lora_rank)
@@ -218,6 +222,7 @@ def compile_sampler(
     rollout_batching=getattr(cfg, "rollout_batching", "static"),
     rollout_temp_budget_mib=getattr(cfg, "rollout_temp_budget_mib", 0),
     rollout_layout=getattr(cfg, "rollout_layout", "auto"),
+    rollout_tensor=getattr(cfg, "rollout_tensor", 0),
     rollout_dtype=getattr(cfg, "rollout_dtype", ""),
     decode_attention=getattr(cfg, "decode_attention", "auto"),
   )

@@ -32,6 +32,7 @@ ROW_FLAGS = tuple(
       "rollout_layout",
       "rm_micro_batches",
       "mesh_tensor",  # through --set
+      "rollout_tensor",  # through --set
     )
   )
 )

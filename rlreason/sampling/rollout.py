@@ -9,7 +9,9 @@
 bucket, so varied prompt lengths reuse a few compiled shapes), repeats each
 prompt G times, moves the parameters from the training layout to
 mesh.ROLLOUT_RULES on the same mesh (replicated over data / fsdp, split over
-tensor: no parameter all-gathers while decoding), samples with
+tensor: no parameter all-gathers while decoding; on the sampler's own
+tensor split with --rollout_tensor, mesh.rollout_mesh, its outputs moved
+back to the run's mesh), samples with
 rng = fold_in(base_rng, step) so that a resumed run replays its samples
 (each row with its own key, sampling.row_keys: a row's samples do not
 depend on the batch around it), and detokenizes on the host.
@@ -151,8 +153,10 @@ def generate(
     group_size: G completions per prompt.
     sampling: temperature and filters; None is Sampling() (temperature 1,
       no filters).
-    mesh: sample on this mesh in the rollout layout; None keeps the
-      parameters where they are and the batch on the default device.
+    mesh: sample on this mesh in the rollout layout (regrouped to
+      model_cfg.rollout_tensor: rollout_layout.sampling_mesh; the outputs
+      on `mesh`); None keeps the parameters where they are and the batch
+      on the default device.
     max_prompt_len: the prompt budget (error when exceeded); also caps P.
     bucket: P is the longest prompt rounded up to a multiple of this.
     extra_stop_ids: ids that end a completion besides tokenizer.eos_id.
@@ -204,6 +208,7 @@ def generate(
   positions = np.repeat(positions, group_size, axis=0)
   prompt_ids = np.repeat(np.arange(b), group_size)  # [N]
 
+  run_mesh, mesh = mesh, rollout_layout.sampling_mesh(mesh, model_cfg)
   scalars = (rng, np.asarray(step, np.uint32))
   if mesh is None:
     rng, step = jax.device_put(scalars)
@@ -255,6 +260,11 @@ def generate(
   full_tokens, full_positions = _concat_completion(
     tokens, positions, out.tokens, out.mask
   )
+  logp, policy_logp, mask = out.logp, out.policy_logp, out.mask
+  if mesh is not run_mesh:  # the sampler's own mesh: rows back to the run's
+    full_tokens, full_positions, logp, policy_logp, mask = mesh_lib.put_rows(
+      run_mesh, (full_tokens, full_positions, logp, policy_logp, mask)
+    )
 
   # Device -> host, for detokenizing and rewards.
   completions, lengths, finish = mesh_lib.to_host(
@@ -269,9 +279,9 @@ def generate(
     tokens=full_tokens,
     positions=full_positions,
     prompt_len=p,
-    logp=out.logp,
-    policy_logp=out.policy_logp,
-    mask=out.mask,
+    logp=logp,
+    policy_logp=policy_logp,
+    mask=mask,
     lengths=np.asarray(lengths),
     finish_reasons=reasons,
     texts=texts,

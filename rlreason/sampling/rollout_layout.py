@@ -2,8 +2,10 @@
 training mesh, in the compute dtype, with each MLP's gate and up kernels
 stacked into one [D, 2, F] product (ModelConfig.stack_gate_up), laid out
 by mesh.rollout_rules (replicated over data / fsdp where they fit, split
-over tensor: no parameter all-gathers while decoding).
+over tensor: no parameter all-gathers while decoding), on the sampler's
+own mesh where --rollout_tensor gives it one (mesh.rollout_mesh).
 
+  mesh = rollout_layout.sampling_mesh(mesh, model_cfg)
   params, rng = rollout_layout.on_mesh(params, rng, mesh, model_cfg)
 
 rollout.generate, multiturn.generate and tree.generate decode with it;
@@ -29,7 +31,8 @@ def sampled_as(cfg, model_cfg: ModelConfig, mesh=None) -> ModelConfig:
   single-turn sampler: Context.sampled_as; the planner's rollout
   programs): in cfg.rollout_dtype ('' = the model's dtype), decoding with
   cfg.decode_attention ("auto" resolved for `mesh`'s devices), its
-  parameters laid out as cfg.rollout_layout says."""
+  parameters laid out as cfg.rollout_layout says, on the mesh of
+  cfg.rollout_tensor (sampling_mesh)."""
   return dataclasses.replace(
     model_cfg,
     dtype=getattr(cfg, "rollout_dtype", "") or model_cfg.dtype,
@@ -37,7 +40,17 @@ def sampled_as(cfg, model_cfg: ModelConfig, mesh=None) -> ModelConfig:
       getattr(cfg, "decode_attention", "auto"), mesh
     ),
     rollout_layout=getattr(cfg, "rollout_layout", "auto"),
+    rollout_tensor=getattr(cfg, "rollout_tensor", 0),
   )
+
+
+def sampling_mesh(mesh, model_cfg: ModelConfig):
+  """The mesh the sampler decodes on: `mesh` regrouped to
+  model_cfg.rollout_tensor devices per tensor group (mesh.rollout_mesh;
+  `mesh` itself for 0, its own size, or None)."""
+  if mesh is None:
+    return None
+  return mesh_lib.rollout_mesh(mesh, model_cfg.rollout_tensor)
 
 
 @functools.lru_cache(maxsize=8)

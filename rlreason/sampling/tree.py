@@ -238,9 +238,11 @@ def generate(
     sampling: temperature / filters.
     max_prompt_len, bucket: as rollout.pad_prompts.
     mesh: decode on this mesh: parameters in the rollout layout
-      (mesh.ROLLOUT_RULES), rows (the cache, every round's inputs, the
-      outputs) split over its batch axes (replicated when a round's row
-      count does not divide); None: where the parameters are, unsplit.
+      (mesh.ROLLOUT_RULES; regrouped to model_cfg.rollout_tensor,
+      rollout_layout.sampling_mesh, the outputs back on `mesh`), rows
+      (the cache, every round's inputs, the outputs) split over its batch
+      axes (replicated when a round's row count does not divide); None:
+      where the parameters are, unsplit.
     stop_sequences: token-id sequences that end a row (besides EOS) once
       its completion ends with one; a branch's shared prefix counts.
     row_offsets: per round (0 = the roots, then levels 1..L), the index
@@ -259,6 +261,8 @@ def generate(
   sampling = sampling or draw.Sampling()
   stop_ids, stop_seqs = stops.split((tokenizer.eos_id,), stop_sequences)
   stops.check_vocab(stop_ids, stop_seqs, model_cfg.vocab_size)
+  out_on = functools.partial(mesh_lib.put_rows, mesh)  # the outputs'
+  mesh = rollout_layout.sampling_mesh(mesh, model_cfg)  # --rollout_tensor
   rows_on = functools.partial(mesh_lib.put_rows, mesh)
   params, rng = rollout_layout.on_mesh(
     params, jax.random.fold_in(rng, step), mesh, model_cfg
@@ -361,7 +365,7 @@ def generate(
     )
     if level < levels:
       caches.append(bcache)
-  return _assemble(tokens, positions, rows, tokenizer, roots, rows_on)
+  return _assemble(tokens, positions, rows, tokenizer, roots, out_on)
 
 
 def _assemble(tokens, positions, rows, tok, roots, rows_on):

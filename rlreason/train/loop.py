@@ -107,6 +107,7 @@ def train(
       f" sequences cannot be split over {shards} batch shards of mesh "
       f"{dict(mesh.shape)}"
     )
+  mesh_lib.rollout_mesh(mesh, cfg.rollout_tensor)  # --rollout_tensor divides
   if why := ts.unsplit(cfg, shards):
     logging.warning(
       "%s: XLA keeps each micro-batch's activations whole on groups of "

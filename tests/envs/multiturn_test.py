@@ -1,5 +1,6 @@
 """Multi-turn rollouts: cache continuation, observation masking, returns."""
 
+import dataclasses
 import functools
 
 import jax
@@ -55,7 +56,7 @@ def _generate(params, turns=(1, 2, 3, 3), prompts=PROMPTS, **kw):
     envs,
     jax.random.key(1),
     0,
-    model_cfg=CFG,
+    model_cfg=kw.pop("model_cfg", CFG),
     tokenizer=TOK,
     max_turns=3,
     turn_tokens=6,
@@ -246,20 +247,34 @@ def test_answer_prob_at_turn_zero_is_the_prompt_alone(rollout):
   )
 
 
-def test_sharded_rollout_matches_single_device(rollout):
+@pytest.mark.parametrize("rollout_tensor", [0, 4])
+def test_sharded_rollout_matches_single_device(
+  rollout, rollout_tensor, monkeypatch
+):
   """8 devices: rows split over (data, fsdp) = 4 shards, heads over tensor
-  = 2; same tokens, same log-probs, outputs split by rows."""
+  = 2 (or, --rollout_tensor=4, decoded on the same devices as (2, 1, 4));
+  same tokens, same log-probs, outputs split by rows on the run's mesh."""
   from rlreason import mesh as mesh_lib
 
   params, ro = rollout
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
   assert mesh.devices.size == 8
-  sharded = _generate(params, mesh=mesh)
+  decoded_on = []  # the meshes the weights are laid out on for decoding
+  real = multiturn.rollout_layout.on_mesh
+  monkeypatch.setattr(
+    multiturn.rollout_layout,
+    "on_mesh",
+    lambda p, r, m, c: decoded_on.append(dict(m.shape)) or real(p, r, m, c),
+  )
+  cfg = dataclasses.replace(CFG, rollout_tensor=rollout_tensor)
+  sharded = _generate(params, mesh=mesh, model_cfg=cfg)
   _assert_same_episodes(sharded, ro)
+  tensor = rollout_tensor or 2
+  assert decoded_on == [{"data": 2, "fsdp": 8 // 2 // tensor, "tensor": tensor}]
   for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
     x = getattr(sharded, name)
     assert x.sharding.spec[0] == ("data", "fsdp"), name
-    assert len(x.sharding.device_set) == 8, name
+    assert x.sharding.mesh == mesh, name
     shapes = {sh.data.shape for sh in x.addressable_shards}
     assert shapes == {(1, x.shape[1])}, (name, shapes)
 

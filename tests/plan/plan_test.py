@@ -211,6 +211,12 @@ res["rollout_default"] = run(long, "v5e-1", ("rollout",))
 first = res["rollout_default"]["each"]["rollout"]
 res["rollout_auto"] = run(long, "v5e-1", ("rollout",),
                           fit_bytes=first["peak"] - first["temp"] + (1 << 20))
+# --rollout_tensor=2 on v5e-4's fsdp-only mesh: the sampler's weights split
+# 2 ways over its own (1, 2, 2) mesh; without it, whole on every chip.
+for t in (0, 2):
+  res[f"rollout_tensor{t}"] = run(
+    dataclasses.replace(base, rollout_tensor=t), "v5e-4", ("rollout",)
+  )
 # The whole-rollout forwards' budget (--score_temp_budget_mib): 1 GiB
 # holds the reference forward; under the fit half its temporaries lower,
 # the planner tries the budget that would hold it, which libtpu refuses
@@ -618,6 +624,28 @@ def test_fsdp_collectives_are_counted_per_micro_batch(results):
     results["micro4"]["ici_s"]["train_step"], four / 200e9, rtol=1e-9, atol=0
   )
   assert not any(results["lora"]["ici"].values()), results["lora"]["ici"]
+
+
+def test_a_rollout_tensor_splits_the_samplers_weights_on_its_own_mesh(
+  results,
+):
+  """--rollout_tensor=2 over v5e-4's fsdp-only train mesh: the rollout's
+  weights (its arguments, beside a call's prompt ids) split 2 ways, so
+  about half of them on each chip, and each decode step's products
+  all-reduced over the 2 (its collectives), where the replicated weights
+  need none beyond the rows' own."""
+  whole, split = results["rollout_tensor0"], results["rollout_tensor2"]
+  assert whole["errors"] == split["errors"] == {}, (whole, split)
+  assert split["args"]["rollout"] < 0.75 * whole["args"]["rollout"], (
+    whole["args"],
+    split["args"],
+  )
+  assert split["ici"]["rollout"] > whole["ici"]["rollout"], (
+    whole["ici"],
+    split["ici"],
+  )
+  # Rows per call split over the sampler's (data, fsdp) = 2 shards.
+  assert split["each"]["rollout"]["rows"] % 2 == 0, split["each"]
 
 
 def test_a_tensor_parallel_mesh_splits_a_physical_axis(results):

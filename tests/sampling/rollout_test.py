@@ -220,6 +220,55 @@ def test_rollout_layouts_sample_the_same(params, ro, layout):
   _assert_same_rollout(_generate(params, 3, mesh=mesh, model_cfg=cfg), ro)
 
 
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_rollout_tensor_samples_the_same_on_its_own_mesh(
+  params, ro, batching, monkeypatch
+):
+  """--rollout_tensor: training over fsdp alone (8 devices), the sampler's
+  weights split 2 or 4 ways over tensor on the same devices regrouped
+  (mesh.rollout_mesh), replicated over the rest; it samples what one
+  device does (static calls, or 3 continuous slots) and hands its rows
+  back on the run's mesh, split over its batch axes."""
+  mesh = mesh_lib.make_mesh(data=1, fsdp=8, tensor=1)
+  train = mesh_lib.shardings(
+    mesh,
+    transformer.param_axes(CFG),
+    mesh_lib.TRAIN_RULES,
+    transformer.param_shapes(CFG),
+  )
+  on_mesh = jax.device_put(params, train)
+  rows = {"static": 0, "continuous": 3}[batching]
+  sampled_on = []
+  real = rollout._sample_rows
+  monkeypatch.setattr(
+    rollout,
+    "_sample_rows",
+    lambda *a, **k: sampled_on.append(k["mesh"]) or real(*a, **k),
+  )
+  for tensor in (2, 4):
+    cfg = dataclasses.replace(CFG, rollout_tensor=tensor)
+    sampling_mesh = rollout_layout.sampling_mesh(mesh, cfg)
+    assert dict(sampling_mesh.shape) == {
+      "data": 1, "fsdp": 8 // tensor, "tensor": tensor,
+    }  # fmt: skip
+    laid, _ = rollout_layout.on_mesh(
+      on_mesh, jax.random.key(0), sampling_mesh, cfg
+    )
+    down = laid["layer_0"]["mlp"]["down_kernel"]
+    assert down.sharding.mesh == sampling_mesh
+    assert down.sharding.spec == jax.sharding.PartitionSpec("tensor", None)
+    got = _generate(
+      on_mesh, 3, mesh=mesh, model_cfg=cfg, rows_per_call=rows,
+      batching=batching,
+    )  # fmt: skip
+    _assert_same_rollout(got, ro)
+    assert set(sampled_on) == {sampling_mesh}
+    sampled_on.clear()
+    for x in (got.tokens, got.positions, got.logp, got.policy_logp, got.mask):
+      assert x.sharding.mesh == mesh
+      assert x.sharding.spec[0] in ("fsdp", ("data", "fsdp")), x.sharding
+
+
 def test_sampled_as_applies_the_runs_rollout_flags():
   """The one place a run's sampler config is made (Context.sampled_as and
   the planner's rollout programs both call it): --rollout_dtype ('' keeps
@@ -239,19 +288,22 @@ def test_sampled_as_applies_the_runs_rollout_flags():
     rollout_dtype="bfloat16",
     decode_attention="ragged",
     rollout_layout="fsdp",
+    rollout_tensor=4,
   )
   got = rollout_layout.sampled_as(run, CFG)
-  assert (got.dtype, got.decode_attention, got.rollout_layout) == (
-    "bfloat16",
-    "ragged",
-    "fsdp",
-  )
+  assert (
+    got.dtype,
+    got.decode_attention,
+    got.rollout_layout,
+    got.rollout_tensor,
+  ) == ("bfloat16", "ragged", "fsdp", 4)
   assert (
     dataclasses.replace(
       got,
       dtype=CFG.dtype,
       decode_attention=CFG.decode_attention,
       rollout_layout=CFG.rollout_layout,
+      rollout_tensor=CFG.rollout_tensor,
     )
     == CFG
   )

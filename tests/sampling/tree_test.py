@@ -1,5 +1,7 @@
 """Tree rollouts: shared-prefix branches score like independent samples."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -391,21 +393,33 @@ def test_pooled_fork_points_hand_made_tree():
   assert list(zip(rows, cols)) == [(0, 0)]
 
 
-def test_sharded_tree_matches_single_device(setup2):
+@pytest.mark.parametrize("rollout_tensor", [0, 4])
+def test_sharded_tree_matches_single_device(
+  setup2, rollout_tensor, monkeypatch
+):
   """8 devices: rows split over (data, fsdp) = 4 shards, heads over tensor
-  = 2; two rounds (caches concatenated) give the same tree, and the
-  outputs (prompt-major too) are split by rows."""
+  = 2 (or, --rollout_tensor=4, decoded on the same devices as (2, 1, 4):
+  rows over 2 shards, heads over 4); two rounds (caches concatenated)
+  give the same tree, and the outputs (prompt-major too) are split by
+  rows on the run's mesh."""
   from rlreason import mesh as mesh_lib
 
   params, ref, _ = setup2
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
   assert mesh.devices.size == 8
+  decoded_on = []  # the meshes the weights are laid out on for decoding
+  real = tree.rollout_layout.on_mesh
+  monkeypatch.setattr(
+    tree.rollout_layout,
+    "on_mesh",
+    lambda p, r, m, c: decoded_on.append(dict(m.shape)) or real(p, r, m, c),
+  )
   tr = tree.generate(
     params,
     [TOK.encode("Q: 12+3="), TOK.encode("Q: x")],
     jax.random.key(3),
     0,
-    model_cfg=CFG,
+    model_cfg=dataclasses.replace(CFG, rollout_tensor=rollout_tensor),
     tokenizer=TOK,
     max_new_tokens=T,
     roots=2,
@@ -416,6 +430,8 @@ def test_sharded_tree_matches_single_device(setup2):
     mesh=mesh,
   )
   np.testing.assert_array_equal(np.asarray(tr.tokens), np.asarray(ref.tokens))
+  tensor = rollout_tensor or 2
+  assert decoded_on == [{"data": 2, "fsdp": 8 // 2 // tensor, "tensor": tensor}]
   for name in ("parent", "fork_col", "lengths", "level"):
     np.testing.assert_array_equal(getattr(tr, name), getattr(ref, name))
   for name in ("logp", "policy_logp"):
@@ -429,7 +445,7 @@ def test_sharded_tree_matches_single_device(setup2):
     for name in ("tokens", "positions", "logp", "policy_logp", "mask"):
       x = getattr(out, name)
       assert x.sharding.spec[0] == ("data", "fsdp"), name
-      assert len(x.sharding.device_set) == 8, name
+      assert x.sharding.mesh == mesh, name
       shapes = {sh.data.shape for sh in x.addressable_shards}
       assert shapes == {(36 // 4, x.shape[1])}, (name, shapes)
 

@@ -171,3 +171,21 @@ def test_a_micro_batch_that_does_not_split_is_warned_before_the_model(
   line = "4 rows per micro-batch do not split over 8 chips"
   assert (line in caplog.text) == warned, caplog.text
   assert ("--micro_batches=2 splits them" in caplog.text) == warned
+
+
+def test_a_rollout_tensor_that_does_not_divide_the_mesh_stops_the_run(
+  tmp_path, monkeypatch
+):
+  """--rollout_tensor=3 over 8 devices: an error naming the flag and the
+  mesh before the model loads."""
+
+  def stop(*a, **kw):
+    raise _Stop
+
+  monkeypatch.setattr("rlreason.train.loop.context_lib.load_model", stop)
+  cfg = _cfg(tmp_path, mesh_fsdp=-1, rollout_tensor=3, warm_start_steps=0)
+  with pytest.raises(ValueError, match=r"--rollout_tensor=3 must divide the 8"):
+    grpo.run(cfg)
+  cfg = _cfg(tmp_path, mesh_fsdp=-1, rollout_tensor=4, warm_start_steps=0)
+  with pytest.raises(_Stop):
+    grpo.run(cfg)

@@ -110,3 +110,13 @@ def test_rollout_layout_reaches_the_runs_sampler():
   assert testing.tiny_context(cfg).rollout_model_cfg.rollout_layout == "fsdp"
   with pytest.raises(ValueError, match="--rollout_layout='tp'"):
     dataclasses.replace(grpo.TinyConfig(), rollout_layout="tp").validate()
+
+
+def test_rollout_tensor_reaches_the_runs_sampler():
+  """--rollout_tensor reaches the single-turn sampler's architecture
+  (Context.rollout_model_cfg; rollout.generate decodes on
+  rollout_layout.sampling_mesh of it); loop_test: one that does not
+  divide the run's devices stops the run before the model loads."""
+  assert grpo.TinyConfig().rollout_tensor == 0
+  cfg = dataclasses.replace(grpo.TinyConfig(), rollout_tensor=2)
+  assert testing.tiny_context(cfg).rollout_model_cfg.rollout_tensor == 2
