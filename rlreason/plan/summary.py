@@ -223,6 +223,7 @@ def summarize(
     useful * ok["train_step"].decoders / (train * peak_flops) if train else 0.0
   )
   shards = ts.batch_shards(cfg, devices)  # 0 devices: none, nothing split
+  ici = ici_lib.ici_times(cfg, ok, ici_bandwidth, score_forwards, decode_tokens)
   return Summary(
     peak_bytes=peak,
     hbm_bytes=hbm_bytes,
@@ -233,14 +234,12 @@ def summarize(
     mfu=mfu,
     errors=errors,
     programs=ok,
-    advice=advice(ok, errors, cfg, hbm_bytes, shards),
+    advice=advice(ok, errors, cfg, hbm_bytes, shards, ici, step),
     unsplit=ts.unsplit(cfg, shards),
     before_seconds=before_rl(
       cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth, ici_bandwidth
     ),
-    ici_seconds=ici_lib.ici_times(
-      cfg, ok, ici_bandwidth, score_forwards, decode_tokens
-    ),
+    ici_seconds=ici,
   )
 
 
@@ -252,10 +251,22 @@ def out_of_memory(error: str) -> bool:
   )
 
 
-def advice(programs, errors, cfg, hbm_bytes, shards=0) -> list[str]:
+def advice(
+  programs, errors, cfg, hbm_bytes, shards=0, ici_seconds=None, step=0.0
+) -> list[str]:
   """Which knob to turn, for the program that needs the most memory
-  (`shards`: the train batch's shards, train_step.batch_shards)."""
+  (`shards`: the train batch's shards, train_step.batch_shards), and for
+  a rollout whose collectives (`ici_seconds`, ici.ici_times) take most of
+  the RL `step`."""
   out = []
+  rollout_ici = (ici_seconds or {}).get("rollout", 0.0)
+  if step and rollout_ici > step / 2:
+    out.append(
+      f"rollout: its collectives take {rollout_ici:.0f} s of the "
+      f"{step:.0f} s RL step (weights split over fsdp are gathered every "
+      "decode step): a tensor split of its own (--rollout_tensor=N, N "
+      "dividing the KV heads) keeps each chip's Nth of them"
+    )
   budget = (1 - FIT_MARGIN) * hbm_bytes
   for name, err in errors.items():
     out.append(f"{name} did not compile: {err}")

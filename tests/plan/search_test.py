@@ -287,6 +287,11 @@ def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
   assert not plan_all.fsdp_rollout("grpo", "v5p-8", {})
   assert not plan_all.fsdp_rollout("grpo", "v4-16", {"mesh_tensor": 2})
   assert not plan_all.fsdp_rollout("grpo", "v4-16", {"rollout_layout": "fsdp"})
+  # The sampler's own split (--rollout_tensor) decides, whatever training's.
+  assert not plan_all.fsdp_rollout("grpo", "v4-16", {"rollout_tensor": 2})
+  assert plan_all.fsdp_rollout(
+    "grpo", "v4-16", {"mesh_tensor": 2, "rollout_tensor": 1}
+  )
   calls = []
 
   assert plan_all.tensor_splits("grpo", "v4-16", {}) == (2, 4)

@@ -174,6 +174,20 @@ def test_a_reward_model_training_over_the_slice_is_told_its_knobs():
   assert summary.advice({"reward_model_train": over}, {}, cfg, 8 << 30) == []
 
 
+def test_a_rollout_bound_by_its_collectives_is_told_its_own_tensor_split():
+  """A rollout whose collectives take most of the RL step (its weights
+  gathered every decode step): the advice names --rollout_tensor; at
+  half the step or less, nothing."""
+  cfg = types.SimpleNamespace()
+  (line,) = summary.advice({}, {}, cfg, 8 << 30, 0, {"rollout": 900.0}, 1000)
+  assert line.startswith("rollout: its collectives take 900 s of the 1000 s")
+  assert "--rollout_tensor=N" in line, line
+  assert summary.advice({}, {}, cfg, 8 << 30, 0, {"rollout": 500.0}, 1000) == []
+  assert (
+    summary.advice({}, {}, cfg, 8 << 30, 0, {"train_step": 900.0}, 1000) == []
+  )
+
+
 def test_the_flags_the_planner_set_are_printed_for_the_run():
   """Program.run_flags (aot.compile_run's fewer rollout rows, more
   Bradley-Terry micro-batches) each print as the flag the run needs; a

@@ -54,6 +54,17 @@ def _generate(
   )
 
 
+def _train_layout(params, mesh):
+  """`params` on `mesh` as training lays them out (TRAIN_RULES)."""
+  train = mesh_lib.shardings(
+    mesh,
+    transformer.param_axes(CFG),
+    mesh_lib.TRAIN_RULES,
+    transformer.param_shapes(CFG),
+  )
+  return jax.device_put(params, train)
+
+
 @pytest.fixture(scope="module")
 def params():
   params = transformer.init(CFG, jax.random.key(0))
@@ -156,13 +167,7 @@ def test_step_fold_in_replays_and_same_bucket_does_not_recompile(params, ro):
 def test_sharded_equals_single_device(params, ro):
   """Mesh 2x2x2 with train-layout params == one device, same rng."""
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
-  train = mesh_lib.shardings(
-    mesh,
-    transformer.param_axes(CFG),
-    mesh_lib.TRAIN_RULES,
-    transformer.param_shapes(CFG),
-  )
-  sharded = _generate(jax.device_put(params, train), step=3, mesh=mesh)
+  sharded = _generate(_train_layout(params, mesh), step=3, mesh=mesh)
   assert len(sharded.tokens.sharding.device_set) == 8
   np.testing.assert_array_equal(sharded.tokens, ro.tokens)
   np.testing.assert_array_equal(sharded.mask, ro.mask)
@@ -230,20 +235,10 @@ def test_rollout_tensor_samples_the_same_on_its_own_mesh(
   device does (static calls, or 3 continuous slots) and hands its rows
   back on the run's mesh, split over its batch axes."""
   mesh = mesh_lib.make_mesh(data=1, fsdp=8, tensor=1)
-  train = mesh_lib.shardings(
-    mesh,
-    transformer.param_axes(CFG),
-    mesh_lib.TRAIN_RULES,
-    transformer.param_shapes(CFG),
-  )
-  on_mesh = jax.device_put(params, train)
+  on_mesh = _train_layout(params, mesh)
   rows = {"static": 0, "continuous": 3}[batching]
-  sampled_on = []
-  real = rollout._sample_rows
-  monkeypatch.setattr(
-    rollout,
-    "_sample_rows",
-    lambda *a, **k: sampled_on.append(k["mesh"]) or real(*a, **k),
+  sampled_on = testing.spy(
+    monkeypatch, rollout, "_sample_rows", lambda *a, **k: k["mesh"]
   )
   for tensor in (2, 4):
     cfg = dataclasses.replace(CFG, rollout_tensor=tensor)

@@ -407,12 +407,9 @@ def test_sharded_tree_matches_single_device(
   params, ref, _ = setup2
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
   assert mesh.devices.size == 8
-  decoded_on = []  # the meshes the weights are laid out on for decoding
-  real = tree.rollout_layout.on_mesh
-  monkeypatch.setattr(
-    tree.rollout_layout,
-    "on_mesh",
-    lambda p, r, m, c: decoded_on.append(dict(m.shape)) or real(p, r, m, c),
+  layout = tree.rollout_layout  # the meshes it lays the weights out on
+  decoded_on = testing.spy(
+    monkeypatch, layout, "on_mesh", lambda *a: dict(a[2].shape)
   )
   tr = tree.generate(
     params,
