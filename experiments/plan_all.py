@@ -11,8 +11,9 @@ slice compiles in its own process (`slice_row`), only up to its first
 program over the fit; a slice over whose chips the preset's train
 micro-batch does not split is planned with the fewest micro-batches that
 do (--split_micro_batches); one where the rollout would gather its
-weights every decode step is planned again at --mesh_tensor=2 and 4
-(tensor_splits) and the fastest fit kept. results.json (resumable:
+weights every decode step is planned again at --mesh_tensor=2 and 4 and
+with the sampler's own split, --rollout_tensor=4 (tensor_splits), and the
+fastest fit kept. results.json (resumable:
 finished cells are reused), tried.json (every slice compiled) and
 table.md are written as it goes.
 """
@@ -66,21 +67,32 @@ def fsdp_rollout(name: str, slice_name: str, overrides: dict) -> bool:
 
 
 def tensor_splits(name: str, slice_name: str, overrides: dict) -> tuple:
-  """The --mesh_tensor values a slice is also planned at (the fastest fit
-  kept, search.faster) where the preset's rollout would gather its
-  weights every decode step (fsdp_rollout): 2, and 4 where the model's
-  KV heads split 4 ways and the slice has 8 chips or more. A split of T
+  """The --set texts a slice is also planned at (the fastest fit kept,
+  search.faster) where the preset's rollout would gather its weights
+  every decode step (fsdp_rollout): --mesh_tensor=2, and 4 where the
+  model's KV heads split 4 ways and the slice has 8 chips or more, then
+  the largest of those as the sampler's own split alone
+  (--rollout_tensor, training as the preset splits it). A split of T
   divides by T the weights a chip holds and re-reads every decode step
-  (replicated over fsdp), leaving room for more rows per call; dler on
-  v6e-16: 559.7 s per RL step at 2, 396.41 s at 4 (its train MFU 75% ->
-  66%); expert_iteration's 7B at 4 on v6e-8 misses in the train step."""
-  if "mesh_tensor" in overrides or not fsdp_rollout(
-    name, slice_name, overrides
+  (replicated over the rest), leaving room for more rows per call; dler
+  on v6e-16: 559.7 s per RL step at --mesh_tensor=2, 396.41 s at 4 (its
+  train MFU 75% -> 66%); expert_iteration's 7B at 4 on v6e-8 misses in
+  the train step; truncated_ppo's 32B, whose train step misses at 2 and
+  4 on v5p-256, takes 1675.14 s at --rollout_tensor=8 (11380.54 s
+  gathering)."""
+  if (
+    "mesh_tensor" in overrides
+    or "rollout_tensor" in overrides
+    or not fsdp_rollout(name, slice_name, overrides)
   ):
     return ()
   cfg = plan_hooks.experiment_config(name, "paper", overrides)[0]
   four = aot.model_config(cfg).n_kv_heads % 4 == 0
-  return (2, 4) if four and chips.parse(slice_name).chips >= 8 else (2,)
+  splits = (2, 4) if four and chips.parse(slice_name).chips >= 8 else (2,)
+  return (
+    *(f"mesh_tensor={t}" for t in splits),
+    f"rollout_tensor={splits[-1]}",
+  )
 
 
 def unbounded(results: dict) -> dict:
@@ -198,8 +210,8 @@ def plan_all(out_dir, families, programs, set_text="", names=()):
         if s.name not in cell:
           t0 = time.time()
           cell[s.name] = slice_row(name, s.name, programs, set_text)
-          for tensor in tensor_splits(name, s.name, overrides):
-            tp = ",".join(filter(None, (set_text, f"mesh_tensor={tensor}")))
+          for split in tensor_splits(name, s.name, overrides):
+            tp = ",".join(filter(None, (set_text, split)))
             cell[s.name] = search.faster(
               cell[s.name], slice_row(name, s.name, programs, tp)
             )

@@ -193,8 +193,8 @@ def faster(first: dict, second: dict) -> dict:
   planned before the bound, its step too short where its rollout gathers
   weights; both misses: the first), with the other's verdict as its
   `alternative` (and its commit and ICI seconds), the verdicts either
-  was kept against before inside it: a slice planned three ways
-  (plan_all.tensor_splits) keeps all three."""
+  was kept against before inside it: a slice planned several ways
+  (plan_all.tensor_splits) keeps them all."""
   keep, other = first, second
   if (
     second["fits"]
@@ -208,7 +208,8 @@ def faster(first: dict, second: dict) -> dict:
   ):
     keep, other = second, first
   seen = (
-    "fits", "peak_gib", "step_s", "mesh_tensor", "errors", "ici_s", "commit"
+    "fits", "peak_gib", "step_s", "mesh_tensor", "rollout_tensor", "errors",
+    "ici_s", "commit",
   )  # fmt: skip
   alternative = {k: other[k] for k in seen if k in other}
   before = keep.get("alternative") or other.get("alternative")

@@ -294,37 +294,54 @@ def test_a_rollout_gathering_its_weights_is_also_planned_tensor_parallel(
   )
   calls = []
 
-  assert plan_all.tensor_splits("grpo", "v4-16", {}) == (2, 4)
-  assert plan_all.tensor_splits("grpo", "v4-8", {}) == (2,)  # 4 chips
+  assert plan_all.tensor_splits("grpo", "v4-16", {}) == (
+    "mesh_tensor=2", "mesh_tensor=4", "rollout_tensor=4",
+  )  # fmt: skip
+  assert plan_all.tensor_splits("grpo", "v4-8", {}) == (  # 4 chips
+    "mesh_tensor=2", "rollout_tensor=2",
+  )  # fmt: skip
   assert plan_all.tensor_splits("grpo", "v5p-8", {}) == ()
   assert plan_all.tensor_splits("grpo", "v4-16", {"mesh_tensor": 2}) == ()
+  assert plan_all.tensor_splits("grpo", "v4-16", {"rollout_tensor": 4}) == ()
   calls = []
-  steps = {0: 40.0, 2: 3.0, 4: 5.0}  # at 4 slower than at 2
+  # At --mesh_tensor=4 slower than at 2; the sampler's own split of 4
+  # (training unsplit) slower still.
+  steps = {"": 40.0, "mesh_tensor=2": 3.0, "mesh_tensor=4": 5.0}
+  steps |= {"rollout_tensor=4": 6.0, "rollout_tensor=2": 7.0}
 
   def slice_row(name, slice_name, programs, set_text):
     calls.append((slice_name, set_text))
-    tensor = int(set_text.partition("mesh_tensor=")[2] or 0)
     fits = chips.parse(slice_name).chips >= 8
     row = {"slice": slice_name, "fits": fits, "errors": {}}
-    row.update(peak_gib=20.0, step_s=steps[tensor], mfu=0.5)
-    return {**row, "mesh_tensor": tensor} if tensor else row
+    row.update(peak_gib=20.0, step_s=steps[set_text], mfu=0.5)
+    if set_text:
+      flag, value = set_text.split("=")
+      row[flag] = int(value)
+    return row
 
   monkeypatch.setattr(plan_all, "slice_row", slice_row)
   monkeypatch.setattr(plan_all, "candidate_slices", lambda *a: V4[:4])
   plan_all.plan_all(str(tmp_path), ["v4"], (), "", ("grpo",))
   assert calls == [
-    ("v4-8", ""), ("v4-8", "mesh_tensor=2"),  # 4 chips: both miss
+    ("v4-8", ""), ("v4-8", "mesh_tensor=2"),  # 4 chips: all miss
+    ("v4-8", "rollout_tensor=2"),
     ("v4-16", ""), ("v4-16", "mesh_tensor=2"), ("v4-16", "mesh_tensor=4"),
+    ("v4-16", "rollout_tensor=4"),
   ]  # fmt: skip
   row = json.loads((tmp_path / "results.json").read_text())["grpo/v4"]
   assert row["slice"] == "v4-16" and row["mesh_tensor"] == 2, row
   fit = {"fits": True, "peak_gib": 20.0, "errors": {}}
   assert row["alternative"] == {
-    **fit, "step_s": 5.0, "mesh_tensor": 4,
-    "alternative": {**fit, "step_s": 40.0},
+    **fit, "step_s": 6.0, "rollout_tensor": 4,
+    "alternative": {
+      **fit, "step_s": 5.0, "mesh_tensor": 4,
+      "alternative": {**fit, "step_s": 40.0},
+    },
   }  # fmt: skip
   tried = json.loads((tmp_path / "tried.json").read_text())["grpo/v4"]
-  assert tried["v4-8"]["alternative"]["mesh_tensor"] == 2
+  misses = tried["v4-8"]["alternative"]  # the last first, then the one before
+  assert misses["rollout_tensor"] == 2, misses
+  assert misses["alternative"]["mesh_tensor"] == 2, misses
   assert not tried["v4-8"]["fits"] and "mesh_tensor" not in tried["v4-8"]
   # Both fit: the shorter step; both miss: the first.
   a = {"fits": True, "step_s": 5.0}
