@@ -384,7 +384,7 @@ def make_generate_fn(
       envs,
       rng,
       step,
-      model_cfg=ctx.model_cfg,
+      model_cfg=ctx.segments_model_cfg,
       tokenizer=ctx.tokenizer,
       max_turns=max_turns,
       turn_tokens=turn_tokens,

@@ -129,8 +129,9 @@ def make_generate_fn(
 
   def fn(ctx, params, examples, rng, step, *, group_size, sampling):
     prompts = ctx.encode_prompts(examples)
+    model_cfg = ctx.segments_model_cfg  # the run's rollout flags
     kw = dict(
-      model_cfg=ctx.model_cfg,
+      model_cfg=model_cfg,
       tokenizer=ctx.tokenizer,
       max_new_tokens=cfg.max_new_tokens,
       sampling=sampling,
@@ -142,8 +143,10 @@ def make_generate_fn(
         params, prompts, rng, step, group_size=group_size, **kw
       )
     roots = group_size // k
-    if ctx.mesh is not None:  # placed once, for the sizing and every call
-      params = rollout_layout.to_layout(params, ctx.mesh, ctx.model_cfg)
+    # The sampler's mesh (--rollout_tensor: rollout_layout.sampling_mesh).
+    mesh = rollout_layout.sampling_mesh(ctx.mesh, model_cfg)
+    if mesh is not None:  # placed once, for the sizing and every call
+      params = rollout_layout.to_layout(params, mesh, model_cfg)
     # One prompt length for every call: the batch's (rollout.pad_prompts).
     p = rollout_lib.prompt_length(
       max(map(len, prompts)), 32, cfg.max_prompt_len
@@ -153,15 +156,15 @@ def make_generate_fn(
     rows = rollout_memory.call_rows(
       getattr(cfg, "rollout_rows", 0),
       len(prompts) * per_prompt,
-      ctx.model_cfg,
+      model_cfg,
       p,
       slots - cfg.max_prompt_len,
-      ctx.mesh,
+      mesh,
       params,
     )
     shards = 1
-    if ctx.mesh is not None:
-      shards = mesh_lib.batch_divisor(ctx.mesh, mesh_lib.ROLLOUT_RULES)
+    if mesh is not None:
+      shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
     step_prompts = call_prompts(rows, per_prompt, shards)
     offsets = np.zeros(1 + levels, np.int64)
     calls = []

@@ -144,10 +144,20 @@ class Context:
     """The single-turn sampler's architecture: the policy's, sampled_as."""
     return self.sampled_as(self.model_cfg)
 
+  @property
+  def segments_model_cfg(self):
+    """The multi-turn and tree samplers' architecture (sampling/segments.py):
+    rollout_model_cfg (--rollout_dtype, --rollout_layout,
+    --rollout_tensor) with the model's own decode attention, the one their
+    segments take (dense)."""
+    return dataclasses.replace(
+      self.rollout_model_cfg, decode_attention=self.model_cfg.decode_attention
+    )
+
   def sampled_as(self, model_cfg):
     """`model_cfg` as the run's single-turn sampler runs it
     (rollout_layout.sampled_as: --rollout_dtype, --decode_attention,
-    --rollout_layout on the run's mesh)."""
+    --rollout_layout, --rollout_tensor on the run's mesh)."""
     return rollout_layout.sampled_as(self.cfg, model_cfg, self.mesh)
 
   @property

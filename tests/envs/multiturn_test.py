@@ -433,6 +433,7 @@ def _run_tagged(params, make_env, tokenizer, stop_strings=None):
   ctx = types.SimpleNamespace(
     tokenizer=tokenizer,
     model_cfg=CFG,
+    segments_model_cfg=CFG,  # Context's: the run's rollout flags
     mesh=None,
     cfg=types.SimpleNamespace(max_prompt_len=None),
     encode_prompts=lambda ex: [tokenizer.encode(e.question) for e in ex],

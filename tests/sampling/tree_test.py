@@ -257,7 +257,7 @@ def test_level_two_branch_equals_independent_sample():
   )
 
 
-def _tree_loop_setup(rollout_rows=0, mesh=None):
+def _tree_loop_setup(rollout_rows=0, mesh=None, rollout_tensor=0):
   """(cfg, ctx, params) for tree_loop's generate_fn: forks 1, levels 2
   (3 leaves per root), 6 new tokens per round."""
   import types
@@ -273,6 +273,8 @@ def _tree_loop_setup(rollout_rows=0, mesh=None):
   ctx = types.SimpleNamespace(
     encode_prompts=lambda ex: [TOK.encode(e) for e in ex],
     model_cfg=CFG,
+    # Context's: the run's rollout flags (--rollout_tensor).
+    segments_model_cfg=dataclasses.replace(CFG, rollout_tensor=rollout_tensor),
     tokenizer=TOK,
     mesh=mesh,
   )
@@ -296,10 +298,10 @@ def test_make_generate_fn_builds_l_level_trees():
   assert not hasattr(plain, "parent")
 
 
-def _tree_fn_run(rollout_rows=0, mesh=None):
+def _tree_fn_run(rollout_rows=0, mesh=None, rollout_tensor=0):
   """tree_loop's generate_fn: 3 prompts, group 6 = 2 roots x 3 leaves,
   per prompt 6 leaves + 2 roots' copies = 8 rows."""
-  cfg, ctx, params = _tree_loop_setup(rollout_rows, mesh)
+  cfg, ctx, params = _tree_loop_setup(rollout_rows, mesh, rollout_tensor)
   return tree_loop.make_generate_fn(cfg)(
     ctx,
     params,
@@ -357,6 +359,27 @@ def test_tree_calls_are_sized_from_the_devices_free_memory(
   mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
   _assert_same_trees(_tree_fn_run(mesh=mesh), one_call)
   assert sizes == [2, 1]
+
+
+def test_tree_loop_samples_on_the_samplers_own_mesh(one_call, monkeypatch):
+  """--rollout_tensor=4 over a (1, 8, 1) run: the loop lays the weights
+  out once on the sampler's (1, 2, 4) mesh, sizes its calls there (room
+  for 5 sequences per device, rows over 2 shards: 10 rows, one prompt's
+  tree per call) and samples the one call's forest."""
+  from rlreason import mesh as mesh_lib
+
+  testing.room_for(monkeypatch, CFG, 16, 3 * 6, 5.5, tensor=4)
+  laid = testing.spy(
+    monkeypatch, tree_loop.rollout_layout, "to_layout",
+    lambda *a: dict(a[1].shape),
+  )  # fmt: skip
+  sizes = testing.spy(monkeypatch, tree, "generate", lambda *a, **k: len(a[1]))
+  mesh = mesh_lib.make_mesh(data=1, fsdp=8, tensor=1)
+  out = _tree_fn_run(mesh=mesh, rollout_tensor=4)
+  _assert_same_trees(out, one_call)
+  assert laid[0] == {"data": 1, "fsdp": 2, "tensor": 4}, laid
+  assert sizes == [1, 1, 1]
+  assert out.tokens.sharding.mesh == mesh
 
 
 def test_pooled_fork_points_hand_made_tree():

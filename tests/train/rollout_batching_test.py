@@ -112,11 +112,24 @@ def test_rollout_layout_reaches_the_runs_sampler():
     dataclasses.replace(grpo.TinyConfig(), rollout_layout="tp").validate()
 
 
-def test_rollout_tensor_reaches_the_runs_sampler():
+def test_rollout_tensor_reaches_the_runs_samplers():
   """--rollout_tensor reaches the single-turn sampler's architecture
   (Context.rollout_model_cfg; rollout.generate decodes on
-  rollout_layout.sampling_mesh of it); loop_test: one that does not
-  divide the run's devices stops the run before the model loads."""
+  rollout_layout.sampling_mesh of it) and the multi-turn and tree
+  samplers' (Context.segments_model_cfg: the run's rollout flags, the
+  dense decode attention their segments take, whatever
+  --decode_attention says); loop_test: one that does not divide the
+  run's devices stops the run before the model loads."""
   assert grpo.TinyConfig().rollout_tensor == 0
-  cfg = dataclasses.replace(grpo.TinyConfig(), rollout_tensor=2)
-  assert testing.tiny_context(cfg).rollout_model_cfg.rollout_tensor == 2
+  cfg = dataclasses.replace(
+    grpo.TinyConfig(),
+    rollout_tensor=2,
+    rollout_layout="fsdp",
+    decode_attention="ragged",
+  )
+  ctx = testing.tiny_context(cfg)
+  assert ctx.rollout_model_cfg.rollout_tensor == 2
+  assert ctx.rollout_model_cfg.decode_attention == "ragged"
+  segments = ctx.segments_model_cfg
+  assert (segments.rollout_tensor, segments.rollout_layout) == (2, "fsdp")
+  assert segments.decode_attention == "dense"
