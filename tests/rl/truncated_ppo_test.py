@@ -48,6 +48,30 @@ def _step(ctx, examples, slots, step):
 
 
 class WindowedBatchTest(absltest.TestCase):
+  def test_the_continuation_call_samples_as_the_runs_sampler(self):
+    """A response's next window is sampled with the run's sampler flags
+    (Context.rollout_model_cfg: --rollout_tensor, --rollout_layout,
+    --rollout_dtype; --rollout_rows), in static calls, the program the
+    planner plans (plan_config)."""
+    cfg, ctx, examples = _setup(rollout_rows=3, rollout_layout="replicated")
+    slots = truncated_ppo.Slots(cfg.num_sequences)
+    prompt = cfg.max_prompt_len + cfg.max_response_len  # the continuation's
+    with absltest.mock.patch.object(
+      truncated_ppo.rollout_lib,
+      "generate",
+      wraps=truncated_ppo.rollout_lib.generate,
+    ) as spy:
+      for step in range(2):
+        _step(ctx, examples, slots, step)
+    calls = [c.kwargs for c in spy.call_args_list]
+    cont = [k for k in calls if k["max_prompt_len"] == prompt]
+    assert cont, calls
+    for k in cont:
+      assert k["model_cfg"] == ctx.rollout_model_cfg
+      assert k["model_cfg"].rollout_layout == "replicated"
+      assert (k["rows_per_call"], k["batching"]) == (3, "static")
+      assert k["mesh"] is ctx.mesh
+
   def test_windows_add_up_to_whole_responses(self):
     cfg, ctx, examples = _setup()
     params, model_cfg = ctx.params, ctx.model_cfg
