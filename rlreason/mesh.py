@@ -289,15 +289,10 @@ def make_mesh(
 
 @functools.lru_cache(maxsize=8)
 def rollout_mesh(mesh: Mesh, tensor: int = 0) -> Mesh:
-  """The sampler's own mesh (--rollout_tensor): `mesh`'s devices, in the
-  same order, as (data, rest, `tensor`) (0 or the mesh's own tensor size:
-  `mesh` itself). Training may split a large model over fsdp alone while
-  the sampler keeps its weights split over `tensor` only and replicated
-  over the rest (ROLLOUT_RULES): no weight all-gathers per decode step,
-  one reshard per rollout. The device order is kept, so programs mixing
-  both meshes compile (jit needs one device assignment) and each group
-  of `tensor` devices is consecutive in the train mesh (neighbours on a
-  TPU slice's ICI)."""
+  """The sampler's own mesh (--rollout_tensor): `mesh`'s devices in their
+  order (one device assignment, so one jit reshards between the two; each
+  tensor group consecutive, ICI neighbours) as (data, rest, `tensor`);
+  0 or the mesh's own tensor size: `mesh` itself."""
   if tensor in (0, mesh.shape["tensor"]):
     return mesh
   data = mesh.shape["data"]
