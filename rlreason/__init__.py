@@ -3,7 +3,8 @@
 The package's folders are its layers, bottom to top; a layer imports only
 the layers below it (tests/layers_test.py enforces it):
 
-  mesh, types, config, storage, metrics   shared records, axes and run files
+  mesh, devices, types, config,           shared records, axes, devices and
+  storage, metrics                        run files
   model/      the decoder, its presets, HF IO, tokenizers, policy scores
   sampling/   KV-cache sampling, rollouts, segments, trees, scoring
   rl/         advantages, returns, losses, KL, objectives, critics

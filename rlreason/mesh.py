@@ -33,6 +33,8 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from rlreason import devices
+
 AXES = ("data", "fsdp", "tensor")
 
 TRAIN_RULES: dict[str, Any] = {
@@ -61,38 +63,6 @@ ROLLOUT_FSDP_RULES: dict[str, Any] = dict(TRAIN_RULES)
 ROLLOUT_PARAM_FRACTION = 0.4
 
 
-def device_memory(mesh: "Mesh") -> int | None:
-  """Bytes of memory of one of this process's devices in `mesh`, or None
-  where the backend does not say (CPUs; abstract AOT devices)."""
-  local = set(jax.local_devices())
-  device = next((d for d in mesh.devices.flat if d in local), None)
-  if device is None:
-    return None
-  try:
-    stats = device.memory_stats() or {}
-  except Exception:  # noqa: BLE001 - backends without memory stats raise
-    return None
-  return stats.get("bytes_limit")
-
-
-def device_free_memory(mesh: "Mesh") -> int | None:
-  """Bytes not in use on one of this process's devices in `mesh` (the
-  fullest one), or None where the backend does not say."""
-  local = set(jax.local_devices())
-  free = []
-  for device in mesh.devices.flat:
-    if device not in local:
-      continue
-    try:
-      stats = device.memory_stats() or {}
-    except Exception:  # noqa: BLE001 - backends without memory stats raise
-      return None
-    if "bytes_limit" not in stats:
-      return None
-    free.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
-  return min(free) if free else None
-
-
 # The rollout's parameter layouts (--rollout_layout): auto chooses by
 # memory (rollout_rules), replicated and fsdp force one.
 ROLLOUT_LAYOUTS = ("auto", "replicated", "fsdp")
@@ -117,7 +87,7 @@ def rollout_rules(
   if layout != "auto":
     return ROLLOUT_RULES if layout == "replicated" else ROLLOUT_FSDP_RULES
   if device_bytes is None:
-    device_bytes = device_memory(mesh)
+    device_bytes = devices.device_memory(mesh)
   if replicates(param_bytes, mesh.shape["tensor"], device_bytes):
     return ROLLOUT_RULES
   return ROLLOUT_FSDP_RULES
@@ -163,55 +133,6 @@ def activation_mesh(mesh: "Mesh | None"):
 def active_mesh() -> "Mesh | None":
   """The mesh of the innermost `activation_mesh`, or None."""
   return _ACTIVE_MESH.get()
-
-
-_COMPILE_OPTIONS: contextvars.ContextVar = contextvars.ContextVar(
-  "rlreason_compile_options", default=None
-)
-
-
-@contextlib.contextmanager
-def compile_options(options: dict | None):
-  """Within it, functions jitted by `options_jit` compile with `options`
-  (e.g. libtpu's temporaries budget, train_step.compiler_options: the
-  whole-rollout forwards under --score_temp_budget_mib); None: their
-  defaults."""
-  token = _COMPILE_OPTIONS.set(options)
-  try:
-    yield options
-  finally:
-    _COMPILE_OPTIONS.reset(token)
-
-
-def options_jit(**spec):
-  """Decorator: jax.jit(fn, **spec), compiled with the innermost
-  `compile_options`' options where called under one (jit_with_options)."""
-
-  def wrap(body):
-    default = jax.jit(body, **spec)
-
-    @functools.wraps(body)
-    def call(*args, **kwargs):
-      options = _COMPILE_OPTIONS.get()
-      if not options:
-        return default(*args, **kwargs)
-      return jit_with_options(body, options, **spec)(*args, **kwargs)
-
-    return call
-
-  return wrap
-
-
-def jit_with_options(body, options: dict, **spec):
-  """jax.jit(body, compiler_options=options, **spec), one per body,
-  options and spec (cached: calls with the same shapes never recompile)."""
-  options, spec = tuple(sorted(options.items())), tuple(sorted(spec.items()))
-  return _jit_with(body, options, spec)
-
-
-@functools.cache
-def _jit_with(body, options: tuple, spec: tuple):
-  return jax.jit(body, compiler_options=dict(options), **dict(spec))
 
 
 def constrain(x: jax.Array, axes: tuple) -> jax.Array:

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from absl.testing import parameterized
 
+from rlreason import devices
 from rlreason.model import transformer
 
 
@@ -103,12 +104,11 @@ def room_for(
   sequences of prompt_len + new_tokens (rollout_memory.sequence_bytes, on
   a mesh whose tensor axis has size `tensor`), so a sampler sizing its
   calls from free memory fits floor(sequences) per device."""
-  from rlreason import mesh as mesh_lib  # Deferred, as in tiny_context.
   from rlreason.sampling import rollout_memory
 
   seq = rollout_memory.sequence_bytes(model_cfg, prompt_len, new_tokens, tensor)
   free = int(sequences * seq / rollout_memory.ROLLOUT_FREE_FRACTION)
-  monkeypatch.setattr(mesh_lib, "device_free_memory", lambda mesh: free)
+  monkeypatch.setattr(devices, "device_free_memory", lambda mesh: free)
 
 
 def spy(monkeypatch, owner, name: str, record) -> list:

@@ -11,7 +11,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "rlreason"
 
 # Bottom to top (rlreason/__init__.py). Modules directly under rlreason/
-# (mesh, types, config, storage, metrics, testing) are layer 0, except
+# (mesh, devices, types, config, storage, metrics, testing) are layer 0, except
 # testing, which builds test fixtures from every layer.
 LAYERS = (
   "model",

@@ -148,35 +148,3 @@ def test_rollout_mesh_regroups_the_same_devices_in_their_order():
       mesh_lib.rollout_mesh(mesh, bad)
   with pytest.raises(config.ConfigError, match="--rollout_tensor=-1"):
     config.BaseConfig(rollout_tensor=-1).validate()
-
-
-def test_device_memory_is_none_where_the_backend_does_not_say():
-  assert mesh_lib.device_memory(mesh_lib.make_mesh(1, -1, 1)) is None  # CPU
-
-
-def test_options_jit_compiles_with_the_innermost_compile_options():
-  """mesh.options_jit: the default compile outside compile_options, the
-  context's options within (an option XLA:CPU does not know fails that
-  compile by name), the outer ones again after an inner context, each
-  set of options jitted once (jit_with_options is cached)."""
-
-  @mesh_lib.options_jit(static_argnames=("k",))
-  def f(x, k):
-    return x * k
-
-  x = jnp.arange(3.0)
-  bad, known = {"not_an_xla_option": 1}, {"xla_cpu_enable_fast_math": False}
-  np.testing.assert_array_equal(f(x, k=2), [0.0, 2.0, 4.0])
-  with mesh_lib.compile_options(known):
-    np.testing.assert_array_equal(f(x, k=2), [0.0, 2.0, 4.0])
-    with mesh_lib.compile_options(bad):
-      with pytest.raises(jax.errors.JaxRuntimeError, match="not_an_xla_option"):
-        f(x, k=3)
-    np.testing.assert_array_equal(f(x, k=3), [0.0, 3.0, 6.0])
-  with mesh_lib.compile_options(None):
-    np.testing.assert_array_equal(f(x, k=3), [0.0, 3.0, 6.0])
-  body = f.__wrapped__
-  one = mesh_lib.jit_with_options(body, known, static_argnames=("k",))
-  assert one is mesh_lib.jit_with_options(
-    body, dict(known), static_argnames=("k",)
-  )

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
@@ -188,7 +189,7 @@ def logits_chunk(n: int, t: int, vocab: int) -> int | None:
   return max(1, min(t, LOGITS_CHUNK_BYTES // (n * vocab * 4)))
 
 
-@mesh_lib.options_jit(  # under mesh.compile_options: --score_temp_budget_mib
+@devices.options_jit(  # under devices.compile_options: --score_temp_budget_mib
   static_argnames=(
     "model_cfg",
     "prompt_len",

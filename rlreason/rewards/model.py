@@ -28,6 +28,7 @@ import numpy as np
 import optax
 import safetensors.numpy
 
+from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.model import policy
@@ -59,7 +60,7 @@ def score(params: dict, tokens, positions, model_cfg) -> jax.Array:
   )
 
 
-@mesh_lib.options_jit(static_argnames=("model_cfg", "act_mesh"))
+@devices.options_jit(static_argnames=("model_cfg", "act_mesh"))
 def _score(params, tokens, positions, model_cfg, act_mesh):
   with mesh_lib.activation_mesh(act_mesh):
     hidden, _ = transformer.hidden_states(

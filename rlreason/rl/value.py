@@ -35,6 +35,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rlreason import devices
 from rlreason.rl import aggregation
 from rlreason.rl import returns as returns_lib
 from rlreason import mesh as mesh_lib
@@ -125,7 +126,7 @@ def completion_values(
   )
 
 
-@mesh_lib.options_jit(  # under mesh.compile_options: --score_temp_budget_mib
+@devices.options_jit(  # under devices.compile_options: --score_temp_budget_mib
   static_argnames=("model_cfg", "prompt_len", "with_next", "act_mesh"),
 )
 def _completion_values(

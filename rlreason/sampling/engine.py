@@ -10,6 +10,7 @@ Shapes as in sampler.py.
 import jax
 import numpy as np
 
+from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason.model import transformer
 from rlreason.sampling import stops
@@ -124,4 +125,4 @@ def jitted(fn, compiler_options: dict | None, **spec):
   and shapes never recompile)."""
   if not compiler_options:
     return fn
-  return mesh_lib.jit_with_options(fn.__wrapped__, compiler_options, **spec)
+  return devices.jit_with_options(fn.__wrapped__, compiler_options, **spec)

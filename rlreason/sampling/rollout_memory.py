@@ -19,6 +19,7 @@ compiled rollout.
 import jax
 import jax.numpy as jnp
 
+from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import continuous
 from rlreason.sampling import continuous_loop
@@ -187,9 +188,9 @@ def call_rows(
     ValueError: `requested` is more than the free memory holds.
   """
   free = None
-  if mesh is not None and mesh_lib.device_free_memory(mesh) is not None:
+  if mesh is not None and devices.device_free_memory(mesh) is not None:
     jax.block_until_ready(params)  # their bytes count as in use
-    free = mesh_lib.device_free_memory(mesh)
+    free = devices.device_free_memory(mesh)
   if not free:
     return min(requested, n) if requested > 0 else n
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from rlreason import devices
 from rlreason.data import sources as data_lib
 from rlreason.sampling import scoring as evaluation
 from rlreason.guidance import hints
@@ -169,11 +170,11 @@ class Context:
     """Where the whole-rollout forwards run: activations split by batch on
     the run's mesh (mesh.activation_mesh), as the train step's, and their
     programs compiled under --score_temp_budget_mib (libtpu's bound on
-    their temporaries, mesh.compile_options; TPU only)."""
+    their temporaries, devices.compile_options; TPU only)."""
     options = ts.compiler_options(
       getattr(self.cfg, "score_temp_budget_mib", 0), self.mesh
     )
-    with mesh_lib.activation_mesh(self.mesh), mesh_lib.compile_options(options):
+    with mesh_lib.activation_mesh(self.mesh), devices.compile_options(options):
       yield
 
   def take_nonfinite_rewards(self) -> int:

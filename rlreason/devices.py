@@ -1,0 +1,100 @@
+"""What a backend's devices hold and how programs compile for them.
+
+  device_memory / device_free_memory   a device's memory limit and what is
+                                       free of it (None where the backend
+                                       does not say: CPUs, AOT devices)
+  compile_options / options_jit        compiler options (libtpu's
+                                       temporaries budget) for the functions
+                                       jitted under a context
+  jit_with_options                     one cached jit per body and options
+
+No mesh axes are named here (mesh.py maps them).
+"""
+
+import contextlib
+import contextvars
+import functools
+
+import jax
+from jax.sharding import Mesh
+
+
+def device_memory(mesh: "Mesh") -> int | None:
+  """Bytes of memory of one of this process's devices in `mesh`, or None
+  where the backend does not say (CPUs; abstract AOT devices)."""
+  local = set(jax.local_devices())
+  device = next((d for d in mesh.devices.flat if d in local), None)
+  if device is None:
+    return None
+  try:
+    stats = device.memory_stats() or {}
+  except Exception:  # noqa: BLE001 - backends without memory stats raise
+    return None
+  return stats.get("bytes_limit")
+
+
+def device_free_memory(mesh: "Mesh") -> int | None:
+  """Bytes not in use on one of this process's devices in `mesh` (the
+  fullest one), or None where the backend does not say."""
+  local = set(jax.local_devices())
+  free = []
+  for device in mesh.devices.flat:
+    if device not in local:
+      continue
+    try:
+      stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - backends without memory stats raise
+      return None
+    if "bytes_limit" not in stats:
+      return None
+    free.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+  return min(free) if free else None
+
+
+_COMPILE_OPTIONS: contextvars.ContextVar = contextvars.ContextVar(
+  "rlreason_compile_options", default=None
+)
+
+
+@contextlib.contextmanager
+def compile_options(options: dict | None):
+  """Within it, functions jitted by `options_jit` compile with `options`
+  (e.g. libtpu's temporaries budget, train_step.compiler_options: the
+  whole-rollout forwards under --score_temp_budget_mib); None: their
+  defaults."""
+  token = _COMPILE_OPTIONS.set(options)
+  try:
+    yield options
+  finally:
+    _COMPILE_OPTIONS.reset(token)
+
+
+def options_jit(**spec):
+  """Decorator: jax.jit(fn, **spec), compiled with the innermost
+  `compile_options`' options where called under one (jit_with_options)."""
+
+  def wrap(body):
+    default = jax.jit(body, **spec)
+
+    @functools.wraps(body)
+    def call(*args, **kwargs):
+      options = _COMPILE_OPTIONS.get()
+      if not options:
+        return default(*args, **kwargs)
+      return jit_with_options(body, options, **spec)(*args, **kwargs)
+
+    return call
+
+  return wrap
+
+
+def jit_with_options(body, options: dict, **spec):
+  """jax.jit(body, compiler_options=options, **spec), one per body,
+  options and spec (cached: calls with the same shapes never recompile)."""
+  options, spec = tuple(sorted(options.items())), tuple(sorted(spec.items()))
+  return _jit_with(body, options, spec)
+
+
+@functools.cache
+def _jit_with(body, options: tuple, spec: tuple):
+  return jax.jit(body, compiler_options=dict(options), **dict(spec))
