@@ -68,6 +68,7 @@ from etils import epath
 
 from experiments import grpo
 from rlreason.train import context as context_lib
+from rlreason.train import loaders
 from rlreason.data import sources as data_lib
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
@@ -376,9 +377,9 @@ def judge_reward(cfg, mesh):
     )
   # Frozen, so kept in the compute dtype, as the loop keeps the reference
   # (half the bytes of float32 weights in bf16 runs; the same verdicts).
-  model_cfg, params = context_lib.load_model(jcfg, mesh)
+  model_cfg, params = loaders.load_model(jcfg, mesh)
   params = transformer.compute_params(params, model_cfg)
-  tok = context_lib.load_tokenizer(jcfg)
+  tok = loaders.load_tokenizer(jcfg)
 
   def fn(rollout, examples, ctx):
     questions = [examples[i].question for i in rollout.prompt_ids]
@@ -428,12 +429,12 @@ def run(cfg: Config) -> dict:
   if cfg.rm_kind == "judge":
     reward_model, info = judge_reward(cfg, mesh), {"kind": "judge"}
   else:
-    model_cfg, params = context_lib.load_model(cfg, mesh)
-    reward_fn, correct_fn = context_lib.make_reward_fns(cfg)
+    model_cfg, params = loaders.load_model(cfg, mesh)
+    reward_fn, correct_fn = loaders.make_reward_fns(cfg)
     ctx = context_lib.Context(
       cfg,
       model_cfg,
-      context_lib.load_tokenizer(cfg),
+      loaders.load_tokenizer(cfg),
       mesh,
       reward_fn,
       correct_fn,

@@ -83,16 +83,17 @@ def tiny_context(cfg, **fields):
   model (a preset), for tests that call make_batch functions directly;
   `fields` set other Context fields (params defaults to the model's)."""
   from rlreason.train import context  # Deferred: a heavy import, tests only.
+  from rlreason.train import loaders
   from rlreason import mesh as mesh_lib
 
   mesh = mesh_lib.make_mesh(1, 1, 1)
-  model_cfg, params = context.load_model(cfg, mesh)
+  model_cfg, params = loaders.load_model(cfg, mesh)
   return context.Context(
     cfg,
     model_cfg,
-    context.load_tokenizer(cfg),
+    loaders.load_tokenizer(cfg),
     mesh,
-    *context.make_reward_fns(cfg),
+    *loaders.make_reward_fns(cfg),
     **{"params": params, **fields},
   )
 

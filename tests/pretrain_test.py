@@ -17,7 +17,7 @@ from rlreason.eval import base_card
 from rlreason.model import hf
 from rlreason.model import presets
 from rlreason.model import tokenizer as tokenizer_lib
-from rlreason.train import context
+from rlreason.train import loaders
 
 TINY = dict(
   model="tiny",
@@ -135,7 +135,7 @@ def test_the_shipped_base_is_a_small_hf_directory_that_solves_problems():
   assert tok.char_level
   # The main job loads it: `--model=laptop-base` is grpo.Config's default.
   assert grpo.Config().model == "laptop-base"
-  assert context.load_tokenizer(grpo.Config()).char_level
+  assert loaders.load_tokenizer(grpo.Config()).char_level
   # Trained weights, not random ones: greedy decoding solves held-out
   # level-1 problems (the card measured 94.1%; random weights solve none).
   (row,) = base_card.measure(

@@ -19,6 +19,7 @@ from typing import Sequence
 from rlreason.data import sources as data_lib
 from rlreason.sampling import scoring as evaluation
 from rlreason.train import context
+from rlreason.train import loaders
 from rlreason.data import tasks
 from rlreason.eval import trained
 from rlreason.model import tokenizer as tokenizer_lib
@@ -127,7 +128,7 @@ def evaluate(
       f"Tokenizer has {tok.vocab_size} ids but the model only "
       f"{policy.model_cfg.vocab_size}"
     )
-  reward_fn, correct_fn = context.make_reward_fns(cfg)
+  reward_fn, correct_fn = loaders.make_reward_fns(cfg)
   ctx = context.Context(
     cfg, policy.model_cfg, tok, policy.mesh, reward_fn, correct_fn
   )

@@ -26,7 +26,7 @@ import safetensors.numpy
 
 from rlreason import config
 from rlreason.train import adapters as adapters_lib
-from rlreason.train import context
+from rlreason.train import loaders
 from rlreason import mesh as mesh_lib
 from rlreason.model import hf
 from rlreason.model import hf_layout
@@ -91,7 +91,7 @@ def _read_json(path: str) -> dict:
 
 
 def _tokenizer_source(cfg: config.BaseConfig) -> str:
-  """As context.load_tokenizer, but also looks past a warm-start init_from."""
+  """As loaders.load_tokenizer, but also looks past a warm-start init_from."""
   if cfg.tokenizer:
     return cfg.tokenizer
   for src in (cfg.init_from, presets.checkpoint_dir(cfg.model)):
@@ -247,7 +247,7 @@ def load(
     adapters = None
     if lcfg := adapters_lib.lora_config(run_cfg):
       # The base the run started from, and its adapters, merged.
-      model_cfg, base = context.load_model(run_cfg, mesh)
+      model_cfg, base = loaders.load_model(run_cfg, mesh)
       adapted, fresh = adapters_lib.prepare(
         run_cfg, model_cfg, base, mesh, lcfg
       )
@@ -280,7 +280,7 @@ def load(
     {**raw, "model": path, "init_from": "", "tokenizer": ""}
   )
   run_cfg = dataclasses.replace(run_cfg, **overrides)
-  model_cfg, params = context.load_model(run_cfg, mesh)
+  model_cfg, params = loaders.load_model(run_cfg, mesh)
   return Policy(
     source,
     kind,
@@ -299,7 +299,7 @@ def export_hf(policy: Policy | str, out_dir: str) -> str:
 
   config.json + safetensors (hf.save), the tokenizer's files when it is an
   HF tokenizer (the built-in char tokenizer has none: rlreason.json says so
-  and context.load_tokenizer falls back to it), and rlreason.json with the
+  and loaders.load_tokenizer falls back to it), and rlreason.json with the
   source, step and the run's settings (so evaluating the export behaves as
   evaluating the workdir). A previous export at `out_dir` is replaced;
   any other non-empty directory is refused.

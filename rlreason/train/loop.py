@@ -35,6 +35,7 @@ from rlreason.train import checkpoint
 from rlreason.train import preflight
 from rlreason.train import run_info
 from rlreason.train import context as context_lib
+from rlreason.train import loaders
 from rlreason.data import sources as data_lib
 from rlreason.data import iterator
 from rlreason import mesh as mesh_lib
@@ -90,7 +91,7 @@ def train(
   eval_spec = context_lib.eval_spec(cfg)
   train_examples = data_lib.load(cfg.data, "train")
   eval_examples = data_lib.load(eval_spec, "eval")[: cfg.eval_size]
-  tok = context_lib.load_tokenizer(cfg)
+  tok = loaders.load_tokenizer(cfg)
   preflight.check_prompts(cfg, tok, train_examples, f"--data={cfg.data}")
   preflight.check_prompts(cfg, tok, eval_examples, f"eval data {eval_spec}")
   cfg = sft.warm_started(cfg)
@@ -115,8 +116,8 @@ def train(
       why,
       ts.splitting_micro_batches(cfg, shards),
     )
-  tok = context_lib.load_tokenizer(cfg)
-  model_cfg, params = context_lib.load_model(cfg, mesh)
+  tok = loaders.load_tokenizer(cfg)
+  model_cfg, params = loaders.load_model(cfg, mesh)
   if tok.vocab_size > model_cfg.vocab_size:
     raise ValueError(
       f"Tokenizer has {tok.vocab_size} ids but the model only "
@@ -169,7 +170,7 @@ def train(
   )
   del params
 
-  reward_fn, correct_fn = context_lib.make_reward_fns(cfg)
+  reward_fn, correct_fn = loaders.make_reward_fns(cfg)
   ctx = context_lib.Context(
     cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params
   )

@@ -26,6 +26,7 @@ from rlreason import metrics as metrics_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.train import checkpoint
+from rlreason.train import loaders
 from rlreason.train import train_step as ts
 from rlreason.model import hf
 
@@ -318,9 +319,6 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   The result is cached under a key of every setting it depends on, so a
   rerun (or another experiment with the same base) skips it.
   """
-  # Deferred import: context.py -> loop.py -> sft.py would be circular.
-  from rlreason.train import context
-
   settings = warm_start_settings(cfg)
   key = hashlib.sha256(
     json.dumps(settings, sort_keys=True).encode()
@@ -331,8 +329,8 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     return out
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   base = dataclasses.replace(cfg, init_from="")
-  model_cfg, params = context.load_model(base, mesh)
-  tok = context.load_tokenizer(base)
+  model_cfg, params = loaders.load_model(base, mesh)
+  tok = loaders.load_tokenizer(base)
   examples = data_lib.load(cfg.data, "train")
   prompts, completions = encode_pairs(
     tok,

@@ -14,6 +14,7 @@ from experiments import grpo
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate
 from rlreason.train import context
+from rlreason.train import loaders
 from rlreason.train import run_info
 from rlreason import testing
 from rlreason.eval import trained
@@ -88,9 +89,9 @@ def test_workdir_scores_as_the_loop(run, tmp_path):
   ctx = context.Context(
     cfg,
     out["model_cfg"],
-    context.load_tokenizer(cfg),
+    loaders.load_tokenizer(cfg),
     policy.mesh,
-    *context.make_reward_fns(cfg),
+    *loaders.make_reward_fns(cfg),
   )
   examples = data_lib.load(context.eval_spec(cfg), "eval")[: cfg.eval_size]
   assert [s["uid"] for s in samples] == [e.uid for e in examples]

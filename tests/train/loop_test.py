@@ -16,7 +16,7 @@ from experiments import grpo
 from rlreason import metrics
 from rlreason import testing
 from rlreason.train import checkpoint
-from rlreason.train import context
+from rlreason.train import loaders
 from rlreason.train import flags
 from rlreason.train import sft
 
@@ -32,7 +32,7 @@ def _cfg(tmp_path, run="run", **kw):
 
 def _hooked_rewards(monkeypatch, hook):
   """Rewards as usual; hook(call_index, rewards) runs on every call."""
-  combine = context.rewards_lib.combine
+  combine = loaders.rewards_lib.combine
   calls = []
 
   def fake_combine(weights):
@@ -45,7 +45,7 @@ def _hooked_rewards(monkeypatch, hook):
 
     return reward_fn
 
-  monkeypatch.setattr(context.rewards_lib, "combine", fake_combine)
+  monkeypatch.setattr(loaders.rewards_lib, "combine", fake_combine)
 
 
 def _train_steps(workdir):
@@ -157,7 +157,7 @@ def test_a_micro_batch_that_does_not_split_is_warned_before_the_model(
   def stop(*a, **kw):
     raise _Stop
 
-  monkeypatch.setattr("rlreason.train.loop.context_lib.load_model", stop)
+  monkeypatch.setattr("rlreason.train.loop.loaders.load_model", stop)
   cfg = _cfg(
     tmp_path,
     mesh_fsdp=-1,
@@ -182,7 +182,7 @@ def test_a_rollout_tensor_that_does_not_divide_the_mesh_stops_the_run(
   def stop(*a, **kw):
     raise _Stop
 
-  monkeypatch.setattr("rlreason.train.loop.context_lib.load_model", stop)
+  monkeypatch.setattr("rlreason.train.loop.loaders.load_model", stop)
   cfg = _cfg(tmp_path, mesh_fsdp=-1, rollout_tensor=3, warm_start_steps=0)
   with pytest.raises(ValueError, match=r"--rollout_tensor=3 must divide the 8"):
     grpo.run(cfg)

@@ -81,7 +81,7 @@ def test_merged_export_loads_in_transformers(run, tmp_path):
   adapted, _ = adapters_lib.prepare(
     policy.run_cfg,
     policy.model_cfg,
-    trained.context.load_model(policy.run_cfg, policy.mesh)[1],
+    trained.loaders.load_model(policy.run_cfg, policy.mesh)[1],
     policy.mesh,
     adapters_lib.lora_config(policy.run_cfg),
   )

@@ -18,6 +18,7 @@ from experiments import grpo
 from rlreason import config
 from rlreason.train import context
 from rlreason.train import flags
+from rlreason.train import loaders
 from rlreason.train import preflight
 from rlreason.train import sft
 
@@ -32,7 +33,7 @@ def no_compute(monkeypatch):
     raise ComputeRan("compute started before the input was checked")
 
   monkeypatch.setattr(sft, "warm_start", tripwire)
-  monkeypatch.setattr(context, "load_model", tripwire)
+  monkeypatch.setattr(loaders, "load_model", tripwire)
 
 
 def _cfg(tmp_path, **kw):
