@@ -13,6 +13,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.plan import aot
 from rlreason.plan import program as program_lib
 from rlreason.plan import retry
+from rlreason.plan import state as plan_state
 from rlreason.rl import objective
 
 MIB = 1 << 20
@@ -192,6 +193,15 @@ def test_a_rollout_over_the_fit_is_tried_at_the_rows_its_room_holds():
     got = compiler.fewer_rows(compiler.compile_one("rollout", cfg), cfg)
     assert tried == want, (fit, tried)
     assert got.rows == want[-1] and got.run_flags == {"rollout_rows": got.rows}
+  # --rollout_tensor=4: the sampler's (1, 2, 4) mesh splits rows 2 ways, so
+  # the 500 MiB of room's 50 rows are tried as they are.
+  tried.clear()
+  per_row[0], extra[0] = 10, 0
+  compiler = retry.Retrying({"rollout": rollout}, {"rollout": 0}, mesh,
+                            1500 * MIB)  # fmt: skip
+  split = dataclasses.replace(cfg, rollout_tensor=4)
+  got = compiler.fewer_rows(compiler.compile_one("rollout", split), split)
+  assert tried == [64, 50] and got.rows == 50, tried
 
 
 def test_a_rollout_budget_the_compiler_refused_is_not_tried_again(
@@ -280,3 +290,12 @@ def test_a_replicated_rollout_over_the_fit_is_tried_split_over_fsdp():
   fsdp = dataclasses.replace(cfg, rollout_layout="fsdp")
   assert not aot._replicates(fsdp, model_cfg, mesh, 16 * gib)
   assert not aot._replicates(cfg, model_cfg, mesh, 1)  # auto splits itself
+  # On the sampler's own mesh (--rollout_tensor): split 4 ways, weights
+  # that would take 80% of a chip whole take 20%, and are replicated over
+  # its fsdp axis of 2; split 8 ways there is no fsdp axis to replicate over.
+  param_bytes = model_cfg.num_params() * plan_state.compute_bytes(model_cfg)
+  hbm = int(param_bytes / (2 * mesh_lib.ROLLOUT_PARAM_FRACTION))
+  assert not aot._replicates(cfg, model_cfg, mesh, hbm)
+  for tensor, want in ((4, True), (8, False)):
+    split = dataclasses.replace(cfg, rollout_tensor=tensor)
+    assert aot._replicates(split, model_cfg, mesh, hbm) is want, tensor

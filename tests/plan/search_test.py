@@ -410,8 +410,9 @@ def test_a_single_slice_plan_merges_into_the_results(tmp_path):
 
 def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
   """grpo's 7B bf16 weights are over 40% of a v4 chip (its rollout splits
-  them over fsdp), not of a v5p chip, unless --rollout_layout=fsdp; a row
-  with `ici_s` has the bound, a miss has no step."""
+  them over fsdp), not of a v5p chip, unless --rollout_layout=fsdp; split
+  2 ways (--mesh_tensor, or the sampler's own --rollout_tensor) they are
+  replicated; a row with `ici_s` has the bound, a miss has no step."""
   fit = {"fits": True, "slice": "v4-16", "step_s": 1.0, "peak_gib": 20.0}
   fit.update(mfu=0.5, errors={})
   results = {
@@ -419,6 +420,7 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
     "grpo/v5p": {**fit, "slice": "v5p-8"},
     "dapo/v5p": {**fit, "slice": "v5p-8", "rollout_layout": "fsdp"},
     "rloo/v4": {**fit, "mesh_tensor": 2},
+    "siren/v4": {**fit, "rollout_tensor": 2},  # the sampler's own split
     "dump/v4": {**fit, "ici_s": {"rollout": 9.0}},
     "ppo/v4": {**fit, "fits": False},
   }
