@@ -80,9 +80,11 @@ def plan(
   rollout_rows=0,
   score_rows=0,
   stop_over_fit=False,
+  more_rows=True,
 ):
   """(Summary, seconds) of a run on a slice (`stop_over_fit`: the programs
-  after one over the fit are not compiled, aot.compile_run)."""
+  after one over the fit are not compiled; `more_rows`: a rollout that
+  fits is tried at the rows per call the fit holds; aot.compile_run)."""
   cfg, loss_fn, extras = plan_hooks.experiment_config(name, scale, overrides)
   mesh, hbm, n_dev, peak, bw, ici = mesh_for(topology, cfg)
   t0 = time.time()
@@ -96,6 +98,7 @@ def plan(
     hbm_bytes=hbm,
     fit_bytes=int((1 - summary.FIT_MARGIN) * hbm),
     stop_over_fit=stop_over_fit,
+    more_rows=more_rows,
     progress=lambda line: print(f"{name} on {topology}: {line}", flush=True),
     **extras,
   )
@@ -175,6 +178,7 @@ def main(argv):
     f.rollout_rows,
     f.score_rows,
     stop_over_fit=f.stop_over_fit,
+    more_rows=f.more_rows,
   )
   if f.row_out or f.merge:  # plan_all's child (slice_row); a re-plan
     # The results' own files do not make the code dirty.
@@ -222,6 +226,13 @@ if __name__ == "__main__":
   flags.DEFINE_bool("all", False, "plan every PAPER preset")
   flags.DEFINE_bool(
     "stop_over_fit", False, "compile nothing after a program over the fit"
+  )
+  flags.DEFINE_bool(
+    "more_rows",
+    True,
+    "a rollout that fits at the rows per call its estimate sizes (which "
+    "errs high) is compiled again at the rows its peak says the fit holds; "
+    "a fit there is kept with --rollout_rows (one or two more compiles)",
   )
   flags.DEFINE_bool(
     "split_micro_batches",

@@ -71,6 +71,7 @@ from rlreason.plan import rollout as rollout_lib
 from rlreason.plan import scoring
 from rlreason.plan import state as state_lib
 from rlreason.rl import value
+from rlreason.sampling import rollout_memory
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import train_step as ts
 
@@ -184,6 +185,25 @@ def _replicates(cfg, model_cfg, mesh, hbm_bytes) -> bool:
   return mesh_lib.replicates(param_bytes, mesh.shape["tensor"], hbm_bytes)
 
 
+def _more_rows(compiler, prog, cfg, model_cfg, hbm_bytes, resident: int):
+  """compiler.more_rows, up to the rows the run would take on a chip of
+  `hbm_bytes` (rollout_memory.call_rows: its free memory were the
+  estimate ESTIMATE_OVERCOUNT times too high), with the flags the
+  rollout's retries set (e.g. --rollout_layout=fsdp)."""
+  if retry.over(prog, compiler.fit_bytes):
+    return prog
+  c = dataclasses.replace(cfg, **prog.run_flags)
+  most = rollout_lib.rows_for(
+    c,
+    model_cfg,
+    compiler.mesh,
+    hbm_bytes,
+    resident,
+    overcount=rollout_memory.ESTIMATE_OVERCOUNT,
+  )
+  return compiler.more_rows(prog, c, most)
+
+
 def compile_run(
   cfg,
   loss_fn,
@@ -201,6 +221,7 @@ def compile_run(
   model_cfg=None,
   fit_bytes: int | None = None,
   stop_over_fit: bool = False,
+  more_rows: bool = False,
   progress=None,
 ) -> dict[str, program_lib.Program]:
   """The run's programs compiled for `mesh`; failures (e.g. out of HBM)
@@ -216,6 +237,9 @@ def compile_run(
   (program.TEMP_BUDGETS). With
   `stop_over_fit`, the programs after the first that fails or peaks over
   `fit_bytes` are not compiled (a slice search's misses cost one program).
+  With `more_rows`, a rollout that fits at the rows per call sized from
+  its estimate is compiled again at the rows its peak says the fit holds
+  (retry.more_rows; up to what the run takes, rollout_memory.call_rows).
   `progress(line)` is told each compile's start, seconds and peak.
   """
   model_cfg = model_cfg or model_config(cfg)
@@ -337,6 +361,10 @@ def compile_run(
       and _replicates(cfg, model_cfg, mesh, hbm_bytes)
     ):
       out[name] = compiler.sharded_params(out[name], cfg, not fixed_rows)
+    if name == "rollout" and fit_bytes and more_rows and not fixed_rows:
+      out[name] = _more_rows(
+        compiler, out[name], cfg, model_cfg, hbm_bytes, resident["rollout"]
+      )
     if name == "reward_model_train" and fit_bytes:
       out[name] = compiler.more_micro_batches(
         out[name], cfg, reward_model_pairs

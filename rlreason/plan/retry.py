@@ -3,6 +3,7 @@
   compiler = retry.Retrying(makers, resident, mesh, fit_bytes)
   prog = compiler.compile_one("rollout", cfg)     # budgeted where needed
   prog = compiler.fewer_rows(prog, cfg)           # then fewer rows per call
+  prog = compiler.more_rows(prog, cfg, most)      # or more, where it fits
 
 aot.compile_run builds `makers` ({program: compile(config) -> Program}) and
 what stays resident beside each program; this module decides what to try
@@ -14,6 +15,9 @@ when one lands over the fit (or out of HBM at the compiler's default):
   fewer_rows          a rollout at fewer sequences per call (where its
                       peaks so far meet the fit, at least half), down to
                       a quarter (--rollout_rows in the run);
+  more_rows           a rollout that fits with room to spare at more
+                      (where its peak's line meets the fit), as many as
+                      the run takes (--rollout_rows in the run);
   more_micro_batches  a Bradley-Terry step in twice the micro-batches, up
                       to three times (--rm_micro_batches in the run);
   sharded_params      a rollout whose replicated parameters leave too
@@ -83,15 +87,21 @@ def host_peak_gb() -> float:
   return peak / (1e9 if sys.platform == "darwin" else 1e6)  # bytes / KB
 
 
-def _fewer(seen, rows: int, fit_bytes: int, fixed: int, unit: int) -> int:
-  """The next rows per call to try for a rollout over the fit, fewer than
-  `rows` and at least half, a multiple of `unit`: where the line through
-  the last two compiled (rows, peak bytes) of `seen` meets the fit (with
-  one, through (0, fixed): the resident arrays and the weights)."""
+def _at_fit(seen, fit_bytes: int, fixed: int) -> int:
+  """Rows per call where the line through the last two compiled (rows,
+  peak bytes) of `seen` meets the fit (with one, through (0, fixed): the
+  resident arrays and the weights); 0 where the peak does not grow."""
   r1, p1 = seen[-1]
   r0, p0 = seen[-2] if len(seen) > 1 else (0, fixed)
   slope = (p1 - p0) / (r1 - r0) if r1 != r0 else 0.0
-  est = int(r1 - (p1 - fit_bytes) / slope) if slope > 0 else 0
+  return int(r1 - (p1 - fit_bytes) / slope) if slope > 0 else 0
+
+
+def _fewer(seen, rows: int, fit_bytes: int, fixed: int, unit: int) -> int:
+  """The next rows per call to try for a rollout over the fit, fewer than
+  `rows` and at least half, a multiple of `unit`: where the peaks so far
+  meet the fit (_at_fit)."""
+  est = _at_fit(seen, fit_bytes, fixed)
   return max(rows // 2, min(est, rows - unit)) // unit * unit
 
 
@@ -194,13 +204,7 @@ class Retrying:
     shards (a tree rollout: the fewest whole prompts that split over
     them, tree_loop.call_prompts); a fit at fewer rows needs
     --rollout_rows in the run (Program.run_flags)."""
-    unit = mesh_lib.batch_divisor(  # the sampler's mesh (--rollout_tensor)
-      mesh_lib.rollout_mesh(self.mesh, getattr(cfg, "rollout_tensor", 0)),
-      mesh_lib.ROLLOUT_RULES,
-    )
-    tree_shape = tree_loop.call_shape(cfg)
-    if tree_shape:  # calls hold whole prompts' trees (call_prompts)
-      unit = tree_shape[0] * tree_loop.call_prompts(0, tree_shape[0], unit)
+    unit = self._row_unit(cfg)
     rows, floor = prog.rows, prog.rows // 4  # two halvings at most
     seen = [(prog.rows, prog.peak_bytes)]
     fixed = prog.resident_bytes + prog.argument_bytes
@@ -217,6 +221,62 @@ class Retrying:
       seen.append((rows, fewer.peak_bytes))
       prog = dataclasses.replace(fewer, run_flags={"rollout_rows": rows})
     return prog
+
+  def _row_unit(self, cfg) -> int:
+    """A rollout's rows per call split over the batch shards of the
+    sampler's mesh (--rollout_tensor: mesh.rollout_mesh); a tree
+    rollout's hold the fewest whole prompts' trees that split over them
+    (tree_loop.call_prompts)."""
+    unit = mesh_lib.batch_divisor(
+      mesh_lib.rollout_mesh(self.mesh, getattr(cfg, "rollout_tensor", 0)),
+      mesh_lib.ROLLOUT_RULES,
+    )
+    tree_shape = tree_loop.call_shape(cfg)
+    if tree_shape:
+      unit = tree_shape[0] * tree_loop.call_prompts(0, tree_shape[0], unit)
+    return unit
+
+  def more_rows(self, prog, cfg, most: int):
+    """A rollout that fits, at the rows per call the loop would size from
+    free memory (rollout_memory's estimate errs high: up to
+    ESTIMATE_OVERCOUNT times the compiled bytes): again at the rows where
+    the line through (0, resident + arguments) and its peak meets the fit,
+    a multiple of the batch shards and at most `most` (what the run takes:
+    rollout_memory.call_rows, at most N); a try over the fit (or out of
+    HBM) once more where the line through the two peaks meets it. The most
+    rows that fit are kept (--rollout_rows in the run, Program.run_flags):
+    fewer calls, or more decode slots, each reading the weights once per
+    decode step. A tree rollout's calls, and a rollout that needed a
+    budget or fewer rows to fit, are kept as they are."""
+    if (
+      over(prog, self.fit_bytes)
+      or tree_loop.call_shape(cfg)
+      or prog.temp_budget_mib  # over the fit at the compiler's default
+      or "rollout_rows" in prog.run_flags  # at fewer rows already
+    ):
+      return prog
+    unit, kept = self._row_unit(cfg), prog
+    fixed = prog.resident_bytes + prog.argument_bytes
+    seen = [(prog.rows, prog.peak_bytes)]
+    for _ in range(2):
+      rows = min(_at_fit(seen, self.fit_bytes, fixed), most) // unit * unit
+      if rows <= kept.rows or any(rows == r for r, _ in seen):
+        break
+      c = dataclasses.replace(cfg, rollout_rows=rows)
+      try:
+        more = self._compile("rollout", c, f" at {rows} rows per call")
+      except Exception:  # noqa: BLE001 - out of HBM at these rows
+        seen.append((rows, 2 * self.fit_bytes))
+        continue
+      more = dataclasses.replace(more, resident_bytes=prog.resident_bytes)
+      seen.append((rows, more.peak_bytes))
+      if over(more, self.fit_bytes):
+        continue
+      kept = dataclasses.replace(
+        more, run_flags={**prog.run_flags, "rollout_rows": rows}
+      )
+      break
+    return kept
 
   def sharded_params(self, prog, cfg, fewer_rows: bool = True):
     """A rollout still over the fit with its parameters replicated (the

@@ -33,12 +33,16 @@ from rlreason.train import adapters as adapters_lib
 from rlreason.train import train_step as ts
 
 
-def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
+def rows_for(
+  cfg, model_cfg, mesh, hbm_bytes, resident: int, overcount: float = 1.0
+) -> int:
   """Sequences per sampler call the loop would use on this slice: what
   the HBM left beside the resident arrays and the rollout parameters
-  holds (rollout_memory.rows_per_call), at most N. A tree rollout's call
-  holds whole prompts' trees (tree_loop.call_shape), sized as tree_loop
-  sizes it."""
+  holds (rollout_memory.rows_per_call), at most N; with `overcount`
+  (rollout_memory.ESTIMATE_OVERCOUNT), the most --rollout_rows the run
+  takes (call_rows: that memory were the estimate so many times too
+  high). A tree rollout's call holds whole prompts' trees
+  (tree_loop.call_shape), sized as tree_loop sizes it."""
   n, t = cfg.num_sequences, cfg.max_new_tokens
   tree_shape = tree_loop.call_shape(cfg)
   if tree_shape:
@@ -52,7 +56,7 @@ def rows_for(cfg, model_cfg, mesh, hbm_bytes, resident: int) -> int:
   params = state_lib.per_device_bytes(
     state_lib.rollout_params(sampled, mesh, hbm_bytes)
   )
-  free = max(hbm_bytes - resident - params, 0)
+  free = int(overcount * max(hbm_bytes - resident - params, 0))
   shards = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
   rows = rollout_memory.rows_per_call(
     model_cfg,

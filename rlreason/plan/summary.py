@@ -314,7 +314,8 @@ def advice(
 
 # Why the planner set a flag the config did not (Program.run_flags).
 RUN_FLAGS = {
-  "rollout_rows": "fewer rows than the loop would size from free memory",
+  "rollout_rows": "other rows per call than the loop would size from free "
+  "memory (its estimate)",
   "rm_micro_batches": "more Bradley-Terry micro-batches than the config's",
   "rollout_layout": "the rollout's parameters split over fsdp (replicated, "
   "they leave too little room)",

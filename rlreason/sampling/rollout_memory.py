@@ -13,11 +13,14 @@ calibrated on TPU compiles).
 rollout.generate sizes its calls (static batching) or its decode slots
 (continuous batching) with `call_rows`; the planner (plan/rollout.py) with
 `rows_per_call`, and prints `call_bytes` (a call's estimate) beside each
-compiled rollout.
+compiled rollout. The estimate errs high (up to ESTIMATE_OVERCOUNT times
+the compiled bytes), so a --rollout_rows above it that the planner's
+compile fits is taken, with a warning, up to that factor.
 """
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 
 from rlreason import devices
 from rlreason import mesh as mesh_lib
@@ -28,6 +31,16 @@ from rlreason.model.transformer import ModelConfig
 # A sampler call may fill this much of the memory left free on a device
 # (the rest covers XLA's temporaries the per-sequence estimate leaves out).
 ROLLOUT_FREE_FRACTION = 0.8
+
+# The most this estimate has overcounted a compiled sampler call's bytes
+# (outputs + temporaries) in the planner's TPU compiles: 2.45 times for
+# truncated_ppo's 32B static call at --rollout_tensor=8, 1.9-2.3 times for
+# continuous batching where each chip holds one KV head (7B at
+# --mesh_tensor=4; this host's logs, sessions 51-52). --rollout_rows is
+# refused only above the rows free memory would hold were the estimate
+# this much too high (call_rows); between, the planner's compile
+# (`python -m experiments.plan`, retry.more_rows) is the check.
+ESTIMATE_OVERCOUNT = 2.5
 
 
 def _split(size: int, tensor: int) -> int:
@@ -184,8 +197,13 @@ def call_rows(
   the devices' free memory holds once `params` (the rollout copy) are in
   place (mesh given and its memory known), else all n.
 
+  A `requested` over what the estimate holds (rows_per_call) is taken with
+  a warning while the free memory would hold it were the estimate
+  ESTIMATE_OVERCOUNT times the compiled bytes (the planner's compiles say
+  whether it fits).
+
   Raises:
-    ValueError: `requested` is more than the free memory holds.
+    ValueError: `requested` is more than the free memory holds even then.
   """
   free = None
   if mesh is not None and devices.device_free_memory(mesh) is not None:
@@ -198,10 +216,32 @@ def call_rows(
   most = rows_per_call(model_cfg, p, t, free, shards, batching, tensor)
   if requested > most:
     how = "continuous" if batching == "continuous" else "sequence"
-    raise ValueError(
-      f"--rollout_rows={requested}: the devices' free memory "
-      f"({free / 2**30:.2f} GiB per device) holds at most {most} sequences "
-      f"of {p} + {t} tokens at once (rollout_memory.{how}_bytes). Lower "
-      "it, or pass 0 to size the sampler calls from memory."
+    estimate = (
+      f"the devices' free memory ({free / 2**30:.2f} GiB per device) holds "
+      f"{most} sequences of {p} + {t} tokens at once by the estimate "
+      f"(rollout_memory.{how}_bytes)"
+    )
+    generous = rows_per_call(
+      model_cfg,
+      p,
+      t,
+      int(ESTIMATE_OVERCOUNT * free),
+      shards,
+      batching,
+      tensor,
+    )
+    if requested > generous:
+      raise ValueError(
+        f"--rollout_rows={requested}: {estimate}, at most {generous} were "
+        f"it {ESTIMATE_OVERCOUNT}x too high (the most it has overcounted a "
+        "compile). Lower it, or pass 0 to size the sampler calls from "
+        "memory."
+      )
+    logging.warning(
+      "--rollout_rows=%d: %s. Taken (up to %d: the estimate errs high); "
+      "`python -m experiments.plan` compiles such a call for a TPU slice.",
+      requested,
+      estimate,
+      generous,
     )
   return min(requested if requested > 0 else most, n)

@@ -9,12 +9,15 @@ import re
 import pytest
 
 from experiments import grpo
+from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason.plan import aot
 from rlreason.plan import program as program_lib
 from rlreason.plan import retry
+from rlreason.plan import rollout as plan_rollout
 from rlreason.plan import state as plan_state
 from rlreason.rl import objective
+from rlreason.sampling import rollout_memory
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -299,3 +302,141 @@ def test_a_replicated_rollout_over_the_fit_is_tried_split_over_fsdp():
   for tensor, want in ((4, True), (8, False)):
     split = dataclasses.replace(cfg, rollout_tensor=tensor)
     assert aot._replicates(split, model_cfg, mesh, hbm) is want, tensor
+
+
+def _growing_rollout(tried, peak_mib, fail=()):
+  """A fake rollout compile: 1000 MiB of weights (arguments) and the rest
+  of `peak_mib(rows)` as outputs; out of HBM at the rows in `fail`."""
+
+  def rollout(c):
+    rows = c.rollout_rows or 64
+    tried.append(rows)
+    if rows in fail:
+      raise RuntimeError(OOM)
+    return program_lib.Program(
+      "rollout", 1000 * MIB, (peak_mib(rows) - 1000) * MIB, 0, 0, 0, 0.0,
+      0.0, [], rows=rows,
+    )  # fmt: skip
+
+  return rollout
+
+
+def test_a_rollout_with_room_to_spare_is_tried_at_the_rows_the_fit_holds():
+  """retry.more_rows: 1000 MiB of weights and 10 MiB per row fit a 2000
+  MiB fit at the estimate's 64 rows (1640 MiB); the line through (0, 1000)
+  and that peak meets the fit at 100 rows: 96 (8 batch shards) are
+  compiled, fit, and are kept with --rollout_rows=96. Capped by the rows
+  the run takes (80). Rows that grow faster than the line (96 over the
+  fit) are tried once more where the two peaks' line meets it (72); out
+  of HBM at 96, that line says 64 again: the first is kept. A rollout
+  over the fit, or already at fewer rows or under a budget, is kept."""
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  cfg = grpo.TinyConfig()
+  linear = lambda r: 1000 + 10 * r
+  steeper = lambda r: linear(r) + 25 * max(0, r - 64)
+  for peak_mib, most, fail, want, kept in (
+    (linear, 512, (), [64, 96], 96),
+    (linear, 80, (), [64, 80], 80),
+    (steeper, 512, (), [64, 96, 72], 72),
+    (linear, 512, (96,), [64, 96], 64),
+  ):
+    tried = []
+    compiler = retry.Retrying(
+      {"rollout": _growing_rollout(tried, peak_mib, fail)},
+      {"rollout": 0},
+      mesh,
+      2000 * MIB,
+    )
+    first = compiler.compile_one("rollout", cfg)
+    got = compiler.more_rows(first, cfg, most)
+    assert tried == want, (most, tried)
+    assert got.rows == kept and got.peak_bytes <= 2000 * MIB
+    assert got.run_flags == ({"rollout_rows": kept} if kept != 64 else {})
+  tried = []
+  compiler = retry.Retrying(
+    {"rollout": _growing_rollout(tried, linear)}, {"rollout": 0}, mesh,
+    1500 * MIB,
+  )  # fmt: skip
+  over_fit = compiler.compile_one("rollout", cfg)
+  assert compiler.more_rows(over_fit, cfg, 512) is over_fit
+  fit = dataclasses.replace(over_fit, resident_bytes=0, output_bytes=0)
+  for done in (
+    dataclasses.replace(fit, run_flags={"rollout_rows": 64}),
+    dataclasses.replace(fit, temp_budget_mib=900),
+  ):
+    assert compiler.more_rows(done, cfg, 512) is done
+  assert tried == [64]
+
+
+def test_the_planners_most_rows_are_what_the_run_takes(monkeypatch):
+  """plan/rollout.rows_for with ESTIMATE_OVERCOUNT (the cap of
+  retry.more_rows) is the most --rollout_rows rollout_memory.call_rows
+  takes on the same free memory: those rows are taken (with a warning),
+  one batch shard more is refused."""
+  cfg = dataclasses.replace(
+    grpo.TinyConfig(), max_prompt_len=16, max_new_tokens=112, batch_size=64
+  )
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  model_cfg = aot.model_config(cfg)
+  hbm, resident = 6 * MIB, MIB
+  unit = mesh_lib.batch_divisor(mesh, mesh_lib.ROLLOUT_RULES)
+  most = plan_rollout.rows_for(
+    cfg, model_cfg, mesh, hbm, resident,
+    overcount=rollout_memory.ESTIMATE_OVERCOUNT,
+  )  # fmt: skip
+  sized = plan_rollout.rows_for(cfg, model_cfg, mesh, hbm, resident)
+  assert sized < most < cfg.num_sequences, (sized, most)
+  params = plan_state.per_device_bytes(
+    plan_state.rollout_params(model_cfg, mesh, hbm)
+  )
+  free = hbm - resident - params
+  monkeypatch.setattr(devices, "device_free_memory", lambda mesh: free)
+  take = lambda rows: rollout_memory.call_rows(
+    rows, cfg.num_sequences, model_cfg, cfg.max_prompt_len,
+    cfg.max_new_tokens, mesh, None, cfg.rollout_batching,
+  )  # fmt: skip
+  assert take(0) == sized
+  assert take(most) == most
+  with pytest.raises(ValueError, match=f"--rollout_rows={most + unit}"):
+    take(most + unit)
+
+
+def test_compile_run_tries_more_rows_up_to_what_the_run_takes(monkeypatch):
+  """aot.compile_run(more_rows=True): a rollout that fits at the rows its
+  estimate sizes for a 6 MiB chip is compiled again at the most rows the
+  run would take there (rows_for with ESTIMATE_OVERCOUNT; the fake's
+  peak line would hold 400), with --rollout_rows; without more_rows, or
+  with rows given, once."""
+  cfg = dataclasses.replace(
+    grpo.TinyConfig(), max_prompt_len=16, max_new_tokens=112, batch_size=64
+  )
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  tried = []
+
+  def compile_rollout(c, model_cfg, mesh, rows, hbm_bytes):
+    tried.append(rows)
+    return program_lib.Program(
+      "rollout", 1000 * MIB, rows * MIB, 0, 0, 0, 0.0, 0.0, [], rows=rows
+    )
+
+  monkeypatch.setattr(aot.rollout_lib, "compile_rollout", compile_rollout)
+  hbm = 6 * MIB
+  run = lambda c, **kw: aot.compile_run(
+    c, objective.loss_fn, mesh, programs=("rollout",), hbm_bytes=hbm,
+    fit_bytes=1400 * MIB, **kw,
+  )["rollout"]  # fmt: skip
+  got = run(cfg, more_rows=True)
+  sized, most = tried
+  resident = plan_state.resident_bytes(cfg, aot.model_config(cfg), mesh)
+  assert most == plan_rollout.rows_for(
+    cfg, aot.model_config(cfg), mesh, hbm, resident["rollout"],
+    overcount=rollout_memory.ESTIMATE_OVERCOUNT,
+  )  # fmt: skip
+  assert sized < most < 400
+  assert got.rows == most and got.run_flags == {"rollout_rows": most}
+  for c in (cfg, dataclasses.replace(cfg, rollout_rows=8)):
+    tried.clear()
+    assert run(c).run_flags == {} and len(tried) == 1
+  tried.clear()
+  run(dataclasses.replace(cfg, rollout_rows=8), more_rows=True)
+  assert tried == [8]

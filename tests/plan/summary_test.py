@@ -221,8 +221,8 @@ def test_the_flags_the_planner_set_are_printed_for_the_run():
   want = (
     "      at --rm_micro_batches=4: more Bradley-Terry micro-batches than "
     "the config's; the run needs the same",
-    "      at --rollout_rows=8: fewer rows than the loop would size from "
-    "free memory; the run needs the same",
+    "      at --rollout_rows=8: other rows per call than the loop would "
+    "size from free memory (its estimate); the run needs the same",
     # and the rows' estimate (rollout_memory) beside the compiled bytes
     "      its rows estimated at 5.00 GiB (rollout_memory), compiled to "
     "4.00 GiB (out - alias + temp): 1.25x",
