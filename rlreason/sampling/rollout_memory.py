@@ -33,13 +33,14 @@ from rlreason.model.transformer import ModelConfig
 ROLLOUT_FREE_FRACTION = 0.8
 
 # The most this estimate has overcounted a compiled sampler call's bytes
-# (outputs + temporaries) in the planner's TPU compiles: 2.45 times for
-# truncated_ppo's 32B static call at --rollout_tensor=8, 1.9-2.3 times for
-# continuous batching where each chip holds one KV head (7B at
-# --mesh_tensor=4; this host's logs, sessions 51-52). --rollout_rows is
-# refused only above the rows free memory would hold were the estimate
-# this much too high (call_rows); between, the planner's compile
-# (`python -m experiments.plan`, retry.more_rows) is the check.
+# (outputs + temporaries) in the planner's TPU compiles (this host's logs,
+# sessions 50-51): 2.45 times for truncated_ppo's 32B static call at
+# --rollout_tensor=8, 2.24-2.30 for rm_grpo's 7B static call at
+# --mesh_tensor=4, 1.88-2.05 for continuous batching where each chip holds
+# one KV head. --rollout_rows is refused only above the rows free memory
+# would hold were the estimate this much too high (call_rows); between,
+# the planner's compile (`python -m experiments.plan`, retry.more_rows)
+# is the check.
 ESTIMATE_OVERCOUNT = 2.5
 
 
@@ -237,9 +238,11 @@ def call_rows(
         "compile). Lower it, or pass 0 to size the sampler calls from "
         "memory."
       )
-    logging.warning(
+    logging.log_first_n(  # once a run: each RL step's rollout asks
+      logging.WARNING,
       "--rollout_rows=%d: %s. Taken (up to %d: the estimate errs high); "
       "`python -m experiments.plan` compiles such a call for a TPU slice.",
+      1,
       requested,
       estimate,
       generous,

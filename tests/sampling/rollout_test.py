@@ -361,7 +361,7 @@ def test_continuous_batching_equals_one_static_call(params, ro, monkeypatch):
   # high (3.75 sequences per device: 12): taken with a warning, the same
   # samples; more: an error before sampling.
   warned = testing.spy(
-    monkeypatch, rollout_memory.logging, "warning", lambda *a: a[0]
+    monkeypatch, rollout_memory.logging, "log_first_n", lambda *a: a[1]
   )
   _assert_same_rollout(
     _generate(params, step=3, mesh=mesh, rows_per_call=8), ro
