@@ -110,7 +110,8 @@ class BaseConfig:
   # Sequences per sampler call (rollout.generate; multi-turn episodes and
   # tree rollouts too, a tree's prompt counting its leaves and its roots'
   # cache copy): 0 sizes calls from the devices' free memory (all N where
-  # the backend reports none).
+  # the backend reports none); more than that estimate holds is taken up
+  # to 2.5 times its room (rollout_memory.call_rows, ESTIMATE_OVERCOUNT).
   rollout_rows: int = 0
   # continuous: when the N rows are more than --rollout_rows (or what memory
   # holds), those are decode slots refilled as rows finish
