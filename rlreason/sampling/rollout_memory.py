@@ -34,9 +34,9 @@ ROLLOUT_FREE_FRACTION = 0.8
 
 # The most this estimate has overcounted a compiled sampler call's bytes
 # (outputs + temporaries) in the planner's TPU compiles (this host's logs,
-# sessions 50-51): 2.45 times for truncated_ppo's 32B static call at
+# sessions 50-52): 2.45 times for truncated_ppo's 32B static call at
 # --rollout_tensor=8, 2.24-2.30 for rm_grpo's 7B static call at
-# --mesh_tensor=4, 1.88-2.05 for continuous batching where each chip holds
+# --mesh_tensor=4, 1.88-2.09 for continuous batching where each chip holds
 # one KV head. --rollout_rows is refused only above the rows free memory
 # would hold were the estimate this much too high (call_rows); between,
 # the planner's compile (`python -m experiments.plan`, retry.more_rows)
