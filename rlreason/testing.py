@@ -9,25 +9,27 @@ import time
 
 import jax
 import numpy as np
-from absl.testing import parameterized
 
 from rlreason import devices
 from rlreason.model import transformer
 
 
-class FastCompileTestCase(parameterized.TestCase):
-  """Compiles without XLA's optimisation passes, restored after each test.
+def digits_reward(completions, answers=None) -> np.ndarray:
+  """The digits each completion writes: a reward that varies within every
+  group from the first step, so a few steps of a barely trained model have
+  non-zero advantages and move the parameters (a correctness reward can be
+  0 for every sample of such a model, and its updates then all zero)."""
+  return np.array([sum(ch.isdigit() for ch in c) for c in completions], "f4")
 
-  For tests that compile hundreds of tiny programs (every jitted variant and
-  every eager op) and run each once: XLA's passes would be about half of
-  their time.
-  """
 
-  def setUp(self):
-    super().setUp()
-    flag = "jax_disable_most_optimizations"
-    self.addCleanup(jax.config.update, flag, jax.config.read(flag))
-    jax.config.update(flag, True)
+def register_digits_reward() -> str:
+  """Registers digits_reward as the reward "digits" (once per process);
+  returns the name, for --reward."""
+  from rlreason import rewards  # noqa: PLC0415 - tests only
+
+  if "digits" not in rewards.names():
+    rewards.register("digits", digits_reward)
+  return "digits"
 
 
 def tiny_model_config(**overrides) -> transformer.ModelConfig:

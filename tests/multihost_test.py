@@ -73,7 +73,6 @@ def _env(devices: int, **extra) -> dict:
     XLA_FLAGS=" ".join(
       [
         f"--xla_force_host_platform_device_count={devices}",
-        "--xla_backend_optimization_level=0",  # as conftest.py's
         # XLA:CPU aborts a collective whose participants are more than 40 s
         # apart; under load on a shared 2-core machine they can be.
         "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120",

@@ -25,22 +25,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_default_matmul_precision", "highest")
 # Compile-bound (a few steps of a tiny model): skip XLA's optimisation passes,
-# as rlreason.testing.FastCompileTestCase does.
+# as tests/conftest.py does for the suite (this process's environment is
+# built without JAX_ variables).
 jax.config.update("jax_disable_most_optimizations", True)
 
 from experiments import grpo  # noqa: E402
 from rlreason import mesh as mesh_lib  # noqa: E402
-from rlreason import rewards  # noqa: E402
+from rlreason import testing  # noqa: E402
 
-# A reward that varies within every group from the first step (the digits
-# written), so that a run of a few steps of a barely trained model already
-# has non-zero advantages and moves the parameters.
-rewards.register(
-  "digits",
-  lambda completions, answers=None: np.array(
-    [sum(ch.isdigit() for ch in c) for c in completions], np.float32
-  ),
-)
+testing.register_digits_reward()  # --reward=digits: moves the parameters
 
 
 def main(overrides: str, out_prefix: str) -> None:

@@ -8,12 +8,12 @@ import functools
 import math
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import chex
 import jax
 import numpy as np
 
 from rlreason.rl import advantages
-from rlreason import testing
 
 _GROUP_ESTIMATORS = {
   "grpo": functools.partial(advantages.group_normalized, group_size=4),
@@ -26,10 +26,7 @@ _GROUP_ESTIMATORS = {
 }
 
 
-_TestCase = testing.FastCompileTestCase
-
-
-class GroupNormalizedTest(_TestCase):
+class GroupNormalizedTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     # B=2, G=4. Group 0: mean 0.5, std (ddof=1) sqrt(1/3). Group 1: all equal.
@@ -111,7 +108,7 @@ class GroupNormalizedTest(_TestCase):
     )
 
 
-class OtherGroupEstimatorsTest(_TestCase):
+class OtherGroupEstimatorsTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_batch_std_hand_computed(self):
     rewards = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
@@ -250,7 +247,7 @@ class OtherGroupEstimatorsTest(_TestCase):
       np.testing.assert_array_equal(adv, np.zeros(8), err_msg=name)
 
 
-class RegistryTest(_TestCase):
+class RegistryTest(parameterized.TestCase):
   def test_get(self):
     self.assertIs(advantages.get("grpo"), advantages.group_normalized)
     rewards = np.array([1.0, 0.0])

@@ -7,6 +7,7 @@ formula), never by calling the function under test.
 import functools
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import chex
 import jax
 import jax.numpy as jnp
@@ -15,12 +16,9 @@ import numpy as np
 from rlreason.rl import aggregation
 from rlreason.rl import kl
 from rlreason.rl import losses
-from rlreason import testing
-
-_TestCase = testing.FastCompileTestCase
 
 
-class AggregateTest(_TestCase):
+class AggregateTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     per_token = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
@@ -100,7 +98,7 @@ class AggregateTest(_TestCase):
       aggregation.aggregate(np.zeros((1, 1)), np.ones((1, 1)), "mean")
 
 
-class SplitInvarianceTest(_TestCase):
+class SplitInvarianceTest(parameterized.TestCase):
   """Summing micro-batch losses (global normalisers) == full-batch loss."""
 
   def test_micro_batches_sum_to_full_batch(self):

@@ -6,6 +6,7 @@ Expected values are written out by hand from the formulas.
 import functools
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import chex
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,6 @@ import numpy as np
 from rlreason.rl import entropy_reg
 from rlreason.rl import losses
 from rlreason.model import policy
-from rlreason import testing
 from rlreason.model import transformer
 
 LN = np.log
@@ -35,7 +35,7 @@ def _h(q):
   return -(q * LN(q)).sum()
 
 
-class NucleusEntropyTest(testing.FastCompileTestCase):
+class NucleusEntropyTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     probs = np.array([0.15, 0.5, 0.05, 0.3])  # unsorted on purpose
@@ -124,7 +124,7 @@ class SortFreeNucleusTest(absltest.TestCase):
     )
 
 
-class PeakEntropyMaskTest(testing.FastCompileTestCase):
+class PeakEntropyMaskTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     entropy = np.array(
@@ -142,7 +142,7 @@ class PeakEntropyMaskTest(testing.FastCompileTestCase):
     )
 
 
-class AnchoredPenaltyTest(testing.FastCompileTestCase):
+class AnchoredPenaltyTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     entropy = np.array([[1.0, 2.0], [3.0, 0.0]])
@@ -161,7 +161,7 @@ class AnchoredPenaltyTest(testing.FastCompileTestCase):
     )
 
 
-class MinpProxyTest(testing.FastCompileTestCase):
+class MinpProxyTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     logits = np.log(np.array([[0.6, 0.3, 0.09, 0.01]] * 3))
@@ -176,7 +176,7 @@ class MinpProxyTest(testing.FastCompileTestCase):
     np.testing.assert_allclose(out[2], LN(0.6 / 0.99), rtol=1e-5, atol=1e-6)
 
 
-class LpRegTest(testing.FastCompileTestCase):
+class LpRegTest(parameterized.TestCase):
   def _inputs(self):
     logp = jnp.array([[-1.0, -3.0, -2.0], [-0.5, -4.0, -1.0]])
     mask = jnp.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])

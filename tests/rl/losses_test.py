@@ -17,7 +17,6 @@ from rlreason.rl import aggregation
 from rlreason.rl import kl
 from rlreason.rl import losses
 from rlreason.model import policy
-from rlreason import testing
 
 LN = np.log
 
@@ -32,10 +31,7 @@ def _on_policy_grads(loss_fn, logp, adv, mask, modes, **kw):
   return [jax.grad(total)(logp, mode, kw) for mode in modes]
 
 
-_TestCase = testing.FastCompileTestCase
-
-
-class PolicyLossTest(_TestCase):
+class PolicyLossTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_clipped_surrogate_hand_computed(self):
     # One row of tokens with ratios (1.5, 0.5, 0.5, 1.5, 4.0) and A (1, 1, -1,
@@ -255,7 +251,7 @@ class PolicyLossTest(_TestCase):
       losses.get_policy_loss("ppo2")
 
 
-class EntropyTest(_TestCase):
+class EntropyTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     logits = np.array([[0.0, 0.0, 0.0, 0.0], [LN(3.0), 0.0, -np.inf, -np.inf]])
@@ -288,7 +284,7 @@ class EntropyTest(_TestCase):
     np.testing.assert_allclose(bonus, [[-0.1, 0.0]], rtol=1e-6, atol=1e-7)
 
 
-class KLTest(_TestCase):
+class KLTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     ref_logp = np.array([[-1.0, -1.0, -1.0]])

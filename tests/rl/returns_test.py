@@ -7,17 +7,15 @@ formula), never by calling the function under test.
 import functools
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import chex
 import jax
 import numpy as np
 
 from rlreason.rl import returns as returns_lib
-from rlreason import testing
-
-_TestCase = testing.FastCompileTestCase
 
 
-class TokenEstimatorsTest(_TestCase):
+class TokenEstimatorsTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_outcome_token_rewards(self):
     # Row 1 starts late (multi-turn), row 2 is fully masked.
@@ -149,7 +147,7 @@ class TokenEstimatorsTest(_TestCase):
       np.testing.assert_array_equal(adv, np.zeros((2, 3)))
 
 
-class RegistryTest(_TestCase):
+class RegistryTest(parameterized.TestCase):
   def test_get(self):
     self.assertIs(returns_lib.get("gae"), returns_lib.gae)
     self.assertIs(

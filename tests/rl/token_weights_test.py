@@ -7,18 +7,16 @@ formula), never by calling the function under test.
 import functools
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import chex
 import numpy as np
 
-from rlreason import testing
 from rlreason.rl import token_weights
 
 LN = np.log
 
-_TestCase = testing.FastCompileTestCase
 
-
-class TokenWeightsTest(_TestCase):
+class TokenWeightsTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_top_entropy_mask(self):
     entropy = np.array([[0.1, 0.9, 0.5], [0.7, 0.3, 100.0]])

@@ -3,6 +3,7 @@
 import functools
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import chex
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,6 @@ import numpy as np
 
 from rlreason.rl import aggregation
 from rlreason import mesh as mesh_lib
-from rlreason import testing
 from rlreason.train import train_step as ts
 from rlreason.rl import value
 from rlreason.model import transformer
@@ -41,7 +41,7 @@ def _batch(seed=0):
   }
 
 
-class ExtendedGaeTest(testing.FastCompileTestCase):
+class ExtendedGaeTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_hand_computed(self):
     token_rewards = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
@@ -80,7 +80,7 @@ class ExtendedGaeTest(testing.FastCompileTestCase):
     np.testing.assert_allclose(ret, [[2.3]], rtol=1e-6, atol=1e-6)
 
 
-class ValueLossTest(testing.FastCompileTestCase):
+class ValueLossTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   def test_value_loss_hand_computed(self):
     values = np.array([[1.0, 0.6, 0.0, 1.2]])

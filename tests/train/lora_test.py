@@ -30,6 +30,11 @@ def run(tmp_path_factory):
     lora_alpha=8.0,
     kl_coef=0.05,
     lr=1e-2,
+    warmup_steps=0,  # TinyConfig's 5 would leave step 1's update at lr 0
+    # Digits written, not correctness: the 2-step warm start rarely solves
+    # a problem, and a run rewarded 0 throughout leaves B at 0 (but for
+    # Adam's normalised rounding noise, which once passed this test).
+    reward=testing.register_digits_reward(),
     workdir=str(tmp / "run"),
     cache_dir=str(tmp / "cache"),
   )
@@ -59,7 +64,9 @@ def test_only_adapters_train_and_kl_starts_at_zero(run):
   )
   rows = testing.train_rows(cfg.workdir)
   assert abs(rows[1]["kl"]) < 1e-6  # the adapted policy starts as the base
-  assert rows[2]["kl"] > 0
+  # Step 1 moved B: the policy is off the reference (KL ~6e-3 here; the
+  # rounding between two programs computing the same policy is ~1e-14).
+  assert rows[2]["kl"] > 1e-4
 
 
 def _ours(params, model_cfg, tokens):
