@@ -15,14 +15,17 @@ a corpus and writes it as HF tokenizer files (`experiments.pretrain
 --bpe_vocab`).
 
 `CharTokenizer().save(dir)` writes the char tokenizer as HF tokenizer files,
-so `load(dir)` reproduces it exactly (so does `AutoTokenizer`, except
-beside a model's config.json, where it picks the model type's own class:
-use `PreTrainedTokenizerFast` there, as `load` does).
+so `load(dir)` reproduces it exactly, reading them without transformers
+(`SavedCharTokenizer`); so does `AutoTokenizer`, except beside a model's
+config.json, where it picks the model type's own class: use
+`PreTrainedTokenizerFast` there, as `HFTokenizer` does.
 """
 
+import functools
 import json
 import os
 import string
+import tempfile
 from typing import Protocol, Sequence
 
 
@@ -182,9 +185,15 @@ def train_bpe(texts: Sequence[str], path: str, vocab_size: int) -> None:
 
 
 def _tokenizer_class(path: str) -> str | None:
+  config = _read_json(os.path.join(path, "tokenizer_config.json"))
+  return config.get("tokenizer_class") if isinstance(config, dict) else None
+
+
+def _read_json(path: str):
+  """The file's JSON, or None where it is missing or not JSON."""
   try:
-    with open(os.path.join(path, "tokenizer_config.json")) as f:
-      return json.load(f).get("tokenizer_class")
+    with open(path) as f:
+      return json.load(f)
   except (OSError, ValueError):
     return None
 
@@ -228,20 +237,74 @@ class HFTokenizer:
 
   def chat(self, messages: list[dict]) -> str:
     if not getattr(self._tok, "chat_template", None):
-      raise ValueError(
-        f"Tokenizer in {self.path} has no chat template; use "
-        "--template=plain, r1 or boxed"
-      )
+      raise _no_chat_template(self.path)
     return self._tok.apply_chat_template(
       messages, tokenize=False, add_generation_prompt=True
     )
 
 
+def _no_chat_template(path: str) -> ValueError:
+  return ValueError(
+    f"Tokenizer in {path} has no chat template; use --template=plain, r1 "
+    "or boxed"
+  )
+
+
+class SavedCharTokenizer(CharTokenizer):
+  """The files `CharTokenizer.save` wrote, read without transformers
+  (whose import costs a run seconds): the ids, vocabulary and special
+  tokens of `HFTokenizer(path)` on them, and like it no chat template. A
+  character outside the alphabet raises CharTokenizer's ValueError, which
+  names it, where the HF tokenizer raises "Missing [UNK] token"."""
+
+  def __init__(self, path: str):
+    super().__init__()
+    self.path = path
+
+  def chat(self, messages: list[dict]) -> str:
+    raise _no_chat_template(self.path)
+
+
+# Files that would give a tokenizer directory more than the three
+# CharTokenizer.save writes (a chat template, added or other vocabularies).
+_OTHER_TOKENIZER_FILES = (
+  "chat_template.jinja",
+  "chat_template.json",
+  "added_tokens.json",
+  "vocab.json",
+  "vocab.txt",
+  "merges.txt",
+  "tokenizer.model",
+)
+
+
+@functools.cache
+def _char_files() -> dict[str, object]:
+  """file name -> the parsed JSON CharTokenizer.save writes today."""
+  with tempfile.TemporaryDirectory() as d:
+    CharTokenizer().save(d)
+    return {n: _read_json(os.path.join(d, n)) for n in sorted(os.listdir(d))}
+
+
+def holds_char_tokenizer(path: str) -> bool:
+  """Whether `path`'s tokenizer files are exactly CharTokenizer.save's."""
+  if any(os.path.exists(os.path.join(path, n)) for n in _OTHER_TOKENIZER_FILES):
+    return False
+  return all(
+    _read_json(os.path.join(path, n)) == want
+    for n, want in _char_files().items()
+  )
+
+
 def load(name: str) -> Tokenizer:
-  """ "char" for the built-in tokenizer, else a local HF directory."""
+  """ "char" for the built-in tokenizer, else a local HF directory (the
+  built-in one, without transformers, where its files are
+  CharTokenizer.save's)."""
   if name == "char":
     return CharTokenizer()
   if os.path.isdir(name):
+    if holds_char_tokenizer(name):
+      return SavedCharTokenizer(name)
     return HFTokenizer(name)
   raise ValueError(
     f"Tokenizer {name!r}: expected 'char' or a local "
