@@ -2,6 +2,7 @@
 
   row, tried = search.smallest_fit(slices, try_slice, start, steady)
   table = search.markdown(results, search.FAMILIES)
+  text = search.tables(results)  # table.md: that, and one per family
 
 A row is one slice's verdict as experiments/plan.py records it (slice,
 fits, peak_gib, step_s, train_s, mfu, errors and the flags the run needs).
@@ -230,9 +231,30 @@ def save(obj, path) -> None:
     json.dump(obj, f, indent=1, sort_keys=True)
 
 
+def family_tables(results: dict, families, unbounded=()) -> str:
+  """One table per family, of the presets planned for it (the README's)."""
+  parts = []
+  for family in families:
+    planned = {k: r for k, r in results.items() if k.endswith(f"/{family}")}
+    gib = chips.CHIPS[family].hbm_bytes / chips.GIB
+    parts.append(f"{family} ({gib:.0f} GiB per chip):\n")
+    parts.append(markdown(planned, (family,), unbounded))
+  return "\n".join(parts)
+
+
+def tables(results: dict, unbounded=()) -> str:
+  """table.md: every family's cells in one table, then one table per
+  family as the README shows them."""
+  return (
+    markdown(results, FAMILIES, unbounded)
+    + "\n"
+    + family_tables(results, FAMILIES, unbounded)
+  )
+
+
 def write_table(out_dir, results, unbounded=()) -> str:
   """table.md of every family's cells, however many the run searched."""
-  table = markdown(results, FAMILIES, unbounded)
+  table = tables(results, unbounded)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
   return table

@@ -436,6 +436,20 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
     f"v4-16: 20.0 GiB, step 1.0 s ({search.UNBOUNDED}), MFU 50%" in marked[1]
   )
   assert search.UNBOUNDED not in search.markdown(results, ("v4", "v5p"))
+  # The README's tables: one per family, of its presets alone, marked
+  # likewise.
+  tables = search.family_tables(results, ("v4", "v5p"), keys)
+  v4, v5p = tables.split("v5p (95 GiB per chip):")
+  assert v4.startswith("v4 (32 GiB per chip):\n\n| experiment | v4 |")
+  rows = lambda t: [x.split(" | ")[0][2:] for x in t.splitlines()[4:] if x]  # noqa: E731
+  assert rows(v4) == ["dump", "grpo", "ppo", "rloo", "siren"]
+  assert rows(v5p) == ["dapo", "grpo"]
+  v4_marked = [x for x in v4.splitlines() if search.UNBOUNDED in x]
+  v5p_marked = [x for x in v5p.splitlines() if search.UNBOUNDED in x]
+  assert [x.split(" | ")[0] for x in v4_marked + v5p_marked] == [
+    "| grpo",
+    "| dapo",
+  ]
 
 
 def test_a_slice_whose_child_fails_is_a_row_with_its_error():
