@@ -42,3 +42,15 @@ import jax  # noqa: E402
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_disable_most_optimizations", True)  # as set above
 jax.config.update("jax_default_matmul_precision", "highest")
+# As set above (in case a plugin imported jax before this file ran).
+jax.config.update(
+  "jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"]
+)
+jax.config.update(
+  "jax_persistent_cache_min_compile_time_secs",
+  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+)
+jax.config.update(
+  "jax_persistent_cache_min_entry_size_bytes",
+  int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
+)
