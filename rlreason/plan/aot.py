@@ -100,6 +100,11 @@ def tpu_env() -> None:
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   # No TPU is touched: several planners (parallel test workers) may run.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  # JAX's persistent cache writes a compile-only TPU program but cannot read
+  # it back ("PjRtCompiler must be constructed with a Client to call
+  # DeserializeLoadedExecutable"): off, so no run writes entries it will
+  # only warn about.
+  os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
 
 
 def model_config(cfg) -> transformer.ModelConfig:

@@ -45,6 +45,34 @@ SCRIPT = r"""
 import dataclasses, json, sys
 from rlreason.plan import aot
 aot.tpu_env()
+import hashlib, jax
+# Cases repeat programs (a retry's first compile is an earlier case's, and
+# so are the hooks' reference forwards): each distinct program (its
+# StableHLO, compiler options and devices) compiles once, its result or
+# error kept. The planner's code runs as it does.
+_compile, _once = jax.stages.Lowered.compile, {}
+def _compile_once(self, *args, **kwargs):
+  low = self._lowering
+  attrs = ("_device_list", "_compiler_options_kvs")
+  if not all(hasattr(low, a) for a in attrs):
+    return _compile(self, *args, **kwargs)  # (another JAX: no key to trust)
+  devices = low._device_list
+  key = (
+    hashlib.sha256(self.as_text().encode()).hexdigest(),
+    repr(low._compiler_options_kvs),
+    None if devices is None else tuple(d.id for d in devices),
+    repr(args), repr(sorted(kwargs.items())),
+  )
+  if key not in _once:
+    try:
+      _once[key] = (_compile(self, *args, **kwargs), None)
+    except Exception as e:
+      _once[key] = (None, e)
+  out, err = _once[key]
+  if err is not None:
+    raise err
+  return out
+jax.stages.Lowered.compile = _compile_once
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.model import presets
