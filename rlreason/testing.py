@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import jax
@@ -177,30 +178,50 @@ def experiment_cmd(module: str, workdir, cache_dir, **overrides) -> list[str]:
 
 
 def run_killed_and_resumed(
-  cmd_a: list[str], cmd_b: list[str], workdir_b, *, kill_after: int = 2
-) -> list[int]:
+  cmd_a: list[str],
+  cmd_b: list[str],
+  workdir_b,
+  *,
+  kill_after: int = 2,
+  env: dict[str, str | None] | None = None,
+) -> tuple[list[int], str]:
   """Runs cmd_a to the end; runs cmd_b, SIGKILLs it once its checkpoint
   `kill_after` exists, then reruns cmd_b to the end (it must resume).
+  `env` sets (or, with None, removes) variables of the three processes.
   Raises AssertionError with the process's stderr on any failure.
 
   Returns:
-    The checkpoint steps cmd_b had saved when it was killed.
+    The checkpoint steps cmd_b had saved when it was killed, and the
+    rerun's stderr.
   """
   # One CPU device: drop the 8 simulated devices tests/conftest.py asks for.
-  env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_")}
-  env["JAX_PLATFORMS"] = "cpu"
+  env = {
+    **{k: v for k, v in os.environ.items() if not k.startswith("XLA_")},
+    "JAX_PLATFORMS": "cpu",
+    **(env or {}),
+  }
+  env = {k: v for k, v in env.items() if v is not None}
   subprocess.run(cmd_a, check=True, env=env, capture_output=True, timeout=600)
-  proc = subprocess.Popen(
-    cmd_b, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-  )
-  ready = os.path.join(workdir_b, "checkpoints", str(kill_after))
-  deadline = time.time() + 600
-  while not os.path.exists(ready):
-    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-    assert time.time() < deadline, "no checkpoint before the deadline"
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
+  # Its stderr to a file, not a pipe nobody reads while it runs: a full
+  # pipe would stop a verbose run before its checkpoint.
+  with tempfile.TemporaryFile() as err:
+    proc = subprocess.Popen(
+      cmd_b, env=env, stdout=subprocess.DEVNULL, stderr=err
+    )
+    ready = os.path.join(workdir_b, "checkpoints", str(kill_after))
+    deadline = time.time() + 600
+    while not os.path.exists(ready):
+      if proc.poll() is not None or time.time() > deadline:
+        proc.kill()
+        proc.wait()
+        err.seek(0)
+        raise AssertionError(
+          f"no checkpoint {kill_after} (exit {proc.returncode}): "
+          + err.read().decode()[-3000:]
+        )
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
   saved = sorted(
     int(d)
     for d in os.listdir(os.path.join(workdir_b, "checkpoints"))
@@ -210,7 +231,7 @@ def run_killed_and_resumed(
     cmd_b, env=env, capture_output=True, text=True, timeout=600
   )
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  return saved
+  return saved, resumed.stderr
 
 
 def train_rows(workdir) -> dict[int, dict]:

@@ -87,6 +87,7 @@ def train(
   # Everything checkable is checked before any compute (warm start,
   # compilation): paths, the workdir's earlier run, the data, its prompts.
   preflight.check_paths(cfg, workdir)
+  run_info.use_compile_cache(cfg)
   preflight.check_resume(cfg, workdir)
   eval_spec = context_lib.eval_spec(cfg)
   train_examples = data_lib.load(cfg.data, "train")

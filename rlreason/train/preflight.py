@@ -20,6 +20,7 @@ from rlreason import config
 from rlreason import storage
 from rlreason.model import presets
 from rlreason.train import context as context_lib
+from rlreason.train import run_info
 
 # At most this many offending rows are listed in one error.
 _ROWS_SHOWN = 5
@@ -31,6 +32,8 @@ def check_paths(cfg, workdir: str) -> None:
   problems = [config.writable_dir_problem("workdir", workdir)]
   if cfg.warm_start_steps and not cfg.init_from:
     problems.append(config.writable_dir_problem("cache_dir", cfg.cache_dir))
+  compiled = run_info.compile_cache_dir(cfg)
+  problems.append(config.writable_dir_problem("compile_cache", compiled))
   if cfg.model.lower() not in presets.PRESETS and not os.path.isdir(
     presets.checkpoint_dir(cfg.model)
   ):

@@ -1,6 +1,7 @@
 """A run's identity on disk and in the cluster.
 
   run_info.maybe_initialize_distributed(cfg)   # jax.distributed, if asked
+  run_info.use_compile_cache(cfg)              # --compile_cache
   workdir = run_info.workdir_for(cfg, "grpo")
   run_info.write_run_info(workdir, cfg)        # config.json + COMMIT
 
@@ -13,6 +14,7 @@ import subprocess
 
 import jax
 from etils import epath
+from jax.experimental.compilation_cache import compilation_cache
 
 from rlreason import config
 from rlreason import storage
@@ -62,6 +64,32 @@ def maybe_initialize_distributed(cfg) -> None:
     # CPU-only processes need a collectives backend for cross-process ops.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(**kwargs)
+
+
+def compile_cache_dir(cfg, environ=os.environ) -> str:
+  """Where --compile_cache keeps the run's compiled programs ("" = off)."""
+  if cfg.compile_cache == "off":
+    return ""
+  if cfg.compile_cache != "auto":
+    path = cfg.compile_cache
+  else:
+    path = environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
+      cfg.cache_dir, "xla"
+    )
+  return path if "://" in path else os.path.abspath(path)
+
+
+def use_compile_cache(cfg) -> str:
+  """Points JAX's persistent compilation cache at compile_cache_dir(cfg)
+  before the run compiles anything; returns it. A process that already
+  compiled with another cache (a notebook's second run) moves to this one."""
+  path = compile_cache_dir(cfg)
+  if not path:
+    jax.config.update("jax_enable_compilation_cache", False)
+  elif jax.config.jax_compilation_cache_dir != path:
+    compilation_cache.set_cache_dir(path)
+    compilation_cache.reset_cache()  # re-read the directory at next compile
+  return path
 
 
 def workdir_for(cfg, name: str) -> str:

@@ -131,7 +131,7 @@ def test_validate_rows_checks_only_the_first_rows(tmp_path):
     preflight.check_prompts(_cfg(tmp_path), tok, examples, "--data")
 
 
-@pytest.mark.parametrize("flag", ["workdir", "cache_dir"])
+@pytest.mark.parametrize("flag", ["workdir", "cache_dir", "compile_cache"])
 def test_an_unwritable_directory(tmp_path, capsys, no_compute, flag):
   cfg = dataclasses.replace(_cfg(tmp_path), **{flag: "/proc/rlreason-run"})
   _fails(cfg, capsys, f"--{flag}=/proc/rlreason-run is not a writable")

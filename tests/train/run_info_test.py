@@ -1,7 +1,11 @@
-"""run_info.current_commit: HEAD, "-dirty" only for changes that count."""
+"""run_info.current_commit: HEAD, "-dirty" only for changes that count;
+compile_cache_dir: where --compile_cache keeps compiled programs."""
 
+import dataclasses
+import os
 import subprocess
 
+from rlreason import config
 from rlreason.train import run_info
 
 
@@ -36,3 +40,18 @@ def test_dirty_ignores_only_the_named_paths(tmp_path, monkeypatch):
 
   (repo / "pkg" / "code.py").write_text("x = 2\n")
   assert run_info.current_commit(ignore=("results",)) == head + "-dirty"
+
+
+def test_the_compile_cache_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  cfg = dataclasses.replace(config.BaseConfig(), cache_dir="c")
+  where = lambda environ, **kw: run_info.compile_cache_dir(  # noqa: E731
+    dataclasses.replace(cfg, **kw), environ
+  )
+  env = {"JAX_COMPILATION_CACHE_DIR": "/shared/jax"}
+  # auto: under --cache_dir (made absolute), unless the environment names one.
+  assert where({}) == os.path.join(tmp_path, "c", "xla")
+  assert where(env) == "/shared/jax"
+  assert where(env, compile_cache="off") == where({}, compile_cache="off") == ""
+  assert where(env, compile_cache="mine") == os.path.join(tmp_path, "mine")
+  assert where({}, compile_cache="gs://b/xla") == "gs://b/xla"

@@ -11,6 +11,9 @@ prompts were drawn how often, the tracker's statistics) and its final
 parameters equal A's.
 """
 
+import os
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -30,8 +33,17 @@ def test_sigkill_then_rerun_resumes_tracker_and_draws(tmp_path):
     steps=STEPS,
     keep_checkpoints=STEPS + 1,  # every step's iterator state
   )
-  saved = testing.run_killed_and_resumed(cmd("a"), cmd("b"), tmp_path / "b")
+  # --compile_cache=auto as a user's run has it (<cache_dir>/xla: not the
+  # suite's shared cache), each compile logged.
+  env = {"JAX_COMPILATION_CACHE_DIR": None, "JAX_LOG_COMPILES": "1"}
+  saved, log = testing.run_killed_and_resumed(
+    cmd("a"), cmd("b"), tmp_path / "b", env=env
+  )
   assert 2 <= max(saved) < STEPS  # the rerun had steps left to resume
+  # The rerun loaded what the runs before it compiled: its train step too.
+  assert os.listdir(tmp_path / "cache" / "xla")
+  hits = re.findall(r"Persistent compilation cache hit for '(\w+)'", log)
+  assert "jit_step_on_mesh" in hits, (sorted(set(hits)), log[-3000:])
   a, b = testing.train_rows(tmp_path / "a"), testing.train_rows(tmp_path / "b")
   assert sorted(a) == sorted(b) == list(range(1, STEPS + 1))
   assert a == b
