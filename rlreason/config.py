@@ -92,10 +92,11 @@ class BaseConfig:
   cache_dir: str = "workdirs/cache"
   # XLA's compiled programs kept across processes (JAX's persistent
   # compilation cache), so a resumed or repeated run loads its train step
-  # and sampler instead of compiling them again (minutes for a 7B model on
-  # a TPU slice): auto = <cache_dir>/xla, or JAX_COMPILATION_CACHE_DIR where
-  # that is set; off; or a directory (local or gs://). Programs that took
-  # under a second to compile are not kept (JAX's default).
+  # and sampler instead of compiling them again (a 7B train step takes ~2
+  # minutes to compile for a TPU slice): auto = <cache_dir>/xla, or
+  # JAX_COMPILATION_CACHE_DIR where that is set; off; or a directory (local
+  # or gs://). Programs that took under a second to compile are not kept
+  # (JAX's default).
   compile_cache: str = "auto"
 
   # Scale of the run.
