@@ -175,11 +175,17 @@ def before_rl(
 
 
 def _loops(trips) -> str:
-  """How the bytes count loops: "loops x8, x32 multiplied out"."""
-  if not trips:
-    return "no loops"
-  each = ", ".join(f"x{n}" if n else "x? (counted once)" for n in trips)
-  return f"loops {each} multiplied out"
+  """How the bytes count loops: "loops x8, x32 multiplied out"; a loop
+  whose trip count was not read (0: a sampler's decode loop, which stops
+  when every row has) is counted once, its time the roofline's own."""
+  known = [f"x{n}" for n in trips if n]
+  unread = len(trips) - len(known)
+  parts = [f"loops {', '.join(known)} multiplied out"] if known else []
+  if unread:
+    parts.append(
+      f"{unread} loop{'s' * (unread > 1)} of unread trip count counted once"
+    )
+  return "; ".join(parts) or "no loops"
 
 
 def summarize(

@@ -324,3 +324,16 @@ def test_continuous_batchings_refills_count_once_each():
   np.testing.assert_allclose(
     got, (0.05 + 4 * 0.2 + 2 * 10 * 0.1) / 2, rtol=1e-9, atol=0
   )
+
+
+def test_loops_print_how_their_bytes_count():
+  """Loops whose trip count was read are multiplied out; a decode loop's
+  (unread: 0) is counted once, and said to be."""
+  assert summary._loops(()) == "no loops"  # noqa: SLF001
+  assert summary._loops((8, 32)) == "loops x8, x32 multiplied out"  # noqa: SLF001
+  assert summary._loops((0, 0, 0)) == (  # noqa: SLF001
+    "3 loops of unread trip count counted once"
+  )
+  assert summary._loops((16, 0)) == (  # noqa: SLF001
+    "loops x16 multiplied out; 1 loop of unread trip count counted once"
+  )
