@@ -81,14 +81,19 @@ def compile_cache_dir(cfg, environ=os.environ) -> str:
 
 def use_compile_cache(cfg) -> str:
   """Points JAX's persistent compilation cache at compile_cache_dir(cfg)
-  before the run compiles anything; returns it. A process that already
-  compiled with another cache (a notebook's second run) moves to this one."""
+  before the run compiles anything, or turns it off; returns it. A process
+  that already compiled under another setting (a notebook's second run)
+  takes this one."""
   path = compile_cache_dir(cfg)
-  if not path:
-    jax.config.update("jax_enable_compilation_cache", False)
-  elif jax.config.jax_compilation_cache_dir != path:
-    compilation_cache.set_cache_dir(path)
-    compilation_cache.reset_cache()  # re-read the directory at next compile
+  now = jax.config.jax_compilation_cache_dir
+  if (bool(path), path or now) != (
+    jax.config.jax_enable_compilation_cache,
+    now,
+  ):
+    jax.config.update("jax_enable_compilation_cache", bool(path))
+    if path:
+      compilation_cache.set_cache_dir(path)
+    compilation_cache.reset_cache()  # read the setting again at next compile
   return path
 
 

@@ -5,6 +5,10 @@ import dataclasses
 import os
 import subprocess
 
+import jax
+import jax.numpy as jnp
+from jax.experimental.compilation_cache import compilation_cache
+
 from rlreason import config
 from rlreason.train import run_info
 
@@ -55,3 +59,35 @@ def test_the_compile_cache_directory(tmp_path, monkeypatch):
   assert where(env, compile_cache="off") == where({}, compile_cache="off") == ""
   assert where(env, compile_cache="mine") == os.path.join(tmp_path, "mine")
   assert where({}, compile_cache="gs://b/xla") == "gs://b/xla"
+
+
+def test_a_run_turns_the_compile_cache_off_and_on_in_one_process(tmp_path):
+  """A notebook's runs share a process: a directory, --compile_cache=off,
+  then another directory, each taking effect at the next compile (the
+  suite keeps every program: tests/conftest.py's minimum time is 0)."""
+  before = (
+    jax.config.jax_enable_compilation_cache,
+    jax.config.jax_compilation_cache_dir,
+  )
+  cfg = dataclasses.replace(config.BaseConfig(), cache_dir=str(tmp_path))
+  use = lambda where: run_info.use_compile_cache(  # noqa: E731
+    dataclasses.replace(cfg, compile_cache=where)
+  )
+  kept = lambda where: sorted(  # noqa: E731
+    n for n in os.listdir(where) if n.startswith("jit__lambda")
+  )
+  first, second = str(tmp_path / "first"), str(tmp_path / "second")
+  try:
+    assert use(first) == first == jax.config.jax_compilation_cache_dir
+    jax.jit(lambda x: x * 5 - 2)(jnp.arange(3))
+    assert len(kept(first)) == 1
+    assert use("off") == "" and not jax.config.jax_enable_compilation_cache
+    jax.jit(lambda x: x * 7 + 3)(jnp.arange(3))
+    assert len(kept(first)) == 1
+    assert use(second) == second and jax.config.jax_enable_compilation_cache
+    jax.jit(lambda x: x * 9 - 4)(jnp.arange(3))
+    assert len(kept(second)) == 1 and len(kept(first)) == 1
+  finally:
+    jax.config.update("jax_enable_compilation_cache", before[0])
+    compilation_cache.set_cache_dir(before[1])
+    compilation_cache.reset_cache()
