@@ -85,11 +85,10 @@ def use_compile_cache(cfg) -> str:
   that already compiled under another setting (a notebook's second run)
   takes this one."""
   path = compile_cache_dir(cfg)
-  now = jax.config.jax_compilation_cache_dir
-  if (bool(path), path or now) != (
-    jax.config.jax_enable_compilation_cache,
-    now,
-  ):
+  unchanged = jax.config.jax_enable_compilation_cache == bool(path) and (
+    not path or path == jax.config.jax_compilation_cache_dir
+  )
+  if not unchanged:
     jax.config.update("jax_enable_compilation_cache", bool(path))
     if path:
       compilation_cache.set_cache_dir(path)
