@@ -23,7 +23,9 @@ params as an HF directory (config.json + safetensors, the tokenizer files
 when the run used an HF tokenizer; the "tiny" preset's tokenizer is the
 built-in character tokenizer, which has none); for a LoRA run (--lora_rank)
 those are the merged weights, and --export_peft=DIR writes the adapters
-alone in PEFT's format.
+alone in PEFT's format. Compiled programs are kept where the run kept its
+own (--compile_cache: '' = the run's, <its cache_dir>/xla by default), so
+scoring again, or another of its checkpoints, loads them.
 """
 
 import dataclasses
@@ -37,6 +39,7 @@ from absl import logging
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate as evaluate_lib
 from rlreason.train import flags as rr_flags
+from rlreason.train import run_info
 from rlreason import mesh as mesh_lib
 from rlreason.eval import trained
 
@@ -77,6 +80,9 @@ class Config:
   mesh_data: int = _field(1, "mesh axis sizes, as in training")
   mesh_fsdp: int = _field(-1, "-1 = all remaining devices")
   mesh_tensor: int = _field(1, "tensor-parallel axis size")
+  compile_cache: str = _field(
+    "", "compiled programs kept: '' = the run's (<its cache_dir>/xla), off, DIR"
+  )
 
 
 def _ks(text: str) -> tuple[int, ...]:
@@ -103,6 +109,12 @@ def run(cfg: Config) -> dict:
     param_dtype=cfg.param_dtype,
     seed=None if cfg.seed < 0 else cfg.seed,
   )
+  run_info.use_compile_cache(
+    dataclasses.replace(
+      policy.run_cfg,
+      compile_cache=cfg.compile_cache or policy.run_cfg.compile_cache,
+    )
+  )  # Where the run keeps its programs: a rerun loads what compiled.
   where = f" step {policy.step}" if policy.step is not None else ""
   print(f"Loaded {policy.kind} {cfg.checkpoint}{where}", flush=True)
   out = {"policy": policy}

@@ -6,6 +6,7 @@ import json
 import os
 
 import jax
+from jax.experimental.compilation_cache import compilation_cache
 import numpy as np
 import pytest
 
@@ -134,6 +135,41 @@ def test_exported_hf_dir_reloads_and_scores_the_same(run, tmp_path):
   )
   assert samples_a == samples_b  # same greedy and sampled completions
   assert a["accuracy"] == b["accuracy"] and a["metrics"] == b["metrics"]
+
+
+def test_compile_cache_is_the_runs_unless_the_flag_says(
+  run, tmp_path, monkeypatch
+):
+  """A workdir's evaluation keeps its programs where the run kept its own
+  (<its cache_dir>/xla without JAX_COMPILATION_CACHE_DIR), so rerunning it,
+  or scoring another of the run's checkpoints, loads what compiled."""
+  cfg, out = run
+  before = (
+    jax.config.jax_enable_compilation_cache,
+    jax.config.jax_compilation_cache_dir,
+  )
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+  own = str(tmp_path / "own")
+  use = lambda where: evaluate_cli.run(  # noqa: E731
+    evaluate_cli.Config(
+      checkpoint=out["workdir"], compile_cache=where, evaluate=False, **EVAL
+    )
+  )
+  try:
+    use("")
+    assert jax.config.jax_enable_compilation_cache
+    assert jax.config.jax_compilation_cache_dir == os.path.join(
+      cfg.cache_dir, "xla"
+    )
+    use("off")
+    assert not jax.config.jax_enable_compilation_cache
+    use(own)
+    assert jax.config.jax_enable_compilation_cache
+    assert jax.config.jax_compilation_cache_dir == own
+  finally:
+    jax.config.update("jax_enable_compilation_cache", before[0])
+    compilation_cache.set_cache_dir(before[1])
+    compilation_cache.reset_cache()
 
 
 def test_preset(tmp_path):
