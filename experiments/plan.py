@@ -16,6 +16,7 @@ results.json (resumable: finished cells are reused) and table.md;
 `--merge` puts one slice's plan into them.
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -102,6 +103,9 @@ def plan(
     progress=lambda line: print(f"{name} on {topology}: {line}", flush=True),
     **extras,
   )
+  train = progs.get("train_step")
+  if isinstance(train, program_lib.Program):  # the micro-batches it needed
+    cfg = dataclasses.replace(cfg, **train.run_flags)
   s = summary.summarize(
     progs,
     cfg,
@@ -184,7 +188,9 @@ def main(argv):
     # The results' own files do not make the code dirty.
     commit = run_info.current_commit(ignore=("experiments/plan_results",))
     # --set's overrides too: the run needs them (e.g. --mesh_tensor=2).
-    row = {**_row(s, f.topology), **overrides, **split, "commit": commit}
+    # The planner's own flags (_row: e.g. --micro_batches a train step
+    # over the fit needed) over the ones it was given.
+    row = {**overrides, **split, **_row(s, f.topology), "commit": commit}
     row["host_gb"] = round(retry.host_peak_gb(), 1)  # the compiler's need
     if f.row_out:
       with open(f.row_out, "w") as out:

@@ -239,7 +239,9 @@ def compile_run(
   `fit_bytes` (TPU, no budget flag given): a train step or rollout whose
   peak exceeds it is compiled again under the temporaries budget that
   would hold it there (retry.budgeted), as the run would with that flag
-  (program.TEMP_BUDGETS). With
+  (program.TEMP_BUDGETS); a train step still over it, in more
+  micro-batches (retry.more_micro_batches: --micro_batches in the run,
+  and the later programs compiled as that run would run them). With
   `stop_over_fit`, the programs after the first that fails or peaks over
   `fit_bytes` are not compiled (a slice search's misses cost one program).
   With `more_rows`, a rollout that fits at the rows per call sized from
@@ -370,9 +372,17 @@ def compile_run(
       out[name] = _more_rows(
         compiler, out[name], cfg, model_cfg, hbm_bytes, resident["rollout"]
       )
+    if name == "train_step" and fit_bytes:
+      out[name] = compiler.more_micro_batches(
+        out[name], cfg, cfg.num_sequences // cfg.minibatches, name
+      )
+      if isinstance(out[name], program_lib.Program):
+        # The run's micro-batches: the forwards score as many rows each.
+        cfg = dataclasses.replace(cfg, **out[name].run_flags)
+        rows = score_rows or ts.score_rows(cfg, mesh)
     if name == "reward_model_train" and fit_bytes:
       out[name] = compiler.more_micro_batches(
-        out[name], cfg, reward_model_pairs
+        out[name], cfg, reward_model_pairs, name
       )
     if stop_over_fit and fit_bytes and retry.over(out[name], fit_bytes):
       break  # the slice does not fit: the rest would not change that

@@ -18,8 +18,10 @@ when one lands over the fit (or out of HBM at the compiler's default):
   more_rows           a rollout that fits with room to spare at more
                       (where its peak's line meets the fit), as many as
                       the run takes (--rollout_rows in the run);
-  more_micro_batches  a Bradley-Terry step in twice the micro-batches, up
-                      to three times (--rm_micro_batches in the run);
+  more_micro_batches  a train step or a Bradley-Terry step in twice the
+                      micro-batches, up to three times, each still split
+                      over the batch shards (--micro_batches,
+                      --rm_micro_batches in the run);
   sharded_params      a rollout whose replicated parameters leave too
                       little room, with them split over fsdp as in
                       training (--rollout_layout=fsdp in the run).
@@ -38,6 +40,12 @@ from rlreason.plan import program as program_lib
 from rlreason.plan.summary import GIB
 from rlreason.sampling import tree_loop
 from rlreason.train import train_step as ts
+
+# The config field each step program accumulates its gradient over.
+MICRO_BATCH_FLAGS = {
+  "train_step": "micro_batches",
+  "reward_model_train": "rm_micro_batches",
+}
 
 
 def budgeted(
@@ -305,25 +313,76 @@ class Retrying:
       sharded, run_flags={**sharded.run_flags, "rollout_layout": "fsdp"}
     )
 
-  def more_micro_batches(self, prog, cfg, pairs: int):
-    """A Bradley-Terry step of `pairs` pairs over the fit (or out of HBM):
-    again in twice the micro-batches, up to three times, while each
-    micro-batch still holds a pair per batch shard; a fit in more needs
-    --rm_micro_batches in the run (Program.run_flags)."""
-    unit = mesh_lib.batch_divisor(self.mesh, mesh_lib.ROLLOUT_RULES)
-    micro = getattr(cfg, "rm_micro_batches", 1)
+  def _budgets(self, name: str, c, prev) -> bool:
+    """Whether `name` can compile under a budget derived from `prev`, a
+    compiled program: on a TPU mesh with a fit, the flag not given."""
+    flag = program_lib.TEMP_BUDGETS.get(name)
+    return bool(
+      flag
+      and isinstance(prev, program_lib.Program)
+      and self.fit_bytes
+      and not getattr(c, flag, 0)
+      and ts.compiler_options(1, self.mesh)  # a TPU mesh
+    )
+
+  def _under_budget(self, name: str, c, prev, how: str):
+    """`name` compiled with config `c` under the budget that would hold
+    `prev`'s bytes other than temporaries at the fit, lowered by each
+    overshoot (budgeted); None where the compiler refuses the first."""
+    flag = program_lib.TEMP_BUDGETS[name]
+    compiled = []
+
+    def compile_with(mib):
+      c_mib = dataclasses.replace(c, **{flag: mib})
+      compiled.append(self._compile(name, c_mib, f"{how} under --{flag}={mib}"))
+      return compiled[-1]
+
+    kept = budgeted(prev, self.fit_bytes, compile_with)
+    return kept if compiled else None
+
+  def more_micro_batches(self, prog, cfg, rows: int, name: str):
+    """A step over the fit (or out of HBM), the train step or a
+    Bradley-Terry step (`name`) of `rows` rows (pairs) per step: again in
+    twice the micro-batches, up to three times, while each micro-batch
+    still holds a row per batch shard (the train step's: a whole number
+    per shard, else XLA keeps its activations whole on groups of chips,
+    train_step.unsplit); a fit in more needs the flag in the run
+    (MICRO_BATCH_FLAGS, Program.run_flags). On a TPU a train step's
+    doubling compiles first under the budget that leaves the last one's
+    other bytes at the fit (budgeted): at the compiler's default its
+    latency-hiding scheduler fills the chip with prefetched weights (a
+    7B step on v5e-32 holds 13.65 GiB of temporaries where libtpu needs
+    10.47 GB), so the default would only miss again; where the compiler
+    refuses that budget, at its default. A budget the compiler refused
+    before says so in the kept program's note."""
+    flag = MICRO_BATCH_FLAGS[name]
+    unit = mesh_lib.batch_divisor(self.mesh)
+    micro = getattr(cfg, flag, 1)
     for _ in range(3):
       micro *= 2
+      each = rows // micro
       if (
-        not over(prog, self.fit_bytes) or pairs % micro or pairs // micro < unit
+        not over(prog, self.fit_bytes)
+        or rows % micro
+        or each < unit
+        or (name == "train_step" and each % unit)
       ):
         break
-      c = dataclasses.replace(cfg, rm_micro_batches=micro)
+      c = dataclasses.replace(cfg, **{flag: micro})
+      how = f" in {micro} micro-batches"
       try:
-        more = self.compile_one(
-          "reward_model_train", c, f" in {micro} micro-batches"
-        )
+        if name == "train_step" and self._budgets(name, c, prog):
+          more = self._under_budget(name, c, prog, how) or (
+            dataclasses.replace(  # refused: as the compiler schedules it
+              self._compile(name, c, how), resident_bytes=self.resident[name]
+            )
+          )
+        else:
+          more = self.compile_one(name, c, how)
       except Exception:  # noqa: BLE001 - out of HBM
         continue
-      prog = dataclasses.replace(more, run_flags={"rm_micro_batches": micro})
+      note = getattr(prog, "note", "")
+      prog = dataclasses.replace(
+        more, run_flags={flag: micro}, note=more.note or note
+      )
     return prog

@@ -322,6 +322,8 @@ def advice(
 RUN_FLAGS = {
   "rollout_rows": "other rows per call than the loop would size from free "
   "memory (its estimate)",
+  "micro_batches": "more micro-batches than the config's (the train step "
+  "over the fit in fewer)",
   "rm_micro_batches": "more Bradley-Terry micro-batches than the config's",
   "rollout_layout": "the rollout's parameters split over fsdp (replicated, "
   "they leave too little room)",

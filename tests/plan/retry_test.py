@@ -440,3 +440,93 @@ def test_compile_run_tries_more_rows_up_to_what_the_run_takes(monkeypatch):
   tried.clear()
   run(dataclasses.replace(cfg, rollout_rows=8), more_rows=True)
   assert tried == [8]
+
+
+def test_a_train_step_over_the_fit_is_tried_in_more_micro_batches(monkeypatch):
+  """retry.more_micro_batches through aot.compile_run: a train step of 100
+  MiB plus 1 MiB per row of its micro-batch, 128 rows over 8 batch shards,
+  against a 150 MiB fit: 1 and 2 micro-batches miss, 4 (132 MiB) fit and
+  are kept with --micro_batches=4, and the reference forward after it
+  scores 4 micro-batches' rows (32) as that run would. Doubling stops
+  after three tries (a 105 MiB fit: 8 micro-batches kept over it) and
+  where a micro-batch's rows would not split over the shards (24 rows:
+  12 per micro-batch over 8 shards)."""
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  assert mesh_lib.batch_divisor(mesh) == 8
+  tried, scored = [], []
+
+  def compile_train_step(c, model_cfg, mesh, *args):
+    tried.append(c.micro_batches)
+    rows = c.num_sequences // c.micro_batches
+    return program_lib.Program(
+      "train_step", 0, 0, 0, (100 + rows) * MIB, 0, 0.0, 0.0, []
+    )
+
+  def compile_ref_logp(c, model_cfg, mesh, rows):
+    scored.append((c.micro_batches, rows))
+    return program_lib.Program("ref_logp", 0, 0, 0, MIB, 0, 0.0, 0.0, [])
+
+  monkeypatch.setattr(aot, "compile_train_step", compile_train_step)
+  monkeypatch.setattr(aot.scoring, "compile_ref_logp", compile_ref_logp)
+  cfg = dataclasses.replace(
+    grpo.TinyConfig(), batch_size=16, group_size=8, micro_batches=1, steps=1
+  )
+  assert cfg.num_sequences == 128 and cfg.minibatches == 1
+  run = lambda c, fit: aot.compile_run(
+    c, objective.loss_fn, mesh, programs=("train_step", "ref_logp"),
+    hbm_bytes=1 << 40, fit_bytes=fit * MIB,
+  )  # fmt: skip
+  got = run(cfg, 150)
+  assert tried == [1, 2, 4] and scored == [(4, 32)], (tried, scored)
+  assert got["train_step"].run_flags == {"micro_batches": 4}
+  assert got["train_step"].temp_bytes == 132 * MIB
+  tried.clear()
+  got = run(cfg, 105)
+  assert tried == [1, 2, 4, 8], tried
+  assert got["train_step"].run_flags == {"micro_batches": 8}
+  assert retry.over(got["train_step"], 105 * MIB)
+  tried.clear()
+  run(dataclasses.replace(cfg, batch_size=3), 105)
+  assert tried == [1], tried
+  tried.clear()
+  run(cfg, 500)  # fits at once
+  assert tried == [1], tried
+
+
+def test_a_train_steps_doublings_compile_first_under_a_budget(monkeypatch):
+  """On a TPU (budgets taken) the default fills the chip (here 100 MiB
+  beside the rows) and libtpu refuses budgets under what the step needs
+  (60 MiB + 1 per row): 128 rows in one micro-batch miss a 100 MiB fit
+  and the budget that would hold them is refused; 2 micro-batches are
+  compiled under that budget first, refused too, then at the default
+  (over the fit); 4 under the budget fit: --micro_batches=4
+  --train_temp_budget_mib=99."""
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  tried = []
+
+  def compile_train_step(c, model_cfg, mesh, *args):
+    budget = c.train_temp_budget_mib
+    tried.append((c.micro_batches, budget))
+    rows = c.num_sequences // c.micro_batches
+    if budget and budget < 60 + rows:
+      raise RuntimeError(OOM)
+    return program_lib.Program(
+      "train_step", 0, 0, 0, (budget or 100 + rows) * MIB, 0, 0.0, 0.0, [],
+      temp_budget_mib=budget,
+    )  # fmt: skip
+
+  monkeypatch.setattr(aot, "compile_train_step", compile_train_step)
+  monkeypatch.setattr(
+    aot.ts, "compiler_options", lambda mib, mesh: {"budget": mib}
+  )
+  cfg = dataclasses.replace(
+    grpo.TinyConfig(), batch_size=16, group_size=8, micro_batches=1, steps=1
+  )
+  got = aot.compile_run(
+    cfg, objective.loss_fn, mesh, programs=("train_step",),
+    hbm_bytes=1 << 40, fit_bytes=100 * MIB,
+  )["train_step"]  # fmt: skip
+  assert tried == [(1, 0), (1, 99), (2, 99), (2, 0), (4, 99)], tried
+  assert got.run_flags == {"micro_batches": 4} and got.temp_budget_mib == 99
+  assert not retry.over(got, 100 * MIB)
+  assert "--train_temp_budget_mib=99: RESOURCE_EXHAUSTED" in got.note
