@@ -313,33 +313,6 @@ class Retrying:
       sharded, run_flags={**sharded.run_flags, "rollout_layout": "fsdp"}
     )
 
-  def _budgets(self, name: str, c, prev) -> bool:
-    """Whether `name` can compile under a budget derived from `prev`, a
-    compiled program: on a TPU mesh with a fit, the flag not given."""
-    flag = program_lib.TEMP_BUDGETS.get(name)
-    return bool(
-      flag
-      and isinstance(prev, program_lib.Program)
-      and self.fit_bytes
-      and not getattr(c, flag, 0)
-      and ts.compiler_options(1, self.mesh)  # a TPU mesh
-    )
-
-  def _under_budget(self, name: str, c, prev, how: str):
-    """`name` compiled with config `c` under the budget that would hold
-    `prev`'s bytes other than temporaries at the fit, lowered by each
-    overshoot (budgeted); None where the compiler refuses the first."""
-    flag = program_lib.TEMP_BUDGETS[name]
-    compiled = []
-
-    def compile_with(mib):
-      c_mib = dataclasses.replace(c, **{flag: mib})
-      compiled.append(self._compile(name, c_mib, f"{how} under --{flag}={mib}"))
-      return compiled[-1]
-
-    kept = budgeted(prev, self.fit_bytes, compile_with)
-    return kept if compiled else None
-
   def more_micro_batches(self, prog, cfg, rows: int, name: str):
     """A step over the fit (or out of HBM), the train step or a
     Bradley-Terry step (`name`) of `rows` rows (pairs) per step: again in
@@ -347,14 +320,13 @@ class Retrying:
     still holds a row per batch shard (the train step's: a whole number
     per shard, else XLA keeps its activations whole on groups of chips,
     train_step.unsplit); a fit in more needs the flag in the run
-    (MICRO_BATCH_FLAGS, Program.run_flags). On a TPU a train step's
-    doubling compiles first under the budget that leaves the last one's
-    other bytes at the fit (budgeted): at the compiler's default its
-    latency-hiding scheduler fills the chip with prefetched weights (a
-    7B step on v5e-32 holds 13.65 GiB of temporaries where libtpu needs
-    10.47 GB), so the default would only miss again; where the compiler
-    refuses that budget, at its default. A budget the compiler refused
-    before says so in the kept program's note."""
+    (MICRO_BATCH_FLAGS, Program.run_flags). Each compiles as compile_one
+    does, at the default and over the fit under a budget; a train step's
+    budget refused at fewer micro-batches is tried again (empo's 7B step
+    on v5e-32 at 4 rows per chip: 16.84 GiB at the default, libtpu
+    needing 10.47 GB of temporaries under a 10.40 GiB budget; at 2 rows
+    12.87 GiB at the default). A budget the compiler refused before says
+    so in the kept program's note."""
     flag = MICRO_BATCH_FLAGS[name]
     unit = mesh_lib.batch_divisor(self.mesh)
     micro = getattr(cfg, flag, 1)
@@ -369,16 +341,10 @@ class Retrying:
       ):
         break
       c = dataclasses.replace(cfg, **{flag: micro})
-      how = f" in {micro} micro-batches"
+      if name == "train_step":  # fewer rows may take the budget refused
+        self.refused.discard(name)
       try:
-        if name == "train_step" and self._budgets(name, c, prog):
-          more = self._under_budget(name, c, prog, how) or (
-            dataclasses.replace(  # refused: as the compiler schedules it
-              self._compile(name, c, how), resident_bytes=self.resident[name]
-            )
-          )
-        else:
-          more = self.compile_one(name, c, how)
+        more = self.compile_one(name, c, f" in {micro} micro-batches")
       except Exception:  # noqa: BLE001 - out of HBM
         continue
       note = getattr(prog, "note", "")

@@ -519,10 +519,9 @@ def test_a_step_over_its_fit_is_budgeted_then_split_in_more_micro_batches(
   results,
 ):
   """The compiler refuses the budget that would hold the step (the note
-  says so), and the same budget for its 2 rows in 2 micro-batches of one
-  (libtpu counts 100.75 and 81.79 MB of temporaries against 73 MiB);
-  those at the compiler's default fit, with the flag the run needs
-  (--micro_batches, in the row's flags)."""
+  says so); its 2 rows in 2 micro-batches of one fit at the compiler's
+  default, with the flag the run needs (--micro_batches, in the row's
+  flags)."""
   r, first = results["budget_auto"], results["remat"]
   got = r["each"]["train_step"]
   assert r["budget"] == 0, r

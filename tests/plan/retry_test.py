@@ -493,13 +493,14 @@ def test_a_train_step_over_the_fit_is_tried_in_more_micro_batches(monkeypatch):
   assert tried == [1], tried
 
 
-def test_a_train_steps_doublings_compile_first_under_a_budget(monkeypatch):
-  """On a TPU (budgets taken) the default fills the chip (here 100 MiB
-  beside the rows) and libtpu refuses budgets under what the step needs
-  (60 MiB + 1 per row): 128 rows in one micro-batch miss a 100 MiB fit
-  and the budget that would hold them is refused; 2 micro-batches are
-  compiled under that budget first, refused too, then at the default
-  (over the fit); 4 under the budget fit: --micro_batches=4
+def test_a_train_steps_doublings_are_budgeted_again(monkeypatch):
+  """On a TPU (budgets taken) a step over the fit at the default is tried
+  under a budget, and libtpu refuses budgets under what the step needs
+  (60 MiB + 1 per row; the default holds 100 MiB beside the rows): 128
+  rows in one micro-batch miss a 100 MiB fit and the budget that would
+  hold them is refused; 2 micro-batches miss at the default and under
+  that budget; 4 miss at the default and fit under it (the budget
+  refused before is tried again): --micro_batches=4
   --train_temp_budget_mib=99."""
   mesh = mesh_lib.make_mesh(1, -1, 1)
   tried = []
@@ -526,7 +527,7 @@ def test_a_train_steps_doublings_compile_first_under_a_budget(monkeypatch):
     cfg, objective.loss_fn, mesh, programs=("train_step",),
     hbm_bytes=1 << 40, fit_bytes=100 * MIB,
   )["train_step"]  # fmt: skip
-  assert tried == [(1, 0), (1, 99), (2, 99), (2, 0), (4, 99)], tried
+  assert tried == [(1, 0), (1, 99), (2, 0), (2, 99), (4, 0), (4, 99)], tried
   assert got.run_flags == {"micro_batches": 4} and got.temp_budget_mib == 99
   assert not retry.over(got, 100 * MIB)
   assert "--train_temp_budget_mib=99: RESOURCE_EXHAUSTED" in got.note
