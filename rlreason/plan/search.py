@@ -253,10 +253,14 @@ def tables(results: dict, unbounded=()) -> str:
 
 
 def write_table(out_dir, results, unbounded=()) -> str:
-  """table.md of every family's cells, however many the run searched."""
+  """table.md of every family's cells, however many the run searched, and
+  their picture (slices.png, chart.plot)."""
+  from rlreason.plan import chart  # it draws with this module's verdicts
+
   table = tables(results, unbounded)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
+  chart.plot(results, os.path.join(out_dir, "slices.png"))
   return table
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from experiments import plan_all
 from experiments import plan_hooks
+from rlreason.plan import chart
 from rlreason.plan import chips
 from rlreason.plan import search
 
@@ -48,6 +49,17 @@ def test_the_readme_holds_the_family_tables():
       for flag in search.ROW_FLAGS:
         if flag in row:
           assert f"--{flag}={row[flag]}" in line, (flag, line)
+
+
+def test_the_slices_picture_is_of_these_results():
+  """slices.png (the README's picture) was drawn from results.json as it
+  is: `search.write_table` draws it whenever it writes table.md."""
+  from PIL import Image
+
+  png = Image.open(os.path.join(RESULTS, "slices.png"))
+  assert png.text["Description"] == chart.digest(RESULTS_JSON), (
+    "redraw it: search.write_table(experiments/plan_results, results)"
+  )
 
 
 @pytest.mark.parametrize("key", sorted(TRIED_JSON))
