@@ -1,9 +1,10 @@
 """The smallest slice per PAPER preset and chip family, as a picture.
 
-  cells = chart.grid(results)           # {(name, family): Cell}
-  chart.plot(results, "slices.png")     # the heatmap the README shows
+  cells = chart.grid(results, families)   # {(name, family): Cell}
+  chart.plot(results, "slices.png", families)   # the README's heatmap
 
-One row per preset, one column per family (search.FAMILIES): a fit's cell
+One row per preset, one column per family (search.FAMILIES; search's
+write_table draws it beside table.md): a fit's cell
 is coloured by its slice's chips (log scale: the cost of a step is chips x
 seconds) and names the slice and the roofline RL step; a miss is grey with
 the largest slice tried; a preset not planned for a family is blank. The
@@ -18,7 +19,7 @@ from typing import NamedTuple
 
 from rlreason import storage
 from rlreason.plan import chips
-from rlreason.plan import search
+from rlreason.plan import summary
 
 
 class Cell(NamedTuple):
@@ -31,14 +32,14 @@ def cell(row) -> Cell:
   if not row:
     return Cell("none", 0, "not planned")
   n = chips.parse(row["slice"]).chips
-  if not search.misses_by_memory(row):
+  if not summary.misses_by_memory(row):
     return Cell("miss", n, "not planned (error)")
   if not row.get("fits"):
     return Cell("miss", n, f"no fit up to {row['slice']}")
   return Cell("fit", n, f"{row['slice']}, {row['step_s']:.0f} s")
 
 
-def grid(results: dict, families=search.FAMILIES) -> dict:
+def grid(results: dict, families) -> dict:
   """{(name, family): Cell} for every preset in results and each family."""
   names = sorted({k.split("/")[0] for k in results})
   return {
@@ -46,13 +47,13 @@ def grid(results: dict, families=search.FAMILIES) -> dict:
   }
 
 
-def digest(results: dict, families=search.FAMILIES) -> str:
+def digest(results: dict, families) -> str:
   """A hash of what the picture shows (the grid's cells)."""
   cells = [[*key, *c] for key, c in sorted(grid(results, families).items())]
   return hashlib.sha256(json.dumps(cells).encode()).hexdigest()[:16]
 
 
-def plot(results: dict, path, families=search.FAMILIES) -> dict:
+def plot(results: dict, path, families) -> dict:
   """Draws grid(results) into `path` (PNG, local or gs://); the grid."""
   import matplotlib
 

@@ -17,6 +17,7 @@ compiles.
 import json
 import os
 
+from rlreason.plan import chart
 from rlreason.plan import chips
 from rlreason.plan import program as program_lib
 from rlreason.plan import summary
@@ -51,12 +52,6 @@ def start_index(slices, known) -> int:
     if s.chips * (1 - summary.FIT_MARGIN) * s.hbm_bytes >= need:
       return i
   return len(slices) - 1
-
-
-def misses_by_memory(row) -> bool:
-  """Whether a row that does not fit failed only for memory (or compiled
-  over the fit: no errors), so a larger slice may fit."""
-  return all(map(summary.out_of_memory, row.get("errors", {}).values()))
 
 
 def peak_floor(small, big) -> float:
@@ -98,7 +93,7 @@ def smallest_fit(slices, try_slice, start: int = 0, steady=None):
 
   i = start
   row = attempt(i)
-  if not row["fits"] and i > 0 and misses_by_memory(row):
+  if not row["fits"] and i > 0 and summary.misses_by_memory(row):
     below = attempt(i - 1)
     if below["fits"]:
       row, i = below, i - 1
@@ -109,7 +104,7 @@ def smallest_fit(slices, try_slice, start: int = 0, steady=None):
         break
       row, i = smaller, i - 1
     return row, tried
-  while misses_by_memory(row) and i + 1 < len(slices):
+  while summary.misses_by_memory(row) and i + 1 < len(slices):
     i += 1
     miss, row = row, attempt(i)
     if row["fits"]:
@@ -126,7 +121,7 @@ def smallest_fit(slices, try_slice, start: int = 0, steady=None):
       )
       if floor * summary.GIB > (1 - summary.FIT_MARGIN) * slices[i].hbm_bytes:
         return {**row, "floor_gib": round(floor, 2)}, tried
-    if not misses_by_memory(row):
+    if not summary.misses_by_memory(row):
       # A larger slice that cannot run it at all (its batch does not split
       # over the chips, say): the answer is the miss below it.
       error = next(iter(row["errors"].values()))
@@ -153,7 +148,7 @@ def markdown(results: dict, families, unbounded=()) -> str:
       r = results.get(f"{name}/{family}")
       if not r:
         cells.append("-")
-      elif not misses_by_memory(r):
+      elif not summary.misses_by_memory(r):
         error = next(iter(r["errors"].values()))
         cells.append(f"not planned: {error[:60]}")
       elif not r.get("fits"):
@@ -255,12 +250,10 @@ def tables(results: dict, unbounded=()) -> str:
 def write_table(out_dir, results, unbounded=()) -> str:
   """table.md of every family's cells, however many the run searched, and
   their picture (slices.png, chart.plot)."""
-  from rlreason.plan import chart  # it draws with this module's verdicts
-
   table = tables(results, unbounded)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
-  chart.plot(results, os.path.join(out_dir, "slices.png"))
+  chart.plot(results, os.path.join(out_dir, "slices.png"), FAMILIES)
   return table
 
 

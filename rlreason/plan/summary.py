@@ -257,6 +257,13 @@ def out_of_memory(error: str) -> bool:
   )
 
 
+def misses_by_memory(row) -> bool:
+  """Whether a planned row (experiments/plan.py's) that does not fit failed
+  only for memory (or compiled over the fit: no errors), so a larger
+  slice may fit."""
+  return all(map(out_of_memory, row.get("errors", {}).values()))
+
+
 def advice(
   programs, errors, cfg, hbm_bytes, shards=0, ici_seconds=None, step=0.0
 ) -> list[str]:

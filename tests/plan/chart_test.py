@@ -15,7 +15,8 @@ ERROR["errors"] = {"train_step": "the batch does not split over 8 shards"}
 
 def test_a_cell_names_the_slice_and_step_or_why_not():
   cells = chart.grid(
-    {"grpo/v4": FIT, "grpo/v5e": MISS, "grpo/v6e": ERROR, "rloo/v5p": FIT}
+    {"grpo/v4": FIT, "grpo/v5e": MISS, "grpo/v6e": ERROR, "rloo/v5p": FIT},
+    search.FAMILIES,
   )
   assert set(cells) == {
     (n, f) for n in ("grpo", "rloo") for f in search.FAMILIES
@@ -33,9 +34,10 @@ def test_the_digest_follows_what_the_picture_shows():
   same = {"grpo/v4": {**FIT, "commit": "b", "mfu": 0.5}}  # not drawn
   moved = {"grpo/v4": {**FIT, "slice": "v4-32"}}
   slower = {"grpo/v4": {**FIT, "step_s": 200.0}}
-  assert chart.digest(results) == chart.digest(same)
-  assert chart.digest(results) != chart.digest(moved)
-  assert chart.digest(results) != chart.digest(slower)
+  digest = lambda r: chart.digest(r, search.FAMILIES)  # noqa: E731
+  assert digest(results) == digest(same)
+  assert digest(results) != digest(moved)
+  assert digest(results) != digest(slower)
 
 
 def test_write_table_draws_the_picture_beside_table_md(tmp_path):
@@ -45,10 +47,10 @@ def test_write_table_draws_the_picture_beside_table_md(tmp_path):
   assert "| grpo | v4-16: 27.18 GiB" in (tmp_path / "table.md").read_text()
   png = Image.open(tmp_path / "slices.png")
   assert png.format == "PNG"
-  assert png.text["Description"] == chart.digest(results)
+  assert png.text["Description"] == chart.digest(results, search.FAMILIES)
   # One row per preset: the picture grows with the presets planned.
   many = {f"e{i}/v4": FIT for i in range(20)}
   search.write_table(str(tmp_path), many)
   taller = Image.open(tmp_path / "slices.png")
   assert taller.size[1] > png.size[1]
-  assert taller.text["Description"] == chart.digest(many)
+  assert taller.text["Description"] == chart.digest(many, search.FAMILIES)

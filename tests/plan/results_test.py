@@ -57,9 +57,9 @@ def test_the_slices_picture_is_of_these_results():
   from PIL import Image
 
   png = Image.open(os.path.join(RESULTS, "slices.png"))
-  assert png.text["Description"] == chart.digest(RESULTS_JSON), (
-    "redraw it: search.write_table(experiments/plan_results, results)"
-  )
+  assert png.text["Description"] == chart.digest(
+    RESULTS_JSON, search.FAMILIES
+  ), "redraw it: search.write_table(experiments/plan_results, results)"
 
 
 @pytest.mark.parametrize("key", sorted(TRIED_JSON))
