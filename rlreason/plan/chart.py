@@ -4,12 +4,12 @@
   chart.plot(results, "slices.png", families)   # the README's heatmap
 
 One row per preset, one column per family (search.FAMILIES; search's
-write_table draws it beside table.md): a fit's cell
-is coloured by its slice's chips (log scale: the cost of a step is chips x
-seconds) and names the slice and the roofline RL step; a miss is grey with
-the largest slice tried; a preset not planned for a family is blank. The
-PNG carries `digest(results)` in its Description, so a test can tell a
-picture drawn from other results (tests/plan/results_test.py).
+write_table draws it beside table.md): a fit's cell is coloured by its
+slice's chips (log scale) and names the slice and the roofline RL step; a
+miss is grey with the largest slice tried; a preset not planned for a
+family is blank. The PNG carries `digest(results, families)` in its
+Description, so a test can tell a picture drawn from other results
+(tests/plan/results_test.py).
 """
 
 import hashlib
