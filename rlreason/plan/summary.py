@@ -300,6 +300,15 @@ def advice(
         "more --mesh_fsdp"
       )
     if name == "train_step":
+      rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+      if shards and rows <= shards:  # more micro-batches would not split
+        out.append(
+          f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries at one "
+          f"row per batch shard ({rows} rows per micro-batch, {shards} "
+          "shards): split each row's activations (--mesh_tensor > 1), or "
+          "a larger slice"
+        )
+        continue
       out.append(
         f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries: raise "
         f"--micro_batches (now {cfg.micro_batches}), keep --remat on"

@@ -174,6 +174,31 @@ def test_a_reward_model_training_over_the_slice_is_told_its_knobs():
   assert summary.advice({"reward_model_train": over}, {}, cfg, 8 << 30) == []
 
 
+def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
+  """A train step over the budget whose micro-batch still holds more rows
+  than batch shards: raise --micro_batches; at one row per shard (seele's
+  8k-token rows on v5e-8 in 16 micro-batches of 8) more micro-batches
+  cannot split it, and the advice names --mesh_tensor instead."""
+  from rlreason.plan import program as program_lib
+
+  cfg = types.SimpleNamespace(
+    num_sequences=128, minibatches=1, micro_batches=16
+  )
+  over = program_lib.Program("train_step", 1 << 28, 0, 0, 3 << 30, 0, 0, 0, [])
+  (line,) = summary.advice({"train_step": over}, {}, cfg, 2 << 30, 8)
+  assert line == (
+    "train_step: 3.0 GiB of temporaries at one row per batch shard (8 rows "
+    "per micro-batch, 8 shards): split each row's activations "
+    "(--mesh_tensor > 1), or a larger slice"
+  ), line
+  (line,) = summary.advice({"train_step": over}, {}, cfg, 2 << 30, 4)
+  assert line == (
+    "train_step: 3.0 GiB of temporaries: raise --micro_batches (now 16), "
+    "keep --remat on"
+  ), line
+  assert summary.advice({"train_step": over}, {}, cfg, 8 << 30, 8) == []
+
+
 def test_a_rollout_bound_by_its_collectives_is_told_its_own_tensor_split():
   """A rollout whose collectives take most of the RL step (its weights
   gathered every decode step): the advice names --rollout_tensor; at
