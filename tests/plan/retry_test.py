@@ -135,6 +135,68 @@ def test_a_budget_the_compiler_refuses_keeps_the_first_program():
   assert retry.budgeted(first, 5 << 20, refuse) is first
 
 
+def test_a_budget_refused_by_a_little_is_tried_once_lower():
+  """libtpu refuses a bound near what the program uses unbounded by a
+  little (laser's reference forward on v5e-16: 12.45G of 12.36G) and
+  compiles under a tighter one: the budget lowered by the shortfall and a
+  sixteenth, once. A refusal short by a quarter of the budget or more (a
+  floor) is not tried again, nor a second refusal."""
+
+  def refusal(need, have):
+    return RuntimeError(
+      "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. the total "
+      f"memory required for HLO temporaries ({need}) exceeds available HBM "
+      f"({have}).\nmore"
+    )
+
+  assert retry.shortfall(str(refusal("12.45G", "12.36G"))) == int(
+    12.45 * (1 << 30) - 12.36 * (1 << 30)
+  )
+  assert retry.shortfall(str(refusal("100.75M", "73.00M"))) == int(
+    100.75 * (1 << 20) - 73 * (1 << 20)
+  )
+  assert retry.shortfall("RESOURCE_EXHAUSTED: 100 MiB is too little") == 0
+  first = program_lib.Program(
+    "ref_logp", 10 << 20, 0, 0, 300 << 20, 0, 0, 0, []
+  )
+  budgets = []
+
+  def near(mib):  # needs 2 MiB more than a bound of 100 MiB or more
+    budgets.append(mib)
+    if mib >= 100:
+      raise refusal(f"{mib + 2}.00M", f"{mib}.00M")
+    return program_lib.Program(
+      "ref_logp", 10 << 20, 0, 0, (mib - 5) << 20, 0, 0, 0, [],
+      temp_budget_mib=mib,
+    )  # fmt: skip
+
+  # 110 MiB fit - 10 MiB of arguments: 100; refused 2 MiB short, then
+  # 100 - 2 - 100 // 16 = 92 compiles (87 MiB of temporaries).
+  kept = retry.budgeted(first, 110 << 20, near)
+  assert budgets == [100, 92], budgets
+  assert kept.temp_budget_mib == 92 and kept.note == "", kept
+  assert kept.temp_bytes == 87 << 20
+  budgets.clear()
+
+  def floor(mib):  # 160 MiB whatever the bound
+    budgets.append(mib)
+    raise refusal("160.00M", f"{mib}.00M")
+
+  kept = retry.budgeted(first, 110 << 20, floor)
+  assert budgets == [100], budgets
+  assert kept.temp_bytes == first.temp_bytes and kept.temp_budget_mib == 0
+  assert kept.note.startswith("with --score_temp_budget_mib=100: "), kept
+  budgets.clear()
+
+  def always(mib):  # 2 MiB short under any bound: lowered once only
+    budgets.append(mib)
+    raise refusal(f"{mib + 2}.00M", f"{mib}.00M")
+
+  kept = retry.budgeted(first, 110 << 20, always)
+  assert budgets == [100, 92], budgets
+  assert kept.note.startswith("with --score_temp_budget_mib=92: "), kept
+
+
 def test_a_budgeted_compile_over_the_fit_is_tried_lower_by_its_overshoot():
   def prog(temp_mib):
     return program_lib.Program(
