@@ -9,7 +9,8 @@ aot.compile_run builds `makers` ({program: compile(config) -> Program}) and
 what stays resident beside each program; this module decides what to try
 when one lands over the fit (or out of HBM at the compiler's default):
   budgeted            under its temporaries budget flag (program.
-                      TEMP_BUDGETS), lowered by each overshoot; not
+                      TEMP_BUDGETS), lowered by each overshoot (and
+                      once by a refusal's shortfall, where small); not
                       again once the compiler refused one (a rollout
                       at fewer rows);
   fewer_rows          a rollout at fewer sequences per call (where its
