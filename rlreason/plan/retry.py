@@ -9,8 +9,9 @@ aot.compile_run builds `makers` ({program: compile(config) -> Program}) and
 what stays resident beside each program; this module decides what to try
 when one lands over the fit (or out of HBM at the compiler's default):
   budgeted            under its temporaries budget flag (program.
-                      TEMP_BUDGETS), lowered by each overshoot (and
-                      once by a refusal's shortfall, where small); not
+                      TEMP_BUDGETS), lowered by each overshoot (a
+                      forward's or rollout's, once by a refusal's
+                      shortfall, where small); not
                       again once the compiler refused one (a rollout
                       at fewer rows);
   fewer_rows          a rollout at fewer sequences per call (where its
@@ -61,14 +62,17 @@ def budgeted(
   the fit is tried again with the budget lowered by the overshoot, up to
   `tries` compiles; the last is kept. `compile_with(budget_mib)` compiles;
   when the compiler cannot (out of memory), the last program is kept with
-  a note of why. A refusal short by less than a quarter of the budget is
-  tried once more, lower by the shortfall and a sixteenth: under a bound
-  near what it would use unbounded, libtpu's count lands just over it,
-  and a tighter one compiles (laser's 1.5B reference forward, 32 rows of
-  17k tokens on v5e-16: refused at 12653 MiB, needing 12.45 GiB of 12.36;
-  compiled at 12000 MiB with 11.94 GiB of temporaries, at 9000 with 7.97).
-  One short by more met a floor (ghpo's 7B train step on v5e-16 at
-  --mesh_tensor=4: 9.67 GiB needed under both 6618 and 3300 MiB)."""
+  a note of why. A forward's or a rollout's refusal short by less than a
+  quarter of the budget is tried once more, lower by the shortfall and a
+  sixteenth: under a bound near what it would use unbounded, libtpu's
+  count lands just over it, and a tighter one compiles (laser's 1.5B
+  reference forward, 32 rows of 17k tokens on v5e-16: refused at 12653
+  MiB, needing 12.45 GiB of 12.36; compiled at 12000 MiB with 11.94 GiB
+  of temporaries, at 9000 with 7.97). A step's (MICRO_BATCH_FLAGS) is
+  not: each refusal seen was a floor, near or not (expert_iteration's 7B
+  train step on v5e-16: 10.71 GiB under 8989 MiB, 10.72 under 6451; in
+  64 micro-batches 9.19 under 8981, 9.16 under 7989; ghpo's 9.67 under
+  both 6618 and 3300)."""
   room = fit_bytes - (first.peak_bytes - first.temp_bytes)
   if room <= 0:
     return first
@@ -80,7 +84,8 @@ def budgeted(
       )
     except Exception as e:  # noqa: BLE001 - the compiler's own OOM
       short = shortfall(str(e))
-      if not lowered and 0 < short < (budget << 20) // 4:
+      step = first.name in MICRO_BATCH_FLAGS
+      if not (lowered or step) and 0 < short < (budget << 20) // 4:
         lowered = True
         budget -= -(-short >> 20) + budget // 16
         continue

@@ -140,7 +140,7 @@ def test_a_budget_refused_by_a_little_is_tried_once_lower():
   little (laser's reference forward on v5e-16: 12.45G of 12.36G) and
   compiles under a tighter one: the budget lowered by the shortfall and a
   sixteenth, once. A refusal short by a quarter of the budget or more (a
-  floor) is not tried again, nor a second refusal."""
+  floor) is not tried again, nor a second refusal, nor a train step's."""
 
   def refusal(need, have):
     return RuntimeError(
@@ -195,6 +195,12 @@ def test_a_budget_refused_by_a_little_is_tried_once_lower():
   kept = retry.budgeted(first, 110 << 20, always)
   assert budgets == [100, 92], budgets
   assert kept.note.startswith("with --score_temp_budget_mib=92: "), kept
+  # A train step's refusal, however near, is not tried lower (a floor).
+  budgets.clear()
+  step = dataclasses.replace(first, name="train_step")
+  kept = retry.budgeted(step, 110 << 20, near)
+  assert budgets == [100], budgets
+  assert kept.note.startswith("with --train_temp_budget_mib=100: "), kept
 
 
 def test_a_budgeted_compile_over_the_fit_is_tried_lower_by_its_overshoot():
