@@ -305,8 +305,9 @@ def advice(
         out.append(
           f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries at one "
           f"row per batch shard ({rows} rows per micro-batch, {shards} "
-          "shards): split each row's activations (--mesh_tensor > 1), or "
-          "a larger slice"
+          "shards): split each row's activations over more chips "
+          f"(--mesh_tensor, now {max(getattr(cfg, 'mesh_tensor', 1), 1)}), "
+          "or a larger slice"
         )
         continue
       out.append(

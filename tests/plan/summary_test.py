@@ -188,8 +188,8 @@ def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
   (line,) = summary.advice({"train_step": over}, {}, cfg, 2 << 30, 8)
   assert line == (
     "train_step: 3.0 GiB of temporaries at one row per batch shard (8 rows "
-    "per micro-batch, 8 shards): split each row's activations "
-    "(--mesh_tensor > 1), or a larger slice"
+    "per micro-batch, 8 shards): split each row's activations over more "
+    "chips (--mesh_tensor, now 1), or a larger slice"
   ), line
   (line,) = summary.advice({"train_step": over}, {}, cfg, 2 << 30, 4)
   assert line == (
