@@ -103,19 +103,19 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def shortfall(error: str) -> int:
-  """Bytes by which libtpu's temporaries overran its bound, from its
-  refusal ("the total memory required for HLO temporaries (12.45G)
-  exceeds available HBM (12.36G)"); 0 when the message says neither."""
+  """Bytes by which libtpu's memory overran its bound, from its refusal
+  ("the total memory required for HLO temporaries (12.45G) exceeds
+  available HBM (12.36G)", or "CompileTimeHbmOom: ... Used 13.75G of
+  13.16G hbm"); 0 when the message says neither."""
   m = re.search(
     r"temporaries \(([\d.]+)([KMGT])\) exceeds available HBM "
-    r"\(([\d.]+)([KMGT])\)",
+    r"\(([\d.]+)([KMGT])\)|Used ([\d.]+)([KMGT]) of ([\d.]+)([KMGT]) hbm",
     error,
   )
   if not m:
     return 0
-  need = float(m[1]) * _UNITS[m[2]]
-  have = float(m[3]) * _UNITS[m[4]]
-  return max(0, int(need - have))
+  need, unit, have, of = (g for g in m.groups() if g is not None)
+  return max(0, int(float(need) * _UNITS[unit] - float(have) * _UNITS[of]))
 
 
 def over(prog, fit_bytes: int) -> bool:

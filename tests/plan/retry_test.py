@@ -155,6 +155,12 @@ def test_a_budget_refused_by_a_little_is_tried_once_lower():
   assert retry.shortfall(str(refusal("100.75M", "73.00M"))) == int(
     100.75 * (1 << 20) - 73 * (1 << 20)
   )
+  oom = (  # simplerl_zoo's 7B train step on v5e-32 under 13472 MiB
+    "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: XLA:TPU compile "
+    "permanent error. Ran out of memory in memory space hbm. Used 13.75G of "
+    "13.16G hbm. Exceeded hbm capacity by 605.18M."
+  )
+  assert retry.shortfall(oom) == int(13.75 * (1 << 30) - 13.16 * (1 << 30))
   assert retry.shortfall("RESOURCE_EXHAUSTED: 100 MiB is too little") == 0
   first = program_lib.Program(
     "ref_logp", 10 << 20, 0, 0, 300 << 20, 0, 0, 0, []
