@@ -47,8 +47,7 @@ def one_row_per_chip(name: str, s: chips.Slice, overrides=None) -> bool:
   overrides = overrides or {}
   split = plan_hooks.split_overrides(name, "paper", s.name, overrides)
   cfg = plan_hooks.experiment_config(name, "paper", {**overrides, **split})[0]
-  rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
-  return rows <= ts.batch_shards(cfg, s.chips)
+  return ts.micro_batch_rows(cfg) <= ts.batch_shards(cfg, s.chips)
 
 
 def fsdp_rollout(name: str, slice_name: str, overrides: dict) -> bool:

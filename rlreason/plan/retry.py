@@ -76,7 +76,9 @@ def budgeted(
   room = fit_bytes - (first.peak_bytes - first.temp_bytes)
   if room <= 0:
     return first
-  budget, kept, lowered = room >> 20, first, False
+  budget, kept = room >> 20, first
+  # A step's refusals are floors; a forward's or rollout's is lowered once.
+  lowered = first.name in MICRO_BATCH_FLAGS
   for _ in range(tries):
     try:
       kept = dataclasses.replace(
@@ -84,8 +86,7 @@ def budgeted(
       )
     except Exception as e:  # noqa: BLE001 - the compiler's own OOM
       short = shortfall(str(e))
-      step = first.name in MICRO_BATCH_FLAGS
-      if not (lowered or step) and 0 < short < (budget << 20) // 4:
+      if not lowered and 0 < short < (budget << 20) // 4:
         lowered = True
         budget -= -(-short >> 20) + budget // 16
         continue

@@ -300,7 +300,7 @@ def advice(
         "more --mesh_fsdp"
       )
     if name == "train_step":
-      rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+      rows = ts.micro_batch_rows(cfg)
       if shards and rows <= shards:  # more micro-batches would not split
         out.append(
           f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries at one "

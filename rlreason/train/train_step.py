@@ -326,13 +326,18 @@ def batch_shards(cfg, devices: int) -> int:
   return devices // max(cfg.mesh_tensor, 1)
 
 
+def micro_batch_rows(cfg) -> int:
+  """Rows per train micro-batch: N over minibatches and micro-batches."""
+  return cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+
+
 def unsplit(cfg, shards: int) -> str:
   """Why the train step's micro-batch does not split over `shards` batch
   shards, or "". XLA then keeps its activations whole on groups of chips:
   the planner's v4 cells at 4-30 rows over 8-32 chips had a roofline
   train MFU of 13-53% (their compiled bytes), every other v4 cell 75%;
   planned with splitting_micro_batches' count, all ten reach 75%."""
-  rows = cfg.num_sequences // (cfg.minibatches * cfg.micro_batches)
+  rows = micro_batch_rows(cfg)
   if shards <= 1 or rows % shards == 0:
     return ""
   return f"{rows} rows per micro-batch do not split over {shards} chips"
@@ -359,6 +364,6 @@ def score_rows(cfg, mesh) -> int:
   """Rows per whole-rollout forward: the train step's micro-batch, which
   the run already sized to fit memory, rounded up to a multiple of the
   batch shards (a micro-batch of fewer rows than chips is still split)."""
-  rows = max(1, cfg.num_sequences // (cfg.minibatches * cfg.micro_batches))
+  rows = max(1, micro_batch_rows(cfg))
   shards = mesh_lib.batch_divisor(mesh)
   return -(-rows // shards) * shards
