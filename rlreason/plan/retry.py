@@ -177,7 +177,9 @@ class Retrying:
 
   def _compile(self, name: str, c, how: str = "") -> program_lib.Program:
     """makers[name](c); `how` (" under --flag=N", ...) names the retry in
-    the progress lines, which end with the seconds and the peak."""
+    the progress lines, which end with the seconds, the peak and a
+    forward's or rollout's rows per call (where `how` does not name
+    them: the rows the loop sized itself)."""
     if self.progress is None:
       return self.makers[name](c)
     self.progress(f"{name}{how}: compiling")
@@ -193,6 +195,8 @@ class Retrying:
     if self.fit_bytes:
       over_fit = ", over the fit" if peak > self.fit_bytes else ""
       verdict = f" of a {self.fit_bytes / GIB:.2f} GiB fit{over_fit}"
+    if prog.rows and "rows per call" not in how:
+      verdict += f", {prog.rows} rows per call"
     self.progress(
       f"{name}{how}: {time.time() - t0:.0f} s, peak {peak / GIB:.2f} GiB"
       f"{verdict}"

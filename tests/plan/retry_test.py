@@ -81,7 +81,8 @@ def test_a_forward_out_of_hbm_at_the_default_is_compiled_under_a_budget(
 
 def test_each_compile_and_retry_is_told_as_it_starts_and_ends(fake_tpu):
   """A 7B program compiles for minutes: a line as each compile starts, and
-  one with its seconds and peak against the fit (or why it failed)."""
+  one with its seconds, peak against the fit and rows per call (or why it
+  failed)."""
   lines = []
   prog = _run(1000 * MIB, lines.append)
   first = (1000 * MIB - prog.resident_bytes) >> 20  # the fit less resident
@@ -92,11 +93,14 @@ def test_each_compile_and_retry_is_told_as_it_starts_and_ends(fake_tpu):
     f"ref_logp: failed in # s: {OOM}",
     f"ref_logp under --score_temp_budget_mib={first}: compiling",
     f"ref_logp under --score_temp_budget_mib={first}: # s, "
-    f"peak {peak(first)} GiB of a {fit} GiB fit, over the fit",
+    f"peak {peak(first)} GiB of a {fit} GiB fit, over the fit, "
+    f"{prog.rows} rows per call",
     f"ref_logp under --score_temp_budget_mib={first - 50}: compiling",
     f"ref_logp under --score_temp_budget_mib={first - 50}: # s, "
-    f"peak {peak(first - 50)} GiB of a {fit} GiB fit",
+    f"peak {peak(first - 50)} GiB of a {fit} GiB fit, "
+    f"{prog.rows} rows per call",
   ]
+  assert prog.rows > 0
   host = r" \(this host's memory at its peak so far: [\d.]+ GB\)$"
   told = [re.sub(host, "", re.sub(r"\d+ s\b", "# s", x)) for x in lines]
   assert told == expected, lines
