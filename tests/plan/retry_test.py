@@ -283,6 +283,16 @@ def test_a_rollout_over_the_fit_is_tried_at_the_rows_its_room_holds():
   split = dataclasses.replace(cfg, rollout_tensor=4)
   got = compiler.fewer_rows(compiler.compile_one("rollout", split), split)
   assert tried == [64, 50] and got.rows == 50, tried
+  # Told: the loop's own rows after the first compile's peak; the retry's
+  # line names its rows once, in its own text.
+  lines = []
+  compiler = retry.Retrying({"rollout": rollout}, {"rollout": 0}, mesh,
+                            1500 * MIB, lines.append)  # fmt: skip
+  compiler.fewer_rows(compiler.compile_one("rollout", cfg), cfg)
+  ends = [x for x in lines if not x.endswith(": compiling")]
+  assert ends[0].startswith("rollout: ") and ", 64 rows per call (" in ends[0]
+  assert ends[1].startswith("rollout at 48 rows per call: "), ends
+  assert ends[1].count("rows per call") == 1, ends
 
 
 def test_a_rollout_budget_the_compiler_refused_is_not_tried_again(
