@@ -128,7 +128,9 @@ def _row(s: summary.Summary, topology: str) -> dict:
     if mib:  # a flag several programs share: the smallest of theirs
       budget[flag] = min(mib, budget.get(flag, mib))
   for p in s.programs.values():  # e.g. --rollout_rows, --rm_micro_batches
-    budget.update(p.run_flags)
+    for flag, value in p.run_flags.items():
+      if value or not budget.get(flag):  # a budget another program needs
+        budget[flag] = value  # beats one's --flag=0 (compile_one)
   # Which program holds the peak, and why a budget did not take (a
   # miss's notes say what the compiler refused).
   peak_of = max(s.programs, key=lambda k: s.programs[k].peak_bytes, default="")

@@ -207,9 +207,31 @@ class Retrying:
   def compile_one(self, name: str, c, how: str = "") -> program_lib.Program:
     """`name` compiled with config `c`; over the fit, or out of HBM at the
     compiler's default, again under the temporaries budget where `c`
-    sets none (program.TEMP_BUDGETS) and the compiler has not refused
-    one for `name` (self.refused)."""
+    sets none (program.TEMP_BUDGETS; or one at or over the fit) and the
+    compiler has not refused one for `name` (self.refused)."""
     flag = program_lib.TEMP_BUDGETS.get(name)
+    # A budget at or over the fit bounds nothing the fit needs: one sized
+    # for another chip (ppo's and lp_reg's PAPER presets name their v5p
+    # bound, 70 GiB, which on a 32 GiB chip left the train step out of
+    # HBM at 128 micro-batches and unbudgeted). Compiled at the default
+    # and budgeted as if unset; a program kept at the default says so in
+    # the run's flags (--flag=0).
+    foreign = bool(
+      flag and self.fit_bytes and getattr(c, flag, 0) << 20 >= self.fit_bytes
+    )
+    if foreign:
+      if self.progress is not None:
+        self.progress(
+          f"{name}{how}: --{flag}={getattr(c, flag)} is over the"
+          f" {self.fit_bytes / GIB:.2f} GiB fit: at the compiler's default"
+        )
+      c = dataclasses.replace(c, **{flag: 0})
+    kept = self._budgeted_one(name, c, how, flag)
+    if foreign and not kept.temp_budget_mib:
+      kept = dataclasses.replace(kept, run_flags={**kept.run_flags, flag: 0})
+    return kept
+
+  def _budgeted_one(self, name, c, how, flag) -> program_lib.Program:
     can_budget = (
       flag
       and name not in self.refused
@@ -270,7 +292,9 @@ class Retrying:
         seen = [(rows, 2 * self.fit_bytes)]  # the next try: half as many
         continue
       seen.append((rows, fewer.peak_bytes))
-      prog = dataclasses.replace(fewer, run_flags={"rollout_rows": rows})
+      prog = dataclasses.replace(
+        fewer, run_flags={**fewer.run_flags, "rollout_rows": rows}
+      )
     return prog
 
   def _row_unit(self, cfg) -> int:
@@ -392,6 +416,8 @@ class Retrying:
         continue
       note = getattr(prog, "note", "")
       prog = dataclasses.replace(
-        more, run_flags={flag: micro}, note=more.note or note
+        more,
+        run_flags={**more.run_flags, flag: micro},
+        note=more.note or note,
       )
     return prog

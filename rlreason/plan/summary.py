@@ -344,6 +344,11 @@ RUN_FLAGS = {
   "rm_micro_batches": "more Bradley-Terry micro-batches than the config's",
   "rollout_layout": "the rollout's parameters split over fsdp (replicated, "
   "they leave too little room)",
+  **{
+    flag: "the compiler's default bound on temporaries (the config's is "
+    "over this chip's fit: a bound sized for another chip)"
+    for flag in program_lib.TEMP_BUDGETS.values()
+  },
 }
 
 

@@ -16,6 +16,7 @@ from rlreason.plan import program as program_lib
 from rlreason.plan import retry
 from rlreason.plan import rollout as plan_rollout
 from rlreason.plan import state as plan_state
+from rlreason.plan import summary
 from rlreason.rl import objective
 from rlreason.sampling import rollout_memory
 
@@ -48,9 +49,14 @@ def fake_tpu(monkeypatch):
   return tried
 
 
-def _run(fit_bytes, progress=None):
+def _run(fit_bytes, progress=None, **overrides):
   cfg = dataclasses.replace(
-    grpo.TinyConfig(), batch_size=2, group_size=2, micro_batches=1, steps=1
+    grpo.TinyConfig(),
+    batch_size=2,
+    group_size=2,
+    micro_batches=1,
+    steps=1,
+    **overrides,
   )
   mesh = mesh_lib.make_mesh(1, -1, 1)
   return aot.compile_run(
@@ -107,6 +113,75 @@ def test_each_compile_and_retry_is_told_as_it_starts_and_ends(fake_tpu):
   assert all(re.search(host, x) for x in lines if "GiB" in x), lines
   # Without `progress`, nothing is told and the program is the same.
   assert _run(1000 * MIB) == prog
+
+
+def test_a_budget_at_or_over_the_fit_is_planned_as_if_unset(fake_tpu):
+  """A config's budget sized for another chip (ppo's PAPER preset names
+  its v5p bound, 70 GiB, also on 32 GiB chips) bounds nothing the fit
+  needs: the forward compiles at the default (out of HBM) and is budgeted
+  as if the config set none. One under the fit is the config's to keep:
+  compiled under it and not retried."""
+  budgeted = _run(1000 * MIB)
+  fake_tpu.clear()
+  lines = []
+  prog = _run(1000 * MIB, lines.append, score_temp_budget_mib=1000)
+  first = (1000 * MIB - prog.resident_bytes) >> 20
+  assert fake_tpu == [0, first, first - 50], fake_tpu
+  assert prog == budgeted and prog.run_flags == {}, prog
+  assert lines[0] == (
+    "ref_logp: --score_temp_budget_mib=1000 is over the 0.98 GiB fit: at "
+    "the compiler's default"
+  ), lines
+  fake_tpu.clear()
+  # Under the fit (980 of a 1000 MiB fit, over once the 50 MiB of
+  # arguments are added): the config's bound, kept.
+  kept = _run(1000 * MIB, score_temp_budget_mib=980)
+  assert fake_tpu == [980], fake_tpu
+  assert kept.temp_budget_mib == 980 and kept.peak_bytes > 1000 * MIB
+
+
+def test_a_program_that_fits_at_the_default_names_it_in_the_run():
+  """A budget over the fit dropped, and the default fits: the run's flags
+  say --train_temp_budget_mib=0 (the config's value is for another
+  chip), and the summary says why. Without a fit checked (a local mesh),
+  the config's flag is the program's."""
+  tried = []
+
+  def step(c):
+    tried.append(c.train_temp_budget_mib)
+    return program_lib.Program(
+      "train_step", 10 * MIB, 0, 0, 100 * MIB, 0, 0.0, 0.0, [],
+      temp_budget_mib=c.train_temp_budget_mib,
+    )  # fmt: skip
+
+  mesh = mesh_lib.make_mesh(1, -1, 1)
+  cfg = dataclasses.replace(grpo.TinyConfig(), train_temp_budget_mib=500)
+  compiler = retry.Retrying(
+    {"train_step": step}, {"train_step": 0}, mesh, 400 * MIB
+  )
+  prog = compiler.compile_one("train_step", cfg)
+  assert tried == [0] and prog.temp_budget_mib == 0, tried
+  assert prog.run_flags == {"train_temp_budget_mib": 0}, prog
+  text = summary.text(
+    summary.summarize({"train_step": prog}, cfg, aot.model_config(cfg),
+                      hbm_bytes=GIB, devices=1, peak_flops=1e12,
+                      hbm_bandwidth=1e11)
+  )  # fmt: skip
+  assert "at --train_temp_budget_mib=0: the compiler's default" in text, text
+  # At 400 MiB (the fit, to the byte): over nothing it could bound.
+  tried.clear()
+  cfg = dataclasses.replace(cfg, train_temp_budget_mib=400)
+  assert compiler.compile_one("train_step", cfg).run_flags, tried
+  assert tried == [0], tried
+  tried.clear()
+  cfg = dataclasses.replace(cfg, train_temp_budget_mib=399)
+  assert compiler.compile_one("train_step", cfg).run_flags == {}
+  assert tried == [399], tried
+  local = retry.Retrying({"train_step": step}, {"train_step": 0}, mesh, None)
+  tried.clear()
+  cfg = dataclasses.replace(cfg, train_temp_budget_mib=500)
+  assert local.compile_one("train_step", cfg).temp_budget_mib == 500
+  assert tried == [500], tried
 
 
 def test_a_forward_no_budget_holds_keeps_the_compilers_refusal(fake_tpu):

@@ -641,3 +641,33 @@ def test_a_row_takes_the_smallest_budget_its_forwards_were_planned_under():
   row.update(slice="v5e-4", step_s=2.0)
   cell = search.markdown({"grpo/v5e": row}, ("v5e",)).splitlines()[-1]
   assert "(--train_temp_budget_mib=900 --score_temp_budget_mib=500)" in cell
+
+
+def test_a_row_names_the_default_where_a_config_budget_was_for_another_chip():
+  """A program kept at the compiler's default because the config's budget
+  was over the fit says --flag=0 in the run (retry.compile_one); another
+  program planned under a budget of the same flag (rm_grpo's reward
+  model's train step shares the policy's) keeps that budget."""
+  from rlreason.plan import program as program_lib
+
+  def prog(name, budget=0, run_flags=None):
+    return program_lib.Program(
+      name, 1 << 20, 0, 0, 1 << 20, 0, 0, 0, [], temp_budget_mib=budget,
+      run_flags=run_flags or {},
+    )  # fmt: skip
+
+  default = {"train_temp_budget_mib": 0, "micro_batches": 4}
+  s = summary.Summary(
+    peak_bytes=2 << 20, hbm_bytes=1 << 30, fits=True, margin=0.9,
+    step_seconds=2.0, train_seconds=1.0, mfu=0.5, errors={},
+    programs={"train_step": prog("train_step", 0, default),
+              "rollout": prog("rollout")},
+    advice=[],
+  )  # fmt: skip
+  row = plan_cli._row(s, "v6e-16")
+  assert row["train_temp_budget_mib"] == 0 and row["micro_batches"] == 4
+  row.update(slice="v6e-16", step_s=2.0)
+  cell = search.markdown({"ppo/v6e": row}, ("v6e",)).splitlines()[-1]
+  assert "--train_temp_budget_mib=0" in cell, cell
+  s.programs["reward_model_train"] = prog("reward_model_train", 300)
+  assert plan_cli._row(s, "v6e-16")["train_temp_budget_mib"] == 300
