@@ -232,6 +232,7 @@ class Retrying:
     return kept
 
   def _budgeted_one(self, name, c, how, flag) -> program_lib.Program:
+    """compile_one once a budget over the fit is dropped from `c`."""
     can_budget = (
       flag
       and name not in self.refused
