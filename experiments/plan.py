@@ -39,7 +39,6 @@ if not (
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
 from rlreason.plan import program as program_lib  # noqa: E402
-from rlreason.plan import retry  # noqa: E402
 from rlreason.plan import search  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
 from rlreason.train import run_info  # noqa: E402
@@ -193,7 +192,7 @@ def main(argv):
     # The planner's own flags (_row: e.g. --micro_batches a train step
     # over the fit needed) over the ones it was given.
     row = {**overrides, **split, **_row(s, f.topology), "commit": commit}
-    row["host_gb"] = round(retry.host_peak_gb(), 1)  # the compiler's need
+    row["host_gb"] = round(program_lib.host_peak_gb(), 1)  # the compiler's need
     if f.row_out:
       with open(f.row_out, "w") as out:
         json.dump(row, out)
@@ -205,7 +204,7 @@ def main(argv):
       )
   title = (
     f"{f.experiment} ({f.scale}) on {f.topology}: compiled in {secs:.0f} s"
-    f" (this host's memory at its peak: {retry.host_peak_gb():.1f} GB)"
+    f" (this host's memory at its peak: {program_lib.host_peak_gb():.1f} GB)"
   )
   if split:  # the preset's micro-batch does not split over these chips
     title += f" with --micro_batches={split['micro_batches']}"

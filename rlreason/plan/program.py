@@ -4,11 +4,15 @@
   prog.peak_bytes, prog.temp_bytes, prog.largest, prog.flops
 
 `Program` is what plan/aot.py's compilers return and plan/summary.py
-prints; `largest_buffers` reads the optimized HLO's ten largest arrays.
+prints; `largest_buffers` reads the optimized HLO's ten largest arrays;
+`shortfall` reads a refusal's bytes, `host_peak_gb` what a compile took
+of this host.
 """
 
 import dataclasses
 import re
+import resource
+import sys
 
 from rlreason.plan import hlo_loops
 from rlreason.sampling import continuous_loop
@@ -189,3 +193,29 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     loop_trips=tuple(0 if b in loops.unknown else n for b, n in loops.loops),
     executable=compiled,
   )
+
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def shortfall(error: str) -> int:
+  """Bytes by which libtpu's memory overran its bound, from its refusal
+  ("the total memory required for HLO temporaries (12.45G) exceeds
+  available HBM (12.36G)", or "CompileTimeHbmOom: ... Used 13.75G of
+  13.16G hbm"); 0 when the message says neither."""
+  m = re.search(
+    r"temporaries \(([\d.]+)([KMGT])\) exceeds available HBM "
+    r"\(([\d.]+)([KMGT])\)|Used ([\d.]+)([KMGT]) of ([\d.]+)([KMGT]) hbm",
+    error,
+  )
+  if not m:
+    return 0
+  need, unit, have, of = (g for g in m.groups() if g is not None)
+  return max(0, int(float(need) * _UNITS[unit] - float(have) * _UNITS[of]))
+
+
+def host_peak_gb() -> float:
+  """This process's peak resident memory so far, GB: libtpu's compiler
+  takes 8-24 GB of the host for a 7B program."""
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return peak / (1e9 if sys.platform == "darwin" else 1e6)  # bytes / KB

@@ -32,9 +32,6 @@ A fit found by a retry records the flag the run needs
 """
 
 import dataclasses
-import re
-import resource
-import sys
 import time
 from typing import Callable
 
@@ -85,7 +82,7 @@ def budgeted(
         compile_with(budget), resident_bytes=first.resident_bytes
       )
     except Exception as e:  # noqa: BLE001 - the compiler's own OOM
-      short = shortfall(str(e))
+      short = program_lib.shortfall(str(e))
       if not lowered and 0 < short < (budget << 20) // 4:
         lowered = True
         budget -= -(-short >> 20) + budget // 16
@@ -100,38 +97,12 @@ def budgeted(
   return kept
 
 
-_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def shortfall(error: str) -> int:
-  """Bytes by which libtpu's memory overran its bound, from its refusal
-  ("the total memory required for HLO temporaries (12.45G) exceeds
-  available HBM (12.36G)", or "CompileTimeHbmOom: ... Used 13.75G of
-  13.16G hbm"); 0 when the message says neither."""
-  m = re.search(
-    r"temporaries \(([\d.]+)([KMGT])\) exceeds available HBM "
-    r"\(([\d.]+)([KMGT])\)|Used ([\d.]+)([KMGT]) of ([\d.]+)([KMGT]) hbm",
-    error,
-  )
-  if not m:
-    return 0
-  need, unit, have, of = (g for g in m.groups() if g is not None)
-  return max(0, int(float(need) * _UNITS[unit] - float(have) * _UNITS[of]))
-
-
 def over(prog, fit_bytes: int) -> bool:
   """Whether a compile's result (a Program, or the exception it raised)
   misses the fit."""
   if not isinstance(prog, program_lib.Program):
     return True  # did not compile
   return prog.peak_bytes > fit_bytes
-
-
-def host_peak_gb() -> float:
-  """This process's peak resident memory so far, GB: libtpu's compiler
-  takes 8-24 GB of the host for a 7B program."""
-  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-  return peak / (1e9 if sys.platform == "darwin" else 1e6)  # bytes / KB
 
 
 def _at_fit(seen, fit_bytes: int, fixed: int) -> int:
@@ -197,10 +168,10 @@ class Retrying:
       verdict = f" of a {self.fit_bytes / GIB:.2f} GiB fit{over_fit}"
     if prog.rows and "rows per call" not in how:
       verdict += f", {prog.rows} rows per call"
+    host = program_lib.host_peak_gb()
     self.progress(
       f"{name}{how}: {time.time() - t0:.0f} s, peak {peak / GIB:.2f} GiB"
-      f"{verdict}"
-      f" (this host's memory at its peak so far: {host_peak_gb():.1f} GB)"
+      f"{verdict} (this host's memory at its peak so far: {host:.1f} GB)"
     )
     return prog
 
