@@ -133,7 +133,7 @@ def _row(s: summary.Summary, topology: str) -> dict:
   # Which program holds the peak, and why a budget did not take (a
   # miss's notes say what the compiler refused).
   peak_of = max(s.programs, key=lambda k: s.programs[k].peak_bytes, default="")
-  notes = {k: p.note[:300] for k, p in s.programs.items() if p.note}
+  notes = {k: p.note[:1000] for k, p in s.programs.items() if p.note}
   return {
     "slice": topology,
     "fits": s.fits,

@@ -364,8 +364,8 @@ class Retrying:
     budget refused at fewer micro-batches is tried again (empo's 7B step
     on v5e-32 at 4 rows per chip: 16.84 GiB at the default, libtpu
     needing 10.47 GB of temporaries under a 10.40 GiB budget; at 2 rows
-    12.87 GiB at the default). A budget the compiler refused before says
-    so in the kept program's note."""
+    12.87 GiB at the default). Each budget the compiler refused, at the
+    config's micro-batches or more, says so in the kept program's note."""
     flag = MICRO_BATCH_FLAGS[name]
     unit = mesh_lib.batch_divisor(self.mesh)
     micro = getattr(cfg, flag, 1)
@@ -386,10 +386,12 @@ class Retrying:
         more = self.compile_one(name, c, f" in {micro} micro-batches")
       except Exception:  # noqa: BLE001 - out of HBM
         continue
-      note = getattr(prog, "note", "")
+      notes = [n for n in (getattr(prog, "note", ""),) if n]
+      if more.note:
+        notes.append(f"in {micro} micro-batches {more.note}")
       prog = dataclasses.replace(
         more,
         run_flags={**more.run_flags, flag: micro},
-        note=more.note or note,
+        note="; ".join(notes),
       )
     return prog

@@ -667,7 +667,7 @@ def test_a_train_steps_doublings_are_budgeted_again(monkeypatch):
   hold them is refused; 2 micro-batches miss at the default and under
   that budget; 4 miss at the default and fit under it (the budget
   refused before is tried again): --micro_batches=4
-  --train_temp_budget_mib=99."""
+  --train_temp_budget_mib=99, the note naming both refusals."""
   mesh = mesh_lib.make_mesh(1, -1, 1)
   tried = []
 
@@ -696,4 +696,7 @@ def test_a_train_steps_doublings_are_budgeted_again(monkeypatch):
   assert tried == [(1, 0), (1, 99), (2, 0), (2, 99), (4, 0), (4, 99)], tried
   assert got.run_flags == {"micro_batches": 4} and got.temp_budget_mib == 99
   assert not retry.over(got, 100 * MIB)
-  assert "--train_temp_budget_mib=99: RESOURCE_EXHAUSTED" in got.note
+  # Both refusals are noted: at the config's micro-batch and in two.
+  refused = "with --train_temp_budget_mib=99: RESOURCE_EXHAUSTED"
+  assert got.note.startswith(refused), got.note
+  assert f"; in 2 micro-batches {refused}" in got.note, got.note
