@@ -64,8 +64,10 @@ def test_the_slices_picture_is_of_these_results():
 
 @pytest.mark.parametrize("key", sorted(TRIED_JSON))
 def test_a_searched_cell_is_its_tried_slice(key):
-  if key not in RESULTS_JSON:
-    pytest.skip("a search stopped midway (the next run resumes it)")
+  if key not in RESULTS_JSON:  # only misses so far: none dropped a fit
+    fits = [n for n, r in TRIED_JSON[key].items() if r["fits"]]
+    assert not fits, f"{key}: {fits} fit but results.json has no cell"
+    return
   row = dict(RESULTS_JSON[key])
   row.pop("killed", None)  # added by the search, not by the compile
   beyond = row.pop("beyond", None)  # likewise: the next slice's error
