@@ -156,8 +156,10 @@ def test_vocab_parallel_chunks_on_a_mesh_equal_one_device(monkeypatch, tie):
 
   value, grads = sharded(jax.device_put(params, shardings))
   np.testing.assert_allclose(value, plain, rtol=1e-5, atol=1e-5)
+  # atol: float32 sums split 8 ways round differently by CPU (an AMD
+  # EPYC host, session 63: one gradient entry of 4096 off by 1.19e-6).
   jax.tree.map(
-    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-6),
     grads,
     g_plain,
   )

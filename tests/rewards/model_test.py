@@ -269,8 +269,11 @@ def test_bradley_terry_training_on_the_mesh_matches_one_device(monkeypatch):
   got, losses = rm.train_bt(sharded, CFG, chosen, rejected, mesh=mesh, **kw)
   assert seen and all(m is mesh for m in seen), seen
   np.testing.assert_allclose(losses, want_losses, rtol=1e-4, atol=1e-5)
+  # atol: Adam (lr 1e-2) divides near-zero gradients by their own size, so
+  # the split sums' rounding moves a weight by more than an ulp (an AMD
+  # EPYC host, session 63: one of 512 off by 2.1e-5 after 3 steps).
   jax.tree.map(
-    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5),
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4),
     got,
     want,
   )
