@@ -177,6 +177,18 @@ def experiment_cmd(module: str, workdir, cache_dir, **overrides) -> list[str]:
   ]
 
 
+def xla_flags(devices: int | None = None, *extra: str) -> str:
+  """XLA_FLAGS for a subprocess: this process's flags (tests/conftest.py's
+  compile settings) with `devices` simulated CPU devices in place of its
+  count (none: XLA's one), then `extra`."""
+  count = "--xla_force_host_platform_device_count"
+  flags = os.environ.get("XLA_FLAGS", "").split()
+  flags = [f for f in flags if not f.startswith(count)]
+  if devices is not None:
+    flags.append(f"{count}={devices}")
+  return " ".join([*flags, *extra])
+
+
 def run_killed_and_resumed(
   cmd_a: list[str],
   cmd_b: list[str],
@@ -198,6 +210,7 @@ def run_killed_and_resumed(
   env = {
     **{k: v for k, v in os.environ.items() if not k.startswith("XLA_")},
     "JAX_PLATFORMS": "cpu",
+    "XLA_FLAGS": xla_flags(),
     **(env or {}),
   }
   env = {k: v for k, v in env.items() if v is not None}

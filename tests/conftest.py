@@ -6,8 +6,14 @@ so this runs at collection time, before any test module imports jax.
 
 import os
 
+# XLA:CPU's elemental emitters in place of its MLIR fusion emitters: the
+# same programs compile in ~40% less time (session 66, cold compile cache:
+# continuous, attention and entropy_reg tests 175 -> 106 s; an rloo smoke
+# run's compiles 10.3 -> 6.3 s). Subprocesses keep it (testing.xla_flags).
 os.environ["XLA_FLAGS"] = (
-  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+  os.environ.get("XLA_FLAGS", "")
+  + " --xla_cpu_use_fusion_emitters=false"
+  + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Tests compile far more than they run: without XLA's optimisation passes

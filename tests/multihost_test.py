@@ -24,6 +24,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from rlreason import testing
+
 # One worker runs the module (--dist=loadgroup, pyproject.toml): the module
 # fixture's runs would otherwise repeat on each worker.
 pytestmark = pytest.mark.xdist_group("multihost")
@@ -70,14 +72,12 @@ def _env(devices: int, **extra) -> dict:
   }
   env.update(
     JAX_PLATFORMS="cpu",
-    XLA_FLAGS=" ".join(
-      [
-        f"--xla_force_host_platform_device_count={devices}",
-        # XLA:CPU aborts a collective whose participants are more than 40 s
-        # apart; under load on a shared 2-core machine they can be.
-        "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120",
-        "--xla_cpu_collective_call_terminate_timeout_seconds=300",
-      ]
+    XLA_FLAGS=testing.xla_flags(
+      devices,
+      # XLA:CPU aborts a collective whose participants are more than 40 s
+      # apart; under load on a shared 2-core machine they can be.
+      "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120",
+      "--xla_cpu_collective_call_terminate_timeout_seconds=300",
     ),
     **extra,
   )
