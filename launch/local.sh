@@ -7,7 +7,9 @@
 #
 # Env: DEVICES_PER_PROCESS (default 2), PORT (default: a free one),
 # TIMEOUT seconds per process (default 900), LOG_DIR (default
-# ./rlreason-logs/local). Exits non-zero if any process fails.
+# ./rlreason-logs/local); the caller's XLA_FLAGS are kept, ahead of the
+# device count and collective timeouts set here (XLA takes a flag's last
+# value). Exits non-zero if any process fails.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 
@@ -36,7 +38,7 @@ collective_timeouts="--xla_cpu_collective_call_warn_stuck_timeout_seconds=120 --
 pids=()
 for ((i = 0; i < n; i++)); do
   cmd=(timeout "${TIMEOUT:-900}" env JAX_PLATFORMS=cpu
-    XLA_FLAGS="--xla_force_host_platform_device_count=${DEVICES_PER_PROCESS:-2} $collective_timeouts"
+    XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_force_host_platform_device_count=${DEVICES_PER_PROCESS:-2} $collective_timeouts"
     RLREASON_MULTIHOST=1 RLREASON_DISTRIBUTED_TIMEOUT=300 JAX_COORDINATOR_ADDRESS="127.0.0.1:$port"
     JAX_NUM_PROCESSES="$n" JAX_PROCESS_ID="$i"
     "$python" -m "$module" "$@")

@@ -159,13 +159,19 @@ def test_local_dry_run_starts_n_processes_on_loopback():
     "2",
     "experiments.grpo",
     "--steps=2",
-    env={"PORT": "12345"},
+    env={"PORT": "12345", "XLA_FLAGS": "--xla_dump_to=/d"},
   )
   procs = [c for c in _commands(out) if c[0] == "timeout"]
   assert len(procs) == 2
   for i, cmd in enumerate(procs):
     assert "JAX_COORDINATOR_ADDRESS=127.0.0.1:12345" in cmd
     assert f"JAX_PROCESS_ID={i}" in cmd and "JAX_NUM_PROCESSES=2" in cmd
+    # The caller's XLA flags first: the device count set here wins.
+    flags = next(a for a in cmd if a.startswith("XLA_FLAGS=")).split()
+    assert flags[:2] == [
+      "XLA_FLAGS=--xla_dump_to=/d",
+      "--xla_force_host_platform_device_count=2",
+    ]
 
 
 def test_bad_module_is_refused():
