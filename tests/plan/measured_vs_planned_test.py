@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from rlreason import testing
 from rlreason.plan import chips
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -43,7 +44,7 @@ def test_a_program_planned_over_the_device_is_not_run():
 
 def test_the_planned_programs_run_and_are_reported(tmp_path):
   out = tmp_path / "mvp.json"
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # 1 device
+  env = {**os.environ, "XLA_FLAGS": testing.xla_flags()}  # 1 device
   proc = subprocess.run(
     [
       sys.executable, "-m", "experiments.bench.measured_vs_planned",
