@@ -38,6 +38,7 @@ RESUMABLE_CHANGES = (
   "decode_attention",  # nor on this (up to numerics)
   "rollout_layout",  # nor on this
   "rollout_tensor",  # nor on this (up to numerics)
+  "sequence_parallel",  # nor on this (up to numerics)
   "allow_config_change",
 )
 
@@ -167,6 +168,10 @@ class BaseConfig:
   rollout_dtype: str = ""
   remat: bool = False
   remat_policy: str = "full"  # full | dots (model/transformer.py)
+  # Split the residual stream's tokens over the mesh's tensor axis between
+  # layers (ModelConfig.sequence_parallel): a long row's saved layer
+  # inputs take 1/--mesh_tensor of a device's memory.
+  sequence_parallel: bool = False
   # TPU: libtpu's bound on the train step's temporaries, in MiB (0 = none).
   # Its scheduler otherwise keeps more live when HBM allows; the planner
   # (experiments/plan.py) says what a run that needs it should pass.
@@ -210,6 +215,15 @@ class BaseConfig:
   def num_sequences(self) -> int:
     """N = B * G."""
     return self.batch_size * self.group_size
+
+  def model_settings(self) -> dict:
+    """The run's choices that the model's config carries
+    (transformer.ModelConfig fields), beside its dtypes."""
+    return dict(
+      remat=self.remat,
+      remat_policy=self.remat_policy,
+      sequence_parallel=self.sequence_parallel,
+    )
 
   def validate(self) -> None:
     """Fails fast, with the flag names, on contradictory settings.
@@ -323,6 +337,13 @@ class BaseConfig:
     check(
       self.rollout_tensor >= 0,
       f"--rollout_tensor={self.rollout_tensor}: 0 (the mesh's) or >= 1",
+    )
+    check(
+      not self.sequence_parallel
+      or self.mesh_tensor != 1
+      or self.rollout_tensor > 1,
+      "--sequence_parallel splits tokens over the mesh's tensor axis: it "
+      "needs --mesh_tensor > 1 (or --rollout_tensor > 1)",
     )
     check(
       self.ppo_epochs >= 1

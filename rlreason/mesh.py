@@ -106,6 +106,9 @@ def replicates(param_bytes: int, tensor: int, device_bytes) -> bool:
 ACTIVATION_RULES: dict[str, Any] = {
   "batch": ("data", "fsdp"),
   "seq": None,
+  # The residual stream's tokens under sequence parallelism
+  # (ModelConfig.sequence_parallel; blocks.RESIDUAL_SPLIT).
+  "seq_split": "tensor",
   "embed": None,
   "mlp": "tensor",
   "heads": "tensor",

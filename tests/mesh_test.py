@@ -125,6 +125,20 @@ def test_rollout_rules_replicate_only_what_fits():
   assert config.ROLLOUT_LAYOUTS == mesh_lib.ROLLOUT_LAYOUTS  # the flag's
 
 
+def test_sequence_parallel_needs_a_tensor_axis():
+  """--sequence_parallel splits tokens over tensor: refused before any
+  compute without a tensor split to split them over."""
+  with pytest.raises(config.ConfigError, match="--sequence_parallel"):
+    config.BaseConfig(sequence_parallel=True).validate()
+  config.BaseConfig(sequence_parallel=True, mesh_tensor=2).validate()
+  config.BaseConfig(sequence_parallel=True, rollout_tensor=4).validate()
+  assert "sequence_parallel" in config.RESUMABLE_CHANGES  # layout only
+  settings = config.BaseConfig(sequence_parallel=True, remat=True)
+  assert settings.model_settings() == {
+    "remat": True, "remat_policy": "full", "sequence_parallel": True,
+  }  # fmt: skip
+
+
 def test_rollout_mesh_regroups_the_same_devices_in_their_order():
   """--rollout_tensor: the run's devices, in its order (one device
   assignment: programs mixing both meshes compile), as (data, rest, T);

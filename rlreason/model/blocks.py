@@ -213,6 +213,15 @@ class Mlp(nn.Module):
 
 
 RESIDUAL = ("batch", "seq", "embed")  # the residual stream's layout
+# ... with sequence parallelism (ModelConfig.sequence_parallel): its
+# tokens split over `tensor` (mesh.ACTIVATION_RULES).
+RESIDUAL_SPLIT = ("batch", "seq_split", "embed")
+
+
+def residual(cfg) -> tuple:
+  """The residual stream's logical axes between layers under `cfg`."""
+  return RESIDUAL_SPLIT if cfg.sequence_parallel else RESIDUAL
+
 REMAT_POLICIES = {
   "full": None,
   "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
@@ -229,12 +238,13 @@ class Block(nn.Module):
   def __call__(self, x, positions, k_cache, v_cache, slot_pos, index):
     cfg = self.cfg
     pdt = DTYPES[cfg.param_dtype]
+    layout = residual(cfg)
     start = x  # the layer's weights are gathered once it exists
     h = RMSNorm(cfg.rms_eps, pdt, name="input_norm")(x)
     h, k_cache, v_cache = Attention(cfg, name="attn")(
       h, positions, k_cache, v_cache, slot_pos, index, ready=start
     )
-    x = mesh_lib.constrain(x + h, RESIDUAL)
+    x = mesh_lib.constrain(x + h, layout)
     h = RMSNorm(cfg.rms_eps, pdt, name="post_attn_norm")(x)
-    x = mesh_lib.constrain(x + Mlp(cfg, name="mlp")(h, ready=start), RESIDUAL)
+    x = mesh_lib.constrain(x + Mlp(cfg, name="mlp")(h, ready=start), layout)
     return x, k_cache, v_cache

@@ -67,6 +67,15 @@ class ModelConfig:
   # What a rematerialised layer keeps: "full" nothing (least memory),
   # "dots" its matmul outputs (less recompute, more memory).
   remat_policy: str = "full"
+  # Sequence parallelism (Megatron-LM's, over the mesh's `tensor` axis):
+  # between layers the residual stream's tokens are split over `tensor`
+  # instead of held whole on each of its devices, so each layer's saved
+  # input (what a rematerialised layer keeps) and its norms take 1/tensor
+  # of the memory; a layer gathers its tokens before attention and the
+  # MLP and scatters their sums after. The same numbers; off without a
+  # tensor split, and for a length `tensor` does not divide (a decode
+  # step).
+  sequence_parallel: bool = False
   max_position: int = 4096  # informational (HF max_position_embeddings)
   family: str = "qwen2"  # HF family written by hf.save: llama, qwen2, qwen3
   # attention.IMPLEMENTATIONS (auto: splash on TPU, cuDNN on GPU, else
@@ -208,7 +217,7 @@ class Transformer(nn.Module):
 
   def __call__(self, tokens, positions, cache: Cache):
     x = jnp.take(self.embedding, tokens, axis=0).astype(self.cfg.compute_dtype)
-    x = mesh_lib.constrain(x, blocks.RESIDUAL)
+    x = mesh_lib.constrain(x, blocks.residual(self.cfg))
     slot_pos = attention.write_slots(
       cache.pos, positions.astype(jnp.int32), cache.index, axis=1
     )

@@ -109,7 +109,7 @@ def tpu_env() -> None:
 
 def model_config(cfg) -> transformer.ModelConfig:
   """The architecture of cfg.model (a preset, or a checkpoint path whose
-  name is a known architecture), in the run's dtypes and remat."""
+  name is a known architecture), in the run's dtypes, remat and sequence split."""
   arch = presets.architecture(cfg.model)
   if arch is None:
     raise ValueError(
@@ -120,8 +120,7 @@ def model_config(cfg) -> transformer.ModelConfig:
     arch,
     dtype=cfg.dtype,
     param_dtype=cfg.param_dtype,
-    remat=cfg.remat,
-    remat_policy=cfg.remat_policy,
+    **cfg.model_settings(),
   )
 
 

@@ -33,16 +33,13 @@ def load_model(cfg, mesh):
     model_cfg, params = hf.load(
       source, mesh=mesh, dtype=cfg.param_dtype, compute_dtype=cfg.dtype
     )
-    model_cfg = dataclasses.replace(
-      model_cfg, remat=cfg.remat, remat_policy=cfg.remat_policy
-    )
+    model_cfg = dataclasses.replace(model_cfg, **cfg.model_settings())
     return model_cfg, params
   model_cfg = presets.get(
     cfg.model,
     dtype=cfg.dtype,
     param_dtype=cfg.param_dtype,
-    remat=cfg.remat,
-    remat_policy=cfg.remat_policy,
+    **cfg.model_settings(),
   )
   shardings = mesh_lib.shardings(
     mesh,

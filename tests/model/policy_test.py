@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 from rlreason import mesh as mesh_lib
 from rlreason import testing
@@ -93,6 +94,60 @@ def test_activation_constraints_change_no_number():
     assert mesh_lib.active_mesh() is mesh
   assert mesh_lib.active_mesh() is None
   np.testing.assert_allclose(sharded, plain, rtol=1e-5, atol=1e-5)
+
+
+def _residual_constraints(fn, *args) -> list:
+  """The specs of fn's sharding constraints on [N, S, D] activations."""
+  return [
+    eqn.params["sharding"].spec
+    for eqn in testing.jaxpr_eqns(fn, *args)
+    if eqn.primitive.name == "sharding_constraint"
+    and eqn.invars[0].aval.ndim == 3
+    and eqn.invars[0].aval.shape[-1] == 32  # d_model
+  ]
+
+
+def test_sequence_parallel_splits_the_residual_and_changes_no_number():
+  """ModelConfig.sequence_parallel on a (1, 2, 4) mesh: between layers the
+  residual stream's 16 tokens are split over tensor (4 ways) as well as
+  its rows over fsdp; rematerialised layers' values and gradients as on
+  one device."""
+  cfg, params, tokens, positions, p = _inputs(n=4, p=4, t=12)
+  cfg = cfg.__class__(**{**cfg.__dict__, "remat": True})
+  mesh = mesh_lib.make_mesh(1, 2, 4)
+
+  def loss(params, cfg):
+    return policy.completion_logprobs(params, tokens, positions, cfg, p).sum()
+
+  plain, g_plain = jax.value_and_grad(loss)(params, cfg)
+  shardings = mesh_lib.shardings(
+    mesh,
+    transformer.param_axes(cfg),
+    mesh_lib.TRAIN_RULES,
+    transformer.param_shapes(cfg),
+  )
+  on_mesh = jax.device_put(params, shardings)
+  for split in (False, True):
+    c = cfg.__class__(**{**cfg.__dict__, "sequence_parallel": split})
+
+    def sharded(params, c=c):
+      with mesh_lib.activation_mesh(mesh):
+        return jax.value_and_grad(loss)(params, c)
+
+    specs = _residual_constraints(sharded, on_mesh)
+    # The embedding's output and each layer's two sums, forward and in
+    # the rematerialised forward of the backward pass.
+    assert len(specs) >= 1 + 2 * cfg.n_layers, specs
+    batch = ("data", "fsdp")
+    want = P(batch, "tensor", None) if split else P(batch, None, None)
+    assert all(s == want for s in specs), specs
+    value, grads = jax.jit(sharded)(on_mesh)
+    np.testing.assert_allclose(value, plain, rtol=1e-5, atol=1e-5)
+    jax.tree.map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=5e-6),
+      grads,
+      g_plain,
+    )
 
 
 def test_constrain_lays_out_by_batch():

@@ -226,6 +226,20 @@ def test_rollout_layouts_sample_the_same(params, ro, layout):
 
 
 @pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_sequence_parallel_samples_the_same(params, ro, batching):
+  """ModelConfig.sequence_parallel on a 2x2x2 mesh: prefills split their
+  tokens over tensor between layers (the decode steps' one token stays
+  whole); the samples are one device's."""
+  mesh = mesh_lib.make_mesh(data=2, fsdp=2, tensor=2)
+  cfg = dataclasses.replace(CFG, sequence_parallel=True)
+  got = _generate(
+    _train_layout(params, mesh), 3, mesh=mesh, model_cfg=cfg,
+    rows_per_call={"static": 0, "continuous": 3}[batching], batching=batching,
+  )  # fmt: skip
+  _assert_same_rollout(got, ro)
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
 def test_rollout_tensor_samples_the_same_on_its_own_mesh(
   params, ro, batching, monkeypatch
 ):
