@@ -222,6 +222,7 @@ def residual(cfg) -> tuple:
   """The residual stream's logical axes between layers under `cfg`."""
   return RESIDUAL_SPLIT if cfg.sequence_parallel else RESIDUAL
 
+
 REMAT_POLICIES = {
   "full": None,
   "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,

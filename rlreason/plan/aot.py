@@ -109,7 +109,8 @@ def tpu_env() -> None:
 
 def model_config(cfg) -> transformer.ModelConfig:
   """The architecture of cfg.model (a preset, or a checkpoint path whose
-  name is a known architecture), in the run's dtypes, remat and sequence split."""
+  name is a known architecture), in the run's dtypes, remat and sequence
+  split."""
   arch = presets.architecture(cfg.model)
   if arch is None:
     raise ValueError(
