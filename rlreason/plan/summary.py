@@ -302,12 +302,17 @@ def advice(
     if name == "train_step":
       rows = ts.micro_batch_rows(cfg)
       if shards and rows <= shards:  # more micro-batches would not split
+        tensor = max(getattr(cfg, "mesh_tensor", 1), 1)
+        split = (
+          "; --sequence_parallel splits each layer's saved input over it"
+          if tensor > 1 and not getattr(cfg, "sequence_parallel", False)
+          else ""
+        )
         out.append(
           f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries at one "
           f"row per batch shard ({rows} rows per micro-batch, {shards} "
           "shards): split each row's activations over more chips "
-          f"(--mesh_tensor, now {max(getattr(cfg, 'mesh_tensor', 1), 1)}), "
-          "or a larger slice"
+          f"(--mesh_tensor, now {tensor}{split}), or a larger slice"
         )
         continue
       out.append(

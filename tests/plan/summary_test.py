@@ -178,7 +178,8 @@ def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
   """A train step over the budget whose micro-batch still holds more rows
   than batch shards: raise --micro_batches; at one row per shard (seele's
   8k-token rows on v5e-8 in 16 micro-batches of 8) more micro-batches
-  cannot split it, and the advice names --mesh_tensor instead."""
+  cannot split it, and the advice names --mesh_tensor instead (and
+  --sequence_parallel, with a tensor split and without it)."""
   from rlreason.plan import program as program_lib
 
   cfg = types.SimpleNamespace(
@@ -191,6 +192,16 @@ def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
     "per micro-batch, 8 shards): split each row's activations over more "
     "chips (--mesh_tensor, now 1), or a larger slice"
   ), line
+  # With a tensor split, and without sequence parallelism: both named.
+  split = types.SimpleNamespace(**vars(cfg), mesh_tensor=4)
+  (line,) = summary.advice({"train_step": over}, {}, split, 2 << 30, 8)
+  assert line.endswith(
+    "(--mesh_tensor, now 4; --sequence_parallel splits each layer's saved "
+    "input over it), or a larger slice"
+  ), line
+  split.sequence_parallel = True
+  (line,) = summary.advice({"train_step": over}, {}, split, 2 << 30, 8)
+  assert line.endswith("(--mesh_tensor, now 4), or a larger slice"), line
   (line,) = summary.advice({"train_step": over}, {}, cfg, 2 << 30, 4)
   assert line == (
     "train_step: 3.0 GiB of temporaries: raise --micro_batches (now 16), "
