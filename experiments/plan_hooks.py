@@ -109,6 +109,8 @@ def split_overrides(name, scale, slice_name, overrides: dict) -> dict:
 
 
 def parse_set(text: str) -> dict:
+  """--set's "k=v,..." as config overrides: ints, floats, booleans (true /
+  false in any case, as absl takes them), else strings."""
   out = {}
   for item in filter(None, text.split(",")):
     key, _, value = item.partition("=")
@@ -118,5 +120,7 @@ def parse_set(text: str) -> dict:
         break
       except ValueError:
         pass
-    out[key] = {"True": True, "False": False}.get(value, value)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+      value = value.lower() == "true"
+    out[key] = value
   return out

@@ -35,9 +35,18 @@ ROW_FLAGS = tuple(
       "rm_micro_batches",
       "mesh_tensor",  # through --set
       "rollout_tensor",  # through --set
+      "sequence_parallel",  # through --set
     )
   )
 )
+
+
+def run_flag(name: str, value) -> str:
+  """A row's flag as the run takes it: `--name=value`; a boolean as
+  `--name` / `--noname` (absl's form)."""
+  if isinstance(value, bool):
+    return f"--{name}" if value else f"--no{name}"
+  return f"--{name}={value}"
 
 
 def start_index(slices, known) -> int:
@@ -165,7 +174,7 @@ def markdown(results: dict, families, unbounded=()) -> str:
         cells.append(f"no fit up to {r['slice']}{beyond}{floor}")
       else:
         needed = " ".join(
-          f"--{name}={r[name]}" for name in ROW_FLAGS if name in r
+          run_flag(name, r[name]) for name in ROW_FLAGS if name in r
         )
         cells.append(
           f"{r['slice']}: {r['peak_gib']} GiB, step {r['step_s']} s"

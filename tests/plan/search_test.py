@@ -419,7 +419,7 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
     "grpo/v4": fit,
     "grpo/v5p": {**fit, "slice": "v5p-8"},
     "dapo/v5p": {**fit, "slice": "v5p-8", "rollout_layout": "fsdp"},
-    "rloo/v4": {**fit, "mesh_tensor": 2},
+    "rloo/v4": {**fit, "mesh_tensor": 2, "sequence_parallel": True},
     "siren/v4": {**fit, "rollout_tensor": 2},  # the sampler's own split
     "dump/v4": {**fit, "ici_s": {"rollout": 9.0}},
     "ppo/v4": {**fit, "fits": False},
@@ -443,6 +443,9 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
   assert v4.startswith("v4 (32 GiB per chip):\n\n| experiment | v4 |")
   rows = lambda t: [x.split(" | ")[0][2:] for x in t.splitlines()[4:] if x]  # noqa: E731
   assert rows(v4) == ["dump", "grpo", "ppo", "rloo", "siren"]
+  # A boolean flag as the run takes it.
+  (rloo,) = [x for x in v4.splitlines() if x.startswith("| rloo")]
+  assert rloo.endswith("(--mesh_tensor=2 --sequence_parallel) |"), rloo
   assert rows(v5p) == ["dapo", "grpo"]
   v4_marked = [x for x in v4.splitlines() if search.UNBOUNDED in x]
   v5p_marked = [x for x in v5p.splitlines() if search.UNBOUNDED in x]
@@ -450,6 +453,15 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
     "| grpo",
     "| dapo",
   ]
+
+
+def test_set_parses_numbers_and_booleans_as_absl_does():
+  got = plan_hooks.parse_set("mesh_tensor=8,lr=1e-6,sequence_parallel=true")
+  assert got == {"mesh_tensor": 8, "lr": 1e-6, "sequence_parallel": True}
+  assert plan_hooks.parse_set("remat=False,model=/ckpt/x,") == {
+    "remat": False, "model": "/ckpt/x",
+  }  # fmt: skip
+  assert search.run_flag("remat", False) == "--noremat"
 
 
 def test_a_slice_whose_child_fails_is_a_row_with_its_error():
