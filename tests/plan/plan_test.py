@@ -529,8 +529,9 @@ def test_remat_cuts_the_train_steps_temporaries(results):
 def test_sequence_parallelism_cuts_the_train_steps_temporaries(results):
   """--sequence_parallel over v5e-4's tensor split of 4: the 4 layers'
   saved inputs (2 rows x 2048 tokens x d_model 128, fp32: 2 MiB each)
-  are split 4 ways; libtpu's temporaries fall by at least half of the
-  1.5 MiB a layer that saves (4.3 MiB measured, libtpu 0.0.42.1)."""
+  are split 4 ways, 1.5 MiB less a layer; libtpu's temporaries fall by at
+  least half of the 4 layers' 6 MiB (4.3 MiB measured, libtpu
+  0.0.42.1)."""
   off, on = results["sp_off"], results["sp_on"]
   assert not off["errors"] and not on["errors"], (off["errors"], on["errors"])
   saved = 4 * 2 * 2048 * 128 * 4 * 3 // 4
