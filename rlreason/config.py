@@ -8,7 +8,6 @@ comma-separated strings.
 """
 
 import dataclasses
-import os
 
 # Compute / parameter dtypes a run may name.
 DTYPES = ("float32", "bfloat16", "float16")
@@ -168,9 +167,8 @@ class BaseConfig:
   rollout_dtype: str = ""
   remat: bool = False
   remat_policy: str = "full"  # full | dots (model/transformer.py)
-  # Split the residual stream's tokens over the mesh's tensor axis between
-  # layers (ModelConfig.sequence_parallel): a long row's saved layer
-  # inputs take 1/--mesh_tensor of a device's memory.
+  # Split the residual stream's tokens over the tensor axis between layers
+  # (ModelConfig.sequence_parallel): 1/--mesh_tensor of the saved inputs.
   sequence_parallel: bool = False
   # TPU: libtpu's bound on the train step's temporaries, in MiB (0 = none).
   # Its scheduler otherwise keeps more live when HBM allows; the planner
@@ -217,8 +215,7 @@ class BaseConfig:
     return self.batch_size * self.group_size
 
   def model_settings(self) -> dict:
-    """The run's choices that the model's config carries
-    (transformer.ModelConfig fields), beside its dtypes."""
+    """The run's transformer.ModelConfig fields beside its dtypes."""
     return dict(
       remat=self.remat,
       remat_policy=self.remat_policy,
@@ -404,20 +401,3 @@ def same_class(a: str, b: str) -> bool:
 def class_name(cfg) -> str:
   """`module.Class` of a config, as config.json records it."""
   return f"{type(cfg).__module__}.{type(cfg).__name__}"
-
-
-def writable_dir_problem(flag: str, path: str) -> str | None:
-  """Why `path` cannot hold a run's files (None if it can): it is created
-  if missing and a probe file is written and removed. gs:// is not probed.
-  """
-  if not path or "://" in path:
-    return None
-  try:
-    os.makedirs(path, exist_ok=True)
-    probe = os.path.join(path, f".rlreason-write-test-{os.getpid()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
-  except OSError as e:
-    return f"--{flag}={path} is not a writable directory: {e.strerror or e}"
-  return None

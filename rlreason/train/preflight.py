@@ -26,14 +26,31 @@ from rlreason.train import run_info
 _ROWS_SHOWN = 5
 
 
+def writable_dir_problem(flag: str, path: str) -> str | None:
+  """Why `path` cannot hold a run's files (None if it can): it is created
+  if missing and a probe file is written and removed. gs:// is not probed.
+  """
+  if not path or "://" in path:
+    return None
+  try:
+    os.makedirs(path, exist_ok=True)
+    probe = os.path.join(path, f".rlreason-write-test-{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    return f"--{flag}={path} is not a writable directory: {e.strerror or e}"
+  return None
+
+
 def check_paths(cfg, workdir: str) -> None:
   """The workdir (and the warm-start cache, when one will be written) can
   be written; --model / --init_from name something that exists."""
-  problems = [config.writable_dir_problem("workdir", workdir)]
+  problems = [writable_dir_problem("workdir", workdir)]
   if cfg.warm_start_steps and not cfg.init_from:
-    problems.append(config.writable_dir_problem("cache_dir", cfg.cache_dir))
+    problems.append(writable_dir_problem("cache_dir", cfg.cache_dir))
   compiled = run_info.compile_cache_dir(cfg)
-  problems.append(config.writable_dir_problem("compile_cache", compiled))
+  problems.append(writable_dir_problem("compile_cache", compiled))
   if cfg.model.lower() not in presets.PRESETS and not os.path.isdir(
     presets.checkpoint_dir(cfg.model)
   ):
