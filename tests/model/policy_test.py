@@ -96,14 +96,14 @@ def test_activation_constraints_change_no_number():
   np.testing.assert_allclose(sharded, plain, rtol=1e-5, atol=1e-5)
 
 
-def _residual_constraints(fn, *args) -> list:
-  """The specs of fn's sharding constraints on [N, S, D] activations."""
+def _residual_constraints(d_model, fn, *args) -> list:
+  """The specs of fn's sharding constraints on [N, S, d_model] activations."""
   return [
     eqn.params["sharding"].spec
     for eqn in testing.jaxpr_eqns(fn, *args)
     if eqn.primitive.name == "sharding_constraint"
     and eqn.invars[0].aval.ndim == 3
-    and eqn.invars[0].aval.shape[-1] == 32  # d_model
+    and eqn.invars[0].aval.shape[-1] == d_model
   ]
 
 
@@ -134,7 +134,7 @@ def test_sequence_parallel_splits_the_residual_and_changes_no_number():
       with mesh_lib.activation_mesh(mesh):
         return jax.value_and_grad(loss)(params, c)
 
-    specs = _residual_constraints(sharded, on_mesh)
+    specs = _residual_constraints(cfg.d_model, sharded, on_mesh)
     # The embedding's output and each layer's two sums, forward and in
     # the rematerialised forward of the backward pass.
     assert len(specs) >= 1 + 2 * cfg.n_layers, specs
