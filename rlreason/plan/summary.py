@@ -240,7 +240,9 @@ def summarize(
     mfu=mfu,
     errors=errors,
     programs=ok,
-    advice=advice(ok, errors, cfg, hbm_bytes, shards, ici, step),
+    advice=advice(
+      ok, errors, cfg, hbm_bytes, shards, ici, step, model_cfg.n_kv_heads
+    ),
     unsplit=ts.unsplit(cfg, shards),
     before_seconds=before_rl(
       cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth, ici_bandwidth
@@ -265,20 +267,39 @@ def misses_by_memory(row) -> bool:
 
 
 def advice(
-  programs, errors, cfg, hbm_bytes, shards=0, ici_seconds=None, step=0.0
+  programs,
+  errors,
+  cfg,
+  hbm_bytes,
+  shards=0,
+  ici_seconds=None,
+  step=0.0,
+  kv_heads=0,
 ) -> list[str]:
   """Which knob to turn, for the program that needs the most memory
   (`shards`: the train batch's shards, train_step.batch_shards), and for
   a rollout whose collectives (`ici_seconds`, ici.ici_times) take most of
-  the RL `step`."""
+  the RL `step` (`kv_heads`: the model's; 0 = unknown)."""
   out = []
   rollout_ici = (ici_seconds or {}).get("rollout", 0.0)
   if step and rollout_ici > step / 2:
+    tensor = getattr(cfg, "rollout_tensor", 0) or getattr(cfg, "mesh_tensor", 1)
+    if kv_heads and tensor >= kv_heads:  # no larger split divides them
+      remedy = (
+        f"the sampler's tensor split ({tensor}) already spans the model's "
+        f"{kv_heads} KV heads: --rollout_layout=replicated keeps each "
+        "chip's share where it fits beside the cache (fewer rows per "
+        "call), else a chip with more memory"
+      )
+    else:
+      remedy = (
+        "a tensor split of its own (--rollout_tensor=N, N dividing the KV "
+        "heads) keeps each chip's Nth of them"
+      )
     out.append(
       f"rollout: its collectives take {rollout_ici:.0f} s of the "
       f"{step:.0f} s RL step (weights split over fsdp are gathered every "
-      "decode step): a tensor split of its own (--rollout_tensor=N, N "
-      "dividing the KV heads) keeps each chip's Nth of them"
+      f"decode step): {remedy}"
     )
   budget = (1 - FIT_MARGIN) * hbm_bytes
   for name, err in errors.items():

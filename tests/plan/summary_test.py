@@ -212,11 +212,25 @@ def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
 
 def test_a_rollout_bound_by_its_collectives_is_told_its_own_tensor_split():
   """A rollout whose collectives take most of the RL step (its weights
-  gathered every decode step): the advice names --rollout_tensor; at
-  half the step or less, nothing."""
+  gathered every decode step): the advice names --rollout_tensor, or,
+  where the sampler's tensor split already spans the KV heads,
+  --rollout_layout=replicated; at half the step or less, nothing."""
   cfg = types.SimpleNamespace()
   (line,) = summary.advice({}, {}, cfg, 8 << 30, 0, {"rollout": 900.0}, 1000)
   assert line.startswith("rollout: its collectives take 900 s of the 1000 s")
+  assert "--rollout_tensor=N" in line, line
+  # The sampler's split already at the model's KV heads (dapo on v5e-256:
+  # Qwen2.5-32B's 8 at --mesh_tensor=8): no larger one divides them.
+  at_heads = types.SimpleNamespace(mesh_tensor=8)
+  args = (8 << 30, 0, {"rollout": 900.0}, 1000)
+  (line,) = summary.advice({}, {}, at_heads, *args, kv_heads=8)
+  assert "--rollout_tensor" not in line, line
+  assert "split (8) already spans the model's 8 KV heads" in line, line
+  assert "--rollout_layout=replicated" in line, line
+  (line,) = summary.advice({}, {}, at_heads, *args, kv_heads=16)
+  assert "--rollout_tensor=N" in line, line
+  own = types.SimpleNamespace(mesh_tensor=8, rollout_tensor=4)
+  (line,) = summary.advice({}, {}, own, *args, kv_heads=8)
   assert "--rollout_tensor=N" in line, line
   assert summary.advice({}, {}, cfg, 8 << 30, 0, {"rollout": 500.0}, 1000) == []
   assert (
