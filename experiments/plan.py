@@ -40,6 +40,7 @@ from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
 from rlreason.plan import program as program_lib  # noqa: E402
 from rlreason.plan import search  # noqa: E402
+from rlreason.plan import report  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
 from rlreason.train import run_info  # noqa: E402
 
@@ -208,7 +209,7 @@ def main(argv):
   )
   if split:  # the preset's micro-batch does not split over these chips
     title += f" with --micro_batches={split['micro_batches']}"
-  print(summary.text(s, title))
+  print(report.text(s, title))
   sys.exit(0 if s.fits else 1)
 
 

@@ -16,6 +16,7 @@ from rlreason.plan import program as program_lib
 from rlreason.plan import retry
 from rlreason.plan import rollout as plan_rollout
 from rlreason.plan import state as plan_state
+from rlreason.plan import report
 from rlreason.plan import summary
 from rlreason.rl import objective
 from rlreason.sampling import rollout_memory
@@ -162,7 +163,7 @@ def test_a_program_that_fits_at_the_default_names_it_in_the_run():
   prog = compiler.compile_one("train_step", cfg)
   assert tried == [0] and prog.temp_budget_mib == 0, tried
   assert prog.run_flags == {"train_temp_budget_mib": 0}, prog
-  text = summary.text(
+  text = report.text(
     summary.summarize({"train_step": prog}, cfg, aot.model_config(cfg),
                       hbm_bytes=GIB, devices=1, peak_flops=1e12,
                       hbm_bandwidth=1e11)

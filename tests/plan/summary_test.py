@@ -8,6 +8,7 @@ import pytest
 
 from rlreason.plan import ici as ici_lib
 from rlreason.plan import program
+from rlreason.plan import report
 from rlreason.plan import summary
 
 
@@ -267,7 +268,7 @@ def test_the_flags_the_planner_set_are_printed_for_the_run():
     programs={"rollout": ro, "reward_model_train": bt},
     advice=[],
   )
-  lines = summary.text(s).splitlines()
+  lines = report.text(s).splitlines()
   want = (
     "      at --rm_micro_batches=4: more Bradley-Terry micro-batches than "
     "the config's; the run needs the same",
@@ -280,7 +281,7 @@ def test_the_flags_the_planner_set_are_printed_for_the_run():
   assert set(want) <= set(lines), lines
   assert not any(
     "estimated" in line
-    for line in summary.text(
+    for line in report.text(
       dataclasses.replace(s, programs={"reward_model_train": bt})
     ).splitlines()
   )
@@ -379,11 +380,11 @@ def test_continuous_batchings_refills_count_once_each():
 def test_loops_print_how_their_bytes_count():
   """Loops whose trip count was read are multiplied out; a decode loop's
   (unread: 0) is counted once, and said to be."""
-  assert summary._loops(()) == "no loops"  # noqa: SLF001
-  assert summary._loops((8, 32)) == "loops x8, x32 multiplied out"  # noqa: SLF001
-  assert summary._loops((0, 0, 0)) == (  # noqa: SLF001
+  assert report._loops(()) == "no loops"  # noqa: SLF001
+  assert report._loops((8, 32)) == "loops x8, x32 multiplied out"  # noqa: SLF001
+  assert report._loops((0, 0, 0)) == (  # noqa: SLF001
     "3 loops of unread trip count counted once"
   )
-  assert summary._loops((16, 0)) == (  # noqa: SLF001
+  assert report._loops((16, 0)) == (  # noqa: SLF001
     "loops x16 multiplied out; 1 loop of unread trip count counted once"
   )
