@@ -39,8 +39,8 @@ if not (
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
 from rlreason.plan import program as program_lib  # noqa: E402
-from rlreason.plan import search  # noqa: E402
 from rlreason.plan import report  # noqa: E402
+from rlreason.plan import search  # noqa: E402
 from rlreason.plan import summary  # noqa: E402
 from rlreason.train import run_info  # noqa: E402
 
@@ -161,6 +161,12 @@ def main(argv):
   del argv
   f = flags.FLAGS
   programs = tuple(p for p in f.programs.split(",") if p)
+  unknown = [p for p in programs if p not in aot.PROGRAMS]
+  if unknown:
+    raise app.UsageError(
+      f"--programs: unknown {', '.join(unknown)}; expected some of "
+      f"{', '.join(aot.PROGRAMS)}"
+    )
   overrides = plan_hooks.parse_set(f.set)
   if f.merge and (f.all or f.topology == "local"):
     raise app.UsageError("--merge takes one TPU slice's plan (--topology)")

@@ -38,6 +38,7 @@ RESUMABLE_CHANGES = (
   "rollout_layout",  # nor on this
   "rollout_tensor",  # nor on this (up to numerics)
   "sequence_parallel",  # nor on this (up to numerics)
+  "scan_layers",  # nor on this (up to numerics)
   "allow_config_change",
 )
 
@@ -170,6 +171,10 @@ class BaseConfig:
   # Split the residual stream's tokens over the tensor axis between layers
   # (ModelConfig.sequence_parallel): 1/--mesh_tensor of the saved inputs.
   sequence_parallel: bool = False
+  # Run the layers as one lax.scan (ModelConfig.scan_layers): XLA compiles
+  # one layer instead of n_layers (a 64-layer model's compile time and
+  # host memory), the same numbers.
+  scan_layers: bool = False
   # TPU: libtpu's bound on the train step's temporaries, in MiB (0 = none).
   # Its scheduler otherwise keeps more live when HBM allows; the planner
   # (experiments/plan.py) says what a run that needs it should pass.
@@ -220,6 +225,7 @@ class BaseConfig:
       remat=self.remat,
       remat_policy=self.remat_policy,
       sequence_parallel=self.sequence_parallel,
+      scan_layers=self.scan_layers,
     )
 
   def validate(self) -> None:

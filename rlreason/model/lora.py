@@ -187,6 +187,12 @@ def _quantized(leaf) -> bool:
   return isinstance(leaf, dict) and ("codes" in leaf or "int8" in leaf)
 
 
+def formed(leaf) -> bool:
+  """Whether a params leaf is a kernel formed at use (effective): a
+  quantised base, or a base with its LoRA adapters."""
+  return _quantized(leaf) or (isinstance(leaf, dict) and "base" in leaf)
+
+
 def effective(leaf: Any, dtype=None) -> jax.Array:
   """The weight a params leaf stands for: itself, a quantised base
   dequantised, or base + A B (blocks.param calls this)."""
@@ -209,12 +215,8 @@ def effective(leaf: Any, dtype=None) -> jax.Array:
 def merge(base: dict, adapters: dict | None, lcfg: LoraConfig, dtype=None):
   """Plain params: every adapted or quantised kernel formed once."""
   tree = combine(base, adapters, lcfg)
-
-  def is_leaf(x):
-    return _quantized(x) or (isinstance(x, dict) and "base" in x)
-
   return jax.tree.map(
-    lambda x: effective(x, dtype) if is_leaf(x) else x, tree, is_leaf=is_leaf
+    lambda x: effective(x, dtype) if formed(x) else x, tree, is_leaf=formed
   )
 
 

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from rlreason import mesh as mesh_lib
 from rlreason.model import attention
 from rlreason.model import blocks
+from rlreason.model import lora
 
 Params = Any
 
@@ -76,6 +77,17 @@ class ModelConfig:
   # tensor split, and for a length `tensor` does not divide (a decode
   # step).
   sequence_parallel: bool = False
+  # The layers' forward as one lax.scan over their stacked weights (and
+  # cache) instead of L copies of a layer: XLA compiles one layer's
+  # program, not L (a 64-layer 32B train step for 256 TPU chips did not
+  # finish compiling in 88 minutes unrolled). The parameter tree keeps
+  # its per-layer `layer_{i}` entries (checkpoints, HF layout, LoRA);
+  # the call stacks them, in the compute dtype (a copy: 1/L more weight
+  # bytes per layer's worth, sharded as the weights are). The same
+  # numbers. A decode step (one token per row) stays unrolled, so the
+  # cache is not copied through the scan at every token; layers whose
+  # parameters differ in structure (LoRA on some layers) too.
+  scan_layers: bool = False
   max_position: int = 4096  # informational (HF max_position_embeddings)
   family: str = "qwen2"  # HF family written by hf.save: llama, qwen2, qwen3
   # attention.IMPLEMENTATIONS (auto: splash on TPU, cuDNN on GPU, else
@@ -221,13 +233,19 @@ class Transformer(nn.Module):
     slot_pos = attention.write_slots(
       cache.pos, positions.astype(jnp.int32), cache.index, axis=1
     )
-    ks, vs = [], []
-    for i, layer in enumerate(self.layers):
-      x, k, v = layer(
-        x, positions, cache.k[i], cache.v[i], slot_pos, cache.index
+    layer_params = self._scanned_layers(tokens)
+    if layer_params is not None:
+      x, ks, vs = _scan_layers(
+        self.cfg, layer_params, x, positions, cache, slot_pos
       )
-      ks.append(k)
-      vs.append(v)
+    else:
+      ks, vs = [], []
+      for i, layer in enumerate(self.layers):
+        x, k, v = layer(
+          x, positions, cache.k[i], cache.v[i], slot_pos, cache.index
+        )
+        ks.append(k)
+        vs.append(v)
     new_cache = Cache(
       k=tuple(ks),
       v=tuple(vs),
@@ -235,6 +253,31 @@ class Transformer(nn.Module):
       index=cache.index + tokens.shape[1],
     )
     return self.final_norm(x), new_cache
+
+  def _scanned_layers(self, tokens):
+    """The layers' parameters stacked along a leading [L] axis, in the
+    compute dtype, when this call runs them under lax.scan
+    (ModelConfig.scan_layers); None when it unrolls them."""
+    cfg = self.cfg
+    if not cfg.scan_layers or tokens.shape[1] == 1 or self.is_initializing():
+      return None
+    params = self.variables["params"]
+    layers = [params[f"layer_{i}"] for i in range(cfg.n_layers)]
+    if len({jax.tree.structure(p) for p in layers}) > 1:
+      return None
+    # A plain weight is cast to the compute dtype at use: cast before the
+    # stack, so the copy is the size of the weights the layers read. A
+    # LoRA-adapted or quantised kernel (a dict leaf, lora.effective)
+    # keeps its dtypes; the layer forms its weight as before.
+    dt = cfg.compute_dtype
+
+    def cast(x):
+      if lora.formed(x) or not jnp.issubdtype(x.dtype, jnp.floating):
+        return x
+      return x.astype(dt)
+
+    layers = [jax.tree.map(cast, p, is_leaf=lora.formed) for p in layers]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
 
   def unembed(self, hidden):
     """hidden [..., D] -> fp32 logits [..., V]."""
@@ -244,6 +287,27 @@ class Transformer(nn.Module):
   def forward(self, tokens, positions, cache: Cache):
     hidden, cache = self(tokens, positions, cache)
     return self.unembed(hidden), cache
+
+
+def _scan_layers(cfg, stacked, x, positions, cache: Cache, slot_pos):
+  """The layers as one lax.scan over their stacked parameters and cache
+  buffers: -> x, per-layer k and v (ModelConfig.scan_layers)."""
+
+  def layer(x, xs):
+    params, k, v = xs
+    x, k, v = blocks.Block(cfg, parent=None).apply(
+      {"params": params}, x, positions, k, v, slot_pos, cache.index
+    )
+    return x, (k, v)
+
+  if cfg.remat:
+    layer = jax.checkpoint(
+      layer, policy=blocks.REMAT_POLICIES[cfg.remat_policy], prevent_cse=False
+    )
+  x, (ks, vs) = jax.lax.scan(
+    layer, x, (stacked, jnp.stack(cache.k), jnp.stack(cache.v))
+  )
+  return x, tuple(ks), tuple(vs)
 
 
 @jax.custom_vjp

@@ -36,6 +36,7 @@ ROW_FLAGS = tuple(
       "mesh_tensor",  # through --set
       "rollout_tensor",  # through --set
       "sequence_parallel",  # through --set
+      "scan_layers",  # through --set
     )
   )
 )

@@ -66,6 +66,35 @@ def test_merged_equals_combined_and_adapters_change_the_output(params):
   assert float(jnp.abs(combined - _logits(params)).max()) > 1e-2
 
 
+def test_scanned_layers_read_adapted_kernels_as_the_unrolled_stack(params):
+  """ModelConfig.scan_layers with LoRA-adapted and quantised kernels on
+  every layer (stacked whole), and with adapters on one layer only (the
+  layers differ: unrolled), gives the unrolled stack's logits."""
+  import dataclasses  # noqa: PLC0415
+
+  scanned = dataclasses.replace(CFG, scan_layers=True)
+  lcfg = lora.LoraConfig(rank=4, quantize="int8")
+  adapters = jax.tree.map(
+    lambda x: x + 0.02, lora.init(params, lcfg, jax.random.key(1))
+  )
+  base = lora.quantize(params, lcfg)
+  one_layer = {"layer_0": adapters["layer_0"]}
+  for tree, scans in [
+    (lora.combine(base, adapters, lcfg), 1),
+    (lora.combine(params, one_layer, lcfg), 0),
+  ]:
+    eqns = testing.jaxpr_eqns(
+      lambda p: transformer.apply(p, *_inputs(), scanned)[0], tree
+    )
+    assert sum(e.primitive.name == "scan" for e in eqns) == scans
+    np.testing.assert_allclose(
+      transformer.apply(tree, *_inputs(), scanned)[0],
+      _logits(tree),
+      rtol=1e-5,
+      atol=1e-5,
+    )
+
+
 def test_int8_rounds_each_channel_to_its_absmax_grid():
   w = jnp.asarray([[0.5, -2.0], [-1.0, 1.0], [0.25, 0.5]])  # [in 3, out 2]
   q = lora._int8(w, 1)

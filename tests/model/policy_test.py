@@ -111,7 +111,7 @@ def test_sequence_parallel_splits_the_residual_and_changes_no_number():
   """ModelConfig.sequence_parallel on a (1, 2, 4) mesh: between layers the
   residual stream's 16 tokens are split over tensor (4 ways) as well as
   its rows over fsdp; rematerialised layers' values and gradients as on
-  one device."""
+  one device, unrolled and scanned (ModelConfig.scan_layers)."""
   cfg, params, tokens, positions, p = _inputs(n=4, p=4, t=12)
   cfg = cfg.__class__(**{**cfg.__dict__, "remat": True})
   mesh = mesh_lib.make_mesh(1, 2, 4)
@@ -127,8 +127,12 @@ def test_sequence_parallel_splits_the_residual_and_changes_no_number():
     transformer.param_shapes(cfg),
   )
   on_mesh = jax.device_put(params, shardings)
-  for split in (False, True):
-    c = cfg.__class__(**{**cfg.__dict__, "sequence_parallel": split})
+  # And with the layers under one lax.scan (ModelConfig.scan_layers):
+  # its body's constraints, the weights stacked and sliced on the mesh.
+  for split, scan in ((False, False), (True, False), (True, True)):
+    c = cfg.__class__(
+      **{**cfg.__dict__, "sequence_parallel": split, "scan_layers": scan}
+    )
 
     def sharded(params, c=c):
       with mesh_lib.activation_mesh(mesh):
@@ -136,8 +140,9 @@ def test_sequence_parallel_splits_the_residual_and_changes_no_number():
 
     specs = _residual_constraints(cfg.d_model, sharded, on_mesh)
     # The embedding's output and each layer's two sums, forward and in
-    # the rematerialised forward of the backward pass.
-    assert len(specs) >= 1 + 2 * cfg.n_layers, specs
+    # the rematerialised forward of the backward pass (a scan's body
+    # once).
+    assert len(specs) >= 1 + 2 * (1 if scan else cfg.n_layers), specs
     batch = ("data", "fsdp")
     want = P(batch, "tensor", None) if split else P(batch, None, None)
     assert all(s == want for s in specs), specs

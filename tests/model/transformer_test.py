@@ -1,5 +1,6 @@
 """Transformer invariants: cache == full forward, padding, dtypes, presets."""
 
+import dataclasses
 import functools
 
 import jax
@@ -166,6 +167,84 @@ def test_remat_gives_same_gradients(params):
   jax.tree.map(
     functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-5), g1, g2
   )
+
+
+def _scans(fn, *args) -> int:
+  return sum(e.primitive.name == "scan" for e in testing.jaxpr_eqns(fn, *args))
+
+
+@pytest.mark.parametrize("remat_policy", ["", "full", "dots"])
+def test_scanned_layers_equal_the_unrolled_stack(params, remat_policy):
+  """ModelConfig.scan_layers runs the layers as one lax.scan: the logits,
+  every layer's cache and the gradients are the unrolled stack's, with
+  and without remat; the parameter tree is unchanged."""
+  unrolled = dataclasses.replace(
+    CFG, remat=bool(remat_policy), remat_policy=remat_policy or "full"
+  )
+  scanned = dataclasses.replace(unrolled, scan_layers=True)
+  assert jax.tree.structure(transformer.param_shapes(scanned)) == (
+    jax.tree.structure(params)
+  )
+  tokens = _tokens(3, 9, seed=2)
+  pos = jnp.broadcast_to(jnp.arange(9), (3, 9)) - jnp.array([[0], [2], [4]])
+  want, want_cache = _apply(params, tokens, pos, unrolled)
+  got, got_cache = _apply(params, tokens, pos, scanned)
+  assert _scans(lambda p: _apply(p, tokens, pos, scanned), params) == 1
+  assert _scans(lambda p: _apply(p, tokens, pos, unrolled), params) == 0
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert len(got_cache.k) == len(got_cache.v) == CFG.n_layers
+  jax.tree.map(
+    functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-6),
+    got_cache,
+    want_cache,
+  )
+
+  def loss(p, cfg):
+    return policy.completion_logprobs(p, tokens, pos, cfg, 3).sum()
+
+  g1 = jax.jit(jax.grad(functools.partial(loss, cfg=unrolled)))(params)
+  g2 = jax.jit(jax.grad(functools.partial(loss, cfg=scanned)))(params)
+  jax.tree.map(
+    functools.partial(np.testing.assert_allclose, rtol=1e-5, atol=1e-5), g2, g1
+  )
+
+
+def test_scanned_prefill_then_unrolled_decode_equals_full_forward(params):
+  """A prefill (several tokens) runs under the scan and writes the cache
+  the decode steps (one token, unrolled: no copy of the cache through a
+  scan per token) read: the logits are the full forward's."""
+  scanned = dataclasses.replace(CFG, scan_layers=True)
+  tokens = _tokens(2, 8, seed=3)
+  pos = jnp.broadcast_to(jnp.arange(8), (2, 8))
+  full = policy.logits(params, tokens, CFG)
+  cache = transformer.init_cache(scanned, 2, 10)
+  outs = []
+  for lo, hi in [(0, 5), (5, 6), (6, 7), (7, 8)]:
+    step = (params, tokens[:, lo:hi], pos[:, lo:hi], scanned, cache)
+    assert _scans(lambda p, s=step: _apply(p, *s[1:]), params) == (hi - lo > 1)
+    out, cache = _apply(*step)
+    outs.append(out)
+  np.testing.assert_allclose(
+    jnp.concatenate(outs, 1), full, rtol=1e-5, atol=1e-5
+  )
+
+
+def test_scan_stacks_the_weights_in_the_compute_dtype(params):
+  """The stacked copy holds what each layer reads: bf16 weights in a bf16
+  run (the fp32 master weights are not copied whole)."""
+  bf16 = dataclasses.replace(CFG, dtype="bfloat16", scan_layers=True)
+  tokens = _tokens(2, 4)
+  pos = jnp.broadcast_to(jnp.arange(4), (2, 4))
+  (scan,) = [
+    e
+    for e in testing.jaxpr_eqns(
+      lambda p: transformer.apply(p, tokens, pos, bf16), params
+    )
+    if e.primitive.name == "scan"
+  ]
+  stacked = [v.aval for v in scan.invars if v.aval.shape[:1] == (CFG.n_layers,)]
+  kernels = [a for a in stacked if a.ndim >= 3 and a.shape[1] == CFG.d_model]
+  assert kernels and all(a.dtype == jnp.bfloat16 for a in kernels), stacked
 
 
 def test_param_axes_cover_every_param():
