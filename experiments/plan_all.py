@@ -143,7 +143,10 @@ def candidate_slices(name: str, family: str, overrides: dict):
 
 # A slice whose compiling process was killed (SIGKILL: the host's OOM
 # killer; stopped by SIGINT / SIGTERM, nothing is recorded).
-KILLED = "the compile was killed (host out of memory?)"
+KILLED = (
+  "the compile was killed (host out of memory? --set=scan_layers=true "
+  "compiles one layer for all)"
+)
 
 
 def slice_row(name, slice_name, programs, set_text) -> dict:

@@ -244,3 +244,27 @@ def test_search_r1_ablation_trains_on_the_retrieved_tokens(tmp_path):
     cache_dir=str(tmp_path / "cache"),
   )
   _check_smoke_run(search_r1, tmp_path, search_r1.run(cfg))
+
+
+def test_grpo_with_scanned_layers_trains_as_unrolled(tmp_path, shared_cache):
+  """--scan_layers (the layers as one lax.scan, in training, scoring and
+  the sampler's prefill): the same samples, rewards and losses as the
+  unrolled stack, step by step (step 2 has a reward, a loss and a
+  gradient)."""
+  grpo = importlib.import_module("experiments.grpo")
+  rows = {}
+  for scan in (False, True):
+    run_dir = tmp_path / f"scan_{scan}"
+    cfg = dataclasses.replace(
+      grpo.Config(),
+      **SMOKE,
+      workdir=str(run_dir / "run"),
+      cache_dir=shared_cache,
+      scan_layers=scan,
+    )
+    rows[scan] = _check_smoke_run(grpo, run_dir, grpo.run(cfg))
+  for unrolled, scanned in zip(rows[False], rows[True], strict=True):
+    for key in ("reward", "length", "entropy", "loss", "grad_norm"):
+      np.testing.assert_allclose(
+        scanned[key], unrolled[key], rtol=1e-4, atol=1e-5, err_msg=key
+      )

@@ -132,11 +132,16 @@ def test_sequence_parallel_needs_a_tensor_axis():
     config.BaseConfig(sequence_parallel=True).validate()
   config.BaseConfig(sequence_parallel=True, mesh_tensor=2).validate()
   config.BaseConfig(sequence_parallel=True, rollout_tensor=4).validate()
-  assert "sequence_parallel" in config.RESUMABLE_CHANGES  # layout only
+  # Layout and compilation only (the same numbers): a resumed run may
+  # change them; each reaches the model's config.
+  assert {"sequence_parallel", "scan_layers"} <= set(config.RESUMABLE_CHANGES)
   settings = config.BaseConfig(sequence_parallel=True, remat=True)
   assert settings.model_settings() == {
     "remat": True, "remat_policy": "full", "sequence_parallel": True,
+    "scan_layers": False,
   }  # fmt: skip
+  scanned = config.BaseConfig(scan_layers=True).model_settings()
+  assert scanned["scan_layers"] is True
 
 
 def test_rollout_mesh_regroups_the_same_devices_in_their_order():
