@@ -247,8 +247,8 @@ def test_search_r1_ablation_trains_on_the_retrieved_tokens(tmp_path):
 
 
 def test_grpo_with_scanned_layers_trains_as_unrolled(tmp_path, shared_cache):
-  """--scan_layers (the layers as one lax.scan, in training, scoring and
-  the sampler's prefill): the same samples, rewards and losses as the
+  """--scan_layers (the layers as one lax.scan in the full forwards:
+  training and scoring): the same samples, rewards and losses as the
   unrolled stack, step by step (step 2 has a reward, a loss and a
   gradient)."""
   grpo = importlib.import_module("experiments.grpo")

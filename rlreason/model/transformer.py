@@ -85,9 +85,11 @@ class ModelConfig:
   # a call stacks them in the compute dtype: a copy of the weights and,
   # in the backward, of their gradient, sharded as the weights are
   # (grpo's 7B train step for v5p-16: 2.15 GiB more per chip). The same
-  # numbers. A decode step (one token per row) stays unrolled, so the
-  # cache is not copied through the scan at every token; layers whose
-  # parameters differ in structure (LoRA on some layers) too.
+  # numbers. Full forwards only (training, scoring: no cache given); the
+  # sampler's cached calls stay unrolled, so neither its cache nor its
+  # weights (replicated there: a copy would take what holds its rows)
+  # pass through a stack; layers whose parameters differ in structure
+  # (LoRA on some layers) too.
   scan_layers: bool = False
   max_position: int = 4096  # informational (HF max_position_embeddings)
   family: str = "qwen2"  # HF family written by hf.save: llama, qwen2, qwen3
@@ -228,13 +230,18 @@ class Transformer(nn.Module):
     self.layers = [block(cfg, name=f"layer_{i}") for i in range(cfg.n_layers)]
     self.final_norm = blocks.RMSNorm(cfg.rms_eps, pdt)
 
-  def __call__(self, tokens, positions, cache: Cache):
+  def __call__(self, tokens, positions, cache: Cache | None = None):
+    """No cache: a full forward (attending within the block), which
+    ModelConfig.scan_layers runs under lax.scan."""
+    full = cache is None
+    if full:
+      cache = init_cache(self.cfg, tokens.shape[0], tokens.shape[1])
     x = jnp.take(self.embedding, tokens, axis=0).astype(self.cfg.compute_dtype)
     x = mesh_lib.constrain(x, blocks.residual(self.cfg))
     slot_pos = attention.write_slots(
       cache.pos, positions.astype(jnp.int32), cache.index, axis=1
     )
-    layer_params = self._scanned_layers(tokens)
+    layer_params = self._scanned_layers() if full else None
     if layer_params is not None:
       x, ks, vs = _scan_layers(
         self.cfg, layer_params, x, positions, cache, slot_pos
@@ -255,12 +262,12 @@ class Transformer(nn.Module):
     )
     return self.final_norm(x), new_cache
 
-  def _scanned_layers(self, tokens):
+  def _scanned_layers(self):
     """The layers' parameters stacked along a leading [L] axis, in the
-    compute dtype, when this call runs them under lax.scan
+    compute dtype, when a full forward runs them under lax.scan
     (ModelConfig.scan_layers); None when it unrolls them."""
     cfg = self.cfg
-    if not cfg.scan_layers or tokens.shape[1] == 1 or self.is_initializing():
+    if not cfg.scan_layers or self.is_initializing():
       return None
     params = self.variables["params"]
     layers = [params[f"layer_{i}"] for i in range(cfg.n_layers)]
@@ -285,7 +292,7 @@ class Transformer(nn.Module):
     w = self.embedding.T if self.cfg.tie_embeddings else self.lm_head
     return logits_dot(hidden, w.astype(hidden.dtype))
 
-  def forward(self, tokens, positions, cache: Cache):
+  def forward(self, tokens, positions, cache: Cache | None = None):
     hidden, cache = self(tokens, positions, cache)
     return self.unembed(hidden), cache
 
@@ -404,8 +411,6 @@ def hidden_states(
 
   Without a cache the call attends within the block only (a full forward).
   """
-  if cache is None:
-    cache = init_cache(model_cfg, tokens.shape[0], tokens.shape[1])
   return Transformer(model_cfg).apply(
     {"params": params}, tokens, positions, cache
   )
@@ -427,9 +432,8 @@ def apply(
   model_cfg: ModelConfig,
   cache: Cache | None = None,
 ) -> tuple[jax.Array, Cache]:
-  """tokens, positions [N, Q] -> fp32 logits [N, Q, V] and the updated cache."""
-  if cache is None:
-    cache = init_cache(model_cfg, tokens.shape[0], tokens.shape[1])
+  """tokens, positions [N, Q] -> fp32 logits [N, Q, V] and the updated cache
+  (without one, a full forward's)."""
   return Transformer(model_cfg).apply(
     {"params": params}, tokens, positions, cache, method=Transformer.forward
   )
