@@ -265,7 +265,9 @@ def advice(
   """Which knob to turn, for the program that needs the most memory
   (`shards`: the train batch's shards, train_step.batch_shards), and for
   a rollout whose collectives (`ici_seconds`, ici.ici_times) take most of
-  the RL `step` (`kv_heads`: the model's; 0 = unknown)."""
+  the RL `step` (`kv_heads`: the model's, 0 = unknown: a tensor split
+  that spans them is not told to grow, in the rollout nor the train
+  step)."""
   out = []
   rollout_ici = (ici_seconds or {}).get("rollout", 0.0)
   if step and rollout_ici > step / 2:
@@ -315,12 +317,22 @@ def advice(
           if tensor > 1 and not getattr(cfg, "sequence_parallel", False)
           else ""
         )
-        out.append(
+        head = (
           f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries at one "
           f"row per batch shard ({rows} rows per micro-batch, {shards} "
-          "shards): split each row's activations over more chips "
-          f"(--mesh_tensor, now {tensor}{split}), or a larger slice"
+          "shards): "
         )
+        if kv_heads and tensor >= kv_heads and not split:
+          tail = (
+            f"the tensor split ({tensor}) already spans the model's "
+            f"{kv_heads} KV heads: a larger slice, or a chip with more memory"
+          )
+        else:
+          tail = (
+            "split each row's activations over more chips (--mesh_tensor, "
+            f"now {tensor}{split}), or a larger slice"
+          )
+        out.append(head + tail)
         continue
       out.append(
         f"train_step: {p.temp_bytes / GIB:.1f} GiB of temporaries: raise "

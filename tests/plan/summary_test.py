@@ -180,7 +180,8 @@ def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
   than batch shards: raise --micro_batches; at one row per shard (seele's
   8k-token rows on v5e-8 in 16 micro-batches of 8) more micro-batches
   cannot split it, and the advice names --mesh_tensor instead (and
-  --sequence_parallel, with a tensor split and without it)."""
+  --sequence_parallel, with a tensor split and without it), unless the
+  split already spans the model's KV heads."""
   from rlreason.plan import program as program_lib
 
   cfg = types.SimpleNamespace(
@@ -202,6 +203,17 @@ def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
   ), line
   split.sequence_parallel = True
   (line,) = summary.advice({"train_step": over}, {}, split, 2 << 30, 8)
+  assert line.endswith("(--mesh_tensor, now 4), or a larger slice"), line
+  # A split that spans the model's KV heads cannot grow (truncated_ppo's
+  # v5e-256 miss: 8 of Qwen2.5-32B's 8); below them it can.
+  kw = dict(kv_heads=4)
+  (line,) = summary.advice({"train_step": over}, {}, split, 2 << 30, 8, **kw)
+  assert line.endswith(
+    "shards): the tensor split (4) already spans the model's 4 KV heads: "
+    "a larger slice, or a chip with more memory"
+  ), line
+  kw = dict(kv_heads=8)
+  (line,) = summary.advice({"train_step": over}, {}, split, 2 << 30, 8, **kw)
   assert line.endswith("(--mesh_tensor, now 4), or a larger slice"), line
   (line,) = summary.advice({"train_step": over}, {}, cfg, 2 << 30, 4)
   assert line == (
