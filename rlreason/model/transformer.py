@@ -77,8 +77,8 @@ class ModelConfig:
   # tensor split, and for a length `tensor` does not divide (a decode
   # step).
   sequence_parallel: bool = False
-  # The layers' forward as one lax.scan over their stacked weights (and
-  # cache) instead of L copies of a layer: XLA compiles one layer's
+  # The layers' forward as one lax.scan over their stacked weights
+  # instead of L copies of a layer: XLA compiles one layer's
   # program, not L (a 64-layer 32B train step for 256 TPU chips did not
   # finish compiling in 88 minutes unrolled). The parameter tree keeps
   # its per-layer `layer_{i}` entries (checkpoints, HF layout, LoRA);
