@@ -249,3 +249,44 @@ class Block(nn.Module):
     h = RMSNorm(cfg.rms_eps, pdt, name="post_attn_norm")(x)
     x = mesh_lib.constrain(x + Mlp(cfg, name="mlp")(h, ready=start), layout)
     return x, k_cache, v_cache
+
+
+def stack_layers(layers: list, dtype):
+  """The layers' parameter trees stacked along a leading [L] axis for
+  `scan` (ModelConfig.scan_layers), or None when their structures differ
+  (LoRA on some layers). A plain weight is cast to `dtype` (the compute
+  dtype, as each layer casts it at use) before the stack, so the copy is
+  the size of the weights the layers read; a LoRA-adapted or quantised
+  kernel (lora.formed) keeps its dtypes and is formed at use as before."""
+  if len({jax.tree.structure(p) for p in layers}) > 1:
+    return None
+
+  def cast(x):
+    if lora.formed(x) or not jnp.issubdtype(x.dtype, jnp.floating):
+      return x
+    return x.astype(dtype)
+
+  layers = [jax.tree.map(cast, p, is_leaf=lora.formed) for p in layers]
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+
+
+def scan(cfg, stacked, x, positions, cache, slot_pos):
+  """The layers as one lax.scan over their stacked parameters
+  (stack_layers) and the cache's per-layer buffers: -> x, per-layer k
+  and v. With cfg.remat the body is rematerialised under its policy."""
+
+  def layer(x, xs):
+    params, k, v = xs
+    x, k, v = Block(cfg, parent=None).apply(
+      {"params": params}, x, positions, k, v, slot_pos, cache.index
+    )
+    return x, (k, v)
+
+  if cfg.remat:
+    layer = jax.checkpoint(
+      layer, policy=REMAT_POLICIES[cfg.remat_policy], prevent_cse=False
+    )
+  x, (ks, vs) = jax.lax.scan(
+    layer, x, (stacked, jnp.stack(cache.k), jnp.stack(cache.v))
+  )
+  return x, tuple(ks), tuple(vs)

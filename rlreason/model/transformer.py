@@ -35,7 +35,6 @@ import jax.numpy as jnp
 from rlreason import mesh as mesh_lib
 from rlreason.model import attention
 from rlreason.model import blocks
-from rlreason.model import lora
 
 Params = Any
 
@@ -77,19 +76,12 @@ class ModelConfig:
   # tensor split, and for a length `tensor` does not divide (a decode
   # step).
   sequence_parallel: bool = False
-  # The layers' forward as one lax.scan over their stacked weights
-  # instead of L copies of a layer: XLA compiles one layer's
-  # program, not L (a 64-layer 32B train step for 256 TPU chips did not
-  # finish compiling in 88 minutes unrolled). The parameter tree keeps
-  # its per-layer `layer_{i}` entries (checkpoints, HF layout, LoRA);
-  # a call stacks them in the compute dtype: a copy of the weights and,
-  # in the backward, of their gradient, sharded as the weights are
-  # (grpo's 7B train step for v5p-16: 2.15 GiB more per chip). The same
-  # numbers. Full forwards only (training, scoring: no cache given); the
-  # sampler's cached calls stay unrolled, so neither its cache nor its
-  # weights (replicated there: a copy would take what holds its rows)
-  # pass through a stack; layers whose parameters differ in structure
-  # (LoRA on some layers) too.
+  # A full forward's layers as one lax.scan (blocks.scan): XLA compiles
+  # one layer, not L. The parameter tree keeps `layer_{i}`; a call stacks
+  # the weights in the compute dtype (a copy, and in the backward one of
+  # their gradient, sharded as the weights are). The same numbers. The
+  # sampler's cached calls stay unrolled (no stack of its replicated
+  # weights); so do layers whose parameters differ in structure.
   scan_layers: bool = False
   max_position: int = 4096  # informational (HF max_position_embeddings)
   family: str = "qwen2"  # HF family written by hf.save: llama, qwen2, qwen3
@@ -243,7 +235,7 @@ class Transformer(nn.Module):
     )
     layer_params = self._scanned_layers() if full else None
     if layer_params is not None:
-      x, ks, vs = _scan_layers(
+      x, ks, vs = blocks.scan(
         self.cfg, layer_params, x, positions, cache, slot_pos
       )
     else:
@@ -271,21 +263,7 @@ class Transformer(nn.Module):
       return None
     params = self.variables["params"]
     layers = [params[f"layer_{i}"] for i in range(cfg.n_layers)]
-    if len({jax.tree.structure(p) for p in layers}) > 1:
-      return None
-    # A plain weight is cast to the compute dtype at use: cast before the
-    # stack, so the copy is the size of the weights the layers read. A
-    # LoRA-adapted or quantised kernel (a dict leaf, lora.effective)
-    # keeps its dtypes; the layer forms its weight as before.
-    dt = cfg.compute_dtype
-
-    def cast(x):
-      if lora.formed(x) or not jnp.issubdtype(x.dtype, jnp.floating):
-        return x
-      return x.astype(dt)
-
-    layers = [jax.tree.map(cast, p, is_leaf=lora.formed) for p in layers]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *layers)
+    return blocks.stack_layers(layers, cfg.compute_dtype)
 
   def unembed(self, hidden):
     """hidden [..., D] -> fp32 logits [..., V]."""
@@ -295,27 +273,6 @@ class Transformer(nn.Module):
   def forward(self, tokens, positions, cache: Cache | None = None):
     hidden, cache = self(tokens, positions, cache)
     return self.unembed(hidden), cache
-
-
-def _scan_layers(cfg, stacked, x, positions, cache: Cache, slot_pos):
-  """The layers as one lax.scan over their stacked parameters and cache
-  buffers: -> x, per-layer k and v (ModelConfig.scan_layers)."""
-
-  def layer(x, xs):
-    params, k, v = xs
-    x, k, v = blocks.Block(cfg, parent=None).apply(
-      {"params": params}, x, positions, k, v, slot_pos, cache.index
-    )
-    return x, (k, v)
-
-  if cfg.remat:
-    layer = jax.checkpoint(
-      layer, policy=blocks.REMAT_POLICIES[cfg.remat_policy], prevent_cse=False
-    )
-  x, (ks, vs) = jax.lax.scan(
-    layer, x, (stacked, jnp.stack(cache.k), jnp.stack(cache.v))
-  )
-  return x, tuple(ks), tuple(vs)
 
 
 @jax.custom_vjp
