@@ -16,7 +16,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 # remat policies.
 DECODE_ATTENTIONS = ("auto", "dense", "ragged")
 ROLLOUT_LAYOUTS = ("auto", "replicated", "fsdp")  # mesh.ROLLOUT_LAYOUTS
-REMAT_POLICIES = ("full", "dots")
+REMAT_POLICIES = ("full", "dots", "offload")
 # Fields a resumed run may change without --allow_config_change: they decide
 # how long the run goes on and what it records, not what it computes.
 RESUMABLE_CHANGES = (
@@ -167,7 +167,7 @@ class BaseConfig:
   # of the peers' engines (objective.PGConfig.rollout_correction).
   rollout_dtype: str = ""
   remat: bool = False
-  remat_policy: str = "full"  # full | dots (model/transformer.py)
+  remat_policy: str = "full"  # full | dots | offload (model/transformer.py)
   # Split the residual stream's tokens over the tensor axis between layers
   # (ModelConfig.sequence_parallel): 1/--mesh_tensor of the saved inputs.
   sequence_parallel: bool = False

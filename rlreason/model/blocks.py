@@ -11,6 +11,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import attention
@@ -223,9 +224,17 @@ def residual(cfg) -> tuple:
   return RESIDUAL_SPLIT if cfg.sequence_parallel else RESIDUAL
 
 
+LAYER_INPUT = "layer_input"  # a layer's input, by jax.ad_checkpoint name
+
 REMAT_POLICIES = {
   "full": None,
   "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+  "offload": jax.checkpoint_policies.save_and_offload_only_these_names(
+    names_which_can_be_saved=(),
+    names_which_can_be_offloaded=(LAYER_INPUT,),
+    offload_src="device",
+    offload_dst="pinned_host",
+  ),
 }
 
 
@@ -240,6 +249,7 @@ class Block(nn.Module):
     cfg = self.cfg
     pdt = DTYPES[cfg.param_dtype]
     layout = residual(cfg)
+    x = checkpoint_name(x, LAYER_INPUT)
     start = x  # the layer's weights are gathered once it exists
     h = RMSNorm(cfg.rms_eps, pdt, name="input_norm")(x)
     h, k_cache, v_cache = Attention(cfg, name="attn")(

@@ -64,8 +64,11 @@ class ModelConfig:
   dtype: str = "float32"  # compute dtype
   param_dtype: str = "float32"
   remat: bool = False  # rematerialise each layer in the backward pass
-  # What a rematerialised layer keeps: "full" nothing (least memory),
-  # "dots" its matmul outputs (less recompute, more memory).
+  # What a rematerialised layer keeps: "full" only its input (least
+  # memory), "dots" its matmul outputs too (less recompute, more memory),
+  # "offload" only its input, in the host's memory (XLA copies it out in
+  # the forward and back for the backward, so the device holds no layer's
+  # saved input; one memory on CPU).
   remat_policy: str = "full"
   # Sequence parallelism (Megatron-LM's, over the mesh's `tensor` axis):
   # between layers the residual stream's tokens are split over `tensor`

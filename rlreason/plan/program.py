@@ -76,6 +76,9 @@ class Program:
   kernels: tuple[str, ...] = ()  # custom-call targets (Pallas: tpu_custom_call)
   loop_trips: tuple[int, ...] = ()  # each own loop's trip count (0: unread)
   resident_bytes: int = 0  # other live arrays beside it, per device
+  # Temporaries the program keeps in its host's memory, per device (each
+  # layer's saved input under --remat_policy=offload): not in peak_bytes.
+  host_temp_bytes: int = 0
   rows: int = 0  # sequences per call (rollout, ref_logp)
   # A rollout's rows as rollout_memory estimates them per device (what a
   # run sizes its calls by; 0: not estimated, a tree rollout's).
@@ -119,7 +122,10 @@ class Program:
     )
 
 
-_SHAPE = re.compile(r"= (\w+)\[([\d,]*)\][^ ]* (\S+?)\(")
+_SHAPE = re.compile(r"= (\w+)\[([\d,]*)\]([^ ]*) (\S+?)\(")
+# The memory space of an array in host memory (XLA's kHostMemorySpace, a
+# layout's "S(5)"): a layer input offloaded under --remat_policy=offload.
+_HOST = "S(5)"
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 _BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
 _BYTES.update({"u8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8})
@@ -148,15 +154,16 @@ def materialized(hlo_text: str) -> str:
 def largest_buffers(hlo_text: str, k: int = 10):
   """The k largest arrays the optimized per-device HLO stores (outside
   fused computations, `materialized`): (bytes, "dtype[dims]", the ops
-  producing it), one per distinct shape."""
+  producing it), one per distinct shape; an array in host memory is
+  named "dtype[dims] (host)"."""
   seen: dict[str, tuple[int, set]] = {}
-  for dtype, dims, op in _SHAPE.findall(materialized(hlo_text)):
+  for dtype, dims, layout, op in _SHAPE.findall(materialized(hlo_text)):
     if dtype not in _BYTES:
       continue
     size = _BYTES[dtype]
     for d in dims.split(","):
       size *= int(d) if d else 1
-    shape = f"{dtype}[{dims}]"
+    shape = f"{dtype}[{dims}]" + (" (host)" if _HOST in layout else "")
     seen.setdefault(shape, (size, set()))[1].add(op)
   top = sorted(
     ((b, s, ",".join(sorted(ops)[:3])) for s, (b, ops) in seen.items()),
@@ -182,6 +189,7 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     output_bytes=int(mem.output_size_in_bytes),
     alias_bytes=int(mem.alias_size_in_bytes),
     temp_bytes=int(mem.temp_size_in_bytes),
+    host_temp_bytes=int(getattr(mem, "host_temp_size_in_bytes", 0) or 0),
     code_bytes=int(mem.generated_code_size_in_bytes),
     flops=float(cost.get("flops", 0.0)),
     bytes_accessed=float(cost.get("bytes accessed", 0.0)) * factor,

@@ -65,6 +65,11 @@ def text(s: Summary, title: str = "") -> str:
         f"(rollout_memory), compiled to {rows_bytes / GIB:.2f} GiB "
         f"(out - alias + temp): {p.estimate_bytes / rows_bytes:.2f}x"
       )
+    if p.host_temp_bytes:
+      lines.append(
+        f"      and {p.host_temp_bytes / GIB:.2f} GiB of temporaries in the "
+        "host's memory (offloaded, not in the peak)"
+      )
     for flag, value in p.run_flags.items():
       lines.append(
         f"      at --{flag}={value}: {RUN_FLAGS[flag]}; the run needs the same"

@@ -322,15 +322,23 @@ def advice(
           f"row per batch shard ({rows} rows per micro-batch, {shards} "
           "shards): "
         )
+        offload = (
+          "--remat_policy=offload (each layer's saved input in the host's "
+          "memory), "
+          if getattr(cfg, "remat", False)
+          and getattr(cfg, "remat_policy", "") != "offload"
+          else ""
+        )
         if kv_heads and tensor >= kv_heads and not split:
           tail = (
             f"the tensor split ({tensor}) already spans the model's "
-            f"{kv_heads} KV heads: a larger slice, or a chip with more memory"
+            f"{kv_heads} KV heads: {offload}a larger slice, or a chip with "
+            "more memory"
           )
         else:
           tail = (
             "split each row's activations over more chips (--mesh_tensor, "
-            f"now {tensor}{split}), or a larger slice"
+            f"now {tensor}{split}), {offload}or a larger slice"
           )
         out.append(head + tail)
         continue

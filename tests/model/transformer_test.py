@@ -154,14 +154,17 @@ def test_logits_dot_backward_stays_in_bf16():
     )
 
 
-def test_remat_gives_same_gradients(params):
+@pytest.mark.parametrize("remat_policy", ["full", "dots", "offload"])
+def test_remat_gives_same_gradients(params, remat_policy):
+  """Each policy's gradients are those without remat (offload's host
+  memory is the device's own on CPU: the same program otherwise)."""
   tokens = _tokens(2, 9)
   pos = jnp.broadcast_to(jnp.arange(9), (2, 9))
 
   def loss(p, cfg):
     return policy.completion_logprobs(p, tokens, pos, cfg, 3).sum()
 
-  remat = CFG.__class__(**{**CFG.__dict__, "remat": True})
+  remat = dataclasses.replace(CFG, remat=True, remat_policy=remat_policy)
   g1 = jax.jit(jax.grad(functools.partial(loss, cfg=CFG)))(params)
   g2 = jax.jit(jax.grad(functools.partial(loss, cfg=remat)))(params)
   jax.tree.map(
@@ -173,7 +176,7 @@ def _scans(fn, *args) -> int:
   return sum(e.primitive.name == "scan" for e in testing.jaxpr_eqns(fn, *args))
 
 
-@pytest.mark.parametrize("remat_policy", ["", "full", "dots"])
+@pytest.mark.parametrize("remat_policy", ["", "full", "dots", "offload"])
 def test_scanned_layers_equal_the_unrolled_stack(params, remat_policy):
   """ModelConfig.scan_layers runs the layers as one lax.scan: the logits,
   every layer's cache and the gradients are the unrolled stack's, with

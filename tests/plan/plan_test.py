@@ -19,7 +19,8 @@ loss of the whole distribution holds no [N, T, V] logits; remat cuts the
 train step's temporaries (checked on a TPU program: XLA:CPU's memory
 analysis shows the same bytes with and without it), and so does
 sequence parallelism over a tensor split; the layers under one lax.scan
-(--scan_layers) are one loop the planner multiplies out; the train step's
+(--scan_layers) are one loop the planner multiplies out, whose saved
+inputs --remat_policy=offload keeps in the host's memory; the train step's
 temporaries budget (--train_temp_budget_mib) reaches libtpu, and a step
 over its fit is compiled again under one, then in more micro-batches; so
 do the rollout's and the
@@ -79,7 +80,7 @@ jax.stages.Lowered.compile = _compile_once
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.model import presets
-from rlreason.plan import chips, summary
+from rlreason.plan import chips, program, summary
 from rlreason.plan import state as plan_state
 from rlreason.rl import objective
 from experiments import grpo
@@ -131,6 +132,11 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "alias": {k: q.alias_bytes for k, q in out.programs.items()},
     "before": out.before_seconds,
     "peak": p.peak_bytes if p else None,
+    "host": p.host_temp_bytes if p else None,
+    "host_shapes": [
+      sh for _, sh, _ in program.largest_buffers(p.executable.as_text(), 1000)
+      if sh.endswith("(host)")
+    ] if p and p.host_temp_bytes else [],
     "budget": p.temp_budget_mib if p else None,
     "note": p.note if p else "",
     "times": summary.times(cfg, model_cfg, out.programs, s.chips,
@@ -240,6 +246,12 @@ for name, split in (("sp_off", False), ("sp_on", True)):
 res["scan_on"] = run(
   dataclasses.replace(long_rows, remat=True, mesh_tensor=4,
                       sequence_parallel=True, scan_layers=True),
+  "v5e-4", model_overrides=mo)
+# ... with each layer's saved input in the host's memory.
+res["offload"] = run(
+  dataclasses.replace(long_rows, remat=True, mesh_tensor=4,
+                      sequence_parallel=True, scan_layers=True,
+                      remat_policy="offload"),
   "v5e-4", model_overrides=mo)
 # The temporaries budget (--train_temp_budget_mib) reaches libtpu: 1 MiB
 # cannot hold the remat step, 1 GiB can hold mid's; asked to fit below
@@ -556,6 +568,18 @@ def test_scanned_layers_compile_as_one_loop_of_the_same_work(results):
   np.testing.assert_allclose(
     on["times"]["train_step"], off["times"]["train_step"], rtol=0.1, atol=0
   )
+
+
+def test_offloaded_layer_inputs_are_kept_in_the_hosts_memory(results):
+  """--remat_policy=offload: the 4 scanned layers' saved inputs (2 rows x
+  a quarter of 2048 tokens x d_model 128, fp32: 2 MiB) are one array in
+  the host's memory (layout S(5)), which the planner reports apart from
+  the device's peak; without it nothing is on the host."""
+  on, off = results["offload"], results["scan_on"]
+  assert not on["errors"], on["errors"]
+  assert on["host_shapes"] == ["f32[4,2,512,128] (host)"], on["host_shapes"]
+  assert on["host"] >= 4 * 2 * 512 * 128 * 4, on["host"]
+  assert off["host"] == 0 and not off["host_shapes"], off
 
 
 def test_the_temporaries_budget_reaches_the_tpu_compiler(results):

@@ -20,3 +20,21 @@ def test_largest_buffers_skip_values_inside_fused_computations():
   assert "f32[64,1024]" in text  # the fused computation's value exists
   assert "f32[64,1024]" not in every, every
   assert {"bf16[64,1024]", "f32[1024]"} <= every, every
+
+
+def test_largest_buffers_name_arrays_in_host_memory():
+  """An array in the host's memory space (layout S(5): a layer input
+  offloaded under --remat_policy=offload, as libtpu lays it out) is
+  listed as "(host)", apart from a device array of the same shape."""
+  text = (
+    "ENTRY %main () -> f32[16,2,512,128] {\n"
+    "  %a = f32[16,2,512,128]{3,2,1,0:T(8,128)S(5)} custom-call(), "
+    'custom_call_target="AllocateBuffer"\n'
+    "  ROOT %b = f32[16,2,512,128]{3,2,1,0:T(8,128)} copy(%a)\n"
+    "}\n"
+  )
+  got = program.largest_buffers(text)
+  assert got == [
+    (16 * 2 * 512 * 128 * 4, "f32[16,2,512,128] (host)", "custom-call"),
+    (16 * 2 * 512 * 128 * 4, "f32[16,2,512,128]", "copy"),
+  ], got

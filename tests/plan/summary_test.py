@@ -181,7 +181,8 @@ def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
   8k-token rows on v5e-8 in 16 micro-batches of 8) more micro-batches
   cannot split it, and the advice names --mesh_tensor instead (and
   --sequence_parallel, with a tensor split and without it), unless the
-  split already spans the model's KV heads."""
+  split already spans the model's KV heads; rematerialised layers are
+  told they may keep their inputs in the host's memory."""
   from rlreason.plan import program as program_lib
 
   cfg = types.SimpleNamespace(
@@ -215,6 +216,26 @@ def test_a_train_step_over_the_slice_at_one_row_per_shard_is_told_tensor():
   kw = dict(kv_heads=8)
   (line,) = summary.advice({"train_step": over}, {}, split, 2 << 30, 8, **kw)
   assert line.endswith("(--mesh_tensor, now 4), or a larger slice"), line
+  # Rematerialised layers keep their inputs: offloaded to the host's
+  # memory, unless they already are.
+  split.remat, split.remat_policy = True, "full"
+  (line,) = summary.advice({"train_step": over}, {}, split, 2 << 30, 8, **kw)
+  assert line.endswith(
+    "(--mesh_tensor, now 4), --remat_policy=offload (each layer's saved "
+    "input in the host's memory), or a larger slice"
+  ), line
+  (line,) = summary.advice(
+    {"train_step": over}, {}, split, 2 << 30, 8, kv_heads=4
+  )
+  assert line.endswith(
+    "4 KV heads: --remat_policy=offload (each layer's saved input in the "
+    "host's memory), a larger slice, or a chip with more memory"
+  ), line
+  split.remat_policy = "offload"
+  (line,) = summary.advice(
+    {"train_step": over}, {}, split, 2 << 30, 8, kv_heads=4
+  )
+  assert line.endswith("4 KV heads: a larger slice, or a chip with more memory")
   (line,) = summary.advice({"train_step": over}, {}, cfg, 2 << 30, 4)
   assert line == (
     "train_step: 3.0 GiB of temporaries: raise --micro_batches (now 16), "
