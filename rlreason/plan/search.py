@@ -37,6 +37,7 @@ ROW_FLAGS = tuple(
       "rollout_tensor",  # through --set
       "sequence_parallel",  # through --set
       "scan_layers",  # through --set
+      "remat_policy",  # through --set
     )
   )
 )

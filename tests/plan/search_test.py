@@ -419,7 +419,12 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
     "grpo/v4": fit,
     "grpo/v5p": {**fit, "slice": "v5p-8"},
     "dapo/v5p": {**fit, "slice": "v5p-8", "rollout_layout": "fsdp"},
-    "rloo/v4": {**fit, "mesh_tensor": 2, "sequence_parallel": True},
+    "rloo/v4": {
+      **fit,
+      "mesh_tensor": 2,
+      "sequence_parallel": True,
+      "remat_policy": "offload",
+    },
     "siren/v4": {**fit, "rollout_tensor": 2},  # the sampler's own split
     "dump/v4": {**fit, "ici_s": {"rollout": 9.0}},
     "ppo/v4": {**fit, "fits": False},
@@ -443,9 +448,11 @@ def test_fits_without_the_ici_bound_are_listed_where_the_rollout_gathers():
   assert v4.startswith("v4 (32 GiB per chip):\n\n| experiment | v4 |")
   rows = lambda t: [x.split(" | ")[0][2:] for x in t.splitlines()[4:] if x]  # noqa: E731
   assert rows(v4) == ["dump", "grpo", "ppo", "rloo", "siren"]
-  # A boolean flag as the run takes it.
+  # A boolean flag as the run takes it; a model setting through --set.
   (rloo,) = [x for x in v4.splitlines() if x.startswith("| rloo")]
-  assert rloo.endswith("(--mesh_tensor=2 --sequence_parallel) |"), rloo
+  assert rloo.endswith(
+    "(--mesh_tensor=2 --sequence_parallel --remat_policy=offload) |"
+  ), rloo
   assert rows(v5p) == ["dapo", "grpo"]
   v4_marked = [x for x in v4.splitlines() if search.UNBOUNDED in x]
   v5p_marked = [x for x in v5p.splitlines() if search.UNBOUNDED in x]
