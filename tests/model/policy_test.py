@@ -111,7 +111,8 @@ def test_sequence_parallel_splits_the_residual_and_changes_no_number():
   """ModelConfig.sequence_parallel on a (1, 2, 4) mesh: between layers the
   residual stream's 16 tokens are split over tensor (4 ways) as well as
   its rows over fsdp; rematerialised layers' values and gradients as on
-  one device, unrolled and scanned (ModelConfig.scan_layers)."""
+  one device, unrolled and scanned (ModelConfig.scan_layers), with the
+  saved inputs offloaded (remat_policy="offload") too."""
   cfg, params, tokens, positions, p = _inputs(n=4, p=4, t=12)
   cfg = cfg.__class__(**{**cfg.__dict__, "remat": True})
   mesh = mesh_lib.make_mesh(1, 2, 4)
@@ -129,9 +130,15 @@ def test_sequence_parallel_splits_the_residual_and_changes_no_number():
   on_mesh = jax.device_put(params, shardings)
   # And with the layers under one lax.scan (ModelConfig.scan_layers):
   # its body's constraints, the weights stacked and sliced on the mesh.
-  for split, scan in ((False, False), (True, False), (True, True)):
+  combos = ((False, False, "full"), (True, False, "full"), (True, True, "full"))
+  for split, scan, keep in (*combos, (True, True, "offload")):
     c = cfg.__class__(
-      **{**cfg.__dict__, "sequence_parallel": split, "scan_layers": scan}
+      **{
+        **cfg.__dict__,
+        "sequence_parallel": split,
+        "scan_layers": scan,
+        "remat_policy": keep,
+      }
     )
 
     def sharded(params, c=c):
