@@ -231,12 +231,7 @@ class Transformer(nn.Module):
     full = cache is None
     if full:
       cache = init_cache(self.cfg, tokens.shape[0], tokens.shape[1])
-    # The table in the compute dtype before the lookup, as every layer's
-    # weights are cast at use: the same values, and the gradient's
-    # scatter-add (for an FSDP-split table, every token's cotangent for
-    # the chip's columns) holds bf16, not fp32, in a bf16 run.
-    table = self.embedding.astype(self.cfg.compute_dtype)
-    x = jnp.take(table, tokens, axis=0)
+    x = jnp.take(self.embedding, tokens, axis=0).astype(self.cfg.compute_dtype)
     x = mesh_lib.constrain(x, blocks.residual(self.cfg))
     slot_pos = attention.write_slots(
       cache.pos, positions.astype(jnp.int32), cache.index, axis=1
