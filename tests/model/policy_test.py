@@ -107,12 +107,17 @@ def _residual_constraints(d_model, fn, *args) -> list:
   ]
 
 
-def test_sequence_parallel_splits_the_residual_and_changes_no_number():
+def test_sequence_parallel_splits_the_residual_and_changes_no_number(
+  monkeypatch,
+):
   """ModelConfig.sequence_parallel on a (1, 2, 4) mesh: between layers the
   residual stream's 16 tokens are split over tensor (4 ways) as well as
   its rows over fsdp; rematerialised layers' values and gradients as on
   one device, unrolled and scanned (ModelConfig.scan_layers), with the
-  saved inputs offloaded (remat_policy="offload") too."""
+  saved inputs offloaded (remat_policy="offload") too. The embedding's
+  gradient is scatter-added in four strided chunks of 4 positions, one
+  from each tensor device's 4 (transformer.embed_chunks)."""
+  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", 5)
   cfg, params, tokens, positions, p = _inputs(n=4, p=4, t=12)
   cfg = cfg.__class__(**{**cfg.__dict__, "remat": True})
   mesh = mesh_lib.make_mesh(1, 2, 4)

@@ -154,6 +154,93 @@ def test_logits_dot_backward_stays_in_bf16():
     )
 
 
+def _embed_grad(tokens, table, ct, dtype, lookup=transformer.embed):
+  def loss(table):
+    x = lookup(table, tokens, dtype)
+    return (x.astype(jnp.float32) * ct).sum()
+
+  return jax.grad(loss)(table)
+
+
+def _take(table, tokens, dtype):
+  return jnp.take(table, tokens, axis=0).astype(dtype)
+
+
+@pytest.mark.parametrize(
+  "length, chunk, chunks",
+  [(14, 2048, 1), (14, 7, 2), (14, 4, 7), (14, 3, 7), (14, 1, 14), (13, 3, 1)],
+)
+def test_embedding_chunks(monkeypatch, length, chunk, chunks):
+  # The fewest chunks of at most `chunk` that divide `length` (14 in chunks
+  # of 4: 7 of 2), none when more than twice the fewest (13 is prime).
+  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", chunk)
+  assert transformer.embed_chunks(length) == chunks
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 2048])
+def test_embedding_gradient_by_hand(monkeypatch, chunk):
+  # One row of six positions (token 0 three times): each table row's
+  # gradient is the sum of its positions' cotangents, whatever the chunks
+  # (six, three of 2 positions, two of 3, or one).
+  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", chunk)
+  tokens = jnp.array([[0, 2, 0, 1, 0, 2]])
+  ct = jnp.array([[[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [1, 1]]])
+  table = jnp.zeros((4, 2), jnp.float32)
+  want = [[15, 18], [7, 8], [4, 5], [0, 0]]
+  for dtype in (jnp.float32, jnp.bfloat16):
+    grad = _embed_grad(tokens, table, ct.astype(jnp.float32), dtype)
+    assert grad.dtype == jnp.float32
+    np.testing.assert_allclose(grad, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+  "length, chunk", [(14, 3), (14, 7), (14, 2048), (13, 3)]
+)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_embedding_gradient_is_autodiffs(monkeypatch, length, chunk, dtype):
+  """Chunked (14 positions: seven chunks of 2, two of 7) or not (14 in
+  one; 13, prime), the table's gradient is autodiff's of the plain
+  lookup, accumulated in fp32 from the compute-dtype cotangent."""
+  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", chunk)
+  rng = np.random.default_rng(5)
+  tokens = jnp.asarray(rng.integers(0, 9, (3, length)), jnp.int32)
+  table = jnp.asarray(rng.standard_normal((9, 6)), jnp.float32)
+  ct = jnp.asarray(rng.standard_normal((3, length, 6)), dtype)
+  got = _embed_grad(tokens, table, ct.astype(jnp.float32), dtype)
+  want = _embed_grad(tokens, table, ct.astype(jnp.float32), dtype, _take)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(
+    transformer.embed(table, tokens, dtype), _take(table, tokens, dtype)
+  )
+
+
+def test_embedding_backward_converts_chunks_not_the_whole_cotangent(
+  monkeypatch,
+):
+  # Autodiff converts the whole bf16 cotangent [3, 14, 6] to fp32 before
+  # its scatter-add; the chunked backward converts one chunk, [3, 2, 6]
+  # (seven chunks), at a time.
+  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", 4)
+  tokens = jnp.zeros((3, 14), jnp.int32)
+  table = jnp.zeros((9, 6), jnp.float32)
+
+  def converted(lookup):
+    def loss(table):
+      # (An element, not a sum: jnp.sum of bf16 converts it to fp32.)
+      return lookup(table, tokens, jnp.bfloat16)[0, 0, 0]
+
+    return {
+      e.outvars[0].aval.shape
+      for e in testing.jaxpr_eqns(jax.grad(loss), table)
+      if e.primitive.name == "convert_element_type"
+      and e.invars[0].aval.dtype == jnp.bfloat16
+      and e.outvars[0].aval.dtype == jnp.float32
+    }
+
+  assert (3, 14, 6) in converted(_take)
+  assert converted(transformer.embed) == {(3, 2, 6)}
+
+
 @pytest.mark.parametrize("remat_policy", ["full", "dots", "offload"])
 def test_remat_gives_same_gradients(params, remat_policy):
   """Each policy's gradients are those without remat (offload's host
