@@ -320,15 +320,20 @@ EMBED_GRAD_CHUNK = 2048
 def embed(table: jax.Array, tokens: jax.Array, dtype) -> jax.Array:
   """table [V, D] looked up at tokens [..., T] -> [..., T, D] in `dtype`.
 
-  The backward accumulates in the table's dtype (fp32 for fp32 parameters),
-  as autodiff's would, but converts and scatter-adds the compute-dtype
-  cotangent a chunk of positions at a time (embed_chunks): autodiff
-  converts the whole [N, T, D] cotangent to fp32 first, and on a mesh
-  reshards it to the table's embed -> fsdp split, every row on every chip
-  (truncated_ppo's v5e-256 train step: f32[32, 33792, 160] and its copies,
-  0.645 GiB each). Up to the order of fp32 additions, the same gradient.
+  On a mesh the table is split (vocab -> tensor, embed -> fsdp) and the
+  tokens by batch: each chip looks up every row's tokens for its columns,
+  then the rows are split by batch; the backward goes the other way. Both
+  hold [N, T, D / fsdp] per chip (truncated_ppo's v5e-256 train step:
+  N = 32 rows of 33,792 tokens, 0.645 GiB in fp32). So the forward casts
+  the table to `dtype` before the lookup (the same values; XLA fuses the
+  cast into the gather), and the backward converts and scatter-adds the
+  compute-dtype cotangent into the table's gradient a chunk of positions
+  at a time (embed_chunks), accumulating in the table's dtype (fp32 for
+  fp32 parameters) as autodiff's would, where autodiff would convert the
+  whole cotangent to fp32 first. Up to the order of fp32 additions, the
+  same gradient.
   """
-  return jnp.take(table, tokens, axis=0).astype(dtype)
+  return jnp.take(table.astype(dtype), tokens, axis=0)
 
 
 def embed_chunks(length: int) -> int:

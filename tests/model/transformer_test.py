@@ -214,6 +214,22 @@ def test_embedding_gradient_is_autodiffs(monkeypatch, length, chunk, dtype):
   )
 
 
+def test_embedding_looks_up_in_the_compute_dtype():
+  # The table is cast before the gather (XLA fuses the two): on a mesh the
+  # looked-up rows travel in bf16. The values are the plain lookup's
+  # (test_embedding_gradient_is_autodiffs).
+  tokens = jnp.zeros((3, 14), jnp.int32)
+  table = jnp.zeros((9, 6), jnp.float32)
+  for lookup, want in ((_take, "float32"), (transformer.embed, "bfloat16")):
+    fn = functools.partial(lookup, dtype=jnp.bfloat16)
+    (gather,) = [
+      e
+      for e in testing.jaxpr_eqns(fn, table, tokens)
+      if e.primitive.name == "gather"
+    ]
+    assert str(gather.invars[0].aval.dtype) == want, lookup
+
+
 def test_embedding_backward_converts_chunks_not_the_whole_cotangent(
   monkeypatch,
 ):
