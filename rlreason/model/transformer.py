@@ -231,7 +231,7 @@ class Transformer(nn.Module):
     full = cache is None
     if full:
       cache = init_cache(self.cfg, tokens.shape[0], tokens.shape[1])
-    x = embed(self.embedding, tokens, self.cfg.compute_dtype)
+    x = blocks.embed(self.embedding, tokens, self.cfg.compute_dtype)
     x = mesh_lib.constrain(x, blocks.residual(self.cfg))
     slot_pos = attention.write_slots(
       cache.pos, positions.astype(jnp.int32), cache.index, axis=1
@@ -309,74 +309,6 @@ def _logits_dot_bwd(res, g):
 
 
 logits_dot.defvjp(_logits_dot_fwd, _logits_dot_bwd)
-
-
-# The embedding's backward scatter-adds the cotangent into the table's
-# gradient in chunks of at most this many positions per row.
-EMBED_GRAD_CHUNK = 2048
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def embed(table: jax.Array, tokens: jax.Array, dtype) -> jax.Array:
-  """table [V, D] looked up at tokens [..., T] -> [..., T, D] in `dtype`.
-
-  On a mesh the table is split (vocab -> tensor, embed -> fsdp) and the
-  tokens by batch: each chip looks up every row's tokens for its columns,
-  then the rows are split by batch; the backward goes the other way. Both
-  hold [N, T, D / fsdp] per chip (truncated_ppo's v5e-256 train step:
-  N = 32 rows of 33,792 tokens, 0.645 GiB in fp32). So the forward casts
-  the table to `dtype` before the lookup (the same values; XLA fuses the
-  cast into the gather), and the backward converts and scatter-adds the
-  compute-dtype cotangent into the table's gradient a chunk of positions
-  at a time (embed_chunks), accumulating in the table's dtype (fp32 for
-  fp32 parameters) as autodiff's would, where autodiff would convert the
-  whole cotangent to fp32 first. Up to the order of fp32 additions, the
-  same gradient.
-  """
-  return jnp.take(table.astype(dtype), tokens, axis=0)
-
-
-def embed_chunks(length: int) -> int:
-  """How many chunks embed's backward splits `length` positions into: the
-  fewest that divide it into at most EMBED_GRAD_CHUNK each, or 1 (no
-  chunking) when that takes more than twice the fewest possible.
-
-  Chunk i holds positions i, i + chunks, i + 2 * chunks, ...: strided, so
-  each chunk takes the same share of every device's positions when a
-  sequence-parallel residual splits them (no gather along T).
-  """
-  fewest = -(-length // EMBED_GRAD_CHUNK)
-  for chunks in range(fewest, 2 * fewest + 1):
-    if length % chunks == 0:
-      return chunks
-  return 1
-
-
-def _embed_fwd(table, tokens, dtype):
-  return embed(table, tokens, dtype), (table, tokens)
-
-
-def _embed_bwd(dtype, res, g):
-  del dtype
-  table, tokens = res
-  grad = jnp.zeros(table.shape, table.dtype)
-  chunks = embed_chunks(tokens.shape[-1])
-  if chunks == 1:
-    return grad.at[tokens].add(g.astype(grad.dtype)), None
-  # [..., T] -> [..., T / chunks, chunks]: chunk i is index i of the last.
-  tokens = tokens.reshape(*tokens.shape[:-1], -1, chunks)
-  g = g.reshape(*tokens.shape, g.shape[-1])
-  axis = tokens.ndim - 1
-
-  def add(i, grad):
-    tok = jax.lax.dynamic_index_in_dim(tokens, i, axis, keepdims=False)
-    g_i = jax.lax.dynamic_index_in_dim(g, i, axis, keepdims=False)
-    return grad.at[tok].add(g_i.astype(grad.dtype))
-
-  return jax.lax.fori_loop(0, chunks, add, grad), None
-
-
-embed.defvjp(_embed_fwd, _embed_bwd)
 
 
 # --- Functional API -----------------------------------------------------------

@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 from rlreason import mesh as mesh_lib
 from rlreason import testing
+from rlreason.model import blocks
 from rlreason.model import policy
 from rlreason.model import transformer
 from rlreason.rl import entropy_reg
@@ -116,8 +117,8 @@ def test_sequence_parallel_splits_the_residual_and_changes_no_number(
   one device, unrolled and scanned (ModelConfig.scan_layers), with the
   saved inputs offloaded (remat_policy="offload") too. The embedding's
   gradient is scatter-added in four strided chunks of 4 positions, one
-  from each tensor device's 4 (transformer.embed_chunks)."""
-  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", 5)
+  from each tensor device's 4 (blocks.embed_chunks)."""
+  monkeypatch.setattr(blocks, "EMBED_GRAD_CHUNK", 5)
   cfg, params, tokens, positions, p = _inputs(n=4, p=4, t=12)
   cfg = cfg.__class__(**{**cfg.__dict__, "remat": True})
   mesh = mesh_lib.make_mesh(1, 2, 4)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rlreason.model import blocks
 from rlreason.model import policy
 from rlreason import testing
 from rlreason.model import presets
@@ -154,7 +155,7 @@ def test_logits_dot_backward_stays_in_bf16():
     )
 
 
-def _embed_grad(tokens, table, ct, dtype, lookup=transformer.embed):
+def _embed_grad(tokens, table, ct, dtype, lookup=blocks.embed):
   def loss(table):
     x = lookup(table, tokens, dtype)
     return (x.astype(jnp.float32) * ct).sum()
@@ -173,8 +174,8 @@ def _take(table, tokens, dtype):
 def test_embedding_chunks(monkeypatch, length, chunk, chunks):
   # The fewest chunks of at most `chunk` that divide `length` (14 in chunks
   # of 4: 7 of 2), none when more than twice the fewest (13 is prime).
-  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", chunk)
-  assert transformer.embed_chunks(length) == chunks
+  monkeypatch.setattr(blocks, "EMBED_GRAD_CHUNK", chunk)
+  assert blocks.embed_chunks(length) == chunks
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 2048])
@@ -182,7 +183,7 @@ def test_embedding_gradient_by_hand(monkeypatch, chunk):
   # One row of six positions (token 0 three times): each table row's
   # gradient is the sum of its positions' cotangents, whatever the chunks
   # (six, three of 2 positions, two of 3, or one).
-  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", chunk)
+  monkeypatch.setattr(blocks, "EMBED_GRAD_CHUNK", chunk)
   tokens = jnp.array([[0, 2, 0, 1, 0, 2]])
   ct = jnp.array([[[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [1, 1]]])
   table = jnp.zeros((4, 2), jnp.float32)
@@ -201,7 +202,7 @@ def test_embedding_gradient_is_autodiffs(monkeypatch, length, chunk, dtype):
   """Chunked (14 positions: seven chunks of 2, two of 7) or not (14 in
   one; 13, prime), the table's gradient is autodiff's of the plain
   lookup, accumulated in fp32 from the compute-dtype cotangent."""
-  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", chunk)
+  monkeypatch.setattr(blocks, "EMBED_GRAD_CHUNK", chunk)
   rng = np.random.default_rng(5)
   tokens = jnp.asarray(rng.integers(0, 9, (3, length)), jnp.int32)
   table = jnp.asarray(rng.standard_normal((9, 6)), jnp.float32)
@@ -210,7 +211,7 @@ def test_embedding_gradient_is_autodiffs(monkeypatch, length, chunk, dtype):
   want = _embed_grad(tokens, table, ct.astype(jnp.float32), dtype, _take)
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
   np.testing.assert_array_equal(
-    transformer.embed(table, tokens, dtype), _take(table, tokens, dtype)
+    blocks.embed(table, tokens, dtype), _take(table, tokens, dtype)
   )
 
 
@@ -220,7 +221,7 @@ def test_embedding_looks_up_in_the_compute_dtype():
   # (test_embedding_gradient_is_autodiffs).
   tokens = jnp.zeros((3, 14), jnp.int32)
   table = jnp.zeros((9, 6), jnp.float32)
-  for lookup, want in ((_take, "float32"), (transformer.embed, "bfloat16")):
+  for lookup, want in ((_take, "float32"), (blocks.embed, "bfloat16")):
     fn = functools.partial(lookup, dtype=jnp.bfloat16)
     (gather,) = [
       e
@@ -236,7 +237,7 @@ def test_embedding_backward_converts_chunks_not_the_whole_cotangent(
   # Autodiff converts the whole bf16 cotangent [3, 14, 6] to fp32 before
   # its scatter-add; the chunked backward converts one chunk, [3, 2, 6]
   # (seven chunks), at a time.
-  monkeypatch.setattr(transformer, "EMBED_GRAD_CHUNK", 4)
+  monkeypatch.setattr(blocks, "EMBED_GRAD_CHUNK", 4)
   tokens = jnp.zeros((3, 14), jnp.int32)
   table = jnp.zeros((9, 6), jnp.float32)
 
@@ -254,7 +255,7 @@ def test_embedding_backward_converts_chunks_not_the_whole_cotangent(
     }
 
   assert (3, 14, 6) in converted(_take)
-  assert converted(transformer.embed) == {(3, 2, 6)}
+  assert converted(blocks.embed) == {(3, 2, 6)}
 
 
 @pytest.mark.parametrize("remat_policy", ["full", "dots", "offload"])
