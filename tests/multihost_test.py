@@ -35,15 +35,8 @@ WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
 TIMEOUT_S = 420
 
 CONFIG = dict(
+  testing.SMOKE,
   steps=3,
-  batch_size=4,
-  group_size=4,
-  max_new_tokens=16,
-  warm_start_steps=2,
-  warm_start_batch_size=8,
-  eval_size=4,
-  checkpoint_every=1,
-  tensorboard=False,
   reward="digits",  # registered by the worker: non-zero advantages at once
   # 4 devices: 2 processes x 2, or 1 process x 4. FSDP over all of them puts
   # every parameter and the batch across both processes.

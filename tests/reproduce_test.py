@@ -9,18 +9,10 @@ import pytest
 
 from experiments import reproduce
 from rlreason import config
+from rlreason import testing
 
-TINY = dict(
-  batch_size=4,
-  group_size=4,
-  max_new_tokens=16,
-  warm_start_steps=2,
-  warm_start_batch_size=8,
-  eval_size=4,
-  checkpoint_every=1,
-  tensorboard=False,
-  mesh_fsdp=1,
-)
+# testing.SMOKE but its step count (reproduce's runs set their own).
+TINY = {k: v for k, v in testing.SMOKE.items() if k != "steps"}
 
 
 @pytest.mark.parametrize("name", sorted(reproduce.CLAIMS))

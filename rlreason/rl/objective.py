@@ -206,12 +206,15 @@ def reward_metrics(rewards, parts, rollout, examples, ctx) -> dict:
   """Reward, accuracy and group statistics every method logs."""
   grouped = np.asarray(rewards).reshape(-1, ctx.cfg.group_size)
   correct = correctness(rollout, examples, ctx) > 0
-  metrics = {
-    "reward": grouped.mean(),
-    "reward_std": grouped.std(-1).mean(),
-    "accuracy": correct.mean(),
-    "solved_all": (grouped.min(-1) == grouped.max(-1)).mean(),
-  }
+  # A non-finite reward makes these NaN, as they should read; the loop
+  # counts and names such rewards itself (numpy's inf - inf warning aside).
+  with np.errstate(invalid="ignore"):
+    metrics = {
+      "reward": grouped.mean(),
+      "reward_std": grouped.std(-1).mean(),
+      "accuracy": correct.mean(),
+      "solved_all": (grouped.min(-1) == grouped.max(-1)).mean(),
+    }
   # Length by outcome (Dr. GRPO's diagnostic: GRPO grows wrong answers).
   lengths = np.asarray(rollout.lengths, np.float32)
   for name, sel in (("correct", correct), ("incorrect", ~correct)):
