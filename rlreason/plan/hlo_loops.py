@@ -15,8 +15,11 @@ multiplied):
   bytes_per_step = xla_bytes * est.looped / est.flat
 
 A loop's trip count is XLA's annotation (CPU, GPU) or read from its
-condition (`counter < N`, as lax.scan and fori_loop lower on TPU); a
-condition of another form counts once (`est.unknown` names those loops).
+condition (`counter < N`, as lax.scan and fori_loop lower on TPU), less
+the counter's start where the loop's init holds it as a constant (XLA
+peels a scan's first trip out of the loop and starts it at 1: a scan of
+4 layers is one peeled trip and a loop of 3); a condition of another
+form counts once (`est.unknown` names those loops).
 Only the program's own loops are multiplied (lax.scan / fori_loop /
 while_loop, whose op_name ends in "while"): the loops XLA's partitioner
 makes itself (a windowed einsum's collective matmul over a sharded
@@ -39,6 +42,13 @@ leaves out of it the collectives under a name scope (an op_name path
 component), and the whole of any unread loop made under it:
 `est.ici_apart`, one pass's (continuous batching's refills, named
 "refill", run a prefill per `refill_rows` rows, not one per decode step).
+
+`est.host` is the bytes each device copies between its memory and its
+host's (an array in XLA's host memory space, "S(5)" in a TPU layout:
+--remat_policy=offload's saved layer inputs, written in the forward and
+read back in the backward), every loop multiplied out: an async or plain
+copy, dynamic-slice or dynamic-update-slice whose source and result lie
+on either side counts the bytes that cross (the slice, the update).
 """
 
 import dataclasses
@@ -63,6 +73,10 @@ _FREE = {
   "add-dependency", "while", "call", "conditional",
 }  # fmt: skip
 _SLICES = {"slice", "dynamic-slice"}
+# An array in the host's memory space: its layout's memory space S(5)
+# (XLA's kHostMemorySpace, as TPU layouts print it).
+_HOST_SPACE = "S(5)"
+_LAID_OUT = re.compile(r"\b([a-z]\w*)\[([\d,]*)\](\{[^}]*\})?")
 
 
 def shape_bytes(shape: str) -> float:
@@ -99,6 +113,9 @@ class Estimate:
   # Of `ici`, the bytes under estimate's `apart` name scope, one pass of
   # each loop they are in (not in ici_unread).
   ici_apart: float = 0.0
+  # Bytes copied between the device's memory and its host's, each loop
+  # multiplied out (a loop whose trip count is not read: once).
+  host: float = 0.0
 
   @property
   def factor(self) -> float:
@@ -178,11 +195,14 @@ def sent_bytes(op: str, operand_bytes: float, n: int) -> float:
   return _COLLECTIVES[base](n) * operand_bytes
 
 
-def _trips(comps, loop: _Instruction) -> int | None:
+def _trips(comps, loop: _Instruction, named=None) -> int | None:
   """A while loop's trip count: XLA's known_trip_count where it annotated
-  one (CPU, GPU), else N of a condition `counter < N` (TPU's programs
-  carry no annotation): compare(counter, constant(N)), direction=LT, or a
-  fusion of that compare."""
+  one (CPU, GPU), else N - start of a condition `counter < N` (TPU's
+  programs carry no annotation): compare(counter, constant(N)),
+  direction=LT, or a fusion of that compare; start is the counter's
+  initial value where `named` ({name: instruction} of the module) shows
+  it as a constant (1 where XLA peeled the first trip out of the loop),
+  else 0."""
   m = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', loop.attrs)
   if m:
     return int(m.group(1))
@@ -190,10 +210,10 @@ def _trips(comps, loop: _Instruction) -> int | None:
     i.name: i for i in comps.get((_attr(loop, "condition") or [""])[0], [])
   }
   root = next((i for i in insts.values() if i.root), None)
-  bound = None
+  bound = counter = None
   if root is not None and root.op == "compare" and len(root.operands) == 2:
     if "direction=LT" in root.attrs:
-      bound = insts.get(root.operands[1])
+      counter, bound = (insts.get(o) for o in root.operands)
   elif root is not None and root.op == "fusion":
     fused = comps.get((_attr(root, "calls") or [""])[0], [])
     cmp = next((i for i in fused if i.root), None)
@@ -210,10 +230,35 @@ def _trips(comps, loop: _Instruction) -> int | None:
       and params.get(cmp.operands[1], len(root.operands)) < len(root.operands)
     ):
       bound = insts.get(root.operands[params[cmp.operands[1]]])
+      at = params.get(cmp.operands[0], len(root.operands))
+      if at < len(root.operands):
+        counter = insts.get(root.operands[at])
   if bound is None or bound.op != "constant":
     return None
   m = re.match(r"\s*(-?\d+)\s*\)", bound.attrs)
-  return int(m.group(1)) if m else None
+  if m is None:
+    return None
+  return max(int(m.group(1)) - _start(loop, counter, named or {}), 0)
+
+
+def _start(loop: _Instruction, counter, named) -> int:
+  """The initial value of a loop's counter (the condition's
+  get-tuple-element `counter`) where the loop's init tuple holds it as a
+  constant (through copies); else 0."""
+  if counter is None or counter.op != "get-tuple-element" or not loop.operands:
+    return 0
+  index = re.search(r"index=(\d+)", counter.attrs)
+  init = named.get(loop.operands[0])
+  if index is None or init is None or init.op != "tuple":
+    return 0
+  k = int(index.group(1))
+  value = named.get(init.operands[k]) if k < len(init.operands) else None
+  while value is not None and value.op == "copy" and value.operands:
+    value = named.get(value.operands[0])
+  if value is None or value.op != "constant":
+    return 0
+  m = re.match(r"\s*(-?\d+)\s*\)", value.attrs)
+  return int(m.group(1)) if m else 0
 
 
 def _op_name(inst: _Instruction) -> str:
@@ -235,6 +280,7 @@ def _under(inst: _Instruction, scope: str) -> bool:
 
 def estimate(text: str, apart: str = "") -> Estimate:
   comps, entry = parse(text)
+  named = {i.name: i for insts in comps.values() for i in insts}
   loops, unknown, made = [], [], set()
 
   def fusion_bytes(inst, shapes) -> float:
@@ -280,7 +326,7 @@ def estimate(text: str, apart: str = "") -> Estimate:
         body = (_attr(inst, "body") or [""])[0]
         cond = (_attr(inst, "condition") or [""])[0]
         own = _own(inst)
-        n = _trips(comps, inst) if own else 1
+        n = _trips(comps, inst, named) if own else 1
         if not looped:
           if not own:
             made.add(body)
@@ -323,7 +369,7 @@ def estimate(text: str, apart: str = "") -> Estimate:
       if inst.op == "while":
         body = (_attr(inst, "body") or [""])[0]
         b_hi, b_lo, b_unread, b_aside = computation_ici(body)
-        n = _trips(comps, inst)
+        n = _trips(comps, inst, named)
         if n is None and _under(inst, apart):
           b_aside = b_lo  # the loop is the scope's: all of it apart
         hi += b_hi * (n or 1)
@@ -355,6 +401,50 @@ def estimate(text: str, apart: str = "") -> Estimate:
         aside += sent if _under(inst, apart) else 0.0
     return hi, lo, unread, aside
 
+  @functools.cache
+  def computation_host(name: str) -> float:
+    """Bytes `name` copies between device and host memory, each loop
+    times its trips (a conditional: its costliest branch)."""
+    on_host, total = {}, 0.0
+    for inst in comps.get(name, []):
+      arrays = [
+        (shape_bytes(f"{t}[{d}]"), _HOST_SPACE in layout)
+        for t, d, layout in _LAID_OUT.findall(inst.shape)
+      ]
+      if len(arrays) == 1:
+        on_host[inst.name] = arrays[0][1]
+      if inst.op == "while":
+        body = (_attr(inst, "body") or [""])[0]
+        total += computation_host(body) * (_trips(comps, inst, named) or 1)
+      elif inst.op == "conditional":
+        branches = _attr(inst, "branch_computations") or (
+          _attr(inst, "true_computation") + _attr(inst, "false_computation")
+        )
+        total += max(map(computation_host, branches), default=0.0)
+      elif inst.op in ("call", "async-start"):
+        for key in ("to_apply", "calls"):
+          total += sum(map(computation_host, _attr(inst, key)))
+      elif inst.op in _HOST_COPIES and len(arrays) >= 2:
+        # ((operands...), result, context) of an async start: the
+        # moved array and the side it comes from.
+        moved, source = _HOST_COPIES[inst.op](arrays)
+        total += moved[0] if moved[1] != source[1] else 0.0
+      elif inst.op in ("copy", "dynamic-slice") and inst.operands:
+        if (
+          arrays
+          and on_host.get(inst.operands[0], arrays[0][1]) != (arrays[0][1])
+        ):
+          total += arrays[0][0]
+      elif inst.op == "dynamic-update-slice" and len(inst.operands) > 1:
+        update = inst.operands[1]
+        if arrays and on_host.get(update, arrays[0][1]) != arrays[0][1]:
+          total += shape_bytes(shapes_of(name).get(update, ""))
+    return total
+
+  @functools.cache
+  def shapes_of(name: str) -> dict[str, str]:
+    return {i.name: i.shape for i in comps.get(name, [])}
+
   flat = computation_bytes(entry, False)
   looped = computation_bytes(entry, True)
   ici, _, unread, aside = computation_ici(entry)
@@ -367,4 +457,17 @@ def estimate(text: str, apart: str = "") -> Estimate:
     ici,
     unread,
     aside,
+    computation_host(entry),
   )
+
+
+# An async copy's (moved array, the array on the side it leaves) among
+# its shape's arrays: copy-start's (destination, source, context);
+# dynamic-slice-start's ((source, indices...), slice, context);
+# dynamic-update-slice-start's ((target, update, indices...), result,
+# context), whose update is what moves.
+_HOST_COPIES = {
+  "copy-start": lambda a: (a[0], a[1]),
+  "dynamic-slice-start": lambda a: (a[-2], a[0]),
+  "dynamic-update-slice-start": lambda a: (a[1], a[0]),
+}

@@ -79,6 +79,10 @@ class Program:
   # Temporaries the program keeps in its host's memory, per device (each
   # layer's saved input under --remat_policy=offload): not in peak_bytes.
   host_temp_bytes: int = 0
+  # Per device, bytes a call copies between the device's memory and its
+  # host's (those saved inputs out in the forward and back in the
+  # backward), every loop multiplied out (hlo_loops.Estimate.host).
+  host_copy_bytes: float = 0.0
   rows: int = 0  # sequences per call (rollout, ref_logp)
   # A rollout's rows as rollout_memory estimates them per device (what a
   # run sizes its calls by; 0: not estimated, a tree rollout's).
@@ -190,6 +194,7 @@ def analyse(name: str, compiled, loop_trips: int = 1) -> Program:
     alias_bytes=int(mem.alias_size_in_bytes),
     temp_bytes=int(mem.temp_size_in_bytes),
     host_temp_bytes=int(getattr(mem, "host_temp_size_in_bytes", 0) or 0),
+    host_copy_bytes=loops.host,
     code_bytes=int(mem.generated_code_size_in_bytes),
     flops=float(cost.get("flops", 0.0)),
     bytes_accessed=float(cost.get("bytes accessed", 0.0)) * factor,

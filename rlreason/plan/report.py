@@ -65,10 +65,11 @@ def text(s: Summary, title: str = "") -> str:
         f"(rollout_memory), compiled to {rows_bytes / GIB:.2f} GiB "
         f"(out - alias + temp): {p.estimate_bytes / rows_bytes:.2f}x"
       )
-    if p.host_temp_bytes:
+    if p.host_temp_bytes or p.host_copy_bytes:
       lines.append(
         f"      and {p.host_temp_bytes / GIB:.2f} GiB of temporaries in the "
-        "host's memory (offloaded, not in the peak)"
+        "host's memory (offloaded, not in the peak), "
+        f"{p.host_copy_bytes / 1e9:.2f} GB copied out and back per call"
       )
     for flag, value in p.run_flags.items():
       lines.append(
@@ -98,6 +99,13 @@ def text(s: Summary, title: str = "") -> str:
       for k, v in s.ici_seconds.items()
     )
     lines.append(f"  ICI per RL step (at least, overlapped): {each}")
+  if s.host_copy_bytes and s.train_seconds:
+    lines.append(
+      f"  host copies per RL step: {s.host_copy_bytes / 1e9:.2f} GB per chip"
+      " (train_step, not in its time): hidden behind its roofline at >= "
+      f"{s.host_copy_bytes / s.train_seconds / 1e9:.3f} GB/s per chip "
+      "between chip and host"
+    )
   if s.before_seconds:
     lines.append(
       f"before the RL (once): {s.before_seconds:.1f} s (reward_model_train)"

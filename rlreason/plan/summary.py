@@ -33,6 +33,10 @@ Stages a run goes through once, before its RL steps, are timed apart
 (before_rl): rm_grpo's reward-model training, --rm_steps Bradley-Terry
 steps, each max(6 * RM params * tokens (4/3 with remat) / peak, compiled
 bytes / bandwidth).
+The train step's copies between the chip and its host's memory (each
+layer's saved input under --remat_policy=offload, out and back) are not
+in its time: the report gives their bytes per RL step and the host
+bandwidth per chip that would hide them behind the train steps' roofline.
 MFU = the train step's model FLOPs (without remat) / (its time * peak): an
 upper bound, as a roofline is.
 """
@@ -65,6 +69,9 @@ class Summary:
   # {program: seconds its collectives take per RL step} (ici.ici_times; the
   # programs' times above are at least these)
   ici_seconds: dict = dataclasses.field(default_factory=dict)
+  # Per device and RL step, bytes the train steps copy between the chip
+  # and its host's memory (--remat_policy=offload), not in the roofline.
+  host_copy_bytes: float = 0.0
 
 
 def model_flops_per_token(model_cfg, context: int) -> float:
@@ -215,6 +222,11 @@ def summarize(
     useful * ok["train_step"].decoders / (train * peak_flops) if train else 0.0
   )
   shards = ts.batch_shards(cfg, devices)  # 0 devices: none, nothing split
+  host_copies = (
+    ok["train_step"].host_copy_bytes * cfg.ppo_epochs * cfg.minibatches
+    if "train_step" in ok
+    else 0.0
+  )
   ici = ici_lib.ici_times(cfg, ok, ici_bandwidth, score_forwards, decode_tokens)
   return Summary(
     peak_bytes=peak,
@@ -234,6 +246,7 @@ def summarize(
       cfg, model_cfg, ok, devices, peak_flops, hbm_bandwidth, ici_bandwidth
     ),
     ici_seconds=ici,
+    host_copy_bytes=host_copies,
   )
 
 

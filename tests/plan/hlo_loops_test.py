@@ -93,6 +93,86 @@ def test_xlas_trip_count_annotation_wins_and_an_unread_loop_counts_once():
   assert e.unknown == ("body",)
 
 
+def test_a_peeled_loops_counter_starts_past_zero():
+  """XLA peels a loop's first trip out of it (TPU, a scan over layers):
+  the loop's counter then starts at 1, through a copy of the constant,
+  and runs N - 1 trips; the copy reads and writes 4 bytes each."""
+  peeled = MODULE.replace(
+    "  %zero = s32[] constant(0)\n",
+    "  %c1 = s32[] constant(1)\n  %zero = s32[] copy(%c1)\n",
+  )
+  e = hlo_loops.estimate(peeled)
+  assert e.loops == (("body", 7),) and e.unknown == ()
+  assert e.looped == ENTRY_BYTES + 8 + 7 * ITERATION
+  # A counter whose start is not a constant is taken to start at 0.
+  unknown_start = MODULE.replace(
+    "%init = {T3} tuple(%zero,", "%init = {T3} tuple(%p,"
+  ).replace("  %zero = s32[] constant(0)\n", "  %p = s32[] parameter(1)\n")
+  assert hlo_loops.estimate(unknown_start).loops == (("body", 8),)
+
+
+H3 = "(s32[], f32[8,16], f32[8,16])"
+HOST = "f32[8,16]{1,0:S(5)}"
+ROW = "f32[1,16]{1,0}"
+CTX = "u32[]{:S(2)}"  # an async copy's context
+DUS = f"(({HOST}, {ROW}, s32[], s32[]), {HOST}, {CTX})"
+DS = f"(({HOST}, s32[], s32[]), {ROW}, {CTX})"
+# A scan writing each of 8 rows into a buffer in the host's memory (an
+# async dynamic-update-slice per trip, the row's 64 bytes), then one row
+# read back (async dynamic-slice, 64), the whole buffer copied back
+# asynchronously (512) and once more by a plain copy (512), and a copy
+# on the device (none of it crosses).
+HOST_MODULE = f"""HloModule m
+
+%body (t: {H3}) -> {H3} {{
+  %t = {H3} parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %a = f32[8,16]{{1,0}} get-tuple-element(%t), index=1
+  %h = {HOST} get-tuple-element(%t), index=2
+  %z = s32[] constant(0)
+  %row = {ROW} dynamic-slice(%a, %i, %z), dynamic_slice_sizes={{1,16}}
+  %s = {DUS} dynamic-update-slice-start(%h, %row, %i, %z)
+  %h2 = {HOST} dynamic-update-slice-done(%s)
+  %one = s32[] constant(1)
+  %i2 = s32[] add(%i, %one)
+  ROOT %r = {H3} tuple(%i2, %a, %h2)
+}}
+
+%cond (u: {H3}) -> pred[] {{
+  %u = {H3} parameter(0)
+  %j = s32[] get-tuple-element(%u), index=0
+  %n = s32[] constant(8)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}}
+
+ENTRY %main (x: f32[8,16]) -> f32[8,16] {{
+  %x = f32[8,16]{{1,0}} parameter(0)
+  %zero = s32[] constant(0)
+  %buf = {HOST} custom-call(), custom_call_target="AllocateBuffer"
+  %init = {H3} tuple(%zero, %x, %buf)
+  %w = {H3} while(%init), condition=%cond, body=%body
+  %hw = {HOST} get-tuple-element(%w), index=2
+  %k = s32[] constant(3)
+  %rs = {DS} dynamic-slice-start(%hw, %k, %zero), dynamic_slice_sizes={{1,16}}
+  %rd = f32[1,16]{{1,0}} dynamic-slice-done(%rs)
+  %cs = (f32[8,16]{{1,0}}, {HOST}, {CTX}) copy-start(%hw)
+  %back = f32[8,16]{{1,0}} copy-done(%cs)
+  %again = f32[8,16]{{1,0}} copy(%hw)
+  %dev = f32[8,16]{{1,0}} copy(%x)
+  ROOT %sum = f32[8,16]{{1,0}} add(%back, %again)
+}}
+"""
+
+
+def test_copies_to_and_from_the_hosts_memory_by_hand():
+  e = hlo_loops.estimate(HOST_MODULE)
+  assert e.loops == (("body", 8),)
+  assert e.host == 8 * 64 + 64 + 512 + 512
+  # Without the host's memory space nothing crosses.
+  assert hlo_loops.estimate(HOST_MODULE.replace(":S(5)", "")).host == 0
+  assert hlo_loops.estimate(MODULE).host == 0
+
+
 def test_shape_bytes():
   assert hlo_loops.shape_bytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
   assert hlo_loops.shape_bytes("(s32[], f32[2,3]{1,0}, pred[5])") == 33

@@ -133,6 +133,9 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "before": out.before_seconds,
     "peak": p.peak_bytes if p else None,
     "host": p.host_temp_bytes if p else None,
+    "host_copy": p.host_copy_bytes if p else None,
+    "host_step": out.host_copy_bytes,
+    "calls": cfg.ppo_epochs * cfg.minibatches,
     "host_shapes": [
       sh for _, sh, _ in program.largest_buffers(p.executable.as_text(), 1000)
       if sh.endswith("(host)")
@@ -574,12 +577,20 @@ def test_offloaded_layer_inputs_are_kept_in_the_hosts_memory(results):
   """--remat_policy=offload: the 4 scanned layers' saved inputs (2 rows x
   a quarter of 2048 tokens x d_model 128, fp32: 2 MiB) are one array in
   the host's memory (layout S(5)), which the planner reports apart from
-  the device's peak; without it nothing is on the host."""
+  the device's peak, with the bytes copied to and from it; without it
+  nothing is on the host."""
   on, off = results["offload"], results["scan_on"]
   assert not on["errors"], on["errors"]
   assert on["host_shapes"] == ["f32[4,2,512,128] (host)"], on["host_shapes"]
   assert on["host"] >= 4 * 2 * 512 * 128 * 4, on["host"]
   assert off["host"] == 0 and not off["host_shapes"], off
+  # Each layer's input goes out once in the forward and back once in the
+  # backward (the layer loop's first trip peeled out of it, as libtpu
+  # 0.0.42.1 compiles it: the loops' counters start past 0), per RL step
+  # once per train-step call.
+  assert on["host_copy"] == 2 * 4 * 2 * 512 * 128 * 4, on["host_copy"]
+  assert on["host_step"] == on["calls"] * on["host_copy"], on
+  assert off["host_copy"] == 0 and off["host_step"] == 0, off
 
 
 def test_the_temporaries_budget_reaches_the_tpu_compiler(results):

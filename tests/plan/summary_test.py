@@ -421,3 +421,36 @@ def test_loops_print_how_their_bytes_count():
   assert report._loops((16, 0)) == (  # noqa: SLF001
     "loops x16 multiplied out; 1 loop of unread trip count counted once"
   )
+
+
+def test_host_copies_are_reported_per_rl_step_beside_the_train_time():
+  """--remat_policy=offload's copies between chip and host (3 GB a
+  train-step call, 2 epochs x 2 minibatches of calls an RL step): 12 GB
+  per chip, not in the roofline (the same time as without them), and
+  the host bandwidth that would hide them behind it."""
+  from experiments import grpo
+  from rlreason.plan import aot
+
+  cfg = dataclasses.replace(grpo.TinyConfig(), ppo_epochs=2, minibatches=2)
+  step = program.Program(
+    "train_step", 1 << 20, 0, 0, 1 << 20, 0, 1e9, 1e9, [],
+    host_temp_bytes=1 << 30, host_copy_bytes=3e9,
+  )  # fmt: skip
+  plain = dataclasses.replace(step, host_temp_bytes=0, host_copy_bytes=0.0)
+  kw = dict(hbm_bytes=16 << 30, devices=1, peak_flops=1e12,
+            hbm_bandwidth=1e11)  # fmt: skip
+  model = aot.model_config(cfg)
+  s = summary.summarize({"train_step": step}, cfg, model, **kw)
+  without = summary.summarize({"train_step": plain}, cfg, model, **kw)
+  assert s.host_copy_bytes == 12e9 and without.host_copy_bytes == 0
+  assert s.train_seconds == without.train_seconds > 0
+  text = report.text(s)
+  rate = 12e9 / s.train_seconds / 1e9
+  assert (
+    "  host copies per RL step: 12.00 GB per chip (train_step, not in its "
+    f"time): hidden behind its roofline at >= {rate:.3f} GB/s per chip "
+    "between chip and host"
+  ) in text, text
+  assert "1.00 GiB of temporaries in the host's memory" in text
+  assert "3.00 GB copied out and back per call" in text
+  assert "host copies" not in report.text(without)
