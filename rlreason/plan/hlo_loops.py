@@ -401,18 +401,20 @@ def estimate(text: str, apart: str = "") -> Estimate:
         aside += sent if _under(inst, apart) else 0.0
     return hi, lo, unread, aside
 
+  def host_side(name: str) -> bool | None:
+    """Whether instruction `name`'s array lies in the host's memory (None:
+    not one array, or not known)."""
+    inst = named.get(name)
+    arrays = _laid_out(inst.shape) if inst else []
+    return arrays[0][1] if len(arrays) == 1 else None
+
   @functools.cache
   def computation_host(name: str) -> float:
     """Bytes `name` copies between device and host memory, each loop
     times its trips (a conditional: its costliest branch)."""
-    on_host, total = {}, 0.0
+    total = 0.0
     for inst in comps.get(name, []):
-      arrays = [
-        (shape_bytes(f"{t}[{d}]"), _HOST_SPACE in layout)
-        for t, d, layout in _LAID_OUT.findall(inst.shape)
-      ]
-      if len(arrays) == 1:
-        on_host[inst.name] = arrays[0][1]
+      arrays = _laid_out(inst.shape)
       if inst.op == "while":
         body = (_attr(inst, "body") or [""])[0]
         total += computation_host(body) * (_trips(comps, inst, named) or 1)
@@ -425,25 +427,19 @@ def estimate(text: str, apart: str = "") -> Estimate:
         for key in ("to_apply", "calls"):
           total += sum(map(computation_host, _attr(inst, key)))
       elif inst.op in _HOST_COPIES and len(arrays) >= 2:
-        # ((operands...), result, context) of an async start: the
-        # moved array and the side it comes from.
         moved, source = _HOST_COPIES[inst.op](arrays)
         total += moved[0] if moved[1] != source[1] else 0.0
-      elif inst.op in ("copy", "dynamic-slice") and inst.operands:
-        if (
-          arrays
-          and on_host.get(inst.operands[0], arrays[0][1]) != (arrays[0][1])
-        ):
-          total += arrays[0][0]
-      elif inst.op == "dynamic-update-slice" and len(inst.operands) > 1:
-        update = inst.operands[1]
-        if arrays and on_host.get(update, arrays[0][1]) != arrays[0][1]:
-          total += shape_bytes(shapes_of(name).get(update, ""))
+      elif len(arrays) == 1 and inst.operands:
+        size, here = arrays[0]
+        if inst.op in ("copy", "dynamic-slice"):
+          there = host_side(inst.operands[0])
+        elif inst.op == "dynamic-update-slice" and len(inst.operands) > 1:
+          there = host_side(inst.operands[1])  # the update moves
+          size = shape_bytes(named[inst.operands[1]].shape)
+        else:
+          continue
+        total += size if there is not None and there != here else 0.0
     return total
-
-  @functools.cache
-  def shapes_of(name: str) -> dict[str, str]:
-    return {i.name: i.shape for i in comps.get(name, [])}
 
   flat = computation_bytes(entry, False)
   looped = computation_bytes(entry, True)
@@ -459,6 +455,14 @@ def estimate(text: str, apart: str = "") -> Estimate:
     aside,
     computation_host(entry),
   )
+
+
+def _laid_out(shape: str) -> list[tuple[float, bool]]:
+  """(bytes, in the host's memory) of each array of an HLO shape."""
+  return [
+    (shape_bytes(f"{t}[{d}]"), _HOST_SPACE in layout)
+    for t, d, layout in _LAID_OUT.findall(shape)
+  ]
 
 
 # An async copy's (moved array, the array on the side it leaves) among
