@@ -9,6 +9,14 @@ import pytest
 from rlreason.plan import hlo_loops
 
 T3 = "(s32[], f32[8,16], f32[8,16])"
+# The loop's condition: counter < 8.
+COND = f"""%cond (u: {T3}) -> pred[] {{
+  %u = {T3} parameter(0)
+  %j = s32[] get-tuple-element(%u), index=0
+  %n = s32[] constant(8)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}}
+"""
 MODULE = f"""HloModule m
 
 %fused_slice (p0: f32[8,16], p1: s32[]) -> f32[1,16] {{
@@ -39,13 +47,7 @@ MODULE = f"""HloModule m
   ROOT %r = {T3} tuple(%i2, %a, %b2)
 }}
 
-%cond (u: {T3}) -> pred[] {{
-  %u = {T3} parameter(0)
-  %j = s32[] get-tuple-element(%u), index=0
-  %n = s32[] constant(8)
-  ROOT %lt = pred[] compare(%j, %n), direction=LT
-}}
-
+{COND}
 ENTRY %main (x: f32[8,16]) -> f32[8,16] {{
   %x = f32[8,16]{{1,0}} parameter(0)
   %zero = s32[] constant(0)
@@ -111,7 +113,6 @@ def test_a_peeled_loops_counter_starts_past_zero():
   assert hlo_loops.estimate(unknown_start).loops == (("body", 8),)
 
 
-H3 = "(s32[], f32[8,16], f32[8,16])"
 HOST = "f32[8,16]{1,0:S(5)}"
 ROW = "f32[1,16]{1,0}"
 CTX = "u32[]{:S(2)}"  # an async copy's context
@@ -125,8 +126,8 @@ DS = f"(({HOST}, s32[], s32[]), {ROW}, {CTX})"
 # of it crosses).
 HOST_MODULE = f"""HloModule m
 
-%body (t: {H3}) -> {H3} {{
-  %t = {H3} parameter(0)
+%body (t: {T3}) -> {T3} {{
+  %t = {T3} parameter(0)
   %i = s32[] get-tuple-element(%t), index=0
   %a = f32[8,16]{{1,0}} get-tuple-element(%t), index=1
   %h = {HOST} get-tuple-element(%t), index=2
@@ -136,22 +137,16 @@ HOST_MODULE = f"""HloModule m
   %h2 = {HOST} dynamic-update-slice-done(%s)
   %one = s32[] constant(1)
   %i2 = s32[] add(%i, %one)
-  ROOT %r = {H3} tuple(%i2, %a, %h2)
+  ROOT %r = {T3} tuple(%i2, %a, %h2)
 }}
 
-%cond (u: {H3}) -> pred[] {{
-  %u = {H3} parameter(0)
-  %j = s32[] get-tuple-element(%u), index=0
-  %n = s32[] constant(8)
-  ROOT %lt = pred[] compare(%j, %n), direction=LT
-}}
-
+{COND}
 ENTRY %main (x: f32[8,16]) -> f32[8,16] {{
   %x = f32[8,16]{{1,0}} parameter(0)
   %zero = s32[] constant(0)
   %buf = {HOST} custom-call(), custom_call_target="AllocateBuffer"
-  %init = {H3} tuple(%zero, %x, %buf)
-  %w = {H3} while(%init), condition=%cond, body=%body
+  %init = {T3} tuple(%zero, %x, %buf)
+  %w = {T3} while(%init), condition=%cond, body=%body
   %hw = {HOST} get-tuple-element(%w), index=2
   %k = s32[] constant(3)
   %rs = {DS} dynamic-slice-start(%hw, %k, %zero), dynamic_slice_sizes={{1,16}}
