@@ -56,15 +56,8 @@ import functools
 import math
 import re
 
-_DTYPE_BYTES = {
-  "pred": 1, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2,
-  "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8,
-  "f64": 8, "c64": 8, "c128": 16,
-}  # fmt: skip
-_ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) .*\{$")
-_INSTRUCTION = re.compile(r"^\s*(ROOT )?%(\S+) = (.+?) ([a-z][\w-]*)\((.*)$")
-_NAME = re.compile(r"%([^\s,(){}]+)")
+from rlreason.plan import hlo_text
+
 # Instructions that move no bytes of their own (or whose called
 # computations are counted instead).
 _FREE = {
@@ -73,29 +66,6 @@ _FREE = {
   "add-dependency", "while", "call", "conditional",
 }  # fmt: skip
 _SLICES = {"slice", "dynamic-slice"}
-# An array in the host's memory space: its layout's memory space S(5)
-# (XLA's kHostMemorySpace, as TPU layouts print it).
-_HOST_SPACE = "S(5)"
-_LAID_OUT = re.compile(r"\b([a-z]\w*)\[([\d,]*)\](\{[^}]*\})?")
-
-
-def shape_bytes(shape: str) -> float:
-  """Bytes of an HLO shape's arrays (a tuple's summed; f8 types 1 byte)."""
-  total = 0.0
-  for dtype, dims in _ARRAY.findall(shape):
-    size = _DTYPE_BYTES.get(dtype, 1 if dtype.startswith("f8") else 0)
-    total += size * math.prod(int(d) for d in dims.split(",") if d)
-  return total
-
-
-@dataclasses.dataclass(frozen=True)
-class _Instruction:
-  name: str
-  shape: str
-  op: str
-  operands: tuple[str, ...]
-  attrs: str
-  root: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,36 +91,6 @@ class Estimate:
   def factor(self) -> float:
     """looped / flat (1 without loops)."""
     return self.looped / self.flat if self.flat else 1.0
-
-
-def parse(text: str) -> tuple[dict[str, list[_Instruction]], str]:
-  """{computation: instructions} of an HLO module's text, and ENTRY's name."""
-  comps: dict[str, list[_Instruction]] = {}
-  entry, current = "", None
-  for line in text.splitlines():
-    m = _COMPUTATION.match(line)
-    if m and not line.startswith(" "):
-      current = comps.setdefault(m.group(1), [])
-      if line.startswith("ENTRY"):
-        entry = m.group(1)
-      continue
-    m = _INSTRUCTION.match(line)
-    if m is None or current is None:
-      continue
-    root, name, shape, op, rest = m.groups()
-    close = rest.find(")")
-    args = rest[: close if close >= 0 else len(rest)]
-    current.append(
-      _Instruction(
-        name, shape, op, tuple(_NAME.findall(args)), rest, bool(root)
-      )
-    )
-  return comps, entry
-
-
-def _attr(inst: _Instruction, key: str) -> list[str]:
-  m = re.search(rf"\b{key}=(\{{[^}}]*\}}|%[^\s,]+)", inst.attrs)
-  return _NAME.findall(m.group(1)) if m else []
 
 
 # Collectives (and their async starts): bytes each device sends, as a
@@ -195,98 +135,32 @@ def sent_bytes(op: str, operand_bytes: float, n: int) -> float:
   return _COLLECTIVES[base](n) * operand_bytes
 
 
-def _trips(comps, loop: _Instruction, named=None) -> int | None:
-  """A while loop's trip count: XLA's known_trip_count where it annotated
-  one (CPU, GPU), else N - start of a condition `counter < N` (TPU's
-  programs carry no annotation): compare(counter, constant(N)),
-  direction=LT, or a fusion of that compare; start is the counter's
-  initial value where `named` ({name: instruction} of the module) shows
-  it as a constant (1 where XLA peeled the first trip out of the loop),
-  else 0."""
-  m = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', loop.attrs)
-  if m:
-    return int(m.group(1))
-  insts = {
-    i.name: i for i in comps.get((_attr(loop, "condition") or [""])[0], [])
-  }
-  root = next((i for i in insts.values() if i.root), None)
-  bound = counter = None
-  if root is not None and root.op == "compare" and len(root.operands) == 2:
-    if "direction=LT" in root.attrs:
-      counter, bound = (insts.get(o) for o in root.operands)
-  elif root is not None and root.op == "fusion":
-    fused = comps.get((_attr(root, "calls") or [""])[0], [])
-    cmp = next((i for i in fused if i.root), None)
-    params = {
-      i.name: int(re.match(r"\s*(\d+)", i.attrs).group(1))
-      for i in fused
-      if i.op == "parameter"
-    }
-    if (
-      cmp is not None
-      and cmp.op == "compare"
-      and "direction=LT" in cmp.attrs
-      and len(cmp.operands) == 2
-      and params.get(cmp.operands[1], len(root.operands)) < len(root.operands)
-    ):
-      bound = insts.get(root.operands[params[cmp.operands[1]]])
-      at = params.get(cmp.operands[0], len(root.operands))
-      if at < len(root.operands):
-        counter = insts.get(root.operands[at])
-  if bound is None or bound.op != "constant":
-    return None
-  m = re.match(r"\s*(-?\d+)\s*\)", bound.attrs)
-  if m is None:
-    return None
-  return max(int(m.group(1)) - _start(loop, counter, named or {}), 0)
-
-
-def _start(loop: _Instruction, counter, named) -> int:
-  """The initial value of a loop's counter (the condition's
-  get-tuple-element `counter`) where the loop's init tuple holds it as a
-  constant (through copies); else 0."""
-  if counter is None or counter.op != "get-tuple-element" or not loop.operands:
-    return 0
-  index = re.search(r"index=(\d+)", counter.attrs)
-  init = named.get(loop.operands[0])
-  if index is None or init is None or init.op != "tuple":
-    return 0
-  k = int(index.group(1))
-  value = named.get(init.operands[k]) if k < len(init.operands) else None
-  while value is not None and value.op == "copy" and value.operands:
-    value = named.get(value.operands[0])
-  if value is None or value.op != "constant":
-    return 0
-  m = re.match(r"\s*(-?\d+)\s*\)", value.attrs)
-  return int(m.group(1)) if m else 0
-
-
-def _op_name(inst: _Instruction) -> str:
+def _op_name(inst: hlo_text.Instruction) -> str:
   m = re.search(r'op_name="([^"]*)"', inst.attrs)
   return m.group(1) if m else ""
 
 
-def _own(loop: _Instruction) -> bool:
+def _own(loop: hlo_text.Instruction) -> bool:
   """A loop the program wrote (lax.scan, fori_loop, while_loop lower to
   an op_name ending in "while"), not one XLA's partitioner made."""
   name = _op_name(loop)
   return not name or name.rsplit("/", 1)[-1] == "while"
 
 
-def _under(inst: _Instruction, scope: str) -> bool:
+def _under(inst: hlo_text.Instruction, scope: str) -> bool:
   """Whether inst's op_name has `scope` as a path component."""
   return bool(scope) and scope in _op_name(inst).split("/")
 
 
 def estimate(text: str, apart: str = "") -> Estimate:
-  comps, entry = parse(text)
+  comps, entry = hlo_text.parse(text)
   named = {i.name: i for insts in comps.values() for i in insts}
   loops, unknown, made = [], [], set()
 
   def fusion_bytes(inst, shapes) -> float:
     """Operands as read inside the fused computation, and its result
     (an in-place dynamic-update-slice writes only its update)."""
-    called = (_attr(inst, "calls") or [""])[0]
+    called = (hlo_text.attr(inst, "calls") or [""])[0]
     body = comps.get(called, [])
     params, users = {}, {}
     for i in body:
@@ -298,20 +172,20 @@ def estimate(text: str, apart: str = "") -> Estimate:
     by_name = {i.name: i for i in body}
     root = next((i for i in body if i.root), None)
     in_place = set()
-    out = shape_bytes(inst.shape)
+    out = hlo_text.shape_bytes(inst.shape)
     if root is not None and root.op == "dynamic-update-slice":
       target = root.operands[0] if root.operands else ""
       if target in params and len(root.operands) > 1:
         in_place.add(params[target])
         update = by_name.get(root.operands[1])
-        out = shape_bytes(update.shape) if update else out
+        out = hlo_text.shape_bytes(update.shape) if update else out
     total = out
     for name, index in params.items():
       if index in in_place or index >= len(inst.operands):
         continue
       uses = users.get(name, [])
       if uses and all(u.op in _SLICES and u.operands[0] == name for u in uses):
-        total += sum(shape_bytes(u.shape) for u in uses)
+        total += sum(hlo_text.shape_bytes(u.shape) for u in uses)
       else:
         total += shapes.get(inst.operands[index], 0.0)
     return total
@@ -321,12 +195,12 @@ def estimate(text: str, apart: str = "") -> Estimate:
     shapes = {}
     total = 0.0
     for inst in comps.get(name, []):
-      shapes[inst.name] = shape_bytes(inst.shape)
+      shapes[inst.name] = hlo_text.shape_bytes(inst.shape)
       if inst.op == "while":
-        body = (_attr(inst, "body") or [""])[0]
-        cond = (_attr(inst, "condition") or [""])[0]
+        body = (hlo_text.attr(inst, "body") or [""])[0]
+        cond = (hlo_text.attr(inst, "condition") or [""])[0]
         own = _own(inst)
-        n = _trips(comps, inst, named) if own else 1
+        n = hlo_text.trips(comps, inst, named) if own else 1
         if not looped:
           if not own:
             made.add(body)
@@ -338,12 +212,10 @@ def estimate(text: str, apart: str = "") -> Estimate:
         total += each * ((n or 1) if looped else 1)
       elif inst.op == "call":
         total += sum(
-          computation_bytes(c, looped) for c in _attr(inst, "to_apply")
+          computation_bytes(c, looped) for c in hlo_text.attr(inst, "to_apply")
         )
       elif inst.op == "conditional":
-        branches = _attr(inst, "branch_computations") or (
-          _attr(inst, "true_computation") + _attr(inst, "false_computation")
-        )
+        branches = hlo_text.branches(inst)
         total += max(
           (computation_bytes(c, looped) for c in branches), default=0
         )
@@ -365,11 +237,11 @@ def estimate(text: str, apart: str = "") -> Estimate:
     the cheapest those under `apart`, one pass of their loops)."""
     shapes, hi, lo, unread, aside = {}, 0.0, 0.0, 0.0, 0.0
     for inst in comps.get(name, []):
-      shapes[inst.name] = shape_bytes(inst.shape)
+      shapes[inst.name] = hlo_text.shape_bytes(inst.shape)
       if inst.op == "while":
-        body = (_attr(inst, "body") or [""])[0]
+        body = (hlo_text.attr(inst, "body") or [""])[0]
         b_hi, b_lo, b_unread, b_aside = computation_ici(body)
-        n = _trips(comps, inst, named)
+        n = hlo_text.trips(comps, inst, named)
         if n is None and _under(inst, apart):
           b_aside = b_lo  # the loop is the scope's: all of it apart
         hi += b_hi * (n or 1)
@@ -382,7 +254,7 @@ def estimate(text: str, apart: str = "") -> Estimate:
           computation_ici(c)
           for key in ("to_apply", "calls", "branch_computations")
           + ("true_computation", "false_computation")
-          for c in _attr(inst, key)
+          for c in hlo_text.attr(inst, key)
         ]
         if inst.op == "conditional" and each:
           hi_most = max(e[0] for e in each)
@@ -405,7 +277,7 @@ def estimate(text: str, apart: str = "") -> Estimate:
     """Whether instruction `name`'s array lies in the host's memory (None:
     not one array, or not known)."""
     inst = named.get(name)
-    arrays = _laid_out(inst.shape) if inst else []
+    arrays = hlo_text.laid_out(inst.shape) if inst else []
     return arrays[0][1] if len(arrays) == 1 else None
 
   @functools.cache
@@ -414,18 +286,18 @@ def estimate(text: str, apart: str = "") -> Estimate:
     times its trips (a conditional: its costliest branch)."""
     total = 0.0
     for inst in comps.get(name, []):
-      arrays = _laid_out(inst.shape)
+      arrays = hlo_text.laid_out(inst.shape)
       if inst.op == "while":
-        body = (_attr(inst, "body") or [""])[0]
-        total += computation_host(body) * (_trips(comps, inst, named) or 1)
-      elif inst.op == "conditional":
-        branches = _attr(inst, "branch_computations") or (
-          _attr(inst, "true_computation") + _attr(inst, "false_computation")
+        body = (hlo_text.attr(inst, "body") or [""])[0]
+        total += computation_host(body) * (
+          hlo_text.trips(comps, inst, named) or 1
         )
+      elif inst.op == "conditional":
+        branches = hlo_text.branches(inst)
         total += max(map(computation_host, branches), default=0.0)
       elif inst.op in ("call", "async-start"):
         for key in ("to_apply", "calls"):
-          total += sum(map(computation_host, _attr(inst, key)))
+          total += sum(map(computation_host, hlo_text.attr(inst, key)))
       elif inst.op in _HOST_COPIES and len(arrays) >= 2:
         moved, source = _HOST_COPIES[inst.op](arrays)
         total += moved[0] if moved[1] != source[1] else 0.0
@@ -435,7 +307,7 @@ def estimate(text: str, apart: str = "") -> Estimate:
           there = host_side(inst.operands[0])
         elif inst.op == "dynamic-update-slice" and len(inst.operands) > 1:
           there = host_side(inst.operands[1])  # the update moves
-          size = shape_bytes(named[inst.operands[1]].shape)
+          size = hlo_text.shape_bytes(named[inst.operands[1]].shape)
         else:
           continue
         total += size if there is not None and there != here else 0.0
@@ -455,14 +327,6 @@ def estimate(text: str, apart: str = "") -> Estimate:
     aside,
     computation_host(entry),
   )
-
-
-def _laid_out(shape: str) -> list[tuple[float, bool]]:
-  """(bytes, in the host's memory) of each array of an HLO shape."""
-  return [
-    (shape_bytes(f"{t}[{d}]"), _HOST_SPACE in layout)
-    for t, d, layout in _LAID_OUT.findall(shape)
-  ]
 
 
 # An async copy's (moved array, the array on the side it leaves) among

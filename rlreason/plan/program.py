@@ -15,6 +15,7 @@ import resource
 import sys
 
 from rlreason.plan import hlo_loops
+from rlreason.plan import hlo_text
 from rlreason.sampling import continuous_loop
 
 
@@ -127,9 +128,6 @@ class Program:
 
 
 _SHAPE = re.compile(r"= (\w+)\[([\d,]*)\]([^ ]*) (\S+?)\(")
-# The memory space of an array in host memory (XLA's kHostMemorySpace, a
-# layout's "S(5)"): a layer input offloaded under --remat_policy=offload.
-_HOST = "S(5)"
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 _BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
 _BYTES.update({"u8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8})
@@ -139,14 +137,14 @@ _FUSED = re.compile(r"\bfusion\(.*\bcalls=%([\w.\-]+)")
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{$")
 
 
-def materialized(hlo_text: str) -> str:
+def materialized(text: str) -> str:
   """The HLO text less the bodies of fused computations: their values
   live in a kernel's registers or VMEM, not in HBM (a [1, D] x [D, V]
   product rewritten to a fused multiply + reduce names an f32[D, V]
   there that is never stored)."""
-  fused = set(_FUSED.findall(hlo_text))
+  fused = set(_FUSED.findall(text))
   kept, skip = [], False
-  for line in hlo_text.splitlines():
+  for line in text.splitlines():
     head = _COMPUTATION.match(line)
     if head:
       skip = head.group(1) in fused
@@ -155,19 +153,21 @@ def materialized(hlo_text: str) -> str:
   return "\n".join(kept)
 
 
-def largest_buffers(hlo_text: str, k: int = 10):
+def largest_buffers(text: str, k: int = 10):
   """The k largest arrays the optimized per-device HLO stores (outside
   fused computations, `materialized`): (bytes, "dtype[dims]", the ops
   producing it), one per distinct shape; an array in host memory is
   named "dtype[dims] (host)"."""
   seen: dict[str, tuple[int, set]] = {}
-  for dtype, dims, layout, op in _SHAPE.findall(materialized(hlo_text)):
+  for dtype, dims, layout, op in _SHAPE.findall(materialized(text)):
     if dtype not in _BYTES:
       continue
     size = _BYTES[dtype]
     for d in dims.split(","):
       size *= int(d) if d else 1
-    shape = f"{dtype}[{dims}]" + (" (host)" if _HOST in layout else "")
+    shape = f"{dtype}[{dims}]" + (
+      " (host)" if hlo_text.HOST_SPACE in layout else ""
+    )
     seen.setdefault(shape, (size, set()))[1].add(op)
   top = sorted(
     ((b, s, ",".join(sorted(ops)[:3])) for s, (b, ops) in seen.items()),

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from rlreason.plan import hlo_loops
+from rlreason.plan import hlo_text
 
 T3 = "(s32[], f32[8,16], f32[8,16])"
 # The loop's condition: counter < 8.
@@ -171,9 +172,9 @@ def test_copies_to_and_from_the_hosts_memory_by_hand():
 
 
 def test_shape_bytes():
-  assert hlo_loops.shape_bytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
-  assert hlo_loops.shape_bytes("(s32[], f32[2,3]{1,0}, pred[5])") == 33
-  assert hlo_loops.shape_bytes("s4[16]") == 8
+  assert hlo_text.shape_bytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
+  assert hlo_text.shape_bytes("(s32[], f32[2,3]{1,0}, pred[5])") == 33
+  assert hlo_text.shape_bytes("s4[16]") == 8
 
 
 def test_a_compiled_nested_loop_against_xlas_count():
