@@ -127,50 +127,37 @@ class Program:
     )
 
 
-_SHAPE = re.compile(r"= (\w+)\[([\d,]*)\]([^ ]*) (\S+?)\(")
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
-_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1}
-_BYTES.update({"u8": 1, "pred": 1, "f64": 8, "s64": 8, "u64": 8})
-
-
-_FUSED = re.compile(r"\bfusion\(.*\bcalls=%([\w.\-]+)")
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{$")
-
-
-def materialized(text: str) -> str:
-  """The HLO text less the bodies of fused computations: their values
-  live in a kernel's registers or VMEM, not in HBM (a [1, D] x [D, V]
-  product rewritten to a fused multiply + reduce names an f32[D, V]
-  there that is never stored)."""
-  fused = set(_FUSED.findall(text))
-  kept, skip = [], False
-  for line in text.splitlines():
-    head = _COMPUTATION.match(line)
-    if head:
-      skip = head.group(1) in fused
-    if not skip:
-      kept.append(line)
-  return "\n".join(kept)
 
 
 def largest_buffers(text: str, k: int = 10):
-  """The k largest arrays the optimized per-device HLO stores (outside
-  fused computations, `materialized`): (bytes, "dtype[dims]", the ops
-  producing it), one per distinct shape; an array in host memory is
-  named "dtype[dims] (host)"."""
-  seen: dict[str, tuple[int, set]] = {}
-  for dtype, dims, layout, op in _SHAPE.findall(materialized(text)):
-    if dtype not in _BYTES:
+  """The k largest arrays the optimized per-device HLO stores: (bytes,
+  "dtype[dims]", the ops producing it), one per distinct shape; an array
+  in host memory is named "dtype[dims] (host)". Values inside fused
+  computations are left out: they live in a kernel's registers or VMEM,
+  not in HBM (a [1, D] x [D, V] product rewritten to a fused multiply +
+  reduce names an f32[D, V] there that is never stored)."""
+  comps, _ = hlo_text.parse(text)
+  fused = {
+    c
+    for insts in comps.values()
+    for inst in insts
+    if inst.op == "fusion"
+    for c in hlo_text.attr(inst, "calls")
+  }
+  seen: dict[str, tuple[float, set]] = {}
+  for comp, insts in comps.items():
+    if comp in fused:
       continue
-    size = _BYTES[dtype]
-    for d in dims.split(","):
-      size *= int(d) if d else 1
-    shape = f"{dtype}[{dims}]" + (
-      " (host)" if hlo_text.HOST_SPACE in layout else ""
-    )
-    seen.setdefault(shape, (size, set()))[1].add(op)
+    for inst in insts:
+      arrays = hlo_text.laid_out(inst.shape)
+      if inst.shape.startswith("(") or len(arrays) != 1 or not arrays[0][0]:
+        continue  # a tuple (its arrays are named where made), or a token
+      size, host = arrays[0]
+      shape = inst.shape.split("{")[0] + (" (host)" if host else "")
+      seen.setdefault(shape, (size, set()))[1].add(inst.op)
   top = sorted(
-    ((b, s, ",".join(sorted(ops)[:3])) for s, (b, ops) in seen.items()),
+    ((int(b), s, ",".join(sorted(ops)[:3])) for s, (b, ops) in seen.items()),
     reverse=True,
   )
   return top[:k]

@@ -38,3 +38,17 @@ def test_largest_buffers_name_arrays_in_host_memory():
     (16 * 2 * 512 * 128 * 4, "f32[16,2,512,128] (host)", "custom-call"),
     (16 * 2 * 512 * 128 * 4, "f32[16,2,512,128]", "copy"),
   ], got
+
+
+def test_largest_buffers_name_a_tuples_arrays_where_they_are_made():
+  """A tuple (one element or more) and a token are not arrays of their
+  own: the listing names each array once, by the op that made it."""
+  text = (
+    "ENTRY %main (p: f32[8]) -> (f32[8]) {\n"
+    "  %p = f32[8]{0} parameter(0)\n"
+    "  %t = token[] after-all()\n"
+    "  %n = f32[8]{0} negate(%p)\n"
+    "  ROOT %r = (f32[8]{0}) tuple(%n)\n"
+    "}\n"
+  )
+  assert program.largest_buffers(text) == [(32, "f32[8]", "negate,parameter")]
