@@ -22,6 +22,7 @@ The workdir may be local or gs:// (rlreason/storage.py).
 import dataclasses
 import functools
 import os
+import sys
 import time
 from typing import Any, Callable
 
@@ -228,6 +229,7 @@ def train(
     ckpt.save(step, state, {"step": step, "data": prompts.state()})
 
   def evaluate(step):
+    t0 = time.time()
     out = context_lib.run_eval(
       ctx,
       policy_of(state.params),
@@ -238,6 +240,16 @@ def train(
       ks=sorted({1, cfg.eval_samples}),
     )
     writer.write(step, out)
+    if is_main:
+      n = cfg.eval_samples
+      print(
+        f"eval at step {step}/{cfg.steps} | {report.eval_line(out)} | "
+        f"{len(eval_examples)} held-out problems, "
+        f"{'greedy' if n == 1 else f'{n} samples each'} | "
+        f"{time.time() - t0:.1f} s",
+        file=sys.stderr,
+        flush=True,
+      )
     return out
 
   if start == 0:
@@ -380,5 +392,7 @@ def train_and_report(
     needs_ref=needs_ref,
     **train_kwargs,
   )
-  report.write(out["workdir"], title=title)
+  path = report.write(out["workdir"], title=title)
+  if jax.process_index() == 0:
+    print(f"report: {path}", file=sys.stderr, flush=True)
   return out

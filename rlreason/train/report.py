@@ -119,6 +119,19 @@ def _cell(d: dict | None, k: str) -> str:
   return f"{100 * d[k]:.1f}%{ci}"
 
 
+def eval_line(d: dict) -> str:
+  """An evaluation's metrics on one line: "mean@1 1.4% [0.4, 5.1]", then
+  pass@k / maj@k for k > 1 (pass@1 is mean@1 by definition)."""
+  keys = sorted(
+    k
+    for k in d
+    if k.startswith("eval/")
+    and not k.endswith(("_lo", "_hi"))
+    and k not in ("eval/accuracy", "eval/pass@1")
+  )
+  return " | ".join(f"{k[5:]} {_cell(d, k)}" for k in keys)
+
+
 def write(workdir: str, title: str = "") -> str:
   """Writes workdir/report.md and workdir/curves.png; returns the md path.
 

@@ -91,7 +91,7 @@ def test_nonfinite_rewards_are_counted_and_skip_the_update(
 
 @pytest.mark.slow
 def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
-  tmp_path, monkeypatch
+  tmp_path, monkeypatch, capsys
 ):
   def hook(call, rewards):
     if call == 2:  # during step 2
@@ -106,11 +106,18 @@ def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
   report = open(os.path.join(cfg.workdir, "report.md")).read()
   assert "status: stopped at step 2 of 4" in report
   assert _train_steps(cfg.workdir) == [1, 2]
+  err = capsys.readouterr().err  # the evaluation's line, where report is
+  assert "eval at step 0/4 | mean@1 " in err
+  assert "| 4 held-out problems, greedy |" in err
+  assert "eval at step 4/4" not in err
+  assert f"report: {cfg.workdir}/report.md" in err
   # A torn row (the process died mid-write) and a redone step: both go.
   with open(os.path.join(cfg.workdir, "metrics.jsonl"), "a") as f:
     f.write('{"step": 3, "loss": 0.1}\n{"step": 4, "lo')
   assert flags.run_checked(grpo.run, cfg) == 0
   assert _train_steps(cfg.workdir) == [1, 2, 3, 4]  # each step once
+  err = capsys.readouterr().err
+  assert "eval at step 0/4" not in err and "eval at step 4/4 | mean@1 " in err
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
   assert status == {"status": "finished", "step": 4, "steps": 4}
   report = open(os.path.join(cfg.workdir, "report.md")).read()

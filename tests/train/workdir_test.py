@@ -157,3 +157,23 @@ def test_report_names_where_the_parameters_came_from():
   assert report._init({"model": "laptop-base"}) == "its weights"  # noqa: SLF001
   got = report._init({"model": "tiny", "init_from": "w/cache"})  # noqa: SLF001
   assert got == "init from `w/cache`"
+
+
+def test_eval_line_gives_mean_at_1_then_the_larger_ks():
+  """pass@1 is mean@1 by definition and accuracy repeats it: one each."""
+  got = report.eval_line(
+    {
+      "eval/accuracy": 0.25,
+      "eval/mean@1": 0.25,
+      "eval/mean@1_lo": 0.125,
+      "eval/mean@1_hi": 0.5,
+      "eval/pass@1": 0.25,
+      "eval/pass@1_lo": 0.125,
+      "eval/pass@1_hi": 0.5,
+      "eval/pass@4": 0.75,
+      "eval/pass@4_lo": 0.5,
+      "eval/pass@4_hi": 0.875,
+      "step": 3,
+    }
+  )
+  assert got == "mean@1 25.0% [12.5, 50.0] | pass@4 75.0% [50.0, 87.5]"
