@@ -318,7 +318,7 @@ def _task_examples(name: str, split: str, options) -> list[Example]:
   try:
     task = tasks.get(name)
   except KeyError as e:
-    raise DataError(str(e)) from None
+    raise DataError(f"task:{name}: {e.args[0]}") from None  # no repr quotes
   spec = options.get("difficulty", "1")
   lo, _, hi = spec.partition("-")
   difficulties = list(

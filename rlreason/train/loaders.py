@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from rlreason import config
 from rlreason import mesh as mesh_lib
 from rlreason import rewards as rewards_lib
 from rlreason.data import sources as data_lib
@@ -74,7 +75,10 @@ def make_reward_fns(cfg):
   kind, location, _ = data_lib.parse_spec(cfg.data)
   correct_name = f"task:{location}" if kind == "task" else "math"
   name = correct_name if cfg.reward in ("task", "") else cfg.reward
-  reward_fn = FiniteRewards(rewards_lib.combine({name: 1.0}))
+  try:
+    reward_fn = FiniteRewards(rewards_lib.combine({name: 1.0}))
+  except KeyError as e:  # str(KeyError) adds quotes
+    raise config.ConfigError(f"--reward={cfg.reward}: {e.args[0]}") from None
   correct = rewards_lib.get(correct_name)
   return reward_fn, correct
 

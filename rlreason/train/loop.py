@@ -96,6 +96,7 @@ def train(
   tok = loaders.load_tokenizer(cfg)
   preflight.check_prompts(cfg, tok, train_examples, f"--data={cfg.data}")
   preflight.check_prompts(cfg, tok, eval_examples, f"eval data {eval_spec}")
+  reward_fn, correct_fn = loaders.make_reward_fns(cfg)  # --reward is known
   cfg = sft.warm_started(cfg)
   is_main = jax.process_index() == 0
   if is_main:
@@ -172,7 +173,6 @@ def train(
   )
   del params
 
-  reward_fn, correct_fn = loaders.make_reward_fns(cfg)
   ctx = context_lib.Context(
     cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params
   )

@@ -156,6 +156,23 @@ def test_a_bad_task_option(tmp_path, capsys, no_compute):
   )
 
 
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (dict(reward="nosuch"), "error: --reward=nosuch: unknown reward 'nosuch'"),
+    (
+      dict(reward="task:nosuch"),
+      "error: --reward=task:nosuch: unknown task 'nosuch'; known: ['addsub5'",
+    ),
+    (dict(data="task:nosuch"), "error: task:nosuch: unknown task 'nosuch'"),
+  ],
+)
+def test_an_unknown_reward_or_task(
+  tmp_path, capsys, no_compute, overrides, message
+):
+  _fails(_cfg(tmp_path, **overrides), capsys, message)
+
+
 def test_resuming_with_other_settings_is_refused(tmp_path, capsys, no_compute):
   cfg = _cfg(tmp_path)
   os.makedirs(cfg.workdir)
