@@ -36,6 +36,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from rlreason import devices
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate as evaluate_lib
 from rlreason.train import flags as rr_flags
@@ -165,5 +166,6 @@ def _main(argv):
 
 
 if __name__ == "__main__":
+  devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   rr_flags.define_from_dataclass(Config)  # Only here: imports define none.
   app.run(_main)

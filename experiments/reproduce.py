@@ -52,6 +52,7 @@ from absl import logging
 
 from experiments.claims import CLAIMS
 from experiments.claims import Claim
+from rlreason import devices
 from rlreason import config
 from rlreason.model import presets
 from rlreason.train import checkpoint
@@ -327,6 +328,7 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   flags.DEFINE_string("method", None, "a CLAIMS key", required=True)
   flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds")
   flags.DEFINE_integer("steps", 0, "RL steps per run; 0 = each default")

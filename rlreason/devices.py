@@ -7,6 +7,9 @@
                                        temporaries budget) for the functions
                                        jitted under a context
   jit_with_options                     one cached jit per body and options
+  no_tpu_probe_without_tpus            a command line's first call: CPU
+                                       only on a host with libtpu but no
+                                       TPU (no probe, no warnings)
 
 No mesh axes are named here (mesh.py maps them).
 """
@@ -14,6 +17,9 @@ No mesh axes are named here (mesh.py maps them).
 import contextlib
 import contextvars
 import functools
+import glob
+import importlib.util
+import os
 
 import jax
 from jax.sharding import Mesh
@@ -98,3 +104,27 @@ def jit_with_options(body, options: dict, **spec):
 @functools.cache
 def _jit_with(body, options: tuple, spec: tuple):
   return jax.jit(body, compiler_options=dict(options), **dict(spec))
+
+
+def no_tpu_probe_without_tpus() -> None:
+  """Skips JAX's TPU backend on a host with no TPU (and no GPU plugin).
+
+  libtpu comes with the test extra (the planner AOT-compiles for TPU
+  slices); without this, JAX probes for TPUs when its backend starts and
+  prints libtpu's warnings and an INVALID_ARGUMENT error on every CPU run.
+  Each command line calls it before its first JAX computation (an
+  experiment's flags.run_main, the evaluation, benchmark and reproduction
+  CLIs). JAX_PLATFORMS or TPU_ACCELERATOR_TYPE, when set, win.
+  """
+  if os.environ.get("JAX_PLATFORMS") or os.environ.get("TPU_ACCELERATOR_TYPE"):
+    return
+  if importlib.util.find_spec("libtpu") is None:
+    return
+  if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
+    return
+  if any(
+    importlib.util.find_spec(m) is not None
+    for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm_plugin")
+  ):
+    return
+  jax.config.update("jax_platforms", "cpu")

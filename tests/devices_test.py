@@ -1,6 +1,7 @@
 """devices.py: device memory where the backend reports it, and compiler
 options for the functions jitted under a context."""
 
+import pathlib
 import types
 
 import jax
@@ -93,3 +94,49 @@ def test_options_jit_compiles_with_the_innermost_compile_options():
   assert one is devices.jit_with_options(
     body, dict(known), static_argnames=("k",)
   )
+
+
+@pytest.mark.parametrize(
+  "env, devs, plugin, expected",
+  [
+    ({}, [], None, [("jax_platforms", "cpu")]),  # libtpu, no TPU: CPU only
+    ({"JAX_PLATFORMS": "cuda"}, [], None, []),  # the user's choice wins
+    ({"TPU_ACCELERATOR_TYPE": "v5litepod-16"}, [], None, []),  # planning
+    ({}, ["/dev/accel0"], None, []),  # a TPU VM
+    ({}, [], "jax_cuda12_plugin", []),  # a GPU host
+  ],
+)
+def test_no_tpu_probe_without_tpus(monkeypatch, env, devs, plugin, expected):
+  for key in ("JAX_PLATFORMS", "TPU_ACCELERATOR_TYPE"):
+    monkeypatch.delenv(key, raising=False)
+  for key, value in env.items():
+    monkeypatch.setenv(key, value)
+  installed = {"libtpu", plugin}
+  monkeypatch.setattr(
+    devices.importlib.util,
+    "find_spec",
+    lambda name: object() if name in installed else None,
+  )
+  monkeypatch.setattr(
+    devices.glob, "glob", lambda p: devs if p.startswith("/dev/accel") else []
+  )
+  calls = []
+  monkeypatch.setattr(jax.config, "update", lambda *a: calls.append(a))
+  devices.no_tpu_probe_without_tpus()
+  assert calls == expected
+
+
+def test_every_command_line_skips_the_tpu_probe():
+  """Each CLI in experiments/ calls it first (through flags.run_main or
+  directly), or sets the planner's TPU environment (plan.py, and
+  bench/measured_vs_planned.py, which imports it)."""
+  root = pathlib.Path(__file__).parents[1] / "experiments"
+  missing = [
+    str(p.relative_to(root))
+    for p in sorted(root.rglob("*.py"))
+    if '__name__ == "__main__"' in (text := p.read_text())
+    and "run_main(" not in text
+    and "no_tpu_probe_without_tpus()" not in text
+    and p.name not in ("plan.py", "measured_vs_planned.py")
+  ]
+  assert not missing, missing

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from experiments.bench import measure
+from rlreason import devices
 from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.plan import chips
@@ -142,4 +143,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   app.run(main)

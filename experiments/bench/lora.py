@@ -23,6 +23,7 @@ from absl import flags
 
 from experiments.bench.rollout_lengths import small_model
 from experiments.bench.sampling import SHAPES
+from rlreason import devices
 from rlreason.model import lora
 from rlreason.sampling import draw
 from rlreason.sampling import sampler
@@ -93,4 +94,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   app.run(main)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from absl import app
 
 from experiments.bench import measure
+from rlreason import devices
 
 # Weights of the medium shape's decode step: 12 layers x (q, k, v, o, gate,
 # up, down) + the lm head, as (in, out) matrices.
@@ -82,4 +83,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   app.run(main)

@@ -29,6 +29,7 @@ from absl import app
 from absl import flags
 
 from experiments.bench.sampling import SHAPES
+from rlreason import devices
 from rlreason.model import transformer
 from rlreason.sampling import continuous
 from rlreason.sampling import draw
@@ -198,4 +199,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   app.run(main)

@@ -30,6 +30,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from rlreason import devices
 from rlreason.sampling import sampler as sampling
 from rlreason.sampling import draw
 from rlreason.model import hf
@@ -237,4 +238,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   app.run(main)

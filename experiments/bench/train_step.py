@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.bench import measure
+from rlreason import devices
 from rlreason.rl import aggregation
 from rlreason.model import policy
 from rlreason.train import train_step as ts
@@ -120,4 +121,5 @@ def main():
 
 
 if __name__ == "__main__":
+  devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   main()

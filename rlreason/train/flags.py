@@ -17,7 +17,6 @@ Exit codes of an experiment run through `run_main`:
 """
 
 import dataclasses
-import os
 import sys
 from typing import Callable
 
@@ -26,6 +25,7 @@ from absl import flags
 from absl import logging
 
 from rlreason import config
+from rlreason import devices
 from rlreason.data import sources
 from rlreason.train import checkpoint
 
@@ -77,7 +77,7 @@ def run_main(cls, run: Callable, paper: dict | None = None) -> None:
   --verbosity is given; progress lines are printed regardless.
   """
   define_from_dataclass(cls)
-  no_tpu_probe_without_tpus()
+  devices.no_tpu_probe_without_tpus()
 
   def main(argv):
     if len(argv) > 1:
@@ -87,32 +87,6 @@ def run_main(cls, run: Callable, paper: dict | None = None) -> None:
     sys.exit(run_checked(run, parse_dataclass(cls, paper)))
 
   app.run(main)
-
-
-def no_tpu_probe_without_tpus() -> None:
-  """Skips JAX's TPU backend on a host with no TPU (and no GPU plugin).
-
-  libtpu comes with the test extra (the planner AOT-compiles for TPU
-  slices); without it, JAX would probe for TPUs at start and print
-  warnings on every CPU run. JAX_PLATFORMS, when set, wins.
-  """
-  import glob
-  import importlib.util
-
-  if os.environ.get("JAX_PLATFORMS") or os.environ.get("TPU_ACCELERATOR_TYPE"):
-    return
-  if importlib.util.find_spec("libtpu") is None:
-    return
-  if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
-    return
-  if any(
-    importlib.util.find_spec(m) is not None
-    for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm_plugin")
-  ):
-    return
-  import jax
-
-  jax.config.update("jax_platforms", "cpu")
 
 
 def run_checked(run: Callable, cfg) -> int:
