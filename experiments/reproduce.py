@@ -52,8 +52,8 @@ from absl import logging
 
 from experiments.claims import CLAIMS
 from experiments.claims import Claim
-from rlreason import devices
 from rlreason import config
+from rlreason import devices
 from rlreason.model import presets
 from rlreason.train import checkpoint
 from rlreason.train import flags as rr_flags
