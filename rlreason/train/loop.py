@@ -97,6 +97,16 @@ def train(
   preflight.check_prompts(cfg, tok, train_examples, f"--data={cfg.data}")
   preflight.check_prompts(cfg, tok, eval_examples, f"eval data {eval_spec}")
   reward_fn, correct_fn = loaders.make_reward_fns(cfg)  # --reward is known
+  shared = preflight.trained_on(cfg, train_examples, eval_examples)
+  evaluated = (
+    f"{len(eval_examples)} "
+    + (f"problems ({shared} trained on)" if shared else "held-out problems")
+    + (
+      ", greedy"
+      if cfg.eval_samples == 1
+      else f", {cfg.eval_samples} samples each"
+    )
+  )
   cfg = sft.warm_started(cfg)
   is_main = jax.process_index() == 0
   if is_main:
@@ -241,12 +251,9 @@ def train(
     )
     writer.write(step, out)
     if is_main:
-      n = cfg.eval_samples
       print(
         f"eval at step {step}/{cfg.steps} | {report.eval_line(out)} | "
-        f"{len(eval_examples)} held-out problems, "
-        f"{'greedy' if n == 1 else f'{n} samples each'} | "
-        f"{time.time() - t0:.1f} s",
+        f"{evaluated} | {time.time() - t0:.1f} s",
         file=sys.stderr,
         flush=True,
       )

@@ -148,3 +148,20 @@ def _raise(problems) -> None:
   problems = [p for p in problems if p]
   if problems:
     raise config.ConfigError("\n".join(problems))
+
+
+def trained_on(cfg, train, evaluated) -> int:
+  """How many evaluation problems are also training problems (the same
+  question): without --eval_data, a data file is evaluated on its own
+  first --eval_size rows. Warns when any are; returns the count."""
+  seen = {e.question for e in train}
+  shared = sum(e.question in seen for e in evaluated)
+  if shared:
+    logging.warning(
+      "%d of %d evaluation problems are also in --data=%s: the evaluation "
+      "is not held out; --eval_data=SPEC names problems to hold out.",
+      shared,
+      len(evaluated),
+      cfg.data,
+    )
+  return shared

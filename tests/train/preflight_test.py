@@ -116,6 +116,37 @@ def test_truncate_prompts_counts_instead(tmp_path):
   assert ids[1] == full[-8:]  # the prompt's end (and its template) is kept
 
 
+def test_evaluating_on_training_rows_is_warned(tmp_path, caplog, no_compute):
+  """Without --eval_data a data file is evaluated on its own first rows:
+  the run says so before any compute, and not when they are held out."""
+  rows = [{"question": f"{i}+1=?", "answer": str(i + 1)} for i in range(10)]
+  files = {}
+  for name, part in (
+    ("train", rows[:6]),
+    ("some", rows[4:8]),
+    ("new", rows[6:]),
+  ):
+    files[name] = tmp_path / f"{name}.jsonl"
+    files[name].write_text("".join(json.dumps(r) + "\n" for r in part))
+  for eval_data, warned in (("", "4 of 4"), ("some", "2 of 4"), ("new", "")):
+    caplog.clear()
+    cfg = _cfg(
+      tmp_path,
+      data=str(files["train"]),
+      eval_data=str(files[eval_data]) if eval_data else "",
+      eval_size=4,
+    )
+    with pytest.raises(ComputeRan):
+      flags.run_checked(grpo.run, cfg)
+    if warned:
+      assert (
+        f"{warned} evaluation problems are also in --data={files['train']}: "
+        "the evaluation is not held out" in caplog.text
+      )
+    else:
+      assert "not held out" not in caplog.text
+
+
 def test_validate_rows_checks_only_the_first_rows(tmp_path):
   from rlreason.data import sources
   from rlreason.model import tokenizer
