@@ -105,6 +105,10 @@ def test_merged_export_loads_in_transformers(run, tmp_path):
   np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4)
 
 
+# peft's PeftModel.from_pretrained calls an API transformers deprecated.
+@pytest.mark.filterwarnings(
+  "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
+)
 def test_adapter_alone_loads_with_peft(run, tmp_path):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
