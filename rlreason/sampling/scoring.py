@@ -18,11 +18,13 @@ evaluation of the same params sees the same randomness.
 import collections
 import dataclasses
 import math
+import time
 from typing import Callable, Hashable, Sequence
 
 import jax
 import numpy as np
 
+from rlreason import metrics as metrics_lib
 from rlreason.sampling import draw as sampling_lib
 
 # Offset of the evaluation key from the run's seed: evaluation randomness is
@@ -164,6 +166,7 @@ def sample_and_score(
   seed: int = 0,
   sequences_per_call: int = 128,
   extract_fn: Callable[[str], Hashable | None] | None = None,
+  progress_every: float = 30.0,
 ) -> Scored:
   """Greedy (samples=1) or `samples` sampled completions per problem.
 
@@ -182,6 +185,8 @@ def sample_and_score(
       one checkpoint alike.
     extract_fn: completion -> hashable answer (None when unparsed), for
       maj@k; None skips extraction.
+    progress_every: an evaluation that runs longer prints a progress line
+      (problems done, ETA) at most this often, in seconds, after a chunk.
   """
   if not examples:
     raise ValueError("sample_and_score: no examples to evaluate")
@@ -191,6 +196,8 @@ def sample_and_score(
   rng = jax.random.key(seed + EVAL_SEED_OFFSET)
   per_call = max(1, sequences_per_call // samples)
   texts, correct = [], []
+  progress = metrics_lib.Progress(len(examples), label="eval problems")
+  shown = time.time()
   for lo in range(0, len(examples), per_call):
     chunk = examples[lo : lo + per_call]
     r = ctx.generate(
@@ -211,6 +218,10 @@ def sample_and_score(
     texts += [
       list(r.texts[i * samples : (i + 1) * samples]) for i in range(len(chunk))
     ]
+    done = lo + len(chunk)
+    if done < len(examples) and time.time() - shown >= progress_every:
+      progress.update(done, {"accuracy": np.concatenate(correct).mean()})
+      shown = time.time()
   answers = None
   if extract_fn is not None:
     answers = [[extract_fn(t) for t in row] for row in texts]

@@ -82,30 +82,62 @@ def test_summarize_and_ci():
   assert "| after | " in table and "pass@2" in table
 
 
-@pytest.mark.parametrize("budget,expected", [(0, None), (7, 7)])
-def test_sample_and_score_passes_the_eval_budget(budget, expected):
-  """--eval_max_new_tokens reaches the sampler (0: the training budget)."""
+def _fake_ctx(budget=0, calls=None):
+  """A context whose sampler answers "4" to every prompt."""
   import types
 
-  calls = []
-
   def generate(params, chunk, rng, step, **kw):
-    calls.append(kw["max_new_tokens"])
+    if calls is not None:
+      calls.append(kw["max_new_tokens"])
     n = len(chunk) * kw["group_size"]
     return types.SimpleNamespace(
       texts=["4"] * n,
       prompt_ids=np.repeat(np.arange(len(chunk)), kw["group_size"]),
     )
 
-  ctx = types.SimpleNamespace(
+  return types.SimpleNamespace(
     cfg=types.SimpleNamespace(eval_max_new_tokens=budget),
     generate=generate,
     correct_fn=lambda texts, gold: [t == g for t, g in zip(texts, gold)],
   )
-  examples = [types.SimpleNamespace(answer=a) for a in ("4", "5")]
-  got = evaluation.sample_and_score(ctx, None, examples, step=0)
+
+
+def _problems(*answers):
+  import types
+
+  return [types.SimpleNamespace(answer=a) for a in answers]
+
+
+@pytest.mark.parametrize("budget,expected", [(0, None), (7, 7)])
+def test_sample_and_score_passes_the_eval_budget(budget, expected):
+  """--eval_max_new_tokens reaches the sampler (0: the training budget)."""
+  calls = []
+  ctx = _fake_ctx(budget, calls)
+  got = evaluation.sample_and_score(ctx, None, _problems("4", "5"), step=0)
   assert calls == [expected]
   np.testing.assert_array_equal(got.correct[:, 0], [True, False])
+
+
+def test_a_long_evaluation_shows_its_progress(capsys):
+  """A line per chunk at most every progress_every seconds, none after the
+  last chunk (the caller reports the result); a short one prints none."""
+  problems = _problems("4", "5", "4", "4", "4")
+  for every, expected in ((30.0, []), (0.0, ["2/5", "4/5"])):
+    evaluation.sample_and_score(
+      _fake_ctx(),
+      None,
+      problems,
+      step=0,
+      sequences_per_call=2,
+      progress_every=every,
+    )
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" | ")[0] for line in lines] == [
+      f"eval problems {n}" for n in expected
+    ]
+    if expected:
+      assert lines[0].split(" | ")[1] == "accuracy 0.500"  # "4" right of 2
+      assert lines[1].split(" | ")[1] == "accuracy 0.750"
 
 
 def test_sampled_eval_does_not_depend_on_the_chunk_size():
