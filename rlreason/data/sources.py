@@ -18,7 +18,10 @@ The first two bare FIELDs name the question and answer fields. Keys:
   format            how the answer field becomes the answer: `raw`, `gsm8k`
                     (text after '####', commas dropped), `boxed` (last
                     \boxed{} of a solution), or `auto` (default: by schema).
-  split             dataset split (default: the `split` argument of `load`).
+  split             dataset split (default: the `split` argument of `load`,
+                    "train" or "eval"; for a dataset with named splits,
+                    "eval" is its eval / test / validation split, and a
+                    dataset of one split is that split).
   config            hf dataset config name.
   difficulty, n, seed   task options: `difficulty=2` or `difficulty=1-3`
                     (n split evenly across the range), n problems (default
@@ -261,24 +264,48 @@ def _file_records(path: str) -> Iterator[tuple[str, Any]]:
     yield from _jsonl_records(path)
 
 
-def _hf_records(ds, name: str, split: str) -> Iterator[tuple[str, Any]]:
+# The splits a run's "train" / "eval" data come from, first found first,
+# where the spec names none (hub datasets call the held-out split "test" or
+# "validation"); a dataset of one split (AIME's "train") is that split.
+_SPLITS = {"train": ("train",), "eval": ("eval", "test", "validation")}
+
+
+def _split_of(splits, split: str, explicit: bool, name: str) -> str:
+  """The split of a dataset with `splits` that `split` means."""
+  if split in splits:
+    return split
+  if not explicit:
+    found = [s for s in _SPLITS.get(split, ()) if s in splits]
+    if found or len(splits) == 1:
+      return (found or list(splits))[0]
+  raise DataError(
+    f"{name}: no split {split!r}; has {sorted(splits)} (name one: "
+    f"{name}:split=NAME)"
+  )
+
+
+def _hf_records(
+  ds, name: str, split: str, explicit: bool = True
+) -> Iterator[tuple[str, Any]]:
   import datasets
 
   if isinstance(ds, datasets.DatasetDict):
-    if split not in ds:
-      raise DataError(f"{name}: no split {split!r}; has {sorted(ds)}")
+    split = _split_of(ds, split, explicit, name)
     ds = ds[split]
   for row, record in enumerate(ds):
     yield f"{name}[{split}]: row {row}", record
 
 
-def _path_records(path: str, split: str) -> Iterator[tuple[str, Any]]:
+def _path_records(
+  path: str, split: str, explicit: bool
+) -> Iterator[tuple[str, Any]]:
   if os.path.isdir(path):
     markers = ("dataset_info.json", "state.json", "dataset_dict.json")
     if any(os.path.exists(os.path.join(path, m)) for m in markers):
       import datasets
 
-      yield from _hf_records(datasets.load_from_disk(path), path, split)
+      ds = datasets.load_from_disk(path)
+      yield from _hf_records(ds, path, split, explicit)
       return
     files = sorted(glob.glob(os.path.join(path, "*.parquet")))
     if not files:
@@ -371,18 +398,28 @@ def load(spec: str, split: str = "train") -> list[Example]:
     DataError: a bad spec or record; the message names file and row.
   """
   kind, location, options = parse_spec(spec)
+  explicit = "split" in options
   split = options.get("split", split)
   if kind == "task":
     return _task_examples(location, split, options)
   if kind == "hf":
     import datasets
 
-    ds = datasets.load_dataset(location, options.get("config"), split=split)
-    records = _hf_records(ds, f"hf:{location}", split)
+    try:  # every split, unless the spec names one (_split_of picks)
+      ds = datasets.load_dataset(
+        location, options.get("config"), split=split if explicit else None
+      )
+    except Exception as e:  # no network and not cached, no such repo, ...
+      raise DataError(
+        f"hf:{location}: {type(e).__name__}: {e} (without a network, point "
+        "--data / --eval_data at a local .jsonl / .parquet file or a "
+        "save_to_disk folder)"
+      ) from None
+    records = _hf_records(ds, f"hf:{location}", split, explicit)
   elif kind == "tfds":
     records = _tfds_records(location, split)
   else:
-    records = _path_records(location, split)
+    records = _path_records(location, split, explicit)
   examples = examples_from_records(records, options)
   if not examples:
     raise DataError(f"{spec}: no records")

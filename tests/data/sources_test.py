@@ -115,6 +115,52 @@ def test_hf_save_to_disk(tmp_path):
   assert [e.answer for e in test] == ["5", "6"]
   with pytest.raises(data.DataError, match="no split 'dev'"):
     data.load(str(tmp_path / "gsm"), split="dev")
+  # A run's eval data: the held-out split by its hub names.
+  assert [e.answer for e in data.load(str(tmp_path / "gsm"), "eval")] == [
+    "5",
+    "6",
+  ]
+  with pytest.raises(data.DataError, match=r"no split 'eval'.*split=NAME"):
+    data.load(f"{tmp_path / 'gsm'}:split=eval")  # named: no guessing
+
+
+def test_hf_hub_splits_and_errors(monkeypatch):
+  """A hub spec loads every split unless it names one; "eval" is the
+  dataset's test / validation split, or its only one (AIME's "train");
+  a failed load is a DataError naming the spec."""
+  import datasets
+
+  def rows(*answers):
+    return datasets.Dataset.from_list(
+      [{"question": f"q{a}", "answer": a} for a in answers]
+    )
+
+  hub = {
+    "u/two": datasets.DatasetDict(
+      {"train": rows("1"), "validation": rows("2")}
+    ),
+    "u/one": datasets.DatasetDict({"train": rows("3")}),
+  }
+  calls = []
+
+  def load_dataset(repo, config=None, split=None):
+    calls.append(split)
+    if repo not in hub:
+      raise ConnectionError(f"Couldn't reach '{repo}' on the Hub")
+    return hub[repo] if split is None else hub[repo][split]
+
+  monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+
+  def answers(spec, split):
+    return [e.answer for e in data.load(spec, split)]
+
+  assert answers("hf:u/two", "train") == ["1"]
+  assert answers("hf:u/two", "eval") == ["2"]
+  assert answers("hf:u/one", "eval") == ["3"]
+  assert answers("hf:u/two:split=validation", "train") == ["2"]
+  assert calls == [None, None, None, "validation"]
+  with pytest.raises(data.DataError, match=r"hf:u/none: ConnectionError"):
+    data.load("hf:u/none")
 
 
 def test_task_source():
