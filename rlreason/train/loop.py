@@ -97,16 +97,11 @@ def train(
   preflight.check_prompts(cfg, tok, train_examples, f"--data={cfg.data}")
   preflight.check_prompts(cfg, tok, eval_examples, f"eval data {eval_spec}")
   reward_fn, correct_fn = loaders.make_reward_fns(cfg)  # --reward is known
-  shared = preflight.trained_on(cfg, train_examples, eval_examples)
-  evaluated = (
-    f"{len(eval_examples)} "
-    + (f"problems ({shared} trained on)" if shared else "held-out problems")
-    + (
-      ", greedy"
-      if cfg.eval_samples == 1
-      else f", {cfg.eval_samples} samples each"
-    )
-  )
+  scope = {  # what eval_before / eval_after.json and the eval lines say
+    "problems": len(eval_examples),
+    "trained_on": preflight.trained_on(cfg, train_examples, eval_examples),
+    "samples": cfg.eval_samples,
+  }
   cfg = sft.warm_started(cfg)
   is_main = jax.process_index() == 0
   if is_main:
@@ -252,8 +247,8 @@ def train(
     writer.write(step, out)
     if is_main:
       print(
-        f"eval at step {step}/{cfg.steps} | {report.eval_line(out)} | "
-        f"{evaluated} | {time.time() - t0:.1f} s",
+        f"eval at step {step}/{cfg.steps} | "
+        f"{report.eval_line({**out, **scope})} | {time.time() - t0:.1f} s",
         file=sys.stderr,
         flush=True,
       )
@@ -262,7 +257,9 @@ def train(
   if start == 0:
     first_eval = evaluate(0)
     if is_main:
-      storage.write_json(epath.Path(workdir) / "eval_before.json", first_eval)
+      storage.write_json(
+        epath.Path(workdir) / "eval_before.json", {**first_eval, **scope}
+      )
 
   # --- The RL loop ------------------------------------------------------------
   progress = metrics_lib.Progress(cfg.steps, start)
@@ -350,7 +347,9 @@ def train(
       save(cfg.steps)
     final = evaluate(cfg.steps)
     if is_main:
-      storage.write_json(epath.Path(workdir) / "eval_after.json", final)
+      storage.write_json(
+        epath.Path(workdir) / "eval_after.json", {**final, **scope}
+      )
   preempt.restore_handlers()
   writer.close()
   ckpt.close()

@@ -121,7 +121,9 @@ def _cell(d: dict | None, k: str) -> str:
 
 def eval_line(d: dict) -> str:
   """An evaluation's metrics on one line: "mean@1 1.4% [0.4, 5.1]", then
-  pass@k / maj@k for k > 1 (pass@1 is mean@1 by definition)."""
+  pass@k / maj@k for k > 1 (pass@1 is mean@1 by definition), then what
+  was evaluated where the loop recorded it ("140 held-out problems,
+  greedy")."""
   keys = sorted(
     k
     for k in d
@@ -129,7 +131,13 @@ def eval_line(d: dict) -> str:
     and not k.endswith(("_lo", "_hi"))
     and k not in ("eval/accuracy", "eval/pass@1")
   )
-  return " | ".join(f"{k[5:]} {_cell(d, k)}" for k in keys)
+  parts = [f"{k[5:]} {_cell(d, k)}" for k in keys]
+  if "problems" in d:
+    n, shared, samples = d["problems"], d.get("trained_on"), d.get("samples", 1)
+    held = f"problems ({shared} trained on)" if shared else "held-out problems"
+    how = "greedy" if samples == 1 else f"{samples} samples each"
+    parts.append(f"{n} {held}, {how}")
+  return " | ".join(parts)
 
 
 def write(workdir: str, title: str = "") -> str:
@@ -165,8 +173,12 @@ def write(workdir: str, title: str = "") -> str:
     "",
   ]
   if before or after:
+    shared = (after or before).get("trained_on")
     lines += [
-      "## Held-out evaluation",
+      f"## Evaluation ({shared} of {(after or before).get('problems')} "
+      "problems are training problems)"
+      if shared
+      else "## Held-out evaluation",
       "",
       "| metric | before RL | after RL |",
       "|---|---|---|",

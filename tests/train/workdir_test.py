@@ -177,3 +177,30 @@ def test_eval_line_gives_mean_at_1_then_the_larger_ks():
     }
   )
   assert got == "mean@1 25.0% [12.5, 50.0] | pass@4 75.0% [50.0, 87.5]"
+  one = {"eval/mean@1": 0.5, "problems": 140, "trained_on": 0, "samples": 1}
+  assert report.eval_line(one) == "mean@1 50.0% | 140 held-out problems, greedy"
+  many = {**one, "trained_on": 3, "samples": 4}
+  assert report.eval_line(many) == (
+    "mean@1 50.0% | 140 problems (3 trained on), 4 samples each"
+  )
+
+
+@pytest.mark.parametrize(
+  "shared, heading",
+  [
+    (0, "## Held-out evaluation"),
+    (4, "## Evaluation (4 of 8 problems are training problems)"),
+  ],
+)
+def test_report_says_whether_the_evaluation_was_held_out(
+  tmp_path, shared, heading
+):
+  (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
+  for name, acc in (("eval_before.json", 0.25), ("eval_after.json", 0.5)):
+    (tmp_path / name).write_text(
+      json.dumps({"eval/accuracy": acc, "problems": 8, "trained_on": shared})
+    )
+  report.write(str(tmp_path), title="t")
+  text = (tmp_path / "report.md").read_text()
+  assert heading in text
+  assert "| accuracy | 25.0% | 50.0% |" in text
