@@ -120,18 +120,17 @@ def _cell(d: dict | None, k: str) -> str:
 
 
 def eval_line(d: dict) -> str:
-  """An evaluation's metrics on one line: "mean@1 1.4% [0.4, 5.1]", then
-  pass@k / maj@k for k > 1 (pass@1 is mean@1 by definition), then what
-  was evaluated where the loop recorded it ("140 held-out problems,
-  greedy")."""
-  keys = sorted(
-    k
+  """An evaluation on one line: its accuracy (pass@1: every sample's mean)
+  with the 95% interval, pass@k and maj@k for k > 1 (report.md's table
+  has every metric), then what was evaluated where the loop recorded it
+  ("140 held-out problems, greedy")."""
+  ks = sorted(
+    (k.startswith("eval/maj"), int(k.split("@")[1]), k)
     for k in d
-    if k.startswith("eval/")
-    and not k.endswith(("_lo", "_hi"))
-    and k not in ("eval/accuracy", "eval/pass@1")
+    if k.startswith(("eval/pass@", "eval/maj@")) and k.split("@")[1].isdigit()
   )
-  parts = [f"{k[5:]} {_cell(d, k)}" for k in keys]
+  parts = [f"accuracy {_cell(d, 'eval/pass@1')}"] if "eval/pass@1" in d else []
+  parts += [f"{k[5:]} {_cell(d, k)}" for _, n, k in ks if n > 1]
   if "problems" in d:
     n, shared, samples = d["problems"], d.get("trained_on"), d.get("samples", 1)
     held = f"problems ({shared} trained on)" if shared else "held-out problems"

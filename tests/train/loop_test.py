@@ -107,7 +107,7 @@ def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
   assert "status: stopped at step 2 of 4" in report
   assert _train_steps(cfg.workdir) == [1, 2]
   err = capsys.readouterr().err  # the evaluation's line, where report is
-  assert "eval at step 0/4 | mean@1 " in err
+  assert "eval at step 0/4 | accuracy " in err
   assert "| 4 held-out problems, greedy |" in err
   assert "eval at step 4/4" not in err
   assert f"report: {cfg.workdir}/report.md" in err
@@ -117,7 +117,7 @@ def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
   assert flags.run_checked(grpo.run, cfg) == 0
   assert _train_steps(cfg.workdir) == [1, 2, 3, 4]  # each step once
   err = capsys.readouterr().err
-  assert "eval at step 0/4" not in err and "eval at step 4/4 | mean@1 " in err
+  assert "eval at step 0/4" not in err and "eval at step 4/4 | accuracy " in err
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
   assert status == {"status": "finished", "step": 4, "steps": 4}
   report = open(os.path.join(cfg.workdir, "report.md")).read()

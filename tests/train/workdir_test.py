@@ -159,29 +159,38 @@ def test_report_names_where_the_parameters_came_from():
   assert got == "init from `w/cache`"
 
 
-def test_eval_line_gives_mean_at_1_then_the_larger_ks():
-  """pass@1 is mean@1 by definition and accuracy repeats it: one each."""
+def test_eval_line_gives_accuracy_then_the_larger_ks():
+  """Accuracy is pass@1 (every sample's mean; mean@1 is the first sample's
+  alone), then pass@k and maj@k for k > 1 by k, then what was evaluated."""
   got = report.eval_line(
     {
       "eval/accuracy": 0.25,
-      "eval/mean@1": 0.25,
-      "eval/mean@1_lo": 0.125,
-      "eval/mean@1_hi": 0.5,
+      "eval/mean@1": 0.5,
+      "eval/mean@1_lo": 0.25,
+      "eval/mean@1_hi": 0.75,
       "eval/pass@1": 0.25,
       "eval/pass@1_lo": 0.125,
       "eval/pass@1_hi": 0.5,
+      "eval/pass@16": 0.875,
       "eval/pass@4": 0.75,
       "eval/pass@4_lo": 0.5,
       "eval/pass@4_hi": 0.875,
+      "eval/maj@4": 0.375,
+      "eval/mean@4": 0.25,
       "step": 3,
     }
   )
-  assert got == "mean@1 25.0% [12.5, 50.0] | pass@4 75.0% [50.0, 87.5]"
-  one = {"eval/mean@1": 0.5, "problems": 140, "trained_on": 0, "samples": 1}
-  assert report.eval_line(one) == "mean@1 50.0% | 140 held-out problems, greedy"
+  assert got == (
+    "accuracy 25.0% [12.5, 50.0] | pass@4 75.0% [50.0, 87.5] | pass@16 87.5%"
+    " | maj@4 37.5%"
+  )
+  one = {"eval/pass@1": 0.5, "problems": 140, "trained_on": 0, "samples": 1}
+  assert report.eval_line(one) == (
+    "accuracy 50.0% | 140 held-out problems, greedy"
+  )
   many = {**one, "trained_on": 3, "samples": 4}
   assert report.eval_line(many) == (
-    "mean@1 50.0% | 140 problems (3 trained on), 4 samples each"
+    "accuracy 50.0% | 140 problems (3 trained on), 4 samples each"
   )
 
 
