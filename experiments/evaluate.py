@@ -36,6 +36,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from rlreason import config
 from rlreason import devices
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate as evaluate_lib
@@ -90,7 +91,21 @@ def _ks(text: str) -> tuple[int, ...]:
   try:
     return tuple(int(k) for k in text.split(",") if k.strip())
   except ValueError:
-    raise ValueError(f"--ks={text!r}: expected integers like 1,4,8") from None
+    raise config.ConfigError(
+      f"--ks={text!r}: expected integers like 1,4,8"
+    ) from None
+
+
+def check(cfg: Config) -> None:
+  """The sampling flags, before any checkpoint is read."""
+  if cfg.samples < 1:
+    raise config.ConfigError(f"--samples={cfg.samples} must be >= 1")
+  bad = [k for k in _ks(cfg.ks) if not 1 <= k <= cfg.samples]
+  if bad:
+    raise config.ConfigError(
+      f"--ks={cfg.ks}: each k must be in 1..--samples={cfg.samples} "
+      f"(got {bad}); pass@k needs k samples per problem"
+    )
 
 
 def default_out(policy: trained.Policy) -> str:
@@ -102,6 +117,7 @@ def default_out(policy: trained.Policy) -> str:
 
 def run(cfg: Config) -> dict:
   """Loads, optionally exports, evaluates and writes; returns the results."""
+  check(cfg)
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   policy = trained.load(
     cfg.checkpoint,
@@ -161,7 +177,7 @@ def _main(argv):
   )
   try:
     run(cfg)
-  except (trained.CheckpointError, data_lib.DataError) as e:
+  except (trained.CheckpointError, data_lib.DataError, config.ConfigError) as e:
     sys.exit(f"Error: {e}")  # A bad path or spec: the message says which.
 
 

@@ -17,6 +17,7 @@ from rlreason.eval import evaluate
 from rlreason.train import context
 from rlreason.train import loaders
 from rlreason.train import run_info
+from rlreason import config
 from rlreason import testing
 from rlreason.eval import trained
 from rlreason.model import hf
@@ -196,6 +197,26 @@ def test_preset(tmp_path):
 def test_config_fields_become_flags():
   for f in dataclasses.fields(evaluate_cli.Config):
     assert type(f.default) in (bool, int, float, str), f.name
+
+
+@pytest.mark.parametrize(
+  "flags, message",
+  [
+    (dict(samples=0), "--samples=0 must be >= 1"),
+    (dict(samples=4, ks="1,8"), r"--ks=1,8: each k must be in 1..--samples=4"),
+    (dict(ks="1,x"), "--ks='1,x': expected integers"),
+  ],
+)
+def test_bad_sampling_flags_fail_before_the_checkpoint_is_read(
+  monkeypatch, flags, message
+):
+  def tripwire(*args, **kwargs):
+    raise AssertionError("the checkpoint was read before the flags")
+
+  monkeypatch.setattr(trained, "load", tripwire)
+  cfg = evaluate_cli.Config(checkpoint="tiny", **flags)
+  with pytest.raises(config.ConfigError, match=message):
+    evaluate_cli.run(cfg)
 
 
 def test_bad_checkpoints_name_the_path(run, tmp_path):
