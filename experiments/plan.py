@@ -157,6 +157,33 @@ def _row(s: summary.Summary, topology: str) -> dict:
   }
 
 
+def check_flags(f, overrides: dict) -> None:
+  """The experiments, slice and --set keys, before anything compiles: a
+  UsageError naming the flag and what it takes."""
+  known = plan_hooks.experiment_names()
+  names = [n for n in f.experiments.split(",") if n] if f.all else []
+  names = names or (known if f.all else [f.experiment])
+  if bad := [n for n in names if n not in known]:
+    raise app.UsageError(
+      f"--experiment{'s' if f.all else ''}: unknown {', '.join(bad)}; "
+      f"expected one of {', '.join(known)}"
+    )
+  if f.scale not in ("laptop", "paper"):
+    raise app.UsageError(f"--scale={f.scale}: expected laptop or paper")
+  if not f.all and f.topology != "local":
+    try:
+      chips.parse(f.topology)
+    except ValueError as e:
+      raise app.UsageError(f"--topology: {e} (or local)") from None
+  for name in names:
+    fields = plan_hooks.config_fields(name)
+    if bad := sorted(set(overrides) - fields):
+      raise app.UsageError(
+        f"--set: {', '.join(bad)} not a field of experiments/{name}.py's "
+        f"Config (its flags: python -m experiments.{name} --helpfull)"
+      )
+
+
 def main(argv):
   del argv
   f = flags.FLAGS
@@ -168,6 +195,7 @@ def main(argv):
       f"{', '.join(aot.PROGRAMS)}"
     )
   overrides = plan_hooks.parse_set(f.set)
+  check_flags(f, overrides)
   if f.merge and (f.all or f.topology == "local"):
     raise app.UsageError("--merge takes one TPU slice's plan (--topology)")
   if f.all:

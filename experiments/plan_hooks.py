@@ -33,6 +33,12 @@ def experiment_names() -> list[str]:
   )
 
 
+def config_fields(name: str) -> set[str]:
+  """The fields of experiments/<name>.py's Config (its flags)."""
+  module = importlib.import_module(f"experiments.{name}")
+  return {f.name for f in dataclasses.fields(module.Config)}
+
+
 def experiment_config(name: str, scale: str, overrides: dict):
   """(cfg, loss_fn, extras) of an experiment at a scale, with overrides.
 

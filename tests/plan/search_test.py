@@ -690,3 +690,29 @@ def test_a_row_names_the_default_where_a_config_budget_was_for_another_chip():
   assert "--train_temp_budget_mib=0" in cell, cell
   s.programs["reward_model_train"] = prog("reward_model_train", 300)
   assert plan_cli._row(s, "v6e-16")["train_temp_budget_mib"] == 300
+
+
+@pytest.mark.parametrize(
+  "flags, message",
+  [
+    (dict(experiment="nosuch"), "--experiment: unknown nosuch; expected one"),
+    (dict(all=True, experiments="grpo,nope"), "--experiments: unknown nope"),
+    (dict(scale="big"), "--scale=big: expected laptop or paper"),
+    (dict(topology="v9-16"), "--topology: Unknown TPU slice 'v9-16'"),
+    (dict(topology="v5e-3"), "--topology: v5e-3: v5e slices come in sizes"),
+    (dict(overrides={"nosuch": 1}), "--set: nosuch not a field of"),
+  ],
+)
+def test_the_planner_cli_names_a_bad_flag_before_compiling(flags, message):
+  from absl import app
+  import types
+
+  values = dict(
+    experiment="grpo", experiments="", all=False, scale="paper",
+    topology="v5e-16",
+  )  # fmt: skip
+  overrides = flags.pop("overrides", {})
+  f = types.SimpleNamespace(**{**values, **flags})
+  with pytest.raises(app.UsageError, match=message):
+    plan_cli.check_flags(f, overrides)
+  plan_cli.check_flags(types.SimpleNamespace(**values), {"micro_batches": 4})
