@@ -289,7 +289,12 @@ def parse_overrides(text: str, module_names: Sequence[str]) -> dict:
     if kind is bool:
       out[key] = value.lower() in ("1", "true", "yes")
     else:
-      out[key] = kind(value)
+      try:
+        out[key] = kind(value)
+      except ValueError:
+        raise ValueError(
+          f"--set: {key}={value!r} is not of type {kind.__name__}"
+        ) from None
   return out
 
 
@@ -301,7 +306,14 @@ def main(argv) -> None:
       f"--method={f.method!r}; registered: {', '.join(sorted(CLAIMS))}"
     )
   claim = CLAIMS[f.method]
-  seeds = [int(s) for s in f.seeds.split(",") if s]
+  modules = [m for m, _ in claim.variants.values()]
+  try:  # the flags, before any run starts
+    seeds = [int(s) for s in f.seeds.split(",") if s]
+    common = parse_overrides(f.set, modules)
+  except ValueError as e:
+    if "--set" not in str(e):
+      e = f"--seeds={f.seeds!r}: expected integers like 0,1,2"
+    raise app.UsageError(str(e)) from None
   # Every run compiles the same sampler / train-step / eval programs: keep
   # them on disk across runs, methods and testbeds.
   if not jax.config.jax_compilation_cache_dir:
@@ -310,7 +322,6 @@ def main(argv) -> None:
       os.path.join("workdirs", "reproduce", ".jax_cache"),
     )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-  modules = [m for m, _ in claim.variants.values()]
   try:
     path = run_all(
       f.method,
@@ -318,7 +329,7 @@ def main(argv) -> None:
       seeds,
       steps=f.steps,
       root=f.root or None,
-      common=parse_overrides(f.set, modules),
+      common=common,
       testbed_name=f.testbed,
     )
   except (Interrupted, checkpoint.Stopped) as e:

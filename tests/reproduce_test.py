@@ -3,6 +3,8 @@
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import types
 
 import pytest
@@ -103,6 +105,26 @@ def test_parse_overrides_types_values():
   assert got == dict(data="task:addsub5:difficulty=3,n=200", lr=0.5)
   with pytest.raises(ValueError, match="no Config field 'nope'"):
     reproduce.parse_overrides("nope=1", ["grpo"])
+  with pytest.raises(ValueError, match="steps='x' is not of type int"):
+    reproduce.parse_overrides("steps=x", ["grpo"])
+
+
+def test_the_cli_names_a_bad_flag_before_any_run():
+  """--seeds and --set are read before the first run, and a bad one is a
+  usage message (they were tracebacks)."""
+  for flag, message in (
+    ("--seeds=a", "--seeds='a': expected integers like 0,1,2"),
+    ("--set=steps=x", "--set: steps='x' is not of type int"),
+  ):
+    proc = subprocess.run(
+      [sys.executable, "-m", "experiments.reproduce", "--method=dr_grpo", flag],
+      capture_output=True,
+      text=True,
+      timeout=120,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
