@@ -19,7 +19,7 @@ from rlreason.model import presets
 
 CURVES = (
   ("reward", "Reward"),
-  ("accuracy", "Train accuracy"),
+  ("accuracy", "Accuracy"),
   ("length", "Response length (tokens)"),
   ("entropy", "Entropy"),
 )
@@ -44,9 +44,13 @@ def _smooth(y: np.ndarray, window: int) -> np.ndarray:
 
 
 def plot_curves(
-  rows: list[dict], path: epath.PathLike, title: str = ""
+  rows: list[dict],
+  path: epath.PathLike,
+  title: str = "",
+  eval_label: str = "held-out (eval)",
 ) -> list[str]:
-  """A 2x2 grid of the CURVES over steps (raw + moving average)."""
+  """A 2x2 grid of the CURVES over steps (raw + moving average), with the
+  evaluations' accuracy beside the training accuracy."""
   import matplotlib
 
   matplotlib.use("Agg")
@@ -74,7 +78,7 @@ def plot_curves(
     if key == "accuracy" and evals:
       ex = [r["step"] for r in evals]
       ey = [r["eval/accuracy"] for r in evals]
-      ax.plot(ex, ey, "o-", color="C3", lw=2, label="held-out (eval)")
+      ax.plot(ex, ey, "o-", color="C3", lw=2, label=eval_label)
     ax.set_title(label)
     ax.set_xlabel("RL step")
     ax.grid(alpha=0.3)
@@ -158,7 +162,16 @@ def write(workdir: str, title: str = "") -> str:
   commit = ""
   if (run / "COMMIT").exists():
     commit = (run / "COMMIT").read_text().strip()
-  plot_curves(rows, run / "curves.png", title)
+  scope = after or before or {}
+  shared, problems = scope.get("trained_on"), scope.get("problems")
+  plot_curves(
+    rows,
+    run / "curves.png",
+    title,
+    f"eval ({shared} of {problems} trained on)"
+    if shared
+    else "held-out (eval)",
+  )
   train = [r for r in rows if "reward" in r]
   where = os.path.abspath(workdir) if storage.is_local(workdir) else workdir
   lines = [
@@ -172,10 +185,8 @@ def write(workdir: str, title: str = "") -> str:
     "",
   ]
   if before or after:
-    shared = (after or before).get("trained_on")
     lines += [
-      f"## Evaluation ({shared} of {(after or before).get('problems')} "
-      "problems are training problems)"
+      f"## Evaluation ({shared} of {problems} problems are training problems)"
       if shared
       else "## Held-out evaluation",
       "",

@@ -195,15 +195,21 @@ def test_eval_line_gives_accuracy_then_the_larger_ks():
 
 
 @pytest.mark.parametrize(
-  "shared, heading",
+  "shared, heading, label",
   [
-    (0, "## Held-out evaluation"),
-    (4, "## Evaluation (4 of 8 problems are training problems)"),
+    (0, "## Held-out evaluation", "held-out (eval)"),
+    (
+      4,
+      "## Evaluation (4 of 8 problems are training problems)",
+      "eval (4 of 8 trained on)",
+    ),
   ],
 )
 def test_report_says_whether_the_evaluation_was_held_out(
-  tmp_path, shared, heading
+  tmp_path, monkeypatch, shared, heading, label
 ):
+  plotted = []
+  monkeypatch.setattr(report, "plot_curves", lambda *a: plotted.append(a[3]))
   (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
   for name, acc in (("eval_before.json", 0.25), ("eval_after.json", 0.5)):
     (tmp_path / name).write_text(
@@ -213,3 +219,4 @@ def test_report_says_whether_the_evaluation_was_held_out(
   text = (tmp_path / "report.md").read_text()
   assert heading in text
   assert "| accuracy | 25.0% | 50.0% |" in text
+  assert plotted == [label]  # the curves' legend says it too
