@@ -15,6 +15,12 @@ A workdir's model, tokenizer, template, lengths and seed are the ones its
 config.json records, and without --data it is scored on the held-out data
 the run evaluated on; flags left at "" / 0 / -1 keep those values.
 
+An interrupted evaluation (Ctrl-C, SIGTERM, a lost machine) loses at most
+one sampler call: each finished chunk's problems are kept in
+<out>/partial/, and the same command again starts after them (its samples
+are the ones an uninterrupted run draws). partial/ goes once the files are
+written.
+
 Writes to --out (default <workdir>/eval/step_<N>, or workdirs/eval/<name>):
 eval.md (the table, also printed), eval.json (settings + every metric with
 its 95% interval) and samples.jsonl (per problem: prompt, gold answer,
@@ -30,6 +36,7 @@ scoring again, or another of its checkpoints, loads them.
 
 import dataclasses
 import os
+import shutil
 import sys
 
 from absl import app
@@ -143,6 +150,8 @@ def run(cfg: Config) -> dict:
     print(f"Exported the LoRA adapter to {cfg.export_peft}", flush=True)
   if not cfg.evaluate:
     return out
+  out_dir = cfg.out or default_out(policy)
+  journal_dir = os.path.join(out_dir, "partial")  # an interrupted run's
   report = evaluate_lib.evaluate(
     policy,
     data=cfg.data,
@@ -157,9 +166,10 @@ def run(cfg: Config) -> dict:
     tokenizer=cfg.tokenizer or None,
     max_prompt_len=cfg.max_prompt_len or None,
     max_new_tokens=cfg.max_new_tokens or None,
+    journal_dir=journal_dir,
   )
-  out_dir = cfg.out or default_out(policy)
   paths = evaluate_lib.write(report, out_dir, samples_jsonl=cfg.write_samples)
+  shutil.rmtree(journal_dir, ignore_errors=True)  # the files hold it all now
   with open(paths["md"]) as f:
     print(f.read(), flush=True)
   print(f"Wrote {', '.join(paths.values())}", flush=True)

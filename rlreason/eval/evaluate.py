@@ -12,6 +12,7 @@ context.run_eval, so a workdir scores as the loop scored it.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Sequence
@@ -93,6 +94,7 @@ def evaluate(
   ks: Sequence[int] = (),
   greedy: bool = True,
   sequences_per_call: int = 0,
+  journal_dir: str | None = None,
   **overrides,
 ) -> Report:
   """Greedy accuracy and, with samples > 1, pass@k / maj@k / mean@k.
@@ -108,6 +110,10 @@ def evaluate(
     ks: k values (each <= samples); () = default_ks(samples).
     greedy: also decode greedily when samples > 1.
     sequences_per_call: sequences per generate call (0 = the run's B * G).
+    journal_dir: where each decoding (greedy, sampled) keeps its finished
+      problems (scoring.sample_and_score's journal), one file per setting:
+      an interrupted evaluation called again with the same settings starts
+      after them. None keeps none.
     **overrides: BaseConfig fields (template, max_new_tokens, max_prompt_len,
       tokenizer, seed); None keeps the run's value.
   """
@@ -138,26 +144,6 @@ def evaluate(
     sequences_per_call=sequences_per_call or cfg.num_sequences,
     extract_fn=answer_fn(spec),
   )
-  rows, greedy_scored, sampled = {}, None, None
-  if greedy or samples == 1:
-    greedy_scored = evaluation.sample_and_score(
-      ctx, policy.params, examples, samples=1, **common
-    )
-    rows["greedy"] = evaluation.summarize(
-      greedy_scored.correct, greedy_scored.answers, ks=(1,)
-    )
-  if samples > 1:
-    sampled = evaluation.sample_and_score(
-      ctx,
-      policy.params,
-      examples,
-      samples=samples,
-      temperature=temperature,
-      **common,
-    )
-    rows[f"n={samples}, T={temperature:g}"] = evaluation.summarize(
-      sampled.correct, sampled.answers, ks=ks
-    )
   info = {
     "checkpoint": policy.source,
     "kind": policy.kind,
@@ -174,6 +160,47 @@ def evaluate(
     "tokenizer": cfg.tokenizer or policy.tokenizer,
     "seed": cfg.seed,
   }
+
+  def journal(name: str) -> str | None:
+    """The journal of one decoding, named by everything its samples
+    depend on (the checkpoint, data, lengths, template, seed, the model's
+    dtypes)."""
+    if not journal_dir:
+      return None
+    drop = ("ks",) + (("samples", "temperature") if name == "greedy" else ())
+    setting = {k: v for k, v in info.items() if k not in drop}
+    setting.update(decoding=name, model=policy.model_cfg)
+    key = json.dumps(setting, sort_keys=True, default=repr)
+    os.makedirs(journal_dir, exist_ok=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return os.path.join(journal_dir, f"{name}-{digest}.jsonl")
+
+  rows, greedy_scored, sampled = {}, None, None
+  if greedy or samples == 1:
+    greedy_scored = evaluation.sample_and_score(
+      ctx,
+      policy.params,
+      examples,
+      samples=1,
+      journal=journal("greedy"),
+      **common,
+    )
+    rows["greedy"] = evaluation.summarize(
+      greedy_scored.correct, greedy_scored.answers, ks=(1,)
+    )
+  if samples > 1:
+    sampled = evaluation.sample_and_score(
+      ctx,
+      policy.params,
+      examples,
+      samples=samples,
+      temperature=temperature,
+      journal=journal(f"n{samples}"),
+      **common,
+    )
+    rows[f"n={samples}, T={temperature:g}"] = evaluation.summarize(
+      sampled.correct, sampled.answers, ks=ks
+    )
   prompts = [
     tokenizer_lib.apply_template(tok, e.question, cfg.template)
     for e in examples

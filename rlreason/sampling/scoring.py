@@ -17,7 +17,10 @@ evaluation of the same params sees the same randomness.
 
 import collections
 import dataclasses
+import json
 import math
+import os
+import sys
 import time
 from typing import Callable, Hashable, Sequence
 
@@ -155,6 +158,35 @@ class Scored:
   answers: list[list[Hashable | None]] | None = None
 
 
+def _read_journal(path: str | None, samples: int, problems: int):
+  """(texts, correct) of the problems a journal holds, in order; a torn last
+  line (the process died mid-write) is dropped, and so is every line after
+  it is rewritten."""
+  texts, correct = [], []
+  if not path or not os.path.exists(path):
+    return texts, correct
+  with open(path) as f:
+    lines = f.read().splitlines(keepends=True)
+  for line in lines:
+    try:
+      rec = json.loads(line) if line.endswith("\n") else None
+    except json.JSONDecodeError:
+      rec = None
+    if rec is None or len(rec.get("texts", ())) != samples:
+      break
+    texts.append(rec["texts"])
+    correct.append(rec["correct"])
+  if len(texts) > problems:
+    raise ValueError(
+      f"{path} holds {len(texts)} problems, more than the {problems} "
+      "evaluated: another evaluation's journal"
+    )
+  if len(texts) < len(lines):  # keep only whole records before appending
+    with open(path, "w") as f:
+      f.writelines(lines[: len(texts)])
+  return texts, correct
+
+
 def sample_and_score(
   ctx,
   params,
@@ -167,6 +199,7 @@ def sample_and_score(
   sequences_per_call: int = 128,
   extract_fn: Callable[[str], Hashable | None] | None = None,
   progress_every: float = 30.0,
+  journal: str | None = None,
 ) -> Scored:
   """Greedy (samples=1) or `samples` sampled completions per problem.
 
@@ -187,6 +220,11 @@ def sample_and_score(
       maj@k; None skips extraction.
     progress_every: an evaluation that runs longer prints a progress line
       (problems done, ETA) at most this often, in seconds, after a chunk.
+    journal: a .jsonl file that keeps each problem's completions and
+      scores as its chunk finishes. A call given a journal that holds the
+      first problems starts after them (its samples do not depend on where
+      chunks fall: row_offset), so an interrupted evaluation loses at most
+      one chunk. The caller keeps one journal per evaluation setting.
   """
   if not examples:
     raise ValueError("sample_and_score: no examples to evaluate")
@@ -195,10 +233,19 @@ def sample_and_score(
   )
   rng = jax.random.key(seed + EVAL_SEED_OFFSET)
   per_call = max(1, sequences_per_call // samples)
-  texts, correct = [], []
-  progress = metrics_lib.Progress(len(examples), label="eval problems")
+  texts, correct = _read_journal(journal, samples, len(examples))
+  start = len(texts)
+  if start:
+    print(
+      f"eval: {start} of {len(examples)} problems from {journal}",
+      file=sys.stderr,
+      flush=True,
+    )
+  # 0/1 float32, as correct_fn scores them.
+  correct = [np.float32(correct).reshape(start, samples)] if start else []
+  progress = metrics_lib.Progress(len(examples), start, label="eval problems")
   shown = time.time()
-  for lo in range(0, len(examples), per_call):
+  for lo in range(start, len(examples), per_call):
     chunk = examples[lo : lo + per_call]
     r = ctx.generate(
       params,
@@ -215,9 +262,14 @@ def sample_and_score(
     correct.append(
       np.asarray(ctx.correct_fn(r.texts, gold)).reshape(len(chunk), samples)
     )
-    texts += [
+    new = [
       list(r.texts[i * samples : (i + 1) * samples]) for i in range(len(chunk))
     ]
+    texts += new
+    if journal:
+      with open(journal, "a") as f:
+        for row, c in zip(new, correct[-1]):
+          f.write(json.dumps({"texts": row, "correct": c.tolist()}) + "\n")
     done = lo + len(chunk)
     if done < len(examples) and time.time() - shown >= progress_every:
       progress.update(done, {"accuracy": np.concatenate(correct).mean()})

@@ -194,6 +194,47 @@ def test_preset(tmp_path):
   assert len(samples) == 4 and 0 <= summary["accuracy"] <= 1
 
 
+def test_an_interrupted_evaluation_resumes_where_it_stopped(
+  tmp_path, monkeypatch
+):
+  """Ctrl-C in the sampled decoding's second chunk; the rerun decodes only
+  what is not in the journals and writes the same files as a run never
+  interrupted; the journals go once the files are written."""
+  flags = dict(
+    checkpoint="tiny",
+    data="task:arithmetic:difficulty=1",
+    num_problems=6,
+    max_prompt_len=32,
+    max_new_tokens=16,
+    sequences_per_call=8,  # greedy: one chunk of 6; 4 samples: 3 chunks
+    **EVAL,
+  )
+  whole = tmp_path / "whole"
+  evaluate_cli.run(evaluate_cli.Config(out=str(whole), **flags))
+  generate, calls = context.Context.generate, []
+
+  def counted(self, *args, **kw):
+    calls.append(kw["row_offset"])
+    if len(calls) == fail_at:
+      raise KeyboardInterrupt
+    return generate(self, *args, **kw)
+
+  monkeypatch.setattr(context.Context, "generate", counted)
+  out, fail_at = tmp_path / "again", 3
+  with pytest.raises(KeyboardInterrupt):
+    evaluate_cli.run(evaluate_cli.Config(out=str(out), **flags))
+  assert calls == [0, 0, 8]  # greedy; sampled rows 0-7 and then 8-15
+  journals = {p.name.split("-")[0] for p in (out / "partial").iterdir()}
+  assert journals == {"greedy", "n4"}
+  calls.clear()
+  fail_at = None
+  evaluate_cli.run(evaluate_cli.Config(out=str(out), **flags))
+  assert calls == [8, 16]  # the sampled problems 2-5 only
+  assert not (out / "partial").exists()
+  for name in ("eval.json", "samples.jsonl"):
+    assert (out / name).read_text() == (whole / name).read_text()
+
+
 def test_config_fields_become_flags():
   for f in dataclasses.fields(evaluate_cli.Config):
     assert type(f.default) in (bool, int, float, str), f.name

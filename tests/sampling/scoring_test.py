@@ -1,5 +1,6 @@
 """pass@k / maj@k / mean@k against hand-made cases."""
 
+import json
 import math
 from itertools import combinations
 
@@ -100,6 +101,56 @@ def _fake_ctx(budget=0, calls=None):
     generate=generate,
     correct_fn=lambda texts, gold: [t == g for t, g in zip(texts, gold)],
   )
+
+
+def test_an_interrupted_evaluation_resumes_from_its_journal(tmp_path):
+  """Each finished chunk's problems are in the journal; a rerun samples
+  only the rest (from their own rows) and scores as one uninterrupted
+  call; a torn last line is dropped and its problem sampled again."""
+  problems = _problems("4", "5", "4", "4", "4")
+  journal = str(tmp_path / "greedy.jsonl")
+  seen = []
+
+  def ctx(fail_at=None):
+    fake = _fake_ctx()
+    generate = fake.generate
+
+    def counted(params, chunk, rng, step, **kw):
+      if len(seen) == fail_at:
+        raise KeyboardInterrupt
+      seen.append(kw["row_offset"])
+      return generate(params, chunk, rng, step, **kw)
+
+    fake.generate = counted
+    return fake
+
+  def score(fake, **kw):
+    return evaluation.sample_and_score(
+      fake, None, problems, step=0, sequences_per_call=2, **kw
+    )
+
+  whole = score(ctx())
+  seen.clear()
+  with pytest.raises(KeyboardInterrupt):
+    score(ctx(fail_at=2), journal=journal)  # chunks of rows 0-1 and 2-3
+  assert seen == [0, 2]
+  lines = open(journal).read().splitlines()
+  assert [json.loads(x) for x in lines[:2]] == [
+    {"texts": ["4"], "correct": [1.0]},
+    {"texts": ["4"], "correct": [0.0]},
+  ]
+  with open(journal, "w") as f:  # died writing row 3's line
+    f.write("\n".join(lines[:3]) + "\n" + lines[3][:5])
+  seen.clear()
+  resumed = score(ctx(), journal=journal)
+  assert seen == [3]  # rows 3 and 4
+  assert resumed.texts == whole.texts
+  np.testing.assert_array_equal(resumed.correct, whole.correct)
+  assert len(open(journal).read().splitlines()) == 5
+  with pytest.raises(ValueError, match="holds 5 problems, more than the 2"):
+    evaluation.sample_and_score(
+      ctx(), None, problems[:2], step=0, journal=journal
+    )
 
 
 def _problems(*answers):
