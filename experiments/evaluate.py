@@ -15,7 +15,7 @@ A workdir's model, tokenizer, template, lengths and seed are the ones its
 config.json records, and without --data it is scored on the held-out data
 the run evaluated on; flags left at "" / 0 / -1 keep those values.
 
-An interrupted evaluation (Ctrl-C, SIGTERM, a lost machine) loses at most
+An interrupted evaluation (Ctrl-C, SIGTERM, SIGKILL) loses at most
 one sampler call: each finished chunk's problems are kept in
 <out>/partial/, and the same command again starts after them (its samples
 are the ones an uninterrupted run draws). partial/ goes once the files are
