@@ -104,7 +104,9 @@ def _ks(text: str) -> tuple[int, ...]:
 
 
 def check(cfg: Config) -> None:
-  """The sampling flags, before any checkpoint is read."""
+  """The data and sampling flags, before any checkpoint is read."""
+  if cfg.data:
+    data_lib.check(cfg.data)
   if cfg.samples < 1:
     raise config.ConfigError(f"--samples={cfg.samples} must be >= 1")
   bad = [k for k in _ks(cfg.ks) if not 1 <= k <= cfg.samples]

@@ -312,10 +312,8 @@ def _path_records(
       raise DataError(f"{path}: no dataset (save_to_disk folder or .parquet)")
     for file in files:
       yield from _file_records(file)
-  elif os.path.exists(path):
-    yield from _file_records(path)
   else:
-    raise DataError(f"{path}: no such file (and not a task:/hf:/tfds: spec)")
+    yield from _file_records(path)  # load checked that it exists
 
 
 def _tfds_records(name: str, split: str) -> Iterator[tuple[str, Any]]:
@@ -341,11 +339,24 @@ def _decode(value):
   return value
 
 
+def check(spec: str) -> None:
+  """What a spec names exists, without reading any of it: the spec parses,
+  a task is registered, a local path is there (DataError otherwise), so a
+  command can say so before it loads a model."""
+  kind, location, _ = parse_spec(spec)
+  if kind == "task":
+    try:
+      tasks.get(location)
+    except KeyError as e:  # str(KeyError) adds quotes
+      raise DataError(f"task:{location}: {e.args[0]}") from None
+  elif kind == "path" and not os.path.exists(location):
+    raise DataError(
+      f"{location}: no such file (and not a task:/hf:/tfds: spec)"
+    )
+
+
 def _task_examples(name: str, split: str, options) -> list[Example]:
-  try:
-    task = tasks.get(name)
-  except KeyError as e:
-    raise DataError(f"task:{name}: {e.args[0]}") from None  # no repr quotes
+  task = tasks.get(name)  # load checked it
   spec = options.get("difficulty", "1")
   lo, _, hi = spec.partition("-")
   difficulties = list(
@@ -397,6 +408,7 @@ def load(spec: str, split: str = "train") -> list[Example]:
   Raises:
     DataError: a bad spec or record; the message names file and row.
   """
+  check(spec)
   kind, location, options = parse_spec(spec)
   explicit = "split" in options
   split = options.get("split", split)

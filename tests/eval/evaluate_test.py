@@ -246,9 +246,11 @@ def test_config_fields_become_flags():
     (dict(samples=0), "--samples=0 must be >= 1"),
     (dict(samples=4, ks="1,8"), r"--ks=1,8: each k must be in 1..--samples=4"),
     (dict(ks="1,x"), "--ks='1,x': expected integers"),
+    (dict(data="task:nosuch"), "task:nosuch: unknown task 'nosuch'"),
+    (dict(data="/no/such.jsonl"), "/no/such.jsonl: no such file"),
   ],
 )
-def test_bad_sampling_flags_fail_before_the_checkpoint_is_read(
+def test_bad_flags_fail_before_the_checkpoint_is_read(
   monkeypatch, flags, message
 ):
   def tripwire(*args, **kwargs):
@@ -256,7 +258,7 @@ def test_bad_sampling_flags_fail_before_the_checkpoint_is_read(
 
   monkeypatch.setattr(trained, "load", tripwire)
   cfg = evaluate_cli.Config(checkpoint="tiny", **flags)
-  with pytest.raises(config.ConfigError, match=message):
+  with pytest.raises((config.ConfigError, data_lib.DataError), match=message):
     evaluate_cli.run(cfg)
 
 
