@@ -224,5 +224,18 @@ def write(workdir: str, title: str = "") -> str:
   return path
 
 
+def main(argv: list[str]) -> int:
+  """`python -m rlreason.train.report WORKDIR`: writes and names report.md."""
+  if len(argv) != 2:
+    print("usage: python -m rlreason.train.report WORKDIR", file=sys.stderr)
+    return 2
+  if not epath.Path(argv[1], "metrics.jsonl").exists():
+    print(f"error: {argv[1]}: no metrics.jsonl (not a run's workdir)",
+          file=sys.stderr)  # fmt: skip
+    return 2
+  print(write(argv[1]))
+  return 0
+
+
 if __name__ == "__main__":
-  print(write(sys.argv[1]))
+  sys.exit(main(sys.argv))

@@ -220,3 +220,12 @@ def test_report_says_whether_the_evaluation_was_held_out(
   assert heading in text
   assert "| accuracy | 25.0% | 50.0% |" in text
   assert plotted == [label]  # the curves' legend says it too
+
+
+def test_report_cli_names_a_directory_that_is_not_a_run(tmp_path, capsys):
+  assert report.main(["report", str(tmp_path)]) == 2
+  assert f"error: {tmp_path}: no metrics.jsonl" in capsys.readouterr().err
+  assert report.main(["report"]) == 2
+  (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
+  assert report.main(["report", str(tmp_path)]) == 0
+  assert capsys.readouterr().out == f"{tmp_path}/report.md\n"
