@@ -17,6 +17,8 @@ import json
 import os
 from typing import Sequence
 
+import jax
+
 from rlreason.data import sources as data_lib
 from rlreason.sampling import scoring as evaluation
 from rlreason.train import context
@@ -113,7 +115,7 @@ def evaluate(
     journal_dir: where each decoding (greedy, sampled) keeps its finished
       problems (scoring.sample_and_score's journal), one file per setting:
       an interrupted evaluation called again with the same settings starts
-      after them. None keeps none.
+      after them. None keeps none (nor does a multi-process evaluation).
     **overrides: BaseConfig fields (template, max_new_tokens, max_prompt_len,
       tokenizer, seed); None keeps the run's value.
   """
@@ -165,7 +167,7 @@ def evaluate(
     """The journal of one decoding, named by everything its samples
     depend on (the checkpoint, data, lengths, template, seed, the model's
     dtypes)."""
-    if not journal_dir:
+    if not journal_dir or jax.process_count() > 1:  # one writer, one reader
       return None
     drop = ("ks",) + (("samples", "temperature") if name == "greedy" else ())
     setting = {k: v for k, v in info.items() if k not in drop}
