@@ -23,8 +23,9 @@ written.
 
 Writes to --out (default <workdir>/eval/step_<N>, or workdirs/eval/<name>):
 eval.md (the table, also printed), eval.json (settings + every metric with
-its 95% interval) and samples.jsonl (per problem: prompt, gold answer,
-completions, extracted answers, correct). --export_hf=DIR also writes the
+its 95% interval), samples.jsonl (per problem: prompt, gold answer,
+completions, extracted answers, correct) and, with more than one k,
+at_k.png (pass@k / maj@k / mean@k against k). --export_hf=DIR also writes the
 params as an HF directory (config.json + safetensors, the tokenizer files
 when the run used an HF tokenizer; the "tiny" preset's tokenizer is the
 built-in character tokenizer, which has none); for a LoRA run (--lora_rank)

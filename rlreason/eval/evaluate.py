@@ -18,7 +18,9 @@ import os
 from typing import Sequence
 
 import jax
+import numpy as np
 
+from rlreason import storage
 from rlreason.data import sources as data_lib
 from rlreason.sampling import scoring as evaluation
 from rlreason.train import context
@@ -210,8 +212,50 @@ def evaluate(
   return Report(info, rows, examples, prompts, greedy_scored, sampled)
 
 
+def plot_at_k(report: Report, path: str) -> bool:
+  """pass@k, maj@k and mean@k of the sampled decoding against k (log2
+  axis, 95% intervals as bars), greedy accuracy as a line; False (nothing
+  written) with fewer than two k."""
+  name = next((r for r in report.rows if r != "greedy"), None)
+  metrics = report.rows.get(name, {})
+  ks = sorted({int(m.split("@")[1]) for m in metrics})
+  if len(ks) < 2:
+    return False
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for i, kind in enumerate(("pass", "maj", "mean")):
+    at = [k for k in ks if f"{kind}@{k}" in metrics]
+    if at:
+      m, lo, hi = 100 * np.asarray([metrics[f"{kind}@{k}"] for k in at]).T
+      ax.errorbar(at, m, yerr=[m - lo, hi - m], fmt="o-", capsize=3,
+                  color=f"C{i}", label=f"{kind}@k")  # fmt: skip
+  if "greedy" in report.rows:
+    ax.axhline(100 * report.rows["greedy"]["pass@1"][0], color="gray",
+               ls="--", label="greedy")  # fmt: skip
+  ax.set_xscale("log", base=2)
+  ax.set_xticks(ks, [str(k) for k in ks])
+  ax.set_xlabel("k (samples per problem)")
+  ax.set_ylabel("% of problems")
+  info = report.info
+  step = "" if info["step"] is None else f" (step {info['step']})"
+  ax.set_title(
+    f"{info['checkpoint']}{step}: {info['data']}, {name}", fontsize=9
+  )
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  storage.save_figure(fig, path, dpi=110)
+  plt.close(fig)
+  return True
+
+
 def write(report: Report, out_dir: str, samples_jsonl: bool = True) -> dict:
-  """eval.md (table), eval.json and samples.jsonl; returns their paths."""
+  """eval.md (table), eval.json, samples.jsonl and, with more than one k,
+  at_k.png (plot_at_k); returns their paths."""
   os.makedirs(out_dir, exist_ok=True)
   info = report.info
   step = "" if info["step"] is None else f" (step {info['step']})"
@@ -235,6 +279,8 @@ def write(report: Report, out_dir: str, samples_jsonl: bool = True) -> dict:
     json.dump(
       {**info, "accuracy": report.accuracy, "metrics": metrics}, f, indent=2
     )
+  if plot_at_k(report, os.path.join(out_dir, "at_k.png")):
+    paths["png"] = os.path.join(out_dir, "at_k.png")
   if samples_jsonl:
     paths["jsonl"] = os.path.join(out_dir, "samples.jsonl")
     with open(paths["jsonl"], "w") as f:

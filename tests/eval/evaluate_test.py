@@ -233,6 +233,19 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped(
   assert not (out / "partial").exists()
   for name in ("eval.json", "samples.jsonl"):
     assert (out / name).read_text() == (whole / name).read_text()
+  assert (out / "at_k.png").read_bytes()[:4] == b"\x89PNG"  # k = 1, 2, 4
+
+
+def test_the_at_k_plot_needs_two_ks(tmp_path):
+  rows = {"greedy": {"pass@1": (0.5, 0.25, 0.75)}}
+  info = {"checkpoint": "c", "step": 3, "data": "task:x"}
+  one = evaluate.Report(info, rows, [], [], None, None)
+  assert not evaluate.plot_at_k(one, str(tmp_path / "a.png"))
+  rows["n=2, T=1"] = {
+    f"{m}@{k}": (0.5, 0.25, 0.75) for m in ("pass", "mean") for k in (1, 2)
+  }
+  assert evaluate.plot_at_k(one, str(tmp_path / "b.png"))
+  assert not (tmp_path / "a.png").exists() and (tmp_path / "b.png").exists()
 
 
 def test_config_fields_become_flags():
