@@ -192,6 +192,13 @@ def _main(argv):
     run(cfg)
   except (trained.CheckpointError, data_lib.DataError, config.ConfigError) as e:
     sys.exit(f"Error: {e}")  # A bad path or spec: the message says which.
+  except KeyboardInterrupt:
+    print(
+      "Interrupted: the finished problems are kept (<out>/partial/); the "
+      "same command resumes after them.",
+      file=sys.stderr,
+    )
+    sys.exit(130)
 
 
 if __name__ == "__main__":
