@@ -158,33 +158,21 @@ class Scored:
   answers: list[list[Hashable | None]] | None = None
 
 
-def _read_journal(path: str | None, samples: int, problems: int):
-  """(texts, correct) of the problems a journal holds, in order; a torn last
-  line (the process died mid-write) is dropped, and so is every line after
-  it is rewritten."""
-  texts, correct = [], []
+def _read_journal(path: str | None, problems: int):
+  """(texts, correct) of the problems a journal holds, in order. A torn
+  last line (the process died mid-write) is dropped from the file too,
+  before the caller appends to it."""
   if not path or not os.path.exists(path):
-    return texts, correct
-  with open(path) as f:
-    lines = f.read().splitlines(keepends=True)
-  for line in lines:
-    try:
-      rec = json.loads(line) if line.endswith("\n") else None
-    except json.JSONDecodeError:
-      rec = None
-    if rec is None or len(rec.get("texts", ())) != samples:
-      break
-    texts.append(rec["texts"])
-    correct.append(rec["correct"])
-  if len(texts) > problems:
+    return [], []
+  rows = metrics_lib.read_jsonl(path)
+  if len(rows) > problems:
     raise ValueError(
-      f"{path} holds {len(texts)} problems, more than the {problems} "
+      f"{path} holds {len(rows)} problems, more than the {problems} "
       "evaluated: another evaluation's journal"
     )
-  if len(texts) < len(lines):  # keep only whole records before appending
-    with open(path, "w") as f:
-      f.writelines(lines[: len(texts)])
-  return texts, correct
+  with open(path, "w") as f:
+    f.writelines(json.dumps(row) + "\n" for row in rows)
+  return [r["texts"] for r in rows], [r["correct"] for r in rows]
 
 
 def sample_and_score(
@@ -233,7 +221,7 @@ def sample_and_score(
   )
   rng = jax.random.key(seed + EVAL_SEED_OFFSET)
   per_call = max(1, sequences_per_call // samples)
-  texts, correct = _read_journal(journal, samples, len(examples))
+  texts, correct = _read_journal(journal, len(examples))
   start = len(texts)
   if start:
     print(
