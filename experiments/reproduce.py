@@ -309,10 +309,13 @@ def main(argv) -> None:
   modules = [m for m, _ in claim.variants.values()]
   try:  # the flags, before any run starts
     seeds = [int(s) for s in f.seeds.split(",") if s]
+  except ValueError:
+    raise app.UsageError(
+      f"--seeds={f.seeds!r}: expected integers like 0,1,2"
+    ) from None
+  try:
     common = parse_overrides(f.set, modules)
-  except ValueError as e:
-    if "--set" not in str(e):
-      e = f"--seeds={f.seeds!r}: expected integers like 0,1,2"
+  except ValueError as e:  # names the --set item
     raise app.UsageError(str(e)) from None
   # Every run compiles the same sampler / train-step / eval programs: keep
   # them on disk across runs, methods and testbeds.
