@@ -161,15 +161,29 @@ def read_jsonl(path: epath.PathLike) -> list[dict]:
 
 
 class Progress:
-  """One progress line per call, with rate and ETA."""
+  """One progress line per `update`, with rate and ETA; `maybe` prints one
+  only when `every` seconds have passed since the last line (or the start),
+  for long work that should speak up without flooding a short run."""
 
   def __init__(
-    self, total: int, start_step: int = 0, stream=None, label: str = "step"
+    self,
+    total: int,
+    start_step: int = 0,
+    stream=None,
+    label: str = "step",
+    every: float = 0.0,
   ):
     self.total, self.start_step = total, start_step
     self.stream = stream or sys.stderr
     self.label = label
-    self._t0 = time.time()
+    self.every = every
+    self._t0 = self._shown = time.time()
+
+  def maybe(self, step: int, metrics: dict | None = None) -> str | None:
+    """`update` when a line is due; None otherwise."""
+    if time.time() - self._shown < self.every:
+      return None
+    return self.update(step, metrics)
 
   def update(
     self,
@@ -187,6 +201,7 @@ class Progress:
     parts.append(f"{_fmt_time(elapsed)} elapsed, ETA {_fmt_time(eta)}")
     line = " | ".join(parts)
     print(line, file=self.stream, flush=True)
+    self._shown = time.time()
     return line
 
 

@@ -128,9 +128,10 @@ def spy(monkeypatch, owner, name: str, record) -> list:
   return seen
 
 
-def tiny_rollout(ctx, examples, step: int = 0):
+def tiny_rollout(ctx, examples, step: int = 0, progress=None):
   """ctx.generate of `examples` as the loop samples a step: the policy's
-  params, key `step`, cfg's group size and temperature."""
+  params, key `step`, cfg's group size and temperature (reporting to
+  `progress`)."""
   from rlreason.sampling import draw  # Deferred, as in tiny_context.
 
   return ctx.generate(
@@ -140,6 +141,7 @@ def tiny_rollout(ctx, examples, step: int = 0):
     step,
     group_size=ctx.cfg.group_size,
     sampling=draw.Sampling(temperature=ctx.cfg.temperature),
+    progress=progress,
   )
 
 

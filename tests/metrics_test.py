@@ -1,5 +1,6 @@
 """metrics.jsonl on resume: later steps cut back, a torn last line dropped."""
 
+import io
 import json
 
 import pytest
@@ -51,3 +52,25 @@ def test_a_torn_line_before_the_last_is_an_error_naming_the_line(tmp_path):
   path.write_text('{"step": 0}\n{"step": 1, "x\n{"step": 2}\n')
   with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON line"):
     metrics.read_jsonl(path)
+
+
+def test_progress_lines_and_their_throttle(monkeypatch):
+  """update prints a line each call; maybe only once `every` seconds have
+  passed since the last line (or the start), then counts from it."""
+  now = [100.0]
+  monkeypatch.setattr(metrics.time, "time", lambda: now[0])
+  out = io.StringIO()
+  p = metrics.Progress(10, 2, stream=out, label="eval problems", every=30)
+  now[0] = 110.0
+  assert p.maybe(4) is None  # 10 s in: not due
+  now[0] = 130.0
+  line = p.maybe(6, {"accuracy": 0.5, "other": 1.0})
+  # 4 of 8 problems in 30 s: 30 s to go.
+  assert line == "eval problems 6/10 | accuracy 0.500 | 0:30 elapsed, ETA 0:30"
+  now[0] = 150.0
+  assert p.maybe(8) is None  # 20 s after the last line
+  assert p.update(8).startswith("eval problems 8/10 | 0:50 elapsed")
+  now[0] = 179.0
+  assert p.maybe(9) is None  # update counts as a line: 29 s since
+  assert out.getvalue().splitlines()[0] == line
+  assert len(out.getvalue().splitlines()) == 2

@@ -1,7 +1,8 @@
 """The jitted loop of continuous batching (continuous.py): the slots' state,
 a refill (prefill of waiting prompts into free slots), decode steps, and
-rounds of both, run inside one while_loop (`run`) or one round per call
-(`round_jit`, state donated). Shapes as in continuous.py.
+rounds of both, run inside one while_loop (`run`) or in calls from a host
+loop (`round_jit`: a budget of decode steps per call, state donated). Shapes
+as in continuous.py.
 """
 
 import functools
@@ -338,9 +339,19 @@ start = jax.jit(_init, static_argnames=STATIC)
 
 
 @functools.partial(jax.jit, **ROUND_JIT)
-def round_jit(state, params, rows, **static):
-  state = _round(state, params, rows, **static)
-  return state, _more(state, rows.tokens.shape[0])
+def round_jit(state, params, rows, budget, **static):
+  """Rounds until `budget` decode steps have run in this call (one round
+  for budget 1: a round decodes at least one step) or no work is left.
+  Returns the state, whether work is left and the rows finished so far;
+  the rounds are those of `run`, wherever the calls split them."""
+  m, start = rows.tokens.shape[0], state.steps
+  state = jax.lax.while_loop(
+    lambda s: _more(s, m) & (s.steps - start < budget),
+    lambda s: _round(s, params, rows, **static),
+    state,
+  )
+  live = (~state.free).sum(dtype=jnp.int32)
+  return state, _more(state, m), state.next_row - live
 
 
 @jax.jit

@@ -31,7 +31,7 @@ prompt length, T = max_new_tokens, V vocab (legend in types.py).
 """
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -139,6 +139,7 @@ def generate(
   rows_per_call: int = 0,
   batching: str = "static",
   compiler_options: dict | None = None,
+  progress: Callable[[int], None] | None = None,
 ) -> Rollout:
   """Samples `group_size` completions for each prompt.
 
@@ -177,6 +178,10 @@ def generate(
       where all N rows fit in one call).
     compiler_options: the sampler's compile options (e.g. libtpu's
       temporaries budget, --rollout_temp_budget_mib); None: defaults.
+    progress: called with the number of rows sampled so far while a
+      rollout of several sampler calls (or continuous batching's host
+      calls, continuous.sample) is under way; not for the last. The
+      static calls then run one at a time (the host waits for each).
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -240,17 +245,21 @@ def generate(
   )
   if batching == "continuous" and per_call < len(tokens):
     out = call(tokens, positions, rows=len(tokens), row_offset=row_offset,
-               slots=per_call)  # fmt: skip
+               slots=per_call, progress=progress)  # fmt: skip
   else:
-    outs = [
-      call(
-        tokens[lo : lo + per_call],
-        positions[lo : lo + per_call],
-        rows=per_call,
-        row_offset=row_offset + lo,
+    outs = []
+    for lo in range(0, len(tokens), per_call):
+      outs.append(
+        call(
+          tokens[lo : lo + per_call],
+          positions[lo : lo + per_call],
+          rows=per_call,
+          row_offset=row_offset + lo,
+        )
       )
-      for lo in range(0, len(tokens), per_call)
-    ]
+      if progress is not None and lo + per_call < len(tokens):
+        jax.block_until_ready(outs[-1].lengths)
+        progress(lo + per_call)
     out = (
       outs[0]
       if len(outs) == 1
@@ -303,12 +312,22 @@ def _put_rows(mesh, tree):
 
 
 def _sample_rows(
-  params, tokens, positions, *, rows, row_offset, rng, mesh, slots=0, **kwargs
+  params,
+  tokens,
+  positions,
+  *,
+  rows,
+  row_offset,
+  rng,
+  mesh,
+  slots=0,
+  progress=None,
+  **kwargs,
 ) -> sampling_lib.SampleOutput:
   """One sampler call on host rows [n <= rows, P], padded to `rows` rows
   (copies of the last) so that every call of a chunked rollout shares one
   compiled program; outputs cut back to n. slots > 0: continuous batching
-  over that many decode slots."""
+  over that many decode slots (reporting to `progress`)."""
   n = len(tokens)
   if n < rows:
     fill = np.repeat(np.arange(n - 1, n), rows - n)
@@ -322,7 +341,7 @@ def _sample_rows(
     offset = mesh_lib.put_global(offset, mesh_lib.replicated(mesh))
   fn = sampling_lib.sample
   if slots:
-    fn = functools.partial(continuous.sample, slots=slots)
+    fn = functools.partial(continuous.sample, slots=slots, progress=progress)
   out = fn(
     params, tokens, positions, rng, mesh=mesh, row_offset=offset, **kwargs
   )

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import sys
-import time
 from typing import Callable, Hashable, Sequence
 
 import jax
@@ -231,8 +230,9 @@ def sample_and_score(
     )
   # 0/1 float32, as correct_fn scores them.
   correct = [np.float32(correct).reshape(start, samples)] if start else []
-  progress = metrics_lib.Progress(len(examples), start, label="eval problems")
-  shown = time.time()
+  progress = metrics_lib.Progress(
+    len(examples), start, label="eval problems", every=progress_every
+  )
   for lo in range(start, len(examples), per_call):
     chunk = examples[lo : lo + per_call]
     r = ctx.generate(
@@ -259,9 +259,8 @@ def sample_and_score(
         for row, c in zip(new, correct[-1]):
           f.write(json.dumps({"texts": row, "correct": c.tolist()}) + "\n")
     done = lo + len(chunk)
-    if done < len(examples) and time.time() - shown >= progress_every:
-      progress.update(done, {"accuracy": np.concatenate(correct).mean()})
-      shown = time.time()
+    if done < len(examples):
+      progress.maybe(done, {"accuracy": np.concatenate(correct).mean()})
   answers = None
   if extract_fn is not None:
     answers = [[extract_fn(t) for t in row] for row in texts]

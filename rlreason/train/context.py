@@ -21,6 +21,7 @@ from rlreason.data import sources as data_lib
 from rlreason.sampling import scoring as evaluation
 from rlreason.guidance import hints
 from rlreason import mesh as mesh_lib
+from rlreason import metrics as metrics_lib
 from rlreason.model import policy
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.sampling import rollout_layout
@@ -74,6 +75,7 @@ class Context:
     max_new_tokens: int | None = None,
     row_offset: int = 0,
     model_cfg: transformer.ModelConfig | None = None,
+    progress: Callable[[int], None] | None = None,
   ) -> Rollout:
     """G samples per example; max_new_tokens overrides cfg.max_new_tokens
     on the single-turn path (a custom generate_fn sets its own budget).
@@ -85,7 +87,11 @@ class Context:
 
     model_cfg: the architecture of `params` where they are another model's
     than the policy's (a teacher's), sampled as the run samples
-    (sampled_as); single-turn only."""
+    (sampled_as); single-turn only.
+
+    progress: called with the rows sampled so far during a long
+    single-turn rollout (rollout.generate); a custom generate_fn reports
+    nothing."""
     other = model_cfg is not None and model_cfg != self.model_cfg
     if other and self.generate_fn is not None:
       raise ValueError(
@@ -114,6 +120,7 @@ class Context:
       sampling=sampling,
       max_prompt_len=self.cfg.max_prompt_len,
       row_offset=row_offset,
+      progress=progress,
       **self.sampler_kwargs(),
     )
 
@@ -271,6 +278,23 @@ class Context:
           **kw,
         )
       )
+
+
+# A rollout that runs longer prints the sequences sampled at most this often.
+PROGRESS_SECONDS = 30.0
+
+
+def rollout_progress(step: int, steps: int, rows: int) -> Callable[[int], None]:
+  """The loop's `progress` for step `step`'s rollout of `rows` sequences
+  (Context.generate): a line when due (a paper-scale rollout runs for
+  minutes). Every process passes one, so all split the sampler's loop
+  alike; the first prints."""
+  progress = metrics_lib.Progress(
+    rows,
+    label=f"step {step + 1}/{steps}: rollout sequences",
+    every=PROGRESS_SECONDS,
+  )
+  return progress.maybe if jax.process_index() == 0 else lambda done: None
 
 
 def prompt_ids(tokenizer, examples, template: str, *, max_len: int | None):

@@ -220,6 +220,7 @@ def train(
     # The prompts advance the checkpointed iterator; the key is a function
     # of (seed, step, round), so a resumed run draws the same samples.
     more = next(prompts)
+    rows = len(more) * cfg.group_size
     rollout = ctx.generate(
       ctx.params,
       more,
@@ -227,6 +228,7 @@ def train(
       step,
       group_size=cfg.group_size,
       sampling=sampling,
+      progress=context_lib.rollout_progress(step, cfg.steps, rows),
     )
     return rollout, more
 
@@ -268,6 +270,7 @@ def train(
     t0 = time.time()
     examples = next(prompts)
     ctx.params = policy_of(state.params)  # merged once per step with LoRA
+    rows = len(examples) * cfg.group_size
     rollout = ctx.generate(
       ctx.params,
       examples,
@@ -275,6 +278,7 @@ def train(
       step,
       group_size=cfg.group_size,
       sampling=sampling,
+      progress=context_lib.rollout_progress(step, cfg.steps, rows),
     )
     jax.block_until_ready(rollout.mask)
     t1 = time.time()

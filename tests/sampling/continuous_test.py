@@ -118,6 +118,34 @@ def test_equals_static_sampler(params, sampling, mode):
   assert stats.prefills >= -(-len(LENGTHS) // (mode.get("refill_rows") or 1))
 
 
+@pytest.mark.parametrize(
+  "mode", [dict(), dict(refill="host", refill_every=3, refill_rows=2)]
+)
+def test_progress_reports_rows_finished_and_samples_alike(
+  params, monkeypatch, mode
+):
+  """With a progress callback the loop runs in host calls of
+  PROGRESS_STEPS decode steps (refill="host": of one round), each but the
+  last reporting the rows finished so far; the samples do not change."""
+  monkeypatch.setattr(continuous, "PROGRESS_STEPS", 2)
+  sampling = Sampling(temperature=0.8)
+  stop_ids = _first_token_stop(params, sampling)
+  _, quiet, quiet_stats = _both(params, sampling, stop_ids, **mode)
+  reports = []
+  ref, out, stats = _both(
+    params, sampling, stop_ids, progress=reports.append, **mode
+  )
+  _assert_same(ref, out)
+  _assert_same(quiet, out)
+  assert stats == quiet_stats
+  assert reports == sorted(reports), reports
+  assert 0 <= reports[0] and reports[-1] < len(LENGTHS), reports
+  if mode:  # one call per round: at least one per refill but the last
+    assert len(reports) >= stats.prefills - 1
+  else:  # calls of exactly 2 decode steps (refill_every=1) but the last
+    assert len(reports) >= stats.steps // 2 - 1, (reports, stats)
+
+
 def test_filters_stop_sequences_and_row_limits(params):
   limits = np.asarray([1, 9, 4, 2, 9, 7, 3, 9, 5, 6, 8], np.int32)
   ref, out, _ = _both(

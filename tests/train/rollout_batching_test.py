@@ -4,6 +4,7 @@ default, --rollout_rows=0 on a backend without memory stats) both run the
 static sampler."""
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,9 @@ from rlreason import testing
 from rlreason.data import sources as data_lib
 from rlreason.model import attention
 from rlreason.model import blocks
+from rlreason.sampling import continuous
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.train import context as context_lib
 
 
 def _rollout(monkeypatch, **overrides):
@@ -55,6 +58,56 @@ def test_continuous_is_the_default_and_samples_as_static(monkeypatch):
     np.testing.assert_array_equal(ro.mask, static.mask)
     np.testing.assert_allclose(ro.logp, static.logp, rtol=1e-5, atol=1e-6)
     assert list(ro.finish_reasons) == list(static.finish_reasons)
+
+
+@pytest.mark.parametrize("batching", ["static", "continuous"])
+def test_a_long_rollout_reports_the_sequences_sampled(
+  monkeypatch, capsys, batching
+):
+  """The loop's rollout progress (context.rollout_progress, due at once
+  here) reaches the sampler through Context.generate: one line per static
+  call but the last, or per continuous host call (every 4 decode steps
+  here); the samples are the ones drawn without it."""
+  monkeypatch.setattr(context_lib, "PROGRESS_SECONDS", 0.0)
+  monkeypatch.setattr(continuous, "PROGRESS_STEPS", 4)
+  cfg = dataclasses.replace(
+    grpo.TinyConfig(),
+    max_new_tokens=12,
+    warm_start_steps=0,
+    mesh_fsdp=1,
+    group_size=4,
+    rollout_rows=5,
+    rollout_batching=batching,
+  )
+  ctx = testing.tiny_context(cfg)
+  examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "train")
+  quiet = testing.tiny_rollout(ctx, examples)
+  assert capsys.readouterr().err == ""
+  # Another process passes a callback that prints nothing: the same calls.
+  with monkeypatch.context() as m:
+    m.setattr(context_lib.jax, "process_index", lambda: 1)
+    other = context_lib.rollout_progress(2, 3, 16)
+  testing.tiny_rollout(ctx, examples, progress=other)
+  assert capsys.readouterr().err == ""
+  ro = testing.tiny_rollout(
+    ctx, examples, progress=context_lib.rollout_progress(2, 3, 16)
+  )
+  np.testing.assert_array_equal(ro.tokens, quiet.tokens)
+  np.testing.assert_allclose(ro.logp, quiet.logp, rtol=1e-6, atol=1e-6)
+  err = capsys.readouterr().err
+  done = [
+    int(n)
+    for n in re.findall(
+      r"^step 3/3: rollout sequences (\d+)/16 \| \d+:\d\d elapsed, ETA ",
+      err,
+      re.M,
+    )
+  ]
+  assert len(done) == len(err.splitlines()), err
+  if batching == "static":
+    assert done == [5, 10, 15]
+  else:  # rows finished so far, 5 at a time at most in flight
+    assert len(done) >= 2 and done == sorted(done) and done[-1] < 16, done
 
 
 def test_bad_batching_is_a_config_error():
