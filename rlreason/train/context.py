@@ -280,19 +280,20 @@ class Context:
       )
 
 
-# A rollout that runs longer prints the sequences sampled at most this often.
+# A step's rollout or updates that run longer print how far they are at
+# most this often.
 PROGRESS_SECONDS = 30.0
 
 
-def rollout_progress(step: int, steps: int, rows: int) -> Callable[[int], None]:
-  """The loop's `progress` for step `step`'s rollout of `rows` sequences
-  (Context.generate): a line when due (a paper-scale rollout runs for
-  minutes). Every process passes one, so all split the sampler's loop
-  alike; the first prints."""
+def step_progress(
+  step: int, steps: int, what: str, total: int
+) -> Callable[[int], None]:
+  """The loop's progress callback for step `step`'s `total` `what`
+  (rollout sequences: Context.generate's `progress`; updates): a line when
+  due (at paper scale each part runs for minutes). Every process gets one,
+  so all split the sampler's loop alike; the first prints."""
   progress = metrics_lib.Progress(
-    rows,
-    label=f"step {step + 1}/{steps}: rollout sequences",
-    every=PROGRESS_SECONDS,
+    total, label=f"step {step + 1}/{steps}: {what}", every=PROGRESS_SECONDS
   )
   return progress.maybe if jax.process_index() == 0 else lambda done: None
 

@@ -228,7 +228,9 @@ def train(
       step,
       group_size=cfg.group_size,
       sampling=sampling,
-      progress=context_lib.rollout_progress(step, cfg.steps, rows),
+      progress=context_lib.step_progress(
+        step, cfg.steps, "rollout sequences", rows
+      ),
     )
     return rollout, more
 
@@ -270,7 +272,7 @@ def train(
     t0 = time.time()
     examples = next(prompts)
     ctx.params = policy_of(state.params)  # merged once per step with LoRA
-    rows = len(examples) * cfg.group_size
+    rows = len(examples) * cfg.group_size  # sequences sampled
     rollout = ctx.generate(
       ctx.params,
       examples,
@@ -278,7 +280,9 @@ def train(
       step,
       group_size=cfg.group_size,
       sampling=sampling,
-      progress=context_lib.rollout_progress(step, cfg.steps, rows),
+      progress=context_lib.step_progress(
+        step, cfg.steps, "rollout sequences", rows
+      ),
     )
     jax.block_until_ready(rollout.mask)
     t1 = time.time()
@@ -295,10 +299,16 @@ def train(
     t2 = time.time()
     mb_rng = np.random.default_rng([cfg.seed, step])
     update_metrics = []
+    updates = context_lib.step_progress(
+      step, cfg.steps, "updates", updates_per_step
+    )
     for _ in range(cfg.ppo_epochs):
       for mb in _minibatches(batch, cfg.minibatches, mb_rng):
         state, m = step_fn(state, mesh_lib.put_global(mb, batch_sh))
         update_metrics.append(m)
+        if len(update_metrics) < updates_per_step:
+          jax.block_until_ready(m)  # so that a line tells the device's pace
+          updates(len(update_metrics))
     update_metrics = mesh_lib.to_host(update_metrics)
     t3 = time.time()
 

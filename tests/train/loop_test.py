@@ -7,6 +7,7 @@ reward function, which every step calls once), so where it lands is exact.
 import dataclasses
 import json
 import os
+import re
 import signal
 import warnings
 
@@ -17,6 +18,7 @@ from experiments import grpo
 from rlreason import metrics
 from rlreason import testing
 from rlreason.train import checkpoint
+from rlreason.train import context as context_lib
 from rlreason.train import loaders
 from rlreason.train import flags
 from rlreason.train import sft
@@ -87,6 +89,38 @@ def test_nonfinite_rewards_are_counted_and_skip_the_update(
   import jax
 
   jax.tree.map(np.testing.assert_array_equal, p1, p2)  # no update at step 2
+
+
+def test_a_long_step_says_how_far_its_rollout_and_updates_are(
+  tmp_path, monkeypatch, capsys
+):
+  """Lines due at once here: the rollout's after each sampler call but the
+  last (16 sequences in static calls of 4), the updates' after each but
+  the last (2 epochs of 2 minibatches)."""
+  monkeypatch.setattr(context_lib, "PROGRESS_SECONDS", 0.0)
+  cfg = _cfg(
+    tmp_path,
+    steps=1,
+    warm_start_steps=0,
+    rollout_rows=4,
+    rollout_batching="static",
+    minibatches=2,
+    ppo_epochs=2,
+  )
+  grpo.run(cfg)
+  lines = capsys.readouterr().err.splitlines()
+  parts = [
+    re.match(r"step 1/1: (.+) \| \d+:\d\d elapsed, ETA \d+:\d\d$", line)
+    for line in lines
+  ]
+  assert [m[1] for m in parts if m] == [
+    "rollout sequences 4/16",
+    "rollout sequences 8/16",
+    "rollout sequences 12/16",
+    "updates 1/4",
+    "updates 2/4",
+    "updates 3/4",
+  ], lines
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ def test_continuous_is_the_default_and_samples_as_static(monkeypatch):
 def test_a_long_rollout_reports_the_sequences_sampled(
   monkeypatch, capsys, batching
 ):
-  """The loop's rollout progress (context.rollout_progress, due at once
+  """The loop's rollout progress (context.step_progress, due at once
   here) reaches the sampler through Context.generate: one line per static
   call but the last, or per continuous host call (every 4 decode steps
   here); the samples are the ones drawn without it."""
@@ -86,11 +86,13 @@ def test_a_long_rollout_reports_the_sequences_sampled(
   # Another process passes a callback that prints nothing: the same calls.
   with monkeypatch.context() as m:
     m.setattr(context_lib.jax, "process_index", lambda: 1)
-    other = context_lib.rollout_progress(2, 3, 16)
+    other = context_lib.step_progress(2, 3, "rollout sequences", 16)
   testing.tiny_rollout(ctx, examples, progress=other)
   assert capsys.readouterr().err == ""
   ro = testing.tiny_rollout(
-    ctx, examples, progress=context_lib.rollout_progress(2, 3, 16)
+    ctx,
+    examples,
+    progress=context_lib.step_progress(2, 3, "rollout sequences", 16),
   )
   np.testing.assert_array_equal(ro.tokens, quiet.tokens)
   np.testing.assert_allclose(ro.logp, quiet.logp, rtol=1e-6, atol=1e-6)
