@@ -13,6 +13,7 @@ group, killed when it outlives its time limit.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -45,6 +46,10 @@ CONFIG = dict(
   # resharded from FSDP across both processes every step, its rows handed
   # back to the run's mesh.
   rollout_tensor=2,
+  # 16 rows through 8 continuous-batching slots, in host calls of 4 decode
+  # steps (multihost_worker.py): every process must split the sampler's
+  # loop alike, and only process 0 prints the progress lines.
+  rollout_rows=8,
 )
 
 # Values that differ between runs by nature, not by computation.
@@ -239,6 +244,13 @@ def test_checkpoint_written_by_both_processes_restores(runs):
     multi,
     single,
   )
+
+
+def test_only_process_0_prints_the_rollout_progress(runs):
+  pattern = re.compile(r"^step \d/3: rollout sequences \d+/16 \|", re.M)
+  logs = [open(runs / f"proc{i}.log").read() for i in range(2)]
+  assert len(pattern.findall(logs[0])) >= 3, logs[0][-3000:]
+  assert not pattern.findall(logs[1]), logs[1][-3000:]
 
 
 def test_only_process_0_writes(runs):
