@@ -20,7 +20,10 @@ from rlreason.sampling import rollout as rollout_lib
 from rlreason.train import context as context_lib
 
 
-def _rollout(monkeypatch, **overrides):
+EXAMPLES = "task:arithmetic:difficulty=1,n=4"  # 16 rows in groups of 4
+
+
+def _context(**overrides):
   cfg = dataclasses.replace(
     grpo.TinyConfig(),
     max_new_tokens=12,
@@ -30,7 +33,11 @@ def _rollout(monkeypatch, **overrides):
     **overrides,
   )
   cfg.validate()
-  ctx = testing.tiny_context(cfg)
+  return testing.tiny_context(cfg)
+
+
+def _rollout(monkeypatch, **overrides):
+  ctx = _context(**overrides)
   slots = []
   real = rollout_lib._sample_rows
   monkeypatch.setattr(
@@ -38,7 +45,7 @@ def _rollout(monkeypatch, **overrides):
     "_sample_rows",
     lambda *a, **k: slots.append(k.get("slots", 0)) or real(*a, **k),
   )
-  examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "train")
+  examples = data_lib.load(EXAMPLES, "train")
   ro = testing.tiny_rollout(ctx, examples)
   return ro, slots
 
@@ -70,17 +77,8 @@ def test_a_long_rollout_reports_the_sequences_sampled(
   here); the samples are the ones drawn without it."""
   monkeypatch.setattr(context_lib, "PROGRESS_SECONDS", 0.0)
   monkeypatch.setattr(continuous, "PROGRESS_STEPS", 4)
-  cfg = dataclasses.replace(
-    grpo.TinyConfig(),
-    max_new_tokens=12,
-    warm_start_steps=0,
-    mesh_fsdp=1,
-    group_size=4,
-    rollout_rows=5,
-    rollout_batching=batching,
-  )
-  ctx = testing.tiny_context(cfg)
-  examples = data_lib.load("task:arithmetic:difficulty=1,n=4", "train")
+  ctx = _context(rollout_rows=5, rollout_batching=batching)
+  examples = data_lib.load(EXAMPLES, "train")
   quiet = testing.tiny_rollout(ctx, examples)
   assert capsys.readouterr().err == ""
   # Another process passes a callback that prints nothing: the same calls.
