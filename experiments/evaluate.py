@@ -19,7 +19,9 @@ An interrupted evaluation (Ctrl-C, SIGTERM, SIGKILL) loses at most
 one sampler call: each finished chunk's problems are kept in
 <out>/partial/, and the same command again starts after them (its samples
 are the ones an uninterrupted run draws). partial/ goes once the files are
-written.
+written. Over several hosts (--multihost or RLREASON_MULTIHOST=1, one process
+per host, as launch/tpu.sh runs it) process 0 prints, writes and keeps the
+journal, and shares it with the others on a rerun.
 
 Writes to --out (default <workdir>/eval/step_<N>, or workdirs/eval/<name>):
 eval.md (the table, also printed), eval.json (settings + every metric with
@@ -40,6 +42,7 @@ import os
 import shutil
 import sys
 
+import jax
 from absl import app
 from absl import flags
 from absl import logging
@@ -93,6 +96,11 @@ class Config:
   compile_cache: str = _field(
     "", "compiled programs kept: '' = the run's (<its cache_dir>/xla), off, DIR"
   )
+  multihost: bool = _field(
+    False,
+    "jax.distributed.initialize(), one process per host (also "
+    "RLREASON_MULTIHOST=1); process 0 writes",
+  )
 
 
 def _ks(text: str) -> tuple[int, ...]:
@@ -128,6 +136,8 @@ def default_out(policy: trained.Policy) -> str:
 def run(cfg: Config) -> dict:
   """Loads, optionally exports, evaluates and writes; returns the results."""
   check(cfg)
+  run_info.maybe_initialize_distributed(cfg)
+  is_main = jax.process_index() == 0  # the one that prints and writes
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   policy = trained.load(
     cfg.checkpoint,
@@ -143,14 +153,17 @@ def run(cfg: Config) -> dict:
     )
   )  # Where the run keeps its programs: a rerun loads what compiled.
   where = f" step {policy.step}" if policy.step is not None else ""
-  print(f"Loaded {policy.kind} {cfg.checkpoint}{where}", flush=True)
+  if is_main:
+    print(f"Loaded {policy.kind} {cfg.checkpoint}{where}", flush=True)
   out = {"policy": policy}
-  if cfg.export_hf:
+  if cfg.export_hf:  # every process takes part; process 0 writes
     out["export_hf"] = trained.export_hf(policy, cfg.export_hf)
-    print(f"Exported HF checkpoint to {cfg.export_hf}", flush=True)
+    if is_main:
+      print(f"Exported HF checkpoint to {cfg.export_hf}", flush=True)
   if cfg.export_peft:
     out["export_peft"] = trained.export_peft(policy, cfg.export_peft)
-    print(f"Exported the LoRA adapter to {cfg.export_peft}", flush=True)
+    if is_main:
+      print(f"Exported the LoRA adapter to {cfg.export_peft}", flush=True)
   if not cfg.evaluate:
     return out
   out_dir = cfg.out or default_out(policy)
@@ -171,11 +184,13 @@ def run(cfg: Config) -> dict:
     max_new_tokens=cfg.max_new_tokens or None,
     journal_dir=journal_dir,
   )
-  paths = evaluate_lib.write(report, out_dir, samples_jsonl=cfg.write_samples)
-  shutil.rmtree(journal_dir, ignore_errors=True)  # the files hold it all now
-  with open(paths["md"]) as f:
-    print(f.read(), flush=True)
-  print(f"Wrote {', '.join(paths.values())}", flush=True)
+  paths = {}
+  if is_main:
+    paths = evaluate_lib.write(report, out_dir, samples_jsonl=cfg.write_samples)
+    shutil.rmtree(journal_dir, ignore_errors=True)  # the files hold it all
+    with open(paths["md"]) as f:
+      print(f.read(), flush=True)
+    print(f"Wrote {', '.join(paths.values())}", flush=True)
   return {**out, "report": report, "out": out_dir, "files": paths}
 
 

@@ -321,6 +321,26 @@ def to_host(tree):
   return jax.tree.map(get, tree)
 
 
+def from_process_0(value: Any) -> Any:
+  """Process 0's JSON-able `value` on every process (each passes its own;
+  the others' are ignored): what one process read from its disk (a resumed
+  evaluation's journal) shared without assuming storage every host sees.
+  On one process, `value` itself."""
+  if jax.process_count() == 1:
+    return value
+  import json
+
+  from jax.experimental import multihost_utils
+
+  data = json.dumps(value).encode() if jax.process_index() == 0 else b""
+  # int32 words (every backend's collectives reduce them), length first.
+  n = int(multihost_utils.broadcast_one_to_all(np.int32(len(data))))
+  words = np.zeros(-(-n // 4), np.int32)
+  words.view(np.uint8)[: len(data)] = np.frombuffer(data, np.uint8)
+  words = np.asarray(multihost_utils.broadcast_one_to_all(words))
+  return json.loads(words.view(np.uint8)[:n].tobytes().decode())
+
+
 def put_global(tree, sharding):
   """Host values (identical on every process) -> global arrays on `sharding`.
 

@@ -154,7 +154,7 @@ def runs(tmp_path_factory):
   _run_all(
     [
       (
-        [json.dumps(multi), str(tmp / f"proc{i}")],
+        ["grpo", json.dumps(multi), str(tmp / f"proc{i}")],
         _env(
           2,
           RLREASON_MULTIHOST="1",
@@ -170,7 +170,13 @@ def runs(tmp_path_factory):
   )
   single = dict(CONFIG, workdir=str(tmp / "single"), cache_dir=cache)
   _run_all(
-    [([json.dumps(single), str(tmp / "single")], _env(4), tmp / "single.log")]
+    [
+      (
+        ["grpo", json.dumps(single), str(tmp / "single")],
+        _env(4),
+        tmp / "single.log",
+      )
+    ]
   )
   return tmp
 
@@ -271,3 +277,75 @@ def test_only_process_0_writes(runs):
   # (beside xla/: the compiled programs, --compile_cache=auto).
   names = [p.name for p in (runs / "cache").iterdir() if p.name != "xla"]
   assert len(names) == 1 and names[0].startswith("sft-"), names
+
+
+def _evaluate_2_processes(tmp, name, flags, interrupt_at=0):
+  """experiments.evaluate over 2 processes x 2 devices; each one's
+  multihost_worker.py record (sampler calls, interrupted) and log."""
+  port = _free_port()
+  _run_all(
+    [
+      (
+        ["evaluate", json.dumps(flags), str(tmp / f"{name}{i}")],
+        _env(
+          2,
+          RLREASON_MULTIHOST="1",
+          JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+          JAX_NUM_PROCESSES="2",
+          JAX_PROCESS_ID=str(i),
+          RLREASON_DISTRIBUTED_TIMEOUT="120",
+          RLREASON_TEST_INTERRUPT_AT=str(interrupt_at),
+        ),
+        tmp / f"{name}{i}.log",
+      )
+      for i in range(2)
+    ]
+  )
+  return [
+    (
+      json.load(open(tmp / f"{name}{i}.json")),
+      open(tmp / f"{name}{i}.log").read(),
+    )
+    for i in range(2)
+  ]
+
+
+def test_an_interrupted_multihost_evaluation_resumes_where_it_stopped(
+  tmp_path,
+):
+  """experiments.evaluate --multihost: process 0 alone writes the files and
+  the journals (partial/) and, on the rerun, shares what they hold, so both
+  processes start after the same problems: the rerun decodes only the rest
+  and writes the files of a run never interrupted."""
+  flags = dict(
+    checkpoint="tiny",
+    data="task:arithmetic:difficulty=1",
+    num_problems=8,
+    samples=4,
+    max_prompt_len=32,
+    max_new_tokens=16,
+    sequences_per_call=8,  # greedy: one chunk of 8; 4 samples: 4 chunks
+    compile_cache=str(tmp_path / "xla"),
+  )
+  whole, out = tmp_path / "whole", tmp_path / "again"
+  for record, _ in _evaluate_2_processes(
+    tmp_path, "whole", dict(flags, out=str(whole))
+  ):
+    assert record == {"calls": [0, 0, 8, 16, 24], "interrupted": False}
+  # Ctrl-C as the sampled decoding's second chunk starts, on both.
+  for record, _ in _evaluate_2_processes(
+    tmp_path, "stopped", dict(flags, out=str(out)), interrupt_at=3
+  ):
+    assert record == {"calls": [0, 0, 8], "interrupted": True}
+  journals = {p.name.split("-")[0] for p in (out / "partial").iterdir()}
+  assert journals == {"greedy", "n4"}
+  (main, main_log), (other, other_log) = _evaluate_2_processes(
+    tmp_path, "resumed", dict(flags, out=str(out))
+  )
+  for record in (main, other):  # the sampled problems 2-7 only
+    assert record == {"calls": [8, 16, 24], "interrupted": False}
+  assert "eval: 2 of 8 problems from" in main_log
+  assert "problems from" not in other_log and "Wrote" not in other_log
+  assert not (out / "partial").exists()
+  for name in ("eval.json", "samples.jsonl"):
+    assert (out / name).read_text() == (whole / name).read_text()

@@ -1,13 +1,17 @@
-"""One process of a GRPO run, for tests/multihost_test.py (not a test).
+"""One process of a multi-process run, for tests/multihost_test.py (not a test).
 
-  python tests/multihost_worker.py '<config overrides as JSON>' OUT_PREFIX
+  python tests/multihost_worker.py grpo '<config overrides as JSON>' OUT_PREFIX
+  python tests/multihost_worker.py evaluate '<flags as JSON>' OUT_PREFIX
 
-Runs experiments.grpo.run with the overrides, then writes OUT_PREFIX.npz
+grpo runs experiments.grpo.run with the overrides, then writes OUT_PREFIX.npz
 (the final parameters, gathered from every process: all processes must take
-part) and OUT_PREFIX.json (the returned scalar metrics). Multi-process
-settings come from the environment (RLREASON_MULTIHOST=1,
-JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), as in a real
-launch.
+part) and OUT_PREFIX.json (the returned scalar metrics). evaluate runs
+experiments.evaluate.run with those flags and writes OUT_PREFIX.json: the
+row offset of each sampler call and whether it was interrupted (a
+KeyboardInterrupt raised at sampler call RLREASON_TEST_INTERRUPT_AT, as
+Ctrl-C would land, on every process alike). Multi-process settings come
+from the environment (RLREASON_MULTIHOST=1, JAX_COORDINATOR_ADDRESS,
+JAX_NUM_PROCESSES, JAX_PROCESS_ID), as in a real launch.
 """
 
 import dataclasses
@@ -29,6 +33,7 @@ jax.config.update("jax_default_matmul_precision", "highest")
 # built without JAX_ variables).
 jax.config.update("jax_disable_most_optimizations", True)
 
+from experiments import evaluate as evaluate_cli  # noqa: E402
 from experiments import grpo  # noqa: E402
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason import testing  # noqa: E402
@@ -42,7 +47,29 @@ continuous.PROGRESS_STEPS = 4
 context.PROGRESS_SECONDS = 0.0
 
 
-def main(overrides: str, out_prefix: str) -> None:
+def evaluate(flags: str, out_prefix: str) -> None:
+  generate, calls = context.Context.generate, []
+  interrupt_at = int(os.environ.get("RLREASON_TEST_INTERRUPT_AT", "0"))
+
+  def counted(self, *args, **kw):
+    calls.append(kw["row_offset"])
+    if len(calls) == interrupt_at:
+      raise KeyboardInterrupt
+    return generate(self, *args, **kw)
+
+  context.Context.generate = counted
+  out = {"calls": calls, "interrupted": False}
+  try:
+    evaluate_cli.run(evaluate_cli.Config(**json.loads(flags)))
+  except KeyboardInterrupt:
+    out["interrupted"] = True
+  with open(out_prefix + ".json", "w") as f:
+    json.dump(out, f)
+
+
+def main(mode: str, overrides: str, out_prefix: str) -> None:
+  if mode == "evaluate":
+    return evaluate(overrides, out_prefix)
   cfg = dataclasses.replace(grpo.TinyConfig(), **json.loads(overrides))
   out = grpo.run(cfg)
   params = mesh_lib.to_host(out["state"].params)

@@ -117,7 +117,8 @@ def evaluate(
     journal_dir: where each decoding (greedy, sampled) keeps its finished
       problems (scoring.sample_and_score's journal), one file per setting:
       an interrupted evaluation called again with the same settings starts
-      after them. None keeps none (nor does a multi-process evaluation).
+      after them. None keeps none. With several processes, process 0
+      keeps them (on its own disk will do) and shares them on resume.
     **overrides: BaseConfig fields (template, max_new_tokens, max_prompt_len,
       tokenizer, seed); None keeps the run's value.
   """
@@ -169,13 +170,14 @@ def evaluate(
     """The journal of one decoding, named by everything its samples
     depend on (the checkpoint, data, lengths, template, seed, the model's
     dtypes)."""
-    if not journal_dir or jax.process_count() > 1:  # one writer, one reader
+    if not journal_dir:
       return None
     drop = ("ks",) + (("samples", "temperature") if name == "greedy" else ())
     setting = {k: v for k, v in info.items() if k not in drop}
     setting.update(decoding=name, model=policy.model_cfg)
     key = json.dumps(setting, sort_keys=True, default=repr)
-    os.makedirs(journal_dir, exist_ok=True)
+    if jax.process_index() == 0:  # its only reader and writer
+      os.makedirs(journal_dir, exist_ok=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return os.path.join(journal_dir, f"{name}-{digest}.jsonl")
 

@@ -26,6 +26,7 @@ from typing import Callable, Hashable, Sequence
 import jax
 import numpy as np
 
+from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.sampling import draw as sampling_lib
 
@@ -160,17 +161,22 @@ class Scored:
 def _read_journal(path: str | None, problems: int):
   """(texts, correct) of the problems a journal holds, in order. A torn
   last line (the process died mid-write) is dropped from the file too,
-  before the caller appends to it."""
-  if not path or not os.path.exists(path):
-    return [], []
-  rows = metrics_lib.read_jsonl(path)
+  before the caller appends to it. Process 0 alone reads and writes it;
+  the others get its rows (mesh.from_process_0), so every process of a
+  multi-host evaluation starts after the same problems."""
+  rows = []
+  if path and jax.process_index() == 0 and os.path.exists(path):
+    rows = metrics_lib.read_jsonl(path)
+    if len(rows) <= problems:
+      with open(path, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+  if path:
+    rows = mesh_lib.from_process_0(rows)
   if len(rows) > problems:
     raise ValueError(
       f"{path} holds {len(rows)} problems, more than the {problems} "
       "evaluated: another evaluation's journal"
     )
-  with open(path, "w") as f:
-    f.writelines(json.dumps(row) + "\n" for row in rows)
   return [r["texts"] for r in rows], [r["correct"] for r in rows]
 
 
@@ -211,7 +217,9 @@ def sample_and_score(
       scores as its chunk finishes. A call given a journal that holds the
       first problems starts after them (its samples do not depend on where
       chunks fall: row_offset), so an interrupted evaluation loses at most
-      one chunk. The caller keeps one journal per evaluation setting.
+      one chunk. The caller keeps one journal per evaluation setting; with
+      several processes, process 0's is the one (every process passes
+      the same path; the others neither read nor write it).
   """
   if not examples:
     raise ValueError("sample_and_score: no examples to evaluate")
@@ -221,8 +229,8 @@ def sample_and_score(
   rng = jax.random.key(seed + EVAL_SEED_OFFSET)
   per_call = max(1, sequences_per_call // samples)
   texts, correct = _read_journal(journal, len(examples))
-  start = len(texts)
-  if start:
+  start, is_main = len(texts), jax.process_index() == 0
+  if start and is_main:
     print(
       f"eval: {start} of {len(examples)} problems from {journal}",
       file=sys.stderr,
@@ -254,12 +262,12 @@ def sample_and_score(
       list(r.texts[i * samples : (i + 1) * samples]) for i in range(len(chunk))
     ]
     texts += new
-    if journal:
+    if journal and is_main:
       with open(journal, "a") as f:
         for row, c in zip(new, correct[-1]):
           f.write(json.dumps({"texts": row, "correct": c.tolist()}) + "\n")
     done = lo + len(chunk)
-    if done < len(examples):
+    if done < len(examples) and is_main:
       progress.maybe(done, {"accuracy": np.concatenate(correct).mean()})
   answers = None
   if extract_fn is not None:
