@@ -39,6 +39,28 @@ def device_memory(mesh: "Mesh") -> int | None:
   return stats.get("bytes_limit")
 
 
+def total_memory() -> tuple[int | None, str]:
+  """(bytes, what they are) of every device of the run together: the
+  backend's per-device limit times the devices, or on a CPU the RAM of
+  its hosts (its devices share it); None where neither is known."""
+  device = jax.local_devices()[0]
+  try:
+    limit = (device.memory_stats() or {}).get("bytes_limit")
+  except Exception:  # noqa: BLE001 - backends without memory stats raise
+    limit = None
+  n = jax.device_count()
+  if limit:
+    return limit * n, f"{n} {device.platform.upper()} device(s)"
+  if device.platform != "cpu":
+    return None, ""
+  try:
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError):
+    return None, ""
+  hosts = jax.process_count()
+  return ram * hosts, "this host's RAM" if hosts == 1 else f"{hosts} hosts' RAM"
+
+
 def device_free_memory(mesh: "Mesh") -> int | None:
   """Bytes not in use on one of this process's devices in `mesh` (the
   fullest one), or None where the backend does not say."""

@@ -18,8 +18,9 @@ def test_device_memory_is_none_where_the_backend_does_not_say():
 
 
 class _Device:
-  def __init__(self, stats):
+  def __init__(self, stats, platform="gpu"):
     self.stats = stats
+    self.platform = platform
 
   def memory_stats(self):
     if isinstance(self.stats, Exception):
@@ -33,6 +34,19 @@ def _mesh_of(monkeypatch, *stats, remote=0):
   devs = [_Device(s) for s in stats]
   monkeypatch.setattr(jax, "local_devices", lambda: devs[remote:])
   return types.SimpleNamespace(devices=np.array(devs, dtype=object))
+
+
+def test_total_memory_is_every_devices_or_the_hosts_ram(monkeypatch):
+  have, where = devices.total_memory()  # the 8 CPU devices share the RAM
+  with open("/proc/meminfo") as f:
+    ram_kib = int(f.readline().split()[1])  # MemTotal
+  np.testing.assert_allclose(have, ram_kib * 1024, rtol=0.01, atol=0)
+  assert where == "this host's RAM"
+  monkeypatch.setattr(devices.jax, "local_devices", lambda: [_Device({})])
+  assert devices.total_memory() == (None, "")  # a GPU that does not say
+  gpu = _Device({"bytes_limit": 80 * 2**30})
+  monkeypatch.setattr(devices.jax, "local_devices", lambda: [gpu])
+  assert devices.total_memory() == (8 * 80 * 2**30, "8 GPU device(s)")
 
 
 def test_device_memory_reads_this_processs_first_device(monkeypatch):

@@ -27,6 +27,25 @@ from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
 
 
+def model_config(cfg) -> transformer.ModelConfig:
+  """The architecture load_model gives, without reading any weights."""
+  source = cfg.init_from or presets.checkpoint_dir(cfg.model)
+  if os.path.isdir(source):
+    model_cfg = hf.config_from_hf(
+      hf.read_config(source),
+      source=os.path.join(source, "config.json"),
+      dtype=cfg.param_dtype,
+      compute_dtype=cfg.dtype,
+    )
+    return dataclasses.replace(model_cfg, **cfg.model_settings())
+  return presets.get(
+    cfg.model,
+    dtype=cfg.dtype,
+    param_dtype=cfg.param_dtype,
+    **cfg.model_settings(),
+  )
+
+
 def load_model(cfg, mesh):
   """(model_cfg, params) from --init_from, an HF directory or a preset."""
   source = cfg.init_from or presets.checkpoint_dir(cfg.model)
@@ -36,12 +55,7 @@ def load_model(cfg, mesh):
     )
     model_cfg = dataclasses.replace(model_cfg, **cfg.model_settings())
     return model_cfg, params
-  model_cfg = presets.get(
-    cfg.model,
-    dtype=cfg.dtype,
-    param_dtype=cfg.param_dtype,
-    **cfg.model_settings(),
-  )
+  model_cfg = model_config(cfg)
   shardings = mesh_lib.shardings(
     mesh,
     transformer.param_axes(model_cfg),

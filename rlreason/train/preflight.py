@@ -1,7 +1,10 @@
-"""Checks a run passes before any compute: paths, resume, prompts.
+"""Checks a run passes before any compute: paths, resume, mesh, memory,
+prompts.
 
   preflight.check_paths(cfg, workdir)
   preflight.check_resume(cfg, workdir)      # config.json of an earlier run
+  preflight.check_mesh(cfg)                 # the mesh flags split the devices
+  preflight.check_memory(cfg, model_cfg)    # the trained state can fit
   preflight.check_prompts(cfg, tok, examples, what="--data")
 
 `BaseConfig.validate` checks each flag on its own; these check what needs
@@ -17,6 +20,7 @@ import time
 from absl import logging
 
 from rlreason import config
+from rlreason import devices
 from rlreason import storage
 from rlreason.model import presets
 from rlreason.train import context as context_lib
@@ -63,6 +67,61 @@ def check_paths(cfg, workdir: str) -> None:
     if not os.path.exists(cfg.init_from):
       problems.append(f"--init_from={cfg.init_from}: no such directory")
   _raise(problems)
+
+
+def check_mesh(cfg) -> None:
+  """--mesh_data / --mesh_fsdp / --mesh_tensor split the devices there are."""
+  from rlreason import mesh as mesh_lib  # Deferred: JAX's devices.
+
+  try:
+    mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
+  except ValueError as e:
+    _raise(
+      [
+        f"--mesh_data={cfg.mesh_data} --mesh_fsdp={cfg.mesh_fsdp} "
+        f"--mesh_tensor={cfg.mesh_tensor}: {e}"
+      ]
+    )
+
+
+def state_bytes(cfg, model_cfg) -> tuple[int, int]:
+  """(weights, a lower bound on the bytes a run holds at once): the
+  weights as loaded (--param_dtype) and, when they all train, Adam's two
+  moments of each (LoRA: the frozen base alone, loaded so before
+  --lora_quantize shrinks it). Activations, the reference, the rollout's
+  weights and cache and the adapters come on top."""
+  import jax  # Deferred: JAX.
+
+  from rlreason.model import transformer
+
+  shapes = jax.tree.leaves(transformer.param_shapes(model_cfg))
+  weights = sum(x.size for x in shapes)
+  loaded = sum(x.size * x.dtype.itemsize for x in shapes)
+  return weights, loaded * (1 if cfg.lora_rank else 3)
+
+
+def check_memory(cfg, model_cfg) -> None:
+  """The run's state (state_bytes, a lower bound) fits in the memory of
+  all the devices there are (a CPU's: the host's RAM), or the run stops
+  here instead of running out of memory in its first compiled program."""
+  have, where = devices.total_memory()
+  weights, need = state_bytes(cfg, model_cfg)
+  if have is None or need <= have:
+    return
+  what = (
+    f"LoRA's frozen base as loaded, in {model_cfg.param_dtype}"
+    if cfg.lora_rank
+    else f"the weights and Adam's two moments in {model_cfg.param_dtype}"
+  )
+  _raise(
+    [
+      f"--model={cfg.init_from or cfg.model}: {weights / 1e9:.2f}B weights"
+      f" need at least {need / 2**30:.1f} GiB for {what}, more than the "
+      f"{have / 2**30:.1f} GiB of {where}. Use a smaller --model, LoRA "
+      "(--lora_rank, --lora_quantize) or a larger slice (python -m "
+      "experiments.plan sizes one)"
+    ]
+  )
 
 
 def check_resume(cfg, workdir: str) -> None:

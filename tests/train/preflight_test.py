@@ -179,6 +179,45 @@ def test_a_missing_model(tmp_path, capsys, no_compute):
   preflight.check_paths(cfg, cfg.workdir)
 
 
+def test_a_mesh_over_more_devices_than_there_are(tmp_path, capsys, no_compute):
+  _fails(
+    _cfg(tmp_path, mesh_fsdp=16),
+    capsys,
+    "--mesh_data=1 --mesh_fsdp=16 --mesh_tensor=1: Mesh {'data': 1, "
+    "'fsdp': 16, 'tensor': 1} needs 16 devices, 8 available",
+  )
+
+
+def test_a_model_whose_state_cannot_fit(
+  tmp_path, capsys, no_compute, monkeypatch
+):
+  """qwen2.5-1.5b (1,543,714,304 weights) on devices of 16 GiB in all: its
+  float32 weights and Adam moments (17.3 GiB) cannot fit, its LoRA base
+  (5.8 GiB) can, as can the laptop's model; a backend that says nothing of
+  its memory is not checked."""
+  monkeypatch.setattr(
+    preflight.devices, "total_memory", lambda: (16 * 2**30, "test devices")
+  )
+  cfg = _cfg(tmp_path, model="qwen2.5-1.5b")
+  model_cfg = loaders.model_config(cfg)
+  n = 1_543_714_304  # Qwen2.5-1.5B's, qkv biases included
+  assert preflight.state_bytes(cfg, model_cfg) == (n, 12 * n)
+  _fails(
+    cfg,
+    capsys,
+    "--model=qwen2.5-1.5b: 1.54B weights need at least 17.3 GiB for the "
+    "weights and Adam's two moments in float32, more than the 16.0 GiB of "
+    "test devices",
+  )
+  lora = _cfg(tmp_path, model="qwen2.5-1.5b", lora_rank=8)
+  assert preflight.state_bytes(lora, model_cfg) == (n, 4 * n)
+  preflight.check_memory(lora, model_cfg)
+  small = _cfg(tmp_path)
+  preflight.check_memory(small, loaders.model_config(small))
+  monkeypatch.setattr(preflight.devices, "total_memory", lambda: (None, ""))
+  preflight.check_memory(cfg, model_cfg)
+
+
 def test_a_bad_task_option(tmp_path, capsys, no_compute):
   _fails(
     _cfg(tmp_path, data="task:arithmetic:difficulty=abc"),
