@@ -219,6 +219,15 @@ def restore_params(
   return out.state["params"], step
 
 
+def _check_memory(run_cfg, model_cfg, source: str) -> None:
+  """The weights fit all the devices' memory, before any is read."""
+  from rlreason.train import preflight  # Deferred: it imports the loop's.
+
+  preflight.check_memory(
+    run_cfg, model_cfg, training=False, name=f"--checkpoint={source}"
+  )
+
+
 def load(
   source: str,
   *,
@@ -244,6 +253,7 @@ def load(
     run_cfg = _read_json(os.path.join(path, "config.json"))
     run_cfg = dataclasses.replace(_base_config(run_cfg), **overrides)
     model_cfg = _model_config(run_cfg, path)
+    _check_memory(run_cfg, model_cfg, source)
     adapters = None
     if lcfg := adapters_lib.lora_config(run_cfg):
       # The base the run started from, and its adapters, merged.
@@ -280,6 +290,7 @@ def load(
     {**raw, "model": path, "init_from": "", "tokenizer": ""}
   )
   run_cfg = dataclasses.replace(run_cfg, **overrides)
+  _check_memory(run_cfg, loaders.model_config(run_cfg), source)
   model_cfg, params = loaders.load_model(run_cfg, mesh)
   return Policy(
     source,

@@ -84,12 +84,13 @@ def check_mesh(cfg) -> None:
     )
 
 
-def state_bytes(cfg, model_cfg) -> tuple[int, int]:
+def state_bytes(cfg, model_cfg, training: bool = True) -> tuple[int, int]:
   """(weights, a lower bound on the bytes a run holds at once): the
   weights as loaded (--param_dtype) and, when they all train, Adam's two
   moments of each (LoRA: the frozen base alone, loaded so before
-  --lora_quantize shrinks it). Activations, the reference, the rollout's
-  weights and cache and the adapters come on top."""
+  --lora_quantize shrinks it; an evaluation: the weights alone).
+  Activations, the reference, the rollout's weights and cache and the
+  adapters come on top."""
   import jax  # Deferred: JAX.
 
   from rlreason.model import transformer
@@ -97,29 +98,37 @@ def state_bytes(cfg, model_cfg) -> tuple[int, int]:
   shapes = jax.tree.leaves(transformer.param_shapes(model_cfg))
   weights = sum(x.size for x in shapes)
   loaded = sum(x.size * x.dtype.itemsize for x in shapes)
-  return weights, loaded * (1 if cfg.lora_rank else 3)
+  return weights, loaded * (3 if training and not cfg.lora_rank else 1)
 
 
-def check_memory(cfg, model_cfg) -> None:
+def check_memory(
+  cfg, model_cfg, *, training: bool = True, name: str = ""
+) -> None:
   """The run's state (state_bytes, a lower bound) fits in the memory of
-  all the devices there are (a CPU's: the host's RAM), or the run stops
-  here instead of running out of memory in its first compiled program."""
+  all the devices there are (a CPU's: the host's RAM), or the run (or an
+  evaluation: training=False) stops here instead of running out of memory
+  as it loads the model. `name`: the flag naming the model (default
+  --init_from / --model)."""
   have, where = devices.total_memory()
-  weights, need = state_bytes(cfg, model_cfg)
+  weights, need = state_bytes(cfg, model_cfg, training)
   if have is None or need <= have:
     return
-  what = (
-    f"LoRA's frozen base as loaded, in {model_cfg.param_dtype}"
-    if cfg.lora_rank
-    else f"the weights and Adam's two moments in {model_cfg.param_dtype}"
-  )
+  dtype = model_cfg.param_dtype
+  if not training:
+    what, fix = f"the weights in {dtype}", "--param_dtype=bfloat16"
+  elif cfg.lora_rank:
+    what = f"LoRA's frozen base as loaded, in {dtype}"
+    fix = "--lora_quantize"
+  else:
+    what = f"the weights and Adam's two moments in {dtype}"
+    fix = "LoRA (--lora_rank, --lora_quantize)"
   _raise(
     [
-      f"--model={cfg.init_from or cfg.model}: {weights / 1e9:.2f}B weights"
-      f" need at least {need / 2**30:.1f} GiB for {what}, more than the "
-      f"{have / 2**30:.1f} GiB of {where}. Use a smaller --model, LoRA "
-      "(--lora_rank, --lora_quantize) or a larger slice (python -m "
-      "experiments.plan sizes one)"
+      f"{name or f'--model={cfg.init_from or cfg.model}'}: "
+      f"{weights / 1e9:.2f}B weights need at least {need / 2**30:.1f} GiB "
+      f"for {what}, more than the {have / 2**30:.1f} GiB of {where}. Use a "
+      f"smaller model, {fix} or a larger slice (python -m experiments.plan "
+      "sizes one)"
     ]
   )
 

@@ -194,6 +194,33 @@ def test_preset(tmp_path):
   assert len(samples) == 4 and 0 <= summary["accuracy"] <= 1
 
 
+def test_a_model_too_large_for_the_devices_stops_before_loading(
+  tmp_path, monkeypatch
+):
+  """qwen2.5-1.5b's float32 weights (5.8 GiB) on devices of 4 GiB in all:
+  one line naming the flag and the way out, before any weight is read."""
+  from rlreason.train import preflight
+
+  monkeypatch.setattr(
+    preflight.devices, "total_memory", lambda: (4 * 2**30, "test devices")
+  )
+
+  def tripwire(*args, **kwargs):
+    raise AssertionError("the weights were loaded before the check")
+
+  monkeypatch.setattr(loaders, "load_model", tripwire)
+  with pytest.raises(config.ConfigError) as e:
+    evaluate_cli.run(
+      evaluate_cli.Config(checkpoint="qwen2.5-1.5b", out=str(tmp_path))
+    )
+  assert str(e.value) == (
+    "--checkpoint=qwen2.5-1.5b: 1.54B weights need at least 5.8 GiB for the "
+    "weights in float32, more than the 4.0 GiB of test devices. Use a "
+    "smaller model, --param_dtype=bfloat16 or a larger slice (python -m "
+    "experiments.plan sizes one)"
+  )
+
+
 def test_an_interrupted_evaluation_resumes_where_it_stopped(
   tmp_path, monkeypatch
 ):
