@@ -162,7 +162,7 @@ def sample(
     run = engine.jitted(loop.run, compiler_options, **loop.RUN_JIT)
     state = run(*args, **static)
   else:
-    state, params, rows = loop.start(*args, **static)
+    state, rows = loop.start(*args, **static)
     round_ = engine.jitted(loop.round_jit, compiler_options, **loop.ROUND_JIT)
     budget = np.int32(1 if refill == "host" else PROGRESS_STEPS)
     if mesh is not None:

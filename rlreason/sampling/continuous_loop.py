@@ -335,7 +335,14 @@ def run(params, tokens, positions, rng, row_offset, limits, **static):
   )
 
 
-start = jax.jit(_init, static_argnames=STATIC)
+@functools.partial(jax.jit, static_argnames=STATIC)
+def start(params, tokens, positions, rng, row_offset, limits, **static):
+  """(state, rows) for round_jit: the weights are not among its outputs,
+  so the host loop holds no cast copy of them between calls."""
+  state, _, rows = _init(
+    params, tokens, positions, rng, row_offset, limits, **static
+  )
+  return state, rows
 
 
 @functools.partial(jax.jit, **ROUND_JIT)
@@ -343,7 +350,10 @@ def round_jit(state, params, rows, budget, **static):
   """Rounds until `budget` decode steps have run in this call (one round
   for budget 1: a round decodes at least one step) or no work is left.
   Returns the state, whether work is left and the rows finished so far;
-  the rounds are those of `run`, wherever the calls split them."""
+  the rounds are those of `run`, wherever the calls split them. The
+  weights are cast to the compute dtype inside, as `run` casts them (a
+  no-op for the rollout's, already cast)."""
+  params = transformer.compute_params(params, static["model_cfg"])
   m, start = rows.tokens.shape[0], state.steps
   state = jax.lax.while_loop(
     lambda s: _more(s, m) & (s.steps - start < budget),

@@ -7,6 +7,7 @@ row ran in and whenever it was admitted.
 """
 
 import dataclasses
+import functools
 import re
 
 import jax
@@ -144,6 +145,27 @@ def test_progress_reports_rows_finished_and_samples_alike(
     assert len(reports) >= stats.prefills - 1
   else:  # calls of exactly 2 decode steps (refill_every=1) but the last
     assert len(reports) >= stats.steps // 2 - 1, (reports, stats)
+
+
+def test_the_host_loop_holds_no_copy_of_the_weights(params):
+  """loop.start's outputs (what the host keeps between calls) are the
+  slots' state and rows, not a cast copy of the weights; round_jit casts
+  them inside, as run does."""
+  tokens, positions = _prompts()
+  static = dict(
+    model_cfg=CFG, max_new_tokens=T, sampling=Sampling(), stop_ids=(),
+    pad_id=PAD, mesh=None, stop_sequences=(), slots=3, refill_rows=1,
+    refill_every=1,
+  )  # fmt: skip
+  limits = np.full((len(tokens),), T, np.int32)
+  args = (params, tokens, positions, KEY, np.uint32(0), limits)
+  weights = sum(x.nbytes for x in jax.tree.leaves(params))
+  out = jax.eval_shape(
+    functools.partial(continuous_loop.start, **static), *args
+  )
+  assert len(out) == 2  # (state, rows)
+  held = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(out))
+  assert held < weights / 4, (held, weights)
 
 
 def test_filters_stop_sequences_and_row_limits(params):
