@@ -39,6 +39,19 @@ def device_memory(mesh: "Mesh") -> int | None:
   return stats.get("bytes_limit")
 
 
+def out_of_memory(error: str) -> bool:
+  """Whether an error's message says a program did not fit the device's
+  memory: XLA's compile errors for TPU (the planner's) and its runtime
+  errors on every backend."""
+  markers = (
+    "RESOURCE_EXHAUSTED",
+    "Ran out of memory",
+    "exceeds available",
+    "Out of memory allocating",  # XLA:CPU at run time
+  )
+  return any(m in error for m in markers)
+
+
 def total_memory() -> tuple[int | None, str]:
   """(bytes, what they are) of every device of the run together: the
   backend's per-device limit times the devices, or on a CPU the RAM of

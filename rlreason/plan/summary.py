@@ -43,6 +43,7 @@ upper bound, as a roofline is.
 
 import dataclasses
 
+from rlreason import devices
 from rlreason.plan import ici as ici_lib
 from rlreason.plan import program as program_lib
 from rlreason.sampling import tree_loop
@@ -250,19 +251,11 @@ def summarize(
   )
 
 
-def out_of_memory(error: str) -> bool:
-  """Whether a compile error says the program does not fit the HBM."""
-  return any(
-    m in error
-    for m in ("RESOURCE_EXHAUSTED", "Ran out of memory", "exceeds available")
-  )
-
-
 def misses_by_memory(row) -> bool:
   """Whether a planned row (experiments/plan.py's) that does not fit failed
   only for memory (or compiled over the fit: no errors), so a larger
   slice may fit."""
-  return all(map(out_of_memory, row.get("errors", {}).values()))
+  return all(map(devices.out_of_memory, row.get("errors", {}).values()))
 
 
 def advice(

@@ -18,7 +18,10 @@ Exit codes of an experiment run through `run_main`:
 
 import dataclasses
 import sys
+import traceback
 from typing import Callable
+
+import jax
 
 from absl import app
 from absl import flags
@@ -89,6 +92,22 @@ def run_main(cls, run: Callable, paper: dict | None = None) -> None:
   app.run(main)
 
 
+def out_of_memory_advice(cfg, error: Exception) -> str:
+  """What a run that ran out of device memory can turn, after the
+  traceback: the error's own line, then the knobs and the planner."""
+  line = next(
+    (l for l in str(error).splitlines() if devices.out_of_memory(l)),
+    str(error).splitlines()[0] if str(error) else "",
+  )
+  return (
+    f"error: out of device memory ({line.strip()}). Turn: --micro_batches="
+    f"{2 * cfg.micro_batches} (smaller micro-batches), --rollout_rows (fewer"
+    " sequences per sampler call), --remat, --mesh_* (more devices), a "
+    "smaller --max_new_tokens; `python -m experiments.plan` sizes them for "
+    "a TPU slice. Rerun the same command to resume from the last checkpoint."
+  )
+
+
 def run_checked(run: Callable, cfg) -> int:
   """Calls `run(cfg)`; returns the exit code (module docstring), printing
   usage and checkpoint errors as one message instead of a traceback."""
@@ -105,6 +124,12 @@ def run_checked(run: Callable, cfg) -> int:
     raise
   except checkpoint.CheckpointError as e:
     print(f"error: {e}", file=sys.stderr)
+    return 1
+  except jax.errors.JaxRuntimeError as e:
+    if not devices.out_of_memory(str(e)):
+      raise
+    traceback.print_exc()
+    print(out_of_memory_advice(cfg, e), file=sys.stderr)
     return 1
   except checkpoint.Stopped as e:
     print(

@@ -303,3 +303,33 @@ def test_a_cli_run_and_an_imported_run_are_the_same_class():
     "experiments.dapo.Config", "experiments.grpo.Config"
   )
   assert not config.same_class("__main__.Config", "experiments.grpo.Other")
+
+
+def test_running_out_of_device_memory_says_what_to_turn(tmp_path, capsys):
+  """A run whose program runs out of device memory (here an allocation of
+  1 PiB: past any host's address space, so it fails at once even where
+  the kernel overcommits) exits 1 with the traceback, then one line:
+  XLA's own, the knobs and the planner. Other runtime errors stay
+  tracebacks."""
+  import jax
+  import jax.numpy as jnp
+
+  def too_big(cfg):
+    return jnp.zeros((1 << 48,), jnp.float32).block_until_ready()
+
+  cfg = _cfg(tmp_path, micro_batches=2)
+  assert flags.run_checked(too_big, cfg) == 1
+  err = capsys.readouterr().err
+  assert "Traceback" in err
+  last = err.strip().splitlines()[-1]
+  assert last.startswith(
+    "error: out of device memory (RESOURCE_EXHAUSTED: Out of memory "
+    "allocating 1125899906842624 bytes.). Turn: --micro_batches=4 "
+  ), last
+  assert "python -m experiments.plan" in last and "resume" in last
+
+  def other(cfg):
+    raise jax.errors.JaxRuntimeError("INTERNAL: something else")
+
+  with pytest.raises(jax.errors.JaxRuntimeError, match="something else"):
+    flags.run_checked(other, cfg)
