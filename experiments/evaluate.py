@@ -41,6 +41,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import traceback
 
 import jax
 from absl import app
@@ -214,6 +215,17 @@ def _main(argv):
       file=sys.stderr,
     )
     sys.exit(130)
+  except jax.errors.JaxRuntimeError as e:
+    if not devices.out_of_memory(str(e)):
+      raise
+    traceback.print_exc()
+    turn = (
+      "--sequences_per_call (fewer sequences per sampler call), "
+      "--dtype=bfloat16 --param_dtype=bfloat16, --mesh_* (more devices), a "
+      "smaller --max_new_tokens. The same command resumes after the "
+      "finished problems (<out>/partial/)."
+    )
+    sys.exit(rr_flags.out_of_memory_line(e, turn))
 
 
 if __name__ == "__main__":

@@ -92,20 +92,12 @@ def run_main(cls, run: Callable, paper: dict | None = None) -> None:
   app.run(main)
 
 
-def out_of_memory_advice(cfg, error: Exception) -> str:
-  """What a run that ran out of device memory can turn, after the
-  traceback: the error's own line, then the knobs and the planner."""
-  line = next(
-    (l for l in str(error).splitlines() if devices.out_of_memory(l)),
-    str(error).splitlines()[0] if str(error) else "",
-  )
-  return (
-    f"error: out of device memory ({line.strip()}). Turn: --micro_batches="
-    f"{2 * cfg.micro_batches} (smaller micro-batches), --rollout_rows (fewer"
-    " sequences per sampler call), --remat, --mesh_* (more devices), a "
-    "smaller --max_new_tokens; `python -m experiments.plan` sizes them for "
-    "a TPU slice. Rerun the same command to resume from the last checkpoint."
-  )
+def out_of_memory_line(error: Exception, turn: str) -> str:
+  """The line a command prints after the traceback of a program that ran
+  out of device memory: XLA's own line, then the knobs to `turn`."""
+  lines = str(error).splitlines() or [""]
+  line = next((l for l in lines if devices.out_of_memory(l)), lines[0])
+  return f"error: out of device memory ({line.strip()}). Turn: {turn}"
 
 
 def run_checked(run: Callable, cfg) -> int:
@@ -129,7 +121,14 @@ def run_checked(run: Callable, cfg) -> int:
     if not devices.out_of_memory(str(e)):
       raise
     traceback.print_exc()
-    print(out_of_memory_advice(cfg, e), file=sys.stderr)
+    turn = (
+      f"--micro_batches={2 * cfg.micro_batches} (smaller micro-batches), "
+      "--rollout_rows (fewer sequences per sampler call), --remat, --mesh_* "
+      "(more devices), a smaller --max_new_tokens; `python -m "
+      "experiments.plan` sizes them for a TPU slice. Rerun the same command "
+      "to resume from the last checkpoint."
+    )
+    print(out_of_memory_line(e, turn), file=sys.stderr)
     return 1
   except checkpoint.Stopped as e:
     print(
