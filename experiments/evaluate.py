@@ -53,6 +53,7 @@ from rlreason import devices
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate as evaluate_lib
 from rlreason.train import flags as rr_flags
+from rlreason.train import preflight
 from rlreason.train import run_info
 from rlreason import mesh as mesh_lib
 from rlreason.eval import trained
@@ -119,6 +120,22 @@ def check(cfg: Config) -> None:
     data_lib.check(cfg.data)
   if cfg.samples < 1:
     raise config.ConfigError(f"--samples={cfg.samples} must be >= 1")
+  if cfg.template and cfg.template not in config.TEMPLATES:
+    raise config.ConfigError(
+      f"--template={cfg.template!r}; expected '' (the run's) or one of "
+      f"{config.TEMPLATES}"
+    )
+  for name, least in (
+    ("num_problems", -1),
+    ("max_prompt_len", 0),
+    ("max_new_tokens", 0),
+    ("sequences_per_call", 0),
+    ("temperature", 0),
+  ):
+    if getattr(cfg, name) < least:
+      raise config.ConfigError(
+        f"--{name}={getattr(cfg, name)} must be >= {least}"
+      )
   bad = [k for k in _ks(cfg.ks) if not 1 <= k <= cfg.samples]
   if bad:
     raise config.ConfigError(
@@ -139,6 +156,7 @@ def run(cfg: Config) -> dict:
   check(cfg)
   run_info.maybe_initialize_distributed(cfg)
   is_main = jax.process_index() == 0  # the one that prints and writes
+  preflight.check_mesh(cfg)  # the --mesh_* flags split the devices there are
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   policy = trained.load(
     cfg.checkpoint,

@@ -12,11 +12,12 @@ import dataclasses
 # Compute / parameter dtypes a run may name.
 DTYPES = ("float32", "bfloat16", "float16")
 # The model's choices, named here so this module imports no JAX; a test
-# keeps them equal to attention.DECODE_IMPLEMENTATIONS and transformer's
-# remat policies.
+# keeps them equal to attention.DECODE_IMPLEMENTATIONS, transformer's remat
+# policies and tokenizer.TEMPLATES.
 DECODE_ATTENTIONS = ("auto", "dense", "ragged")
 ROLLOUT_LAYOUTS = ("auto", "replicated", "fsdp")  # mesh.ROLLOUT_LAYOUTS
 REMAT_POLICIES = ("full", "dots", "offload")
+TEMPLATES = ("plain", "r1", "boxed", "chat")
 # Fields a resumed run may change without --allow_config_change: they decide
 # how long the run goes on and what it records, not what it computes.
 RESUMABLE_CHANGES = (
@@ -322,6 +323,10 @@ class BaseConfig:
       self.rollout_layout in ROLLOUT_LAYOUTS,
       f"--rollout_layout={self.rollout_layout!r}; expected one of "
       f"{ROLLOUT_LAYOUTS}",
+    )
+    check(
+      self.template in TEMPLATES,
+      f"--template={self.template!r}; expected one of {TEMPLATES}",
     )
     check(
       self.remat_policy in REMAT_POLICIES,

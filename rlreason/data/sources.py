@@ -220,6 +220,10 @@ def check(spec: str) -> None:
 
 def _task_examples(name: str, split: str, options) -> list[Example]:
   task = tasks.get(name)  # load checked it
+  if split not in tasks.base.SPLITS:
+    raise DataError(
+      f"task:{name}: no split {split!r}; a task has {tasks.base.SPLITS}"
+    )
   spec = options.get("difficulty", "1")
   lo, _, hi = spec.partition("-")
   difficulties = list(

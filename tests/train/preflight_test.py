@@ -66,6 +66,7 @@ def _fails(cfg, capsys, *expected):
     (dict(lr=-1.0), "--lr=-1.0 must be >= 0"),
     (dict(dtype="fp8"), "--dtype='fp8'; expected one of"),
     (dict(adam_b2=1.0), "--adam_b2=1.0 not in [0, 1)"),
+    (dict(template="nope"), "--template='nope'; expected one of ('plain',"),
   ],
 )
 def test_a_flag_out_of_range(tmp_path, capsys, no_compute, overrides, message):

@@ -15,6 +15,7 @@ from rlreason import testing
 from rlreason.data import sources as data_lib
 from rlreason.model import attention
 from rlreason.model import blocks
+from rlreason.model import tokenizer
 from rlreason.sampling import continuous
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.train import context as context_lib
@@ -152,6 +153,7 @@ def test_config_choices_are_the_models():
     attention.DECODE_IMPLEMENTATIONS
   )
   assert config.REMAT_POLICIES == tuple(blocks.REMAT_POLICIES)
+  assert config.TEMPLATES == tokenizer.TEMPLATES
 
 
 def test_rollout_layout_reaches_the_runs_sampler():
