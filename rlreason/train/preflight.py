@@ -116,12 +116,12 @@ def check_memory(
   dtype = model_cfg.param_dtype
   if not training:
     what, fix = f"the weights in {dtype}", "--param_dtype=bfloat16"
-  elif cfg.lora_rank:
+  elif cfg.lora_rank:  # --lora_quantize shrinks the base only once loaded
     what = f"LoRA's frozen base as loaded, in {dtype}"
-    fix = "--lora_quantize"
+    fix = "--param_dtype=bfloat16"
   else:
     what = f"the weights and Adam's two moments in {dtype}"
-    fix = "LoRA (--lora_rank, --lora_quantize)"
+    fix = "LoRA (--lora_rank)"
   _raise(
     [
       f"{name or f'--model={cfg.init_from or cfg.model}'}: "

@@ -208,8 +208,8 @@ def test_a_model_whose_state_cannot_fit(
     capsys,
     "--model=qwen2.5-1.5b: 1.54B weights need at least 17.3 GiB for the "
     "weights and Adam's two moments in float32, more than the 16.0 GiB of "
-    "test devices. Use a smaller model, LoRA (--lora_rank, "
-    "--lora_quantize) or a larger slice",
+    "test devices. Use a smaller model, LoRA (--lora_rank) or a larger "
+    "slice",
   )
   assert preflight.state_bytes(cfg, model_cfg, training=False) == (n, 4 * n)
   lora = _cfg(tmp_path, model="qwen2.5-1.5b", lora_rank=8)
