@@ -23,6 +23,9 @@ written. Over several hosts (--multihost or RLREASON_MULTIHOST=1, one process
 per host, as launch/tpu.sh runs it) process 0 prints, writes and keeps the
 journal, and shares it with the others on a rerun.
 
+--checkpoint may name a workdir on gs:// (a TPU run's): it is read there,
+and the files go to workdirs/eval/<run>/step_<N> here unless --out says.
+
 Writes to --out (default <workdir>/eval/step_<N>, or workdirs/eval/<name>):
 eval.md (the table, also printed), eval.json (settings + every metric with
 its 95% interval), samples.jsonl (per problem: prompt, gold answer,
@@ -50,6 +53,7 @@ from absl import logging
 
 from rlreason import config
 from rlreason import devices
+from rlreason import storage
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate as evaluate_lib
 from rlreason.train import flags as rr_flags
@@ -120,6 +124,10 @@ def check(cfg: Config) -> None:
     data_lib.check(cfg.data)
   if cfg.samples < 1:
     raise config.ConfigError(f"--samples={cfg.samples} must be >= 1")
+  if cfg.out and not storage.is_local(cfg.out):
+    raise config.ConfigError(
+      f"--out={cfg.out}: a local directory (copy it to GCS after)"
+    )
   if cfg.template and cfg.template not in config.TEMPLATES:
     raise config.ConfigError(
       f"--template={cfg.template!r}; expected '' (the run's) or one of "
@@ -145,10 +153,15 @@ def check(cfg: Config) -> None:
 
 
 def default_out(policy: trained.Policy) -> str:
-  if policy.workdir is not None:
-    return os.path.join(policy.workdir, "eval", f"step_{policy.step}")
-  name = os.path.basename(os.path.normpath(policy.source))
-  return os.path.join("workdirs", "eval", name)
+  """<workdir>/eval/step_<N> for a local workdir; workdirs/eval/<name>
+  (/step_<N>) for a preset, an HF directory or a gs:// workdir (the
+  evaluation's files and its journal are local)."""
+  step = f"step_{policy.step}"
+  if policy.workdir is not None and storage.is_local(policy.workdir):
+    return os.path.join(policy.workdir, "eval", step)
+  name = os.path.basename(os.path.normpath(policy.workdir or policy.source))
+  parts = (name, step) if policy.workdir is not None else (name,)
+  return os.path.join("workdirs", "eval", *parts)
 
 
 def run(cfg: Config) -> dict:

@@ -23,8 +23,10 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 import safetensors.numpy
+from etils import epath
 
 from rlreason import config
+from rlreason import storage
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import loaders
 from rlreason import mesh as mesh_lib
@@ -84,10 +86,18 @@ def _base_config(raw: dict) -> config.BaseConfig:
 
 def _read_json(path: str) -> dict:
   try:
-    with open(path) as f:
-      return json.load(f)
+    return json.loads(epath.Path(path).read_text())
   except (OSError, ValueError) as e:
     raise CheckpointError(f"{path}: cannot read ({e})") from None
+
+
+def _path(source: str) -> epath.Path:
+  """`source` as a path: local ones absolute, gs:// ones as they are (a
+  run's workdir on GCS is read through etils.epath, its checkpoints
+  through orbax)."""
+  return epath.Path(
+    os.path.abspath(source) if storage.is_local(source) else source
+  )
 
 
 def _tokenizer_source(cfg: config.BaseConfig) -> str:
@@ -101,14 +111,17 @@ def _tokenizer_source(cfg: config.BaseConfig) -> str:
 
 
 def _locate(source: str) -> tuple[str, str, int | None]:
-  """(kind, path, step): what `source` names, or a CheckpointError."""
+  """(kind, path, step): what `source` names, or a CheckpointError. An RL
+  workdir (or one of its checkpoints) may be on gs://; an HF directory
+  is local."""
   path = source.rstrip("/") or source
-  if not os.path.isdir(path):
+  here = _path(path)
+  if not here.is_dir():
     if source.lower() in presets.PRESETS:
       return "preset", source, None
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(parent) == "checkpoints" and os.path.isdir(parent):
-      steps = sorted(int(d) for d in os.listdir(parent) if d.isdigit())
+    parent = here.parent
+    if parent.name == "checkpoints" and parent.is_dir():
+      steps = sorted(int(d.name) for d in parent.iterdir() if d.name.isdigit())
       raise CheckpointError(
         f"Checkpoint {source}: no such step; saved steps: {steps}"
       )
@@ -116,16 +129,19 @@ def _locate(source: str) -> tuple[str, str, int | None]:
       f"Checkpoint {source!r}: no such directory, and not a model preset "
       f"({', '.join(sorted(presets.PRESETS))})"
     )
-  parent = os.path.dirname(os.path.abspath(path))
-  if os.path.basename(path).isdigit() and os.path.basename(parent) == (
-    "checkpoints"
-  ):
-    return "workdir", os.path.dirname(parent), int(os.path.basename(path))
-  if os.path.basename(path) == "checkpoints":
-    return "workdir", parent, None
+  parent = here.parent
+  if here.name.isdigit() and parent.name == "checkpoints":
+    return "workdir", os.fspath(parent.parent), int(here.name)
+  if here.name == "checkpoints":
+    return "workdir", os.fspath(parent), None
   cfg_file = os.path.join(path, "config.json")
-  if os.path.isdir(os.path.join(path, "checkpoints")):
+  if (here / "checkpoints").is_dir():
     return "workdir", path, None
+  if not storage.is_local(path):
+    raise CheckpointError(
+      f"Checkpoint {path}: not an RL workdir (no checkpoints/); a Hugging "
+      "Face directory must be local"
+    )
   if not os.path.exists(cfg_file):
     raise CheckpointError(
       f"Checkpoint {path}: neither an RL workdir (no checkpoints/) nor a "
@@ -169,8 +185,8 @@ def restore_params(
   """(params, step) from the run's orbax checkpoint (latest by default);
   `like` / `axes`: the params' shapes and logical axes when they are not
   the model's (a LoRA run's adapters)."""
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-  if not os.path.isdir(directory):
+  directory = os.fspath(_path(workdir) / "checkpoints")
+  if not epath.Path(directory).is_dir():
     raise CheckpointError(f"RL workdir {workdir}: {directory} is missing")
   manager = ocp.CheckpointManager(
     directory,

@@ -19,7 +19,9 @@ import pytest
 from etils import epath
 from fsspec.implementations import memory
 
+from experiments import evaluate as evaluate_cli
 from experiments import grpo
+from rlreason.eval import trained
 from rlreason.train import checkpoint
 from rlreason import metrics
 from rlreason.train import report
@@ -149,6 +151,26 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
   # The report reads the remote workdir (as `python -m rlreason.train.report`).
   assert report.write(WORKDIR, title="again") == f"{WORKDIR}/report.md"
   assert "# again" in _files()[f"{WORKDIR}/report.md"].decode()
+
+  # experiments.evaluate reads it too (its checkpoints through orbax, mapped
+  # to the local directory as the run's were; a placeholder object stands
+  # for them in the bucket) and writes its files here, by default under
+  # workdirs/eval/<run>/step_<N>.
+  (epath.Path(WORKDIR) / "checkpoints" / "4" / "_CHECKPOINT").write_text("")
+  manager = trained.ocp.CheckpointManager
+
+  def local_manager(directory, *args, **kwargs):
+    assert os.fspath(directory) == f"{WORKDIR}/checkpoints", directory
+    return manager(str(local_ckpt), *args, **kwargs)
+
+  monkeypatch.setattr(trained.ocp, "CheckpointManager", local_manager)
+  res = evaluate_cli.run(evaluate_cli.Config(checkpoint=WORKDIR, mesh_fsdp=1))
+  assert res["out"] == os.path.join("workdirs", "eval", "run", "step_4")
+  assert res["policy"].step == 4 and res["policy"].workdir == WORKDIR
+  summary = json.loads((tmp_path / res["out"] / "eval.json").read_text())
+  after = json.loads(_files()[f"{WORKDIR}/eval_after.json"])
+  assert summary["accuracy"] == after["eval/accuracy"]
+  assert summary["problems"] == cfg.eval_size
 
 
 def test_report_names_where_the_parameters_came_from():
