@@ -128,6 +128,31 @@ def _run_all(runs, timeout=TIMEOUT_S):
     pytest.fail(f"{failed}\n" + "\n".join(tails))
 
 
+def _run_two_processes(tmp, name, mode, overrides, **env):
+  """multihost_worker.py `mode` over 2 processes x 2 CPU devices, joined
+  by jax.distributed on loopback as on a cluster: outputs and logs at
+  tmp/<name><process>.*."""
+  port = _free_port()
+  _run_all(
+    [
+      (
+        [mode, json.dumps(overrides), str(tmp / f"{name}{i}")],
+        _env(
+          2,
+          RLREASON_MULTIHOST="1",
+          JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+          JAX_NUM_PROCESSES="2",
+          JAX_PROCESS_ID=str(i),
+          RLREASON_DISTRIBUTED_TIMEOUT="120",
+          **env,
+        ),
+        tmp / f"{name}{i}.log",
+      )
+      for i in range(2)
+    ]
+  )
+
+
 def _train_rows(workdir):
   rows = [
     json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))
@@ -150,24 +175,7 @@ def runs(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("multihost")
   cache = str(tmp / "cache")
   multi = dict(CONFIG, workdir=str(tmp / "multi"), cache_dir=cache)
-  port = _free_port()
-  _run_all(
-    [
-      (
-        ["grpo", json.dumps(multi), str(tmp / f"proc{i}")],
-        _env(
-          2,
-          RLREASON_MULTIHOST="1",
-          JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-          JAX_NUM_PROCESSES="2",
-          JAX_PROCESS_ID=str(i),
-          RLREASON_DISTRIBUTED_TIMEOUT="120",
-        ),
-        tmp / f"proc{i}.log",
-      )
-      for i in range(2)
-    ]
-  )
+  _run_two_processes(tmp, "proc", "grpo", multi)
   single = dict(CONFIG, workdir=str(tmp / "single"), cache_dir=cache)
   _run_all(
     [
@@ -282,24 +290,12 @@ def test_only_process_0_writes(runs):
 def _evaluate_2_processes(tmp, name, flags, interrupt_at=0):
   """experiments.evaluate over 2 processes x 2 devices; each one's
   multihost_worker.py record (sampler calls, interrupted) and log."""
-  port = _free_port()
-  _run_all(
-    [
-      (
-        ["evaluate", json.dumps(flags), str(tmp / f"{name}{i}")],
-        _env(
-          2,
-          RLREASON_MULTIHOST="1",
-          JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-          JAX_NUM_PROCESSES="2",
-          JAX_PROCESS_ID=str(i),
-          RLREASON_DISTRIBUTED_TIMEOUT="120",
-          RLREASON_TEST_INTERRUPT_AT=str(interrupt_at),
-        ),
-        tmp / f"{name}{i}.log",
-      )
-      for i in range(2)
-    ]
+  _run_two_processes(
+    tmp,
+    name,
+    "evaluate",
+    flags,
+    RLREASON_TEST_INTERRUPT_AT=str(interrupt_at),
   )
   return [
     (
