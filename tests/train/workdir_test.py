@@ -171,6 +171,12 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
   after = json.loads(_files()[f"{WORKDIR}/eval_after.json"])
   assert summary["accuracy"] == after["eval/accuracy"]
   assert summary["problems"] == cfg.eval_size
+  # A step of it, and one it does not hold, as on local disk.
+  locate = trained._locate  # noqa: SLF001
+  assert locate(f"{WORKDIR}/checkpoints/4") == ("workdir", WORKDIR, 4)
+  assert locate(f"{WORKDIR}/checkpoints") == ("workdir", WORKDIR, None)
+  with pytest.raises(trained.CheckpointError, match=r"saved steps: \[4\]"):
+    locate(f"{WORKDIR}/checkpoints/9")
 
 
 def test_report_names_where_the_parameters_came_from():
