@@ -212,7 +212,9 @@ def sample_and_score(
     extract_fn: completion -> hashable answer (None when unparsed), for
       maj@k; None skips extraction.
     progress_every: an evaluation that runs longer prints a progress line
-      (problems done, ETA) at most this often, in seconds, after a chunk.
+      (problems done, ETA) at most this often, in seconds: after a chunk,
+      and within one from the sampler's reports (Context.generate's
+      progress).
     journal: a .jsonl file that keeps each problem's completions and
       scores as its chunk finishes. A call given a journal that holds the
       first problems starts after them (its samples do not depend on where
@@ -241,6 +243,13 @@ def sample_and_score(
   progress = metrics_lib.Progress(
     len(examples), start, label="eval problems", every=progress_every
   )
+
+  def within(lo):
+    """A long chunk's sampler reports the rows it has sampled: problems
+    done so far (every process passes it, as the loop's; process 0
+    prints)."""
+    return lambda rows: is_main and progress.maybe(lo + rows // samples)
+
   for lo in range(start, len(examples), per_call):
     chunk = examples[lo : lo + per_call]
     r = ctx.generate(
@@ -252,6 +261,7 @@ def sample_and_score(
       sampling=sampling,
       max_new_tokens=getattr(ctx.cfg, "eval_max_new_tokens", 0) or None,
       row_offset=lo * samples,
+      progress=within(lo),
     )
     gold = [chunk[i].answer for i in r.prompt_ids]
     # Completions are prompt-major: prompt i owns rows i*n .. (i+1)*n - 1.

@@ -191,6 +191,32 @@ def test_a_long_evaluation_shows_its_progress(capsys):
       assert lines[1].split(" | ")[1] == "accuracy 0.750"
 
 
+def test_a_long_chunk_shows_its_progress_from_the_sampler(capsys):
+  """Within a chunk, the sampler's reports of rows sampled (here 2 and 6 of
+  a chunk's 8: 4 samples of 2 problems; 2 of the last chunk's 4) show as
+  problems done."""
+  problems = _problems("4", "5", "4", "4", "4")
+  fake = _fake_ctx()
+  generate = fake.generate
+
+  def reporting(params, chunk, rng, step, **kw):
+    for rows in (2, 6):
+      if rows < len(chunk) * kw["group_size"]:  # none for the last call
+        kw["progress"](rows)
+    return generate(params, chunk, rng, step, **kw)
+
+  fake.generate = reporting
+  evaluation.sample_and_score(
+    fake, None, problems, step=0, samples=4, sequences_per_call=8,
+    progress_every=0.0,
+  )  # fmt: skip
+  lines = capsys.readouterr().err.splitlines()
+  assert [line.split(" | ")[0] for line in lines] == [
+    f"eval problems {n}/5"
+    for n in (0, 1, 2, 2, 3, 4, 4)  # chunks of 2, 2 and 1 problems
+  ]
+
+
 def test_sampled_eval_does_not_depend_on_the_chunk_size():
   """Variants of a claim with other batch shapes (B * G) evaluate one warm
   start alike: each chunk samples with its rows' global keys."""
