@@ -22,6 +22,7 @@ The same code runs on 1 CPU, 8 simulated CPU devices, a TPU slice or GPUs.
 import contextlib
 import contextvars
 import functools
+import json
 import math
 from typing import Any
 
@@ -328,8 +329,6 @@ def from_process_0(value: Any) -> Any:
   On one process, `value` itself."""
   if jax.process_count() == 1:
     return value
-  import json
-
   from jax.experimental import multihost_utils
 
   data = json.dumps(value).encode() if jax.process_index() == 0 else b""

@@ -29,6 +29,7 @@ from rlreason import config
 from rlreason import storage
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import loaders
+from rlreason.train import preflight
 from rlreason import mesh as mesh_lib
 from rlreason.model import hf
 from rlreason.model import hf_layout
@@ -237,8 +238,6 @@ def restore_params(
 
 def _check_memory(run_cfg, model_cfg, source: str) -> None:
   """The weights fit all the devices' memory, before any is read."""
-  from rlreason.train import preflight  # Deferred: it imports the loop's.
-
   preflight.check_memory(
     run_cfg, model_cfg, training=False, name=f"--checkpoint={source}"
   )

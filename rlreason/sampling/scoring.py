@@ -248,7 +248,12 @@ def sample_and_score(
     """A long chunk's sampler reports the rows it has sampled: problems
     done so far (every process passes it, as the loop's; process 0
     prints)."""
-    return lambda rows: is_main and progress.maybe(lo + rows // samples)
+
+    def report(rows):
+      if is_main:
+        progress.maybe(lo + rows // samples)
+
+    return report
 
   for lo in range(start, len(examples), per_call):
     chunk = examples[lo : lo + per_call]

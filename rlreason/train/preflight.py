@@ -17,12 +17,15 @@ import json
 import os
 import time
 
+import jax
 from absl import logging
 
 from rlreason import config
 from rlreason import devices
+from rlreason import mesh as mesh_lib
 from rlreason import storage
 from rlreason.model import presets
+from rlreason.model import transformer
 from rlreason.train import context as context_lib
 from rlreason.train import run_info
 
@@ -71,8 +74,6 @@ def check_paths(cfg, workdir: str) -> None:
 
 def check_mesh(cfg) -> None:
   """--mesh_data / --mesh_fsdp / --mesh_tensor split the devices there are."""
-  from rlreason import mesh as mesh_lib  # Deferred: JAX's devices.
-
   try:
     mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   except ValueError as e:
@@ -91,10 +92,6 @@ def state_bytes(cfg, model_cfg, training: bool = True) -> tuple[int, int]:
   --lora_quantize shrinks it; an evaluation: the weights alone).
   Activations, the reference, the rollout's weights and cache and the
   adapters come on top."""
-  import jax  # Deferred: JAX.
-
-  from rlreason.model import transformer
-
   shapes = jax.tree.leaves(transformer.param_shapes(model_cfg))
   weights = sum(x.size for x in shapes)
   loaded = sum(x.size * x.dtype.itemsize for x in shapes)
