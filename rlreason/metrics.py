@@ -160,6 +160,28 @@ def read_jsonl(path: epath.PathLike) -> list[dict]:
   return [row for _, row in _parsed(epath.Path(path))]
 
 
+def step_row(update_metrics, batch_metrics, rollout, times) -> dict:
+  """A step's metrics.jsonl row: the updates' metrics averaged (skipped
+  ones summed), make_batch's, the rollout's lengths, and the seconds of
+  its phases from times = (start, rollout done, batch made, updated)."""
+  t0, t1, t2, t3 = times
+  lengths = rollout.lengths
+  row = {k: np.mean([m[k] for m in update_metrics]) for k in update_metrics[0]}
+  row["skipped"] = float(np.sum([m["skipped"] for m in update_metrics]))
+  return {
+    **row,
+    **batch_metrics,
+    "length": lengths.mean(),
+    "length_max": lengths.max(),
+    "truncated": np.mean(rollout.finish_reasons == "length"),
+    "time/rollout": t1 - t0,
+    "time/reward": t2 - t1,
+    "time/update": t3 - t2,
+    "time/step": t3 - t0,
+    "tokens_per_sec": lengths.sum() / max(t1 - t0, 1e-9),
+  }
+
+
 class Progress:
   """One progress line per `update`, with rate and ETA; `maybe` prints one
   only when `every` seconds have passed since the last line (or the start),

@@ -2,7 +2,9 @@
 
 import io
 import json
+import types
 
+import numpy as np
 import pytest
 
 from rlreason import metrics
@@ -74,3 +76,30 @@ def test_progress_lines_and_their_throttle(monkeypatch):
   assert p.maybe(9) is None  # update counts as a line: 29 s since
   assert out.getvalue().splitlines()[0] == line
   assert len(out.getvalue().splitlines()) == 2
+
+
+def test_a_steps_row_by_hand():
+  """Updates' metrics averaged, skips summed, make_batch's as they are
+  (over the updates' where both name one), lengths and phase times."""
+  rollout = types.SimpleNamespace(
+    lengths=np.array([2, 4, 6, 8]),
+    finish_reasons=np.array(["eos", "length", "eos", "length"]),
+  )
+  updates = [
+    {"loss": 1.0, "skipped": 0.0, "reward": 9.0},
+    {"loss": 3.0, "skipped": 1.0, "reward": 9.0},
+  ]
+  row = metrics.step_row(updates, {"reward": 0.5}, rollout, (10, 12, 13, 17))
+  assert row == {
+    "loss": 2.0,
+    "skipped": 1.0,
+    "reward": 0.5,
+    "length": 5.0,
+    "length_max": 8,
+    "truncated": 0.5,
+    "time/rollout": 2,
+    "time/reward": 1,
+    "time/update": 4,
+    "time/step": 7,
+    "tokens_per_sec": 10.0,  # 20 tokens in 2 s
+  }

@@ -49,28 +49,6 @@ from rlreason.train import train_step as ts
 from rlreason.model import transformer
 
 
-def step_row(update_metrics, batch_metrics, rollout, times) -> dict:
-  """A step's metrics.jsonl row: the updates' metrics averaged (skipped
-  ones summed), make_batch's, the rollout's lengths, and the seconds of
-  its phases from times = (start, rollout done, batch made, updated)."""
-  t0, t1, t2, t3 = times
-  lengths = rollout.lengths
-  row = {k: np.mean([m[k] for m in update_metrics]) for k in update_metrics[0]}
-  row["skipped"] = float(np.sum([m["skipped"] for m in update_metrics]))
-  return {
-    **row,
-    **batch_metrics,
-    "length": lengths.mean(),
-    "length_max": lengths.max(),
-    "truncated": np.mean(rollout.finish_reasons == "length"),
-    "time/rollout": t1 - t0,
-    "time/reward": t2 - t1,
-    "time/update": t3 - t2,
-    "time/step": t3 - t0,
-    "tokens_per_sec": lengths.sum() / max(t1 - t0, 1e-9),
-  }
-
-
 def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
   n = len(batch["mask"])
   order = rng.permutation(n) if n_mb > 1 else np.arange(n)
@@ -296,7 +274,7 @@ def train(
     t0 = time.time()
     examples = next(prompts)
     ctx.params = policy_of(state.params)  # merged once per step with LoRA
-    rows = len(examples) * cfg.group_size  # sequences sampled
+    rows = len(examples) * cfg.group_size
     rollout = ctx.generate(
       ctx.params,
       examples,
@@ -336,7 +314,9 @@ def train(
     update_metrics = mesh_lib.to_host(update_metrics)
     t3 = time.time()
 
-    row = step_row(update_metrics, batch_metrics, rollout, (t0, t1, t2, t3))
+    row = metrics_lib.step_row(
+      update_metrics, batch_metrics, rollout, (t0, t1, t2, t3)
+    )
     last = writer.write(step + 1, row)
     if row["skipped"]:
       logging.warning(

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import types
 import warnings
 
 import numpy as np
@@ -90,35 +89,6 @@ def test_nonfinite_rewards_are_counted_and_skip_the_update(
   import jax
 
   jax.tree.map(np.testing.assert_array_equal, p1, p2)  # no update at step 2
-
-
-def test_a_steps_row_by_hand():
-  """Updates' metrics averaged, skips summed, make_batch's as they are
-  (over the updates' where both name one), lengths and phase times."""
-  from rlreason.train import loop
-
-  rollout = types.SimpleNamespace(
-    lengths=np.array([2, 4, 6, 8]),
-    finish_reasons=np.array(["eos", "length", "eos", "length"]),
-  )
-  updates = [
-    {"loss": 1.0, "skipped": 0.0, "reward": 9.0},
-    {"loss": 3.0, "skipped": 1.0, "reward": 9.0},
-  ]
-  row = loop.step_row(updates, {"reward": 0.5}, rollout, (10, 12, 13, 17))
-  assert row == {
-    "loss": 2.0,
-    "skipped": 1.0,
-    "reward": 0.5,
-    "length": 5.0,
-    "length_max": 8,
-    "truncated": 0.5,
-    "time/rollout": 2,
-    "time/reward": 1,
-    "time/update": 4,
-    "time/step": 7,
-    "tokens_per_sec": 10.0,  # 20 tokens in 2 s
-  }
 
 
 def test_a_long_step_says_how_far_its_rollout_and_updates_are(
