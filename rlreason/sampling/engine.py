@@ -7,6 +7,8 @@ token's logits, and jit with compiler options.
 Shapes as in sampler.py.
 """
 
+from collections.abc import Callable
+
 import jax
 import numpy as np
 
@@ -15,6 +17,14 @@ from rlreason import mesh as mesh_lib
 from rlreason.model import transformer
 from rlreason.sampling import stops
 from rlreason.sampling.draw import Sampling
+
+# Decode steps between a sampler's progress reports (sampler.py,
+# continuous.py): seconds of a paper-scale rollout, whose decode step takes
+# tens of ms; each report is one scalar to the host, from inside the loop.
+PROGRESS_STEPS = 256
+# The progress callbacks of the sampler calls under way, innermost last
+# (`reporting`); the compiled loops call the last through `report`.
+_PROGRESS: list[Callable[[int], None]] = []
 
 
 def check_inputs(
@@ -126,3 +136,38 @@ def jitted(fn, compiler_options: dict | None, **spec):
   if not compiler_options:
     return fn
   return devices.jit_with_options(fn.__wrapped__, compiler_options, **spec)
+
+
+def progress_every(progress: Callable[[int], None] | None) -> int:
+  """A loop's static `progress_every`: PROGRESS_STEPS given a callback, 0
+  (no reports compiled in) without one."""
+  return 0 if progress is None else PROGRESS_STEPS
+
+
+def report(every: int, before, after, more, done) -> None:
+  """Inside a jitted loop: the running call's progress (`reporting`) gets
+  `done` where the decode steps went from `before` to past a multiple of
+  `every` and `more` work is left. A jax.debug.callback: one scalar to the
+  host of the mesh's first device (process 0's), nothing for every=0."""
+  if every:
+    due = (after // every > before // every) & more
+    jax.lax.cond(
+      due, lambda d: jax.debug.callback(_report, d), lambda d: None, done
+    )
+
+
+def _report(done) -> None:
+  if _PROGRESS:
+    _PROGRESS[-1](int(done))
+
+
+def reporting(progress: Callable[[int], None] | None, call: Callable):
+  """call() with `progress` as the reports' callback; with one, waits for
+  the outputs, so that its reports have all come before it is unset."""
+  if progress is None:
+    return call()
+  _PROGRESS.append(progress)
+  try:
+    return jax.block_until_ready(call())
+  finally:
+    _PROGRESS.pop()

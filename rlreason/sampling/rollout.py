@@ -178,10 +178,11 @@ def generate(
       where all N rows fit in one call).
     compiler_options: the sampler's compile options (e.g. libtpu's
       temporaries budget, --rollout_temp_budget_mib); None: defaults.
-    progress: called with the number of rows sampled so far while a
-      rollout of several sampler calls (or continuous batching's host
-      calls, continuous.sample) is under way; not for the last. The
-      static calls then run one at a time (the host waits for each).
+    progress: called with the number of rows sampled so far while the
+      rollout is under way: after each sampler call but the last (the
+      static calls then run one at a time: the host waits for each) and
+      within a call every engine.PROGRESS_STEPS decode steps
+      (sampler.sample, continuous.sample); never at the end.
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -249,12 +250,14 @@ def generate(
   else:
     outs = []
     for lo in range(0, len(tokens), per_call):
+      rows = min(per_call, len(tokens) - lo)
       outs.append(
         call(
           tokens[lo : lo + per_call],
           positions[lo : lo + per_call],
           rows=per_call,
           row_offset=row_offset + lo,
+          progress=None if progress is None else _within(progress, lo, rows),
         )
       )
       if progress is not None and lo + per_call < len(tokens):
@@ -327,7 +330,8 @@ def _sample_rows(
   """One sampler call on host rows [n <= rows, P], padded to `rows` rows
   (copies of the last) so that every call of a chunked rollout shares one
   compiled program; outputs cut back to n. slots > 0: continuous batching
-  over that many decode slots (reporting to `progress`)."""
+  over that many decode slots. `progress` gets the rows finished during
+  the call (sampler.sample, continuous.sample)."""
   n = len(tokens)
   if n < rows:
     fill = np.repeat(np.arange(n - 1, n), rows - n)
@@ -339,7 +343,7 @@ def _sample_rows(
     offset = jax.device_put(offset)
   else:
     offset = mesh_lib.put_global(offset, mesh_lib.replicated(mesh))
-  fn = sampling_lib.sample
+  fn = functools.partial(sampling_lib.sample, progress=progress)
   if slots:
     fn = functools.partial(continuous.sample, slots=slots, progress=progress)
   out = fn(
@@ -348,6 +352,12 @@ def _sample_rows(
   if n < rows:
     out = jax.tree.map(lambda x: x[:n], out)
   return out
+
+
+def _within(progress, lo: int, rows: int) -> Callable[[int], None]:
+  """A call's progress (rows finished of its `rows`, copies included) as
+  the rollout's: rows sampled so far, the call's first being row `lo`."""
+  return lambda done: progress(lo + min(done, rows))
 
 
 @jax.jit

@@ -26,6 +26,7 @@ token (all tokens of a stop sequence), 0 after it. Tokens after the stop are
 """
 
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax.struct
@@ -122,6 +123,7 @@ def sample(
   row_offset: int = 0,
   row_limits: jax.Array | None = None,
   compiler_options: dict | None = None,
+  progress: Callable[[int], None] | None = None,
 ) -> SampleOutput:
   """Samples up to `max_new_tokens` tokens after each (left-padded) prompt.
 
@@ -153,6 +155,11 @@ def sample(
       with finish "length" there), or None: T for every row.
     compiler_options: the jitted loop's compile options, e.g. libtpu's
       temporaries budget (train_step.compiler_options); None: defaults.
+    progress: called with the number of rows finished each time the loop
+      has drawn another engine.PROGRESS_STEPS tokens and rows are left,
+      from inside the one compiled loop (engine.report); the call then
+      waits for its outputs. None where T is no more than that: the
+      program without reports.
 
   Returns:
     A SampleOutput.
@@ -168,21 +175,28 @@ def sample(
     pad_id,
     row_limits,
   )
-  return engine.jitted(_sample, compiler_options, **_SAMPLE_JIT)(
-    params,
-    tokens,
-    positions,
-    rng,
-    model_cfg=model_cfg,
-    max_new_tokens=int(max_new_tokens),
-    sampling=sampling,
-    stop_ids=stop_ids,
-    pad_id=int(pad_id),
-    return_logits=return_logits,
-    mesh=mesh,
-    stop_sequences=stop_sequences,
-    row_offset=row_offset,
-    row_limits=row_limits,
+  if max_new_tokens <= engine.PROGRESS_STEPS:
+    progress = None  # the loop ends before a report
+  fn = engine.jitted(_sample, compiler_options, **_SAMPLE_JIT)
+  return engine.reporting(
+    progress,
+    lambda: fn(
+      params,
+      tokens,
+      positions,
+      rng,
+      model_cfg=model_cfg,
+      max_new_tokens=int(max_new_tokens),
+      sampling=sampling,
+      stop_ids=stop_ids,
+      pad_id=int(pad_id),
+      return_logits=return_logits,
+      mesh=mesh,
+      stop_sequences=stop_sequences,
+      row_offset=row_offset,
+      row_limits=row_limits,
+      progress_every=engine.progress_every(progress),
+    ),
   )
 
 
@@ -203,6 +217,7 @@ _SAMPLE_STATIC = (
   "return_logits",
   "mesh",
   "stop_sequences",
+  "progress_every",
 )
 _SAMPLE_JIT = dict(static_argnames=_SAMPLE_STATIC)
 
@@ -224,6 +239,7 @@ def _sample(
   stop_sequences=(),
   row_offset=0,
   row_limits=None,
+  progress_every=0,
 ) -> SampleOutput:
   n, p = tokens.shape
   t_max = max_new_tokens
@@ -307,7 +323,10 @@ def _sample(
     logits, cache = forward(
       state.last_token[:, None], state.last_pos[:, None], state.cache
     )
-    return record(state.replace(cache=cache), logits)
+    state = record(state.replace(cache=cache), logits)
+    done = (~live(state)).sum(dtype=jnp.int32)
+    engine.report(progress_every, state.step - 1, state.step, cond(state), done)
+    return state
 
   state = jax.lax.while_loop(cond, body, state)
   mask = (jnp.arange(t_max)[None, :] < state.lengths[:, None]).astype(jnp.int32)

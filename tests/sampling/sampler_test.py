@@ -15,6 +15,7 @@ from scipy import stats
 from rlreason.model import policy
 from rlreason.sampling import sampler as sampling
 from rlreason.sampling import draw
+from rlreason.sampling import engine
 from rlreason.sampling import vocab_scan
 from rlreason import testing
 from rlreason.model import transformer
@@ -226,6 +227,53 @@ def test_rows_sampled_in_chunks_equal_one_call(params, sampled):
     params, tokens[2:4], positions[2:4], rng, **kw, row_offset=0
   )
   assert not np.array_equal(same_keys.tokens, parts[1].tokens[:2])
+
+
+def test_progress_reports_rows_stopped_from_inside_the_loop(
+  params, sampled, monkeypatch
+):
+  """With a progress callback the compiled loop reports, each time it has
+  drawn another PROGRESS_STEPS (3) tokens and rows are left, how many rows
+  have stopped; the samples and logits are the ones drawn without it.
+  Where T is no more than PROGRESS_STEPS, the program without reports."""
+  tokens, positions, first, *_ = sampled
+  monkeypatch.setattr(engine, "PROGRESS_STEPS", 3)
+  reports = []
+  kw = dict(
+    model_cfg=CFG,
+    max_new_tokens=T,
+    sampling=Sampling(TEMPERATURE),
+    stop_ids=STOP,
+    pad_id=PAD,
+    return_logits=True,
+  )
+  out = sampling.sample(
+    params, tokens, positions, jax.random.key(1), **kw,
+    progress=reports.append,
+  )  # fmt: skip
+  for name in ("tokens", "mask", "lengths", "finish"):
+    np.testing.assert_array_equal(getattr(out, name), getattr(first, name))
+  for name in ("logp", "policy_logp", "logits"):
+    np.testing.assert_allclose(
+      getattr(out, name), getattr(first, name), rtol=1e-6, atol=1e-6
+    )
+  stopped = np.asarray(first.finish) == sampling.FINISH_EOS
+  lengths = np.asarray(first.lengths)
+  want = []
+  for drawn in range(3, T, 3):  # tokens drawn at each report
+    rows = stopped & (lengths <= drawn)
+    if not rows.all():
+      want.append(int(rows.sum()))
+  assert reports == want and len(want) >= 2, (reports, want)
+  monkeypatch.setattr(engine, "PROGRESS_STEPS", T)
+  quiet = sampling.sample(params, tokens, positions, jax.random.key(1), **kw)
+  before = sampling.cache_size()
+  again = sampling.sample(
+    params, tokens, positions, jax.random.key(1), **kw,
+    progress=reports.append,
+  )  # fmt: skip
+  assert sampling.cache_size() == before and len(reports) == len(want)
+  np.testing.assert_array_equal(again.tokens, quiet.tokens)
 
 
 # --- Stop sequences -----------------------------------------------------------

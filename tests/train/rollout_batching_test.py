@@ -16,7 +16,7 @@ from rlreason.data import sources as data_lib
 from rlreason.model import attention
 from rlreason.model import blocks
 from rlreason.model import tokenizer
-from rlreason.sampling import continuous
+from rlreason.sampling import engine
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.train import context as context_lib
 
@@ -73,11 +73,11 @@ def test_a_long_rollout_reports_the_sequences_sampled(
   monkeypatch, capsys, batching
 ):
   """The loop's rollout progress (context.step_progress, due at once
-  here) reaches the sampler through Context.generate: one line per static
-  call but the last, or per continuous host call (every 4 decode steps
-  here); the samples are the ones drawn without it."""
+  here) reaches the sampler through Context.generate: one line per host
+  call of 4 decode steps (static or continuous) and per static call but
+  the last; the samples are the ones drawn without it."""
   monkeypatch.setattr(context_lib, "PROGRESS_SECONDS", 0.0)
-  monkeypatch.setattr(continuous, "PROGRESS_STEPS", 4)
+  monkeypatch.setattr(engine, "PROGRESS_STEPS", 4)
   ctx = _context(rollout_rows=5, rollout_batching=batching)
   examples = data_lib.load(EXAMPLES, "train")
   quiet = testing.tiny_rollout(ctx, examples)
@@ -105,10 +105,11 @@ def test_a_long_rollout_reports_the_sequences_sampled(
     )
   ]
   assert len(done) == len(err.splitlines()), err
+  # Rows finished so far, 5 at a time at most in flight; static calls
+  # report within (every 4 decode steps) and after each but the last.
+  assert len(done) >= 2 and done == sorted(done) and done[-1] < 16, done
   if batching == "static":
-    assert done == [5, 10, 15]
-  else:  # rows finished so far, 5 at a time at most in flight
-    assert len(done) >= 2 and done == sorted(done) and done[-1] < 16, done
+    assert {5, 10, 15} <= set(done) and len(done) > 3, done
 
 
 def test_bad_batching_is_a_config_error():
