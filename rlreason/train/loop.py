@@ -91,7 +91,7 @@ def train(
   run_info.use_compile_cache(cfg)
   preflight.check_resume(cfg, workdir)
   preflight.check_mesh(cfg)
-  preflight.check_memory(cfg, loaders.model_config(cfg))
+  preflight.check_memory(cfg, loaders.model_config(cfg), needs_ref=needs_ref)
   eval_spec = context_lib.eval_spec(cfg)
   train_examples = data_lib.load(cfg.data, "train")
   eval_examples = data_lib.load(eval_spec, "eval")[: cfg.eval_size]

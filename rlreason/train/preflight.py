@@ -18,6 +18,7 @@ import os
 import time
 
 import jax
+import jax.numpy as jnp
 from absl import logging
 
 from rlreason import config
@@ -85,21 +86,44 @@ def check_mesh(cfg) -> None:
     )
 
 
-def state_bytes(cfg, model_cfg, training: bool = True) -> tuple[int, int]:
-  """(weights, a lower bound on the bytes a run holds at once): the
-  weights as loaded (--param_dtype) and, when they all train, Adam's two
-  moments of each (LoRA: the frozen base alone, loaded so before
-  --lora_quantize shrinks it; an evaluation: the weights alone).
-  Activations, the reference, the rollout's weights and cache and the
+def state_bytes(
+  cfg, model_cfg, training: bool = True, needs_ref: bool = False
+) -> tuple[int, int, str]:
+  """(weights, a lower bound on the bytes a run holds at once, what they
+  are). The weights as loaded (--param_dtype); when they all train, Adam's
+  two moments of each and, with global-norm clipping (--grad_clip > 0),
+  the gradients, every one of which is held while their norm is taken;
+  with `needs_ref` (a KL term), the frozen reference copy in the compute
+  dtype (--dtype). LoRA: the frozen base alone, loaded so before
+  --lora_quantize shrinks it (it is also the reference); an evaluation:
+  the weights alone. Activations, the rollout's weights and cache and the
   adapters come on top."""
   shapes = jax.tree.leaves(transformer.param_shapes(model_cfg))
   weights = sum(x.size for x in shapes)
   loaded = sum(x.size * x.dtype.itemsize for x in shapes)
-  return weights, loaded * (3 if training and not cfg.lora_rank else 1)
+  dtype = model_cfg.param_dtype
+  if not training:
+    return weights, loaded, f"the weights in {dtype}"
+  if cfg.lora_rank:
+    return weights, loaded, f"LoRA's frozen base as loaded, in {dtype}"
+  if getattr(cfg, "grad_clip", 0) > 0:
+    need, what = 4 * loaded, "the weights, their gradients and Adam's two"
+    what += f" moments in {dtype}"
+  else:
+    need, what = 3 * loaded, f"the weights and Adam's two moments in {dtype}"
+  if needs_ref:
+    need += weights * jnp.dtype(model_cfg.dtype).itemsize
+    what += f", the KL reference in {model_cfg.dtype}"
+  return weights, need, what
 
 
 def check_memory(
-  cfg, model_cfg, *, training: bool = True, name: str = ""
+  cfg,
+  model_cfg,
+  *,
+  training: bool = True,
+  needs_ref: bool = False,
+  name: str = "",
 ) -> None:
   """The run's state (state_bytes, a lower bound) fits in the memory of
   all the devices there are (a CPU's: the host's RAM), or the run (or an
@@ -107,17 +131,12 @@ def check_memory(
   as it loads the model. `name`: the flag naming the model (default
   --init_from / --model)."""
   have, where = devices.total_memory()
-  weights, need = state_bytes(cfg, model_cfg, training)
+  weights, need, what = state_bytes(cfg, model_cfg, training, needs_ref)
   if have is None or need <= have:
     return
-  dtype = model_cfg.param_dtype
-  if not training:
-    what, fix = f"the weights in {dtype}", "--param_dtype=bfloat16"
-  elif cfg.lora_rank:  # --lora_quantize shrinks the base only once loaded
-    what = f"LoRA's frozen base as loaded, in {dtype}"
+  if not training or cfg.lora_rank:
     fix = "--param_dtype=bfloat16"
   else:
-    what = f"the weights and Adam's two moments in {dtype}"
     fix = "LoRA (--lora_rank)"
   _raise(
     [

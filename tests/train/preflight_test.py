@@ -192,33 +192,48 @@ def test_a_mesh_over_more_devices_than_there_are(tmp_path, capsys, no_compute):
 def test_a_model_whose_state_cannot_fit(
   tmp_path, capsys, no_compute, monkeypatch
 ):
-  """qwen2.5-1.5b (1,543,714,304 weights) on devices of 16 GiB in all: its
-  float32 weights and Adam moments (17.3 GiB) cannot fit, its LoRA base
-  (5.8 GiB) can, as can the laptop's model; a backend that says nothing of
-  its memory is not checked."""
+  """qwen2.5-1.5b (1,543,714,304 weights) on devices of 16 GiB in all:
+  GRPO's float32 weights, their gradients (--grad_clip takes their norm
+  with all of them held), Adam's moments and the float32 KL reference
+  (28.8 GiB) cannot fit; its LoRA base (5.8 GiB) can, as can the laptop's
+  model; a backend that says nothing of its memory is not checked."""
   monkeypatch.setattr(
     preflight.devices, "total_memory", lambda: (16 * 2**30, "test devices")
   )
   cfg = _cfg(tmp_path, model="qwen2.5-1.5b")
+  assert cfg.needs_ref and cfg.grad_clip > 0
   model_cfg = loaders.model_config(cfg)
   n = 1_543_714_304  # Qwen2.5-1.5B's, qkv biases included
-  assert preflight.state_bytes(cfg, model_cfg) == (n, 12 * n)
   _fails(
     cfg,
     capsys,
-    "--model=qwen2.5-1.5b: 1.54B weights need at least 17.3 GiB for the "
-    "weights and Adam's two moments in float32, more than the 16.0 GiB of "
-    "test devices. Use a smaller model, LoRA (--lora_rank) or a larger "
-    "slice",
+    "--model=qwen2.5-1.5b: 1.54B weights need at least 28.8 GiB for the "
+    "weights, their gradients and Adam's two moments in float32, the KL "
+    "reference in float32, more than the 16.0 GiB of test devices. Use a "
+    "smaller model, LoRA (--lora_rank) or a larger slice",
   )
-  assert preflight.state_bytes(cfg, model_cfg, training=False) == (n, 4 * n)
+  bf16 = dataclasses.replace(model_cfg, dtype="bfloat16")
+  for c, m, ref, want in (
+    (cfg, model_cfg, True, 20 * n),
+    (cfg, bf16, True, 18 * n),  # the reference in the compute dtype
+    (cfg, model_cfg, False, 16 * n),
+    (dataclasses.replace(cfg, grad_clip=0.0), model_cfg, False, 12 * n),
+  ):
+    assert preflight.state_bytes(c, m, needs_ref=ref)[:2] == (n, want)
+  assert preflight.state_bytes(cfg, model_cfg, training=False)[:2] == (
+    n,
+    4 * n,
+  )
   lora = _cfg(tmp_path, model="qwen2.5-1.5b", lora_rank=8)
-  assert preflight.state_bytes(lora, model_cfg) == (n, 4 * n)
-  preflight.check_memory(lora, model_cfg)
+  assert preflight.state_bytes(lora, model_cfg, needs_ref=True)[:2] == (
+    n,
+    4 * n,
+  )
+  preflight.check_memory(lora, model_cfg, needs_ref=True)
   small = _cfg(tmp_path)
-  preflight.check_memory(small, loaders.model_config(small))
+  preflight.check_memory(small, loaders.model_config(small), needs_ref=True)
   monkeypatch.setattr(preflight.devices, "total_memory", lambda: (None, ""))
-  preflight.check_memory(cfg, model_cfg)
+  preflight.check_memory(cfg, model_cfg, needs_ref=True)
 
 
 def test_a_bad_task_option(tmp_path, capsys, no_compute):
