@@ -201,6 +201,11 @@ def train(
     state, start = restored, int(meta["step"])
     prompts.restore(meta["data"])
     logging.info("Resuming %s from step %d", workdir, start)
+  # A rerun of a finished run scores nothing again (its weights are those
+  # eval_after.json scored).
+  finished = None
+  if not cfg.allow_config_change:  # else what it scored may have changed
+    finished = run_info.finished_eval(workdir, start, scope)
   if is_main:  # running: neither finished nor stopped
     (epath.Path(workdir) / run_info.STATUS).unlink(missing_ok=True)
   writer = metrics_lib.MetricWriter(
@@ -346,7 +351,19 @@ def train(
   if not preempt.requested:
     if ckpt.latest_step() != cfg.steps:
       save(cfg.steps)
-    final = evaluate(cfg.steps)
+    if cfg.steps == 0:
+      final = first_eval  # no step: the weights it scored
+    elif start == cfg.steps and finished:
+      final = finished
+      if is_main:
+        print(
+          f"eval at step {start}/{cfg.steps} | {report.eval_line(final)} | "
+          "the finished run's (eval_after.json)",
+          file=sys.stderr,
+          flush=True,
+        )
+    else:
+      final = evaluate(cfg.steps)
     if is_main:
       storage.write_json(
         epath.Path(workdir) / "eval_after.json", {**final, **scope}

@@ -17,6 +17,7 @@ from etils import epath
 from jax.experimental.compilation_cache import compilation_cache
 
 from rlreason import config
+from rlreason import mesh as mesh_lib
 from rlreason import storage
 
 
@@ -25,6 +26,26 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # status.json: {"status": "finished" | "stopped", "step", "steps"}, written
 # when train returns; absent while a run is going on (or was killed).
 STATUS = "status.json"
+
+
+def finished_eval(workdir: str, steps: int, scope: dict) -> dict | None:
+  """The last evaluation (eval_after.json) of the run in `workdir` if it
+  finished at step `steps` and scored the same problems (`scope`), else
+  None: a rerun of a finished run's command reuses it instead of scoring
+  the same weights again. Read before the run marks itself running;
+  process 0 reads, every process gets its answer (mesh.from_process_0)."""
+  saved = None
+  if jax.process_index() == 0:
+    status = storage.read_json(epath.Path(workdir) / STATUS) or {}
+    after = storage.read_json(epath.Path(workdir) / "eval_after.json") or {}
+    if (
+      status.get("status") == "finished"
+      and status.get("step") == steps
+      and after
+      and all(after.get(k) == v for k, v in scope.items())
+    ):
+      saved = after
+  return mesh_lib.from_process_0(saved)
 
 
 def maybe_initialize_distributed(cfg) -> None:

@@ -157,6 +157,51 @@ def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
   report = open(os.path.join(cfg.workdir, "report.md")).read()
   assert "status: finished (4 of 4 steps)" in report
   assert "RL steps logged: 4" in report
+  # The same command once more: the finished run's last evaluation is
+  # reused, not scored again.
+  after = open(os.path.join(cfg.workdir, "eval_after.json")).read()
+  rows = open(os.path.join(cfg.workdir, "metrics.jsonl")).read()
+  _no_evaluation(monkeypatch)
+  assert flags.run_checked(grpo.run, cfg) == 0
+  line = re.search(
+    r"^eval at step 4/4 \| (.*) \| (.*)$", capsys.readouterr().err, re.M
+  )
+  assert line and line[2] == "the finished run's (eval_after.json)", line
+  assert "accuracy" in line[1]
+  assert open(os.path.join(cfg.workdir, "eval_after.json")).read() == after
+  assert open(os.path.join(cfg.workdir, "metrics.jsonl")).read() == rows
+  status = json.load(open(os.path.join(cfg.workdir, "status.json")))
+  assert status == {"status": "finished", "step": 4, "steps": 4}
+
+
+def _no_evaluation(monkeypatch, allowed=0):
+  """context.run_eval fails after `allowed` calls."""
+  run_eval, calls = context_lib.run_eval, []
+
+  def counted(*args, **kwargs):
+    calls.append(1)
+    assert len(calls) <= allowed, "evaluated again"
+    return run_eval(*args, **kwargs)
+
+  monkeypatch.setattr(context_lib, "run_eval", counted)
+  return calls
+
+
+def test_zero_steps_evaluate_once(tmp_path, monkeypatch, capsys):
+  """--steps=0 scores the initial weights once: eval_after.json is
+  eval_before.json's numbers."""
+  calls = _no_evaluation(monkeypatch, allowed=1)
+  cfg = _cfg(tmp_path, steps=0)
+  assert flags.run_checked(grpo.run, cfg) == 0
+  assert len(calls) == 1
+  before, after = (
+    json.load(open(os.path.join(cfg.workdir, f"eval_{w}.json")))
+    for w in ("before", "after")
+  )
+  assert before == after and "eval/accuracy" in after
+  assert (
+    len(re.findall("^eval at step 0/0 ", capsys.readouterr().err, re.M)) == 1
+  )
 
 
 @pytest.mark.slow
