@@ -93,6 +93,7 @@ def generate(
   mesh: jax.sharding.Mesh | None = None,
   stop_strings: Sequence[str] = (),
   rows_per_call: int = 0,
+  progress: Callable[[int], None] | None = None,
 ) -> MultiTurnRollout:
   """Runs one episode per row: G rows per prompt, envs already reset.
 
@@ -123,6 +124,8 @@ def generate(
       of its own (> 0), else as many as the devices' free memory holds
       (rollout_memory.call_rows; all N where it is not known). Each row
       draws with its batch index's key, so calls of any size sample alike.
+    progress: called with the episodes finished so far after each turn
+      that leaves some going (the loop's rollout progress).
 
   Returns:
     A MultiTurnRollout with T = K * Tt + (K - 1) * O.
@@ -177,6 +180,7 @@ def generate(
       positions[lo : lo + per_call],
       envs[lo : lo + per_call],
       lo,
+      progress=None if progress is None else _after(progress, lo),
     )
     for lo in range(0, n, per_call)
   ]
@@ -220,11 +224,13 @@ def _episodes(
   stop_strings,
   env_workers,
   mesh,
+  progress=None,
 ):
   """One sampler call's episodes: rows [n, P] of the batch from row
   `row_offset` on, in a cache of `slots` slots. Returns each row's
   segments (kind, turn, ids, logp, policy_logp), its turn rewards [n, K],
-  action and observation texts, and finish reasons."""
+  action and observation texts, and finish reasons; `progress` gets the
+  episodes it has finished after each turn but the last."""
   n = len(tokens)
   k_max, o = max_turns, obs_tokens
   rows_on = functools.partial(mesh_lib.put_rows, mesh)
@@ -260,7 +266,9 @@ def _episodes(
     live = np.flatnonzero(active)
     # Host check of the stop strings: cut actions that ran past one.
     keep = {
-      i: _stop_cut(tokenizer, seg.tokens[i, : seg.lengths[i]], stop_strings)
+      i: stops.kept_tokens(
+        tokenizer, seg.tokens[i, : seg.lengths[i]], stop_strings
+      )
       for i in live
     }
     texts = {
@@ -301,6 +309,8 @@ def _episodes(
       pos[i] += ln + len(obs)
     if not active.any():
       break
+    if progress is not None:
+      progress(int(n - active.sum()))
     if (from_pos < np.iinfo(np.int32).max).any():
       cache = segments.rewind(cache, rows_on(from_pos))
     logits, cache = segments.extend(
@@ -313,24 +323,10 @@ def _episodes(
   return rows, turn_rewards, actions, observations, finish
 
 
-def _stop_cut(tokenizer, ids: np.ndarray, strings: tuple[str, ...]) -> int:
-  """How many of the action's tokens to keep: the fewest whose text holds
-  a stop string, or all of them (a stop only at the very end is the device
-  check's, so one decode of ids[:-1] settles the common case)."""
-  ln = len(ids)
-  if not strings or ln <= 1:
-    return ln
-  if stops.first_stop_end(tokenizer.decode(ids[:-1].tolist()), strings) is None:
-    return ln
-  lo, hi = 1, ln - 1  # the answer is in [lo, hi]: ids[:hi] has a stop
-  while lo < hi:
-    mid = (lo + hi) // 2
-    text = tokenizer.decode(ids[:mid].tolist())
-    if stops.first_stop_end(text, strings) is None:
-      lo = mid + 1
-    else:
-      hi = mid
-  return lo
+def _after(progress: Callable[[int], None], lo: int) -> Callable[[int], None]:
+  """A call's progress (episodes it finished) as the rollout's, the call's
+  first row being row `lo`."""
+  return lambda done: progress(lo + done)
 
 
 def plan_config(cfg):
@@ -366,7 +362,9 @@ def make_generate_fn(
   "</answer>" for the search env), multi-token ones included.
   """
 
-  def generate_fn(ctx, params, examples, rng, step, *, group_size, sampling):
+  def generate_fn(
+    ctx, params, examples, rng, step, *, group_size, sampling, progress=None
+  ):
     envs = []
     for e in examples:
       for _ in range(group_size):
@@ -395,6 +393,7 @@ def make_generate_fn(
       max_prompt_len=ctx.cfg.max_prompt_len,
       rows_per_call=getattr(ctx.cfg, "rollout_rows", 0),
       mesh=ctx.mesh,
+      progress=progress,
     )
 
   return generate_fn

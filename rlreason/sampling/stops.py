@@ -175,3 +175,25 @@ def first_stop_end(text: str, strings: Iterable[str]) -> int | None:
   """End offset of the earliest stop string in `text`, or None."""
   ends = [text.find(s) + len(s) for s in strings if s and s in text]
   return min(ends) if ends else None
+
+
+def kept_tokens(tokenizer, ids: np.ndarray, strings: tuple[str, ...]) -> int:
+  """How many of sampled `ids` (a multi-turn action) to keep: the fewest
+  whose text holds a stop string, or all of them. The host's check of
+  strings the tokens spell otherwise than the device's stop sequences; a
+  stop only at the very end is the device check's, so one decode of
+  ids[:-1] settles the common case."""
+  ln = len(ids)
+  if not strings or ln <= 1:
+    return ln
+  if first_stop_end(tokenizer.decode(ids[:-1].tolist()), strings) is None:
+    return ln
+  lo, hi = 1, ln - 1  # the answer is in [lo, hi]: ids[:hi] has a stop
+  while lo < hi:
+    mid = (lo + hi) // 2
+    text = tokenizer.decode(ids[:mid].tolist())
+    if first_stop_end(text, strings) is None:
+      lo = mid + 1
+    else:
+      hi = mid
+  return lo

@@ -123,11 +123,15 @@ def make_generate_fn(
   prompt-major; any other group size (evaluation) samples plain chains.
   whole_leaves: every leaf's mask covers its whole response, shared prefix
   included (ETTRL); otherwise each token is owned by one leaf (TreeRL).
+  Its `progress` (Context.generate's) gets the rows sampled after each
+  sampler call of trees but the last.
   """
   forks, levels, branches = tree_shape(cfg)
   k = tree.leaves_per_tree(forks, levels, branches)
 
-  def fn(ctx, params, examples, rng, step, *, group_size, sampling):
+  def fn(
+    ctx, params, examples, rng, step, *, group_size, sampling, progress=None
+  ):
     prompts = ctx.encode_prompts(examples)
     model_cfg = ctx.segments_model_cfg  # the run's rollout flags
     kw = dict(
@@ -140,8 +144,9 @@ def make_generate_fn(
     )
     if group_size % k:  # evaluation: plain chains
       return rollout_lib.generate(
-        params, prompts, rng, step, group_size=group_size, **kw
-      )
+        params, prompts, rng, step, group_size=group_size, progress=progress,
+        **kw,
+      )  # fmt: skip
     roots = group_size // k
     # The sampler's mesh (--rollout_tensor: rollout_layout.sampling_mesh).
     mesh = rollout_layout.sampling_mesh(ctx.mesh, model_cfg)
@@ -186,6 +191,8 @@ def make_generate_fn(
       )
       offsets += np.bincount(tr.level, minlength=1 + levels)
       calls.append(prompt_major(tr))
+      if progress is not None and lo + step_prompts < len(prompts):
+        progress((lo + step_prompts) * group_size)  # rows of whole trees
     out = concat(calls, ctx.mesh)
     if whole_leaves:
       out = out._replace(mask=_like(out.mask_full, out.mask))

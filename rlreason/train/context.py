@@ -89,9 +89,10 @@ class Context:
     than the policy's (a teacher's), sampled as the run samples
     (sampled_as); single-turn only.
 
-    progress: called with the rows sampled so far during a long
-    single-turn rollout (rollout.generate); a custom generate_fn reports
-    nothing."""
+    progress: called with the rows sampled so far during a long rollout
+    (rollout.generate; a custom generate_fn gets it as `progress`: the
+    episodes finished after each turn, multiturn.py, or the trees' rows
+    after each sampler call, tree_loop.py)."""
     other = model_cfg is not None and model_cfg != self.model_cfg
     if other and self.generate_fn is not None:
       raise ValueError(
@@ -107,6 +108,7 @@ class Context:
         step,
         group_size=group_size,
         sampling=sampling,
+        progress=progress,
       )
     return rollout_lib.generate(
       params,

@@ -284,6 +284,27 @@ def test_episodes_in_calls_of_fewer_rows_equal_one_call(rollout):
   _assert_same_episodes(_generate(params, rows_per_call=3), ro)
 
 
+@pytest.mark.parametrize("rows_per_call", [0, 3])
+def test_progress_counts_the_episodes_finished_after_each_turn(
+  rollout, rows_per_call
+):
+  """After each turn that leaves episodes going, the episodes finished so
+  far (earlier calls' rows included); the episodes do not change."""
+  params, ro = rollout
+  reports = []
+  out = _generate(params, rows_per_call=rows_per_call, progress=reports.append)
+  _assert_same_episodes(out, ro)
+  turns = np.asarray(ro.num_turns)
+  want = []
+  for lo in range(0, 4, rows_per_call or 4):
+    part = turns[lo : lo + (rows_per_call or 4)]
+    for k in range(1, 3):  # after turns 1 and 2 of 3
+      if (part <= k).all():
+        break
+      want.append(lo + int((part <= k).sum()))
+  assert reports == want and len(want) >= 2, (reports, want, turns)
+
+
 def test_calls_are_sized_from_the_devices_free_memory(rollout, monkeypatch):
   """On a mesh whose devices hold 1.5 sequences each (rows split over
   data x fsdp = 4), 8 rows run in calls of 4, with the samples of one
@@ -498,7 +519,9 @@ def test_multi_token_tag_of_the_env_ends_a_turn(free_turns, monkeypatch):
   seq = TOK.encode(tag)
   assert len(seq) == 3
   # The in-loop token test alone (no host-side cut) must end the turns.
-  monkeypatch.setattr(multiturn, "_stop_cut", lambda tok, ids, s: len(ids))
+  monkeypatch.setattr(
+    multiturn.stops, "kept_tokens", lambda tok, ids, s: len(ids)
+  )
   ro, envs = _run_tagged(params, lambda: TagEnv(2, tag), TOK)
   actions, plogp = _turn0(ro)
   for i, a in enumerate(free):

@@ -298,7 +298,7 @@ def test_make_generate_fn_builds_l_level_trees():
   assert not hasattr(plain, "parent")
 
 
-def _tree_fn_run(rollout_rows=0, mesh=None, rollout_tensor=0):
+def _tree_fn_run(rollout_rows=0, mesh=None, rollout_tensor=0, progress=None):
   """tree_loop's generate_fn: 3 prompts, group 6 = 2 roots x 3 leaves,
   per prompt 6 leaves + 2 roots' copies = 8 rows."""
   cfg, ctx, params = _tree_loop_setup(rollout_rows, mesh, rollout_tensor)
@@ -310,6 +310,7 @@ def _tree_fn_run(rollout_rows=0, mesh=None, rollout_tensor=0):
     0,
     group_size=6,
     sampling=draw.Sampling(),
+    progress=progress,
   )
 
 
@@ -340,9 +341,13 @@ def test_trees_sampled_a_prompt_per_call_equal_one_call(one_call, monkeypatch):
   calls = testing.spy(
     monkeypatch, tree, "generate", lambda *a, **k: k["row_offsets"]
   )
-  _assert_same_trees(_tree_fn_run(rollout_rows=8), one_call)
+  reports = []
+  _assert_same_trees(
+    _tree_fn_run(rollout_rows=8, progress=reports.append), one_call
+  )
   # 2 roots, then 2 branches per level, per prompt.
   assert calls == [(0, 0, 0), (2, 2, 2), (4, 4, 4)]
+  assert reports == [6, 12]  # the loop's rows (leaves) after calls 1 and 2
 
 
 def test_tree_calls_are_sized_from_the_devices_free_memory(

@@ -112,6 +112,22 @@ def test_a_long_rollout_reports_the_sequences_sampled(
     assert {5, 10, 15} <= set(done) and len(done) > 3, done
 
 
+def test_a_custom_generate_fn_gets_the_rollout_progress():
+  """Multi-turn episodes and trees (a generate_fn) report through the
+  same callback (multiturn_test, tree_test: what they report)."""
+  seen = []
+
+  def generate_fn(ctx, params, examples, rng, step, **kw):
+    seen.append(kw.pop("progress"))
+    return "episodes"
+
+  ctx = testing.tiny_context(grpo.TinyConfig(), generate_fn=generate_fn)
+  report = lambda done: None  # noqa: E731
+  examples = data_lib.load(EXAMPLES, "train")
+  assert testing.tiny_rollout(ctx, examples, progress=report) == "episodes"
+  assert seen == [report]
+
+
 def test_bad_batching_is_a_config_error():
   with pytest.raises(ValueError, match="--rollout_batching='paged'"):
     dataclasses.replace(grpo.TinyConfig(), rollout_batching="paged").validate()
