@@ -46,9 +46,9 @@ CONFIG = dict(
   # resharded from FSDP across both processes every step, its rows handed
   # back to the run's mesh.
   rollout_tensor=2,
-  # 16 rows through 8 continuous-batching slots, reporting every 4 decode
-  # steps (multihost_worker.py) from inside the loop: the report runs on
-  # the host of the mesh's first device, and only process 0 prints.
+  # 16 rows through 8 continuous-batching slots, in host calls of 4 decode
+  # steps (multihost_worker.py): every process must split the sampler's
+  # loop alike, and only process 0 prints the progress lines.
   rollout_rows=8,
 )
 

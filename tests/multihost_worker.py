@@ -41,8 +41,8 @@ from rlreason.sampling import engine  # noqa: E402
 from rlreason.train import context  # noqa: E402
 
 testing.register_digits_reward()  # --reward=digits: moves the parameters
-# The rollout's progress every 4 decode steps, each report's line printed
-# (multihost_test.py's continuous sampler).
+# The rollout's progress in host calls of 4 decode steps, each one's line
+# printed (multihost_test.py's continuous sampler).
 engine.PROGRESS_STEPS = 4
 context.PROGRESS_SECONDS = 0.0
 

@@ -22,10 +22,13 @@ forward (tested).
 Rounds run inside one jitted while_loop (refill="loop") or from a host loop
 of jitted rounds with the state donated between them (refill="host"), the
 two choices the peers' engines make; experiments/bench/rollout_lengths.py
-times both. Given a `progress` callback, the loop reports the rows
-finished every engine.PROGRESS_STEPS decode steps (refill="loop": from
-inside the loop, engine.report) or after each round (refill="host"). The
-loop itself (slot state, refill, decode, rounds) is in continuous_loop.py.
+times both. Given a `progress` callback, the loop runs in calls of
+engine.PROGRESS_STEPS decode steps instead (the same rounds) and reports
+the rows finished after each: host calls, not a report from inside the
+loop as the static sampler's, so that the persistent compilation cache
+keeps the program (it keeps none with a host callback), at the same
+per-chip bytes (plan_results/NOTES.md, session 78). The loop itself (slot
+state, refill, decode, rounds) is in continuous_loop.py.
 
 Shapes: M prompts (rows), P prompt length, T = max_new_tokens, S = P + T - 1
 cache slots, V vocab; `slots` decode slots.
@@ -37,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlreason import mesh as mesh_lib
 from rlreason.model.transformer import ModelConfig
 from rlreason.sampling import continuous_loop as loop
 from rlreason.sampling import engine
@@ -102,11 +106,10 @@ def sample(
     return_stats: also return a Stats.
     compiler_options: the jitted loop's (or round's) compile options, as
       sampler.sample.
-    progress: called with the number of rows finished while rows are
-      left: after each round (refill="host"), or each time the decode
-      steps pass a multiple of engine.PROGRESS_STEPS (refill="loop", from
-      inside the one compiled loop; the call then waits for its outputs);
-      the samples are the same with or without it.
+    progress: called with the number of rows finished after each host
+      call but the last (refill="host": each round; "loop": each
+      engine.PROGRESS_STEPS decode steps); the samples are the same with
+      or without it.
 
   Returns:
     A sampler.SampleOutput for the M rows (logits are not recorded), and
@@ -153,20 +156,18 @@ def sample(
     else row_limits
   )
   args = (params, tokens, positions, rng, row_offset, limits)
-  if refill == "loop":
+  if refill == "loop" and progress is None:
     run = engine.jitted(loop.run, compiler_options, **loop.RUN_JIT)
-    state = engine.reporting(
-      progress,
-      lambda: run(
-        *args, progress_every=engine.progress_every(progress), **static
-      ),
-    )
+    state = run(*args, **static)
   else:
     state, rows = loop.start(*args, **static)
     round_ = engine.jitted(loop.round_jit, compiler_options, **loop.ROUND_JIT)
+    budget = np.int32(1 if refill == "host" else engine.PROGRESS_STEPS)
+    if mesh is not None:
+      budget = mesh_lib.put_global(budget, mesh_lib.replicated(mesh))
     more = True
     while more:
-      state, more, done = round_(state, params, rows, **static)
+      state, more, done = round_(state, params, rows, budget, **static)
       more = bool(more)  # waits for the call
       if progress is not None and more:
         progress(int(done))

@@ -1,9 +1,8 @@
 """The jitted loop of continuous batching (continuous.py): the slots' state,
 a refill (prefill of waiting prompts into free slots), decode steps, and
-rounds of both, run inside one while_loop (`run`, which can report its
-progress from inside: engine.report) or in calls from a host loop
-(`round_jit`: one round per call, state donated). Shapes as in
-continuous.py.
+rounds of both, run inside one while_loop (`run`) or in calls from a host
+loop (`round_jit`: a budget of decode steps per call, state donated). Shapes
+as in continuous.py.
 """
 
 import functools
@@ -83,7 +82,7 @@ STATIC = (
   "refill_rows",
   "refill_every",
 )
-RUN_JIT = dict(static_argnames=(*STATIC, "progress_every"))
+RUN_JIT = dict(static_argnames=STATIC)
 ROUND_JIT = dict(static_argnames=STATIC, donate_argnums=0)
 
 
@@ -325,29 +324,15 @@ def _more(state, m):
 
 
 @functools.partial(jax.jit, **RUN_JIT)
-def run(
-  params, tokens, positions, rng, row_offset, limits, progress_every=0, **static
-):
-  """Every row through the slots. progress_every > 0: reports the rows
-  finished each time the decode steps pass a multiple of it (engine.report;
-  the caller's engine.reporting)."""
+def run(params, tokens, positions, rng, row_offset, limits, **static):
   state, params, rows = _init(
     params, tokens, positions, rng, row_offset, limits, **static
   )
-  m = tokens.shape[0]
-
-  def body(s):
-    after = _round(s, params, rows, **static)
-    more = _more(after, m)
-    engine.report(progress_every, s.steps, after.steps, more, _finished(after))
-    return after
-
-  return jax.lax.while_loop(lambda s: _more(s, m), body, state)
-
-
-def _finished(state):
-  """Rows done: admitted and no longer in a slot."""
-  return state.next_row - (~state.free).sum(dtype=jnp.int32)
+  return jax.lax.while_loop(
+    lambda s: _more(s, tokens.shape[0]),
+    lambda s: _round(s, params, rows, **static),
+    state,
+  )
 
 
 @functools.partial(jax.jit, static_argnames=STATIC)
@@ -361,14 +346,22 @@ def start(params, tokens, positions, rng, row_offset, limits, **static):
 
 
 @functools.partial(jax.jit, **ROUND_JIT)
-def round_jit(state, params, rows, **static):
-  """One round of `run`'s loop (a refill, then up to refill_every decode
-  steps). Returns the state, whether work is left and the rows finished so
-  far. The weights are cast to the compute dtype inside, as `run` casts
-  them (a no-op for the rollout's, already cast)."""
+def round_jit(state, params, rows, budget, **static):
+  """Rounds until `budget` decode steps have run in this call (one round
+  for budget 1: a round decodes at least one step) or no work is left.
+  Returns the state, whether work is left and the rows finished so far;
+  the rounds are those of `run`, wherever the calls split them. The
+  weights are cast to the compute dtype inside, as `run` casts them (a
+  no-op for the rollout's, already cast)."""
   params = transformer.compute_params(params, static["model_cfg"])
-  state = _round(state, params, rows, **static)
-  return state, _more(state, rows.tokens.shape[0]), _finished(state)
+  m, start = rows.tokens.shape[0], state.steps
+  state = jax.lax.while_loop(
+    lambda s: _more(s, m) & (s.steps - start < budget),
+    lambda s: _round(s, params, rows, **static),
+    state,
+  )
+  live = (~state.free).sum(dtype=jnp.int32)
+  return state, _more(state, m), state.next_row - live
 
 
 @jax.jit

@@ -18,9 +18,11 @@ from rlreason.model import transformer
 from rlreason.sampling import stops
 from rlreason.sampling.draw import Sampling
 
-# Decode steps between a sampler's progress reports (sampler.py,
-# continuous.py): seconds of a paper-scale rollout, whose decode step takes
-# tens of ms; each report is one scalar to the host, from inside the loop.
+# Decode steps between a sampler's progress reports (sampler.py: from
+# inside its loop; continuous.py: host calls of that many steps): seconds
+# of a paper-scale rollout, whose decode step takes tens of ms; each report
+# is one scalar to the host. Fixed, not timed: every process of a
+# multi-host run must split a loop alike.
 PROGRESS_STEPS = 256
 # The progress callbacks of the sampler calls under way, innermost last
 # (`reporting`); the compiled loops call the last through `report`.
@@ -148,7 +150,9 @@ def report(every: int, before, after, more, done) -> None:
   """Inside a jitted loop: the running call's progress (`reporting`) gets
   `done` where the decode steps went from `before` to past a multiple of
   `every` and `more` work is left. A jax.debug.callback: one scalar to the
-  host of the mesh's first device (process 0's), nothing for every=0."""
+  host of the mesh's first device (process 0's), nothing for every=0. JAX's
+  persistent compilation cache keeps no program with one, so a rerun
+  compiles such a loop again."""
   if every:
     due = (after // every > before // every) & more
     jax.lax.cond(

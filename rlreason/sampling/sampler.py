@@ -157,9 +157,10 @@ def sample(
       temporaries budget (train_step.compiler_options); None: defaults.
     progress: called with the number of rows finished each time the loop
       has drawn another engine.PROGRESS_STEPS tokens and rows are left,
-      from inside the one compiled loop (engine.report); the call then
-      waits for its outputs. None where T is no more than that: the
-      program without reports.
+      from inside the one compiled loop (engine.report: the same program,
+      and per-chip bytes, as without, which host calls of that many steps
+      would not keep: plan_results/NOTES.md, session 78); the call then
+      waits for its outputs. Ignored where T is no more than that.
 
   Returns:
     A SampleOutput.

@@ -125,10 +125,9 @@ def test_equals_static_sampler(params, sampling, mode):
 def test_progress_reports_rows_finished_and_samples_alike(
   params, monkeypatch, mode
 ):
-  """With a progress callback the loop reports the rows finished so far
-  each time the decode steps pass a multiple of PROGRESS_STEPS, from inside
-  the compiled loop (refill="host": after each round but the last); the
-  samples do not change."""
+  """With a progress callback the loop runs in host calls of
+  PROGRESS_STEPS decode steps (refill="host": of one round), each but the
+  last reporting the rows finished so far; the samples do not change."""
   monkeypatch.setattr(engine, "PROGRESS_STEPS", 2)
   sampling = Sampling(temperature=0.8)
   stop_ids = _first_token_stop(params, sampling)
@@ -144,8 +143,8 @@ def test_progress_reports_rows_finished_and_samples_alike(
   assert 0 <= reports[0] and reports[-1] < len(LENGTHS), reports
   if mode:  # one call per round: at least one per refill but the last
     assert len(reports) >= stats.prefills - 1
-  else:  # a round decodes one step (refill_every=1): at steps 2, 4, ...
-    assert len(reports) == (stats.steps - 1) // 2, (reports, stats)
+  else:  # calls of exactly 2 decode steps (refill_every=1) but the last
+    assert len(reports) >= stats.steps // 2 - 1, (reports, stats)
 
 
 def test_the_host_loop_holds_no_copy_of_the_weights(params):
