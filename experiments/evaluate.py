@@ -17,14 +17,16 @@ the run evaluated on; flags left at "" / 0 / -1 keep those values.
 
 An interrupted evaluation (Ctrl-C, SIGTERM, SIGKILL) loses at most
 one sampler call: each finished chunk's problems are kept in
-<out>/partial/, and the same command again starts after them (its samples
-are the ones an uninterrupted run draws). partial/ goes once the files are
-written. Over several hosts (--multihost or RLREASON_MULTIHOST=1, one process
-per host, as launch/tpu.sh runs it) process 0 prints, writes and keeps the
-journal, and shares it with the others on a rerun.
+<out>/partial/ (a gs:// --out: workdirs/eval/partial/gs/... here), and the
+same command again starts after them (its samples are the ones an
+uninterrupted run draws). partial/ goes once the files are written. Over
+several hosts (--multihost or RLREASON_MULTIHOST=1, one process per host,
+as launch/tpu.sh runs it) process 0 prints, writes and keeps the journal,
+and shares it with the others on a rerun.
 
 --checkpoint may name a workdir on gs:// (a TPU run's): it is read there,
-and the files go to workdirs/eval/<run>/step_<N> here unless --out says.
+and the files go to workdirs/eval/<run>/step_<N> here unless --out says
+(a local directory or a gs:// one).
 
 Writes to --out (default <workdir>/eval/step_<N>, or workdirs/eval/<name>):
 eval.md (the table, also printed), eval.json (settings + every metric with
@@ -50,6 +52,7 @@ import jax
 from absl import app
 from absl import flags
 from absl import logging
+from etils import epath
 
 from rlreason import config
 from rlreason import devices
@@ -81,7 +84,9 @@ class Config:
   ks: str = _field("", "comma-separated k for pass@k etc; '' = 1,2,4..n")
   temperature: float = _field(1.0, "sampling temperature (samples > 1)")
   greedy: bool = _field(True, "also decode greedily when samples > 1")
-  out: str = _field("", "output directory; '' = <workdir>/eval/step_<N>")
+  out: str = _field(
+    "", "output directory (local or gs://); '' = <workdir>/eval/step_<N>"
+  )
   write_samples: bool = _field(True, "write samples.jsonl")
   export_hf: str = _field("", "also write the params as an HF directory")
   export_peft: str = _field(
@@ -124,10 +129,6 @@ def check(cfg: Config) -> None:
     data_lib.check(cfg.data)
   if cfg.samples < 1:
     raise config.ConfigError(f"--samples={cfg.samples} must be >= 1")
-  if cfg.out and not storage.is_local(cfg.out):
-    raise config.ConfigError(
-      f"--out={cfg.out}: a local directory (copy it to GCS after)"
-    )
   if cfg.template and cfg.template not in config.TEMPLATES:
     raise config.ConfigError(
       f"--template={cfg.template!r}; expected '' (the run's) or one of "
@@ -154,14 +155,25 @@ def check(cfg: Config) -> None:
 
 def default_out(policy: trained.Policy) -> str:
   """<workdir>/eval/step_<N> for a local workdir; workdirs/eval/<name>
-  (/step_<N>) for a preset, an HF directory or a gs:// workdir (the
-  evaluation's files and its journal are local)."""
+  (/step_<N>) for a preset, an HF directory or a gs:// workdir (--out
+  names a gs:// directory)."""
   step = f"step_{policy.step}"
   if policy.workdir is not None and storage.is_local(policy.workdir):
     return os.path.join(policy.workdir, "eval", step)
   name = os.path.basename(os.path.normpath(policy.workdir or policy.source))
   parts = (name, step) if policy.workdir is not None else (name,)
   return os.path.join("workdirs", "eval", *parts)
+
+
+def journal_for(out_dir: str) -> str:
+  """Where an interrupted evaluation keeps its finished problems: on local
+  disk always (it is appended to, row by row), <out>/partial for a local
+  --out, workdirs/eval/partial/<gs/bucket/...> for a remote one."""
+  if storage.is_local(out_dir):
+    return os.path.join(out_dir, "partial")
+  return os.path.join(
+    "workdirs", "eval", "partial", out_dir.replace("://", "/")
+  )
 
 
 def run(cfg: Config) -> dict:
@@ -199,7 +211,7 @@ def run(cfg: Config) -> dict:
   if not cfg.evaluate:
     return out
   out_dir = cfg.out or default_out(policy)
-  journal_dir = os.path.join(out_dir, "partial")  # an interrupted run's
+  journal_dir = journal_for(out_dir)  # an interrupted run's
   report = evaluate_lib.evaluate(
     policy,
     data=cfg.data,
@@ -220,8 +232,7 @@ def run(cfg: Config) -> dict:
   if is_main:
     paths = evaluate_lib.write(report, out_dir, samples_jsonl=cfg.write_samples)
     shutil.rmtree(journal_dir, ignore_errors=True)  # the files hold it all
-    with open(paths["md"]) as f:
-      print(f.read(), flush=True)
+    print(epath.Path(paths["md"]).read_text(), flush=True)
     print(f"Wrote {', '.join(paths.values())}", flush=True)
   return {**out, "report": report, "out": out_dir, "files": paths}
 

@@ -19,6 +19,7 @@ from typing import Sequence
 
 import jax
 import numpy as np
+from etils import epath
 
 from rlreason import storage
 from rlreason.data import sources as data_lib
@@ -257,8 +258,10 @@ def plot_at_k(report: Report, path: str) -> bool:
 
 def write(report: Report, out_dir: str, samples_jsonl: bool = True) -> dict:
   """eval.md (table), eval.json, samples.jsonl and, with more than one k,
-  at_k.png (plot_at_k); returns their paths."""
-  os.makedirs(out_dir, exist_ok=True)
+  at_k.png (plot_at_k) into `out_dir` (local or gs://: etils.epath);
+  returns their paths."""
+  out = epath.Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
   info = report.info
   step = "" if info["step"] is None else f" (step {info['step']})"
   md = (
@@ -270,22 +273,20 @@ def write(report: Report, out_dir: str, samples_jsonl: bool = True) -> dict:
     "Percent, with 95% intervals over problems (Wilson for 0/1 scores).\n"
   )
   paths = {"md": os.path.join(out_dir, "eval.md")}
-  with open(paths["md"], "w") as f:
-    f.write(md)
+  epath.Path(paths["md"]).write_text(md)
   metrics = {
     row: {m: dict(zip(("mean", "low", "high"), v)) for m, v in r.items()}
     for row, r in report.rows.items()
   }
   paths["json"] = os.path.join(out_dir, "eval.json")
-  with open(paths["json"], "w") as f:
-    json.dump(
-      {**info, "accuracy": report.accuracy, "metrics": metrics}, f, indent=2
-    )
+  storage.write_json(
+    paths["json"], {**info, "accuracy": report.accuracy, "metrics": metrics}
+  )
   if plot_at_k(report, os.path.join(out_dir, "at_k.png")):
     paths["png"] = os.path.join(out_dir, "at_k.png")
   if samples_jsonl:
     paths["jsonl"] = os.path.join(out_dir, "samples.jsonl")
-    with open(paths["jsonl"], "w") as f:
+    with epath.Path(paths["jsonl"]).open("w") as f:  # streamed, row by row
       for i, (e, prompt) in enumerate(zip(report.examples, report.prompts)):
         rec = {"uid": e.uid, "prompt": prompt, "gold": e.answer}
         for name, s in (("greedy", report.greedy), ("sampled", report.sampled)):

@@ -171,6 +171,26 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
   after = json.loads(_files()[f"{WORKDIR}/eval_after.json"])
   assert summary["accuracy"] == after["eval/accuracy"]
   assert summary["problems"] == cfg.eval_size
+  # --out on gs:// too: the same files in the bucket; the journal on local
+  # disk (appended to row by row), gone once they are written.
+  journals = testing.spy(
+    monkeypatch,
+    evaluate_cli.evaluate_lib,
+    "evaluate",
+    lambda *a, **k: k["journal_dir"],
+  )
+  out = "gs://bucket/ev"
+  evaluate_cli.run(
+    evaluate_cli.Config(checkpoint=WORKDIR, mesh_fsdp=1, out=out)
+  )
+  assert journals == [
+    os.path.join("workdirs", "eval", "partial", "gs", "bucket", "ev")
+  ]
+  assert not (tmp_path / journals[0]).exists()
+  files = _files()
+  for name in ("eval.md", "eval.json", "samples.jsonl"):
+    local = (tmp_path / res["out"] / name).read_bytes()
+    assert files[f"{out}/{name}"] == local, name
   # A step of it, and one it does not hold, as on local disk.
   locate = trained._locate  # noqa: SLF001
   assert locate(f"{WORKDIR}/checkpoints/4") == ("workdir", WORKDIR, 4)
