@@ -29,6 +29,16 @@ LENGTHS = (8, 3, 5, 1, 8, 6)  # ragged prompts, left padded to P = 8
 TEMPERATURE = 0.7
 
 
+# The module's sampler settings (the `sampled` fixture's).
+_KW = dict(
+  model_cfg=CFG,
+  max_new_tokens=T,
+  sampling=Sampling(TEMPERATURE),
+  stop_ids=STOP,
+  pad_id=PAD,
+)
+
+
 @pytest.fixture(scope="module")
 def params():
   params = transformer.init(CFG, jax.random.key(0))
@@ -203,13 +213,7 @@ def test_rows_sampled_in_chunks_equal_one_call(params, sampled):
   without the offsets the second chunk reuses rows 0.. 's keys."""
   tokens, positions, first, *_ = sampled
   rng = jax.random.key(1)
-  kw = dict(
-    model_cfg=CFG,
-    max_new_tokens=T,
-    sampling=Sampling(TEMPERATURE),
-    stop_ids=STOP,
-    pad_id=PAD,
-  )
+  kw = _KW
   parts = [
     sampling.sample(
       params, tokens[lo:hi], positions[lo:hi], rng, **kw, row_offset=lo
@@ -239,14 +243,7 @@ def test_progress_reports_rows_stopped_from_inside_the_loop(
   tokens, positions, first, *_ = sampled
   monkeypatch.setattr(engine, "PROGRESS_STEPS", 3)
   reports = []
-  kw = dict(
-    model_cfg=CFG,
-    max_new_tokens=T,
-    sampling=Sampling(TEMPERATURE),
-    stop_ids=STOP,
-    pad_id=PAD,
-    return_logits=True,
-  )
+  kw = dict(_KW, return_logits=True)
   out = sampling.sample(
     params, tokens, positions, jax.random.key(1), **kw,
     progress=reports.append,
