@@ -445,7 +445,6 @@ def run(cfg: Config) -> dict:
     log_every=25,
   )
   train_s = time.time() - t0
-  params = mesh_lib.to_host(params)
   hf.save(out, model_cfg, params)
   made = {
     "command": "python -m experiments.pretrain"

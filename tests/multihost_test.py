@@ -26,6 +26,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from rlreason import testing
+from rlreason.eval import trained
 
 # One worker runs the module (--dist=loadgroup, pyproject.toml): the module
 # fixture's runs would otherwise repeat on each worker.
@@ -324,10 +325,21 @@ def test_an_interrupted_multihost_evaluation_resumes_where_it_stopped(
     compile_cache=str(tmp_path / "xla"),
   )
   whole, out = tmp_path / "whole", tmp_path / "again"
-  for record, _ in _evaluate_2_processes(
-    tmp_path, "whole", dict(flags, out=str(whole))
-  ):
+  # The uninterrupted run also exports the model: every process gathers
+  # each tensor in turn (hf.save), process 0 writes.
+  exported = tmp_path / "hf"
+  runs = _evaluate_2_processes(
+    tmp_path, "whole", dict(flags, out=str(whole), export_hf=str(exported))
+  )
+  for record, _ in runs:
     assert record == {"calls": [0, 0, 8, 16, 24], "interrupted": False}
+  assert "Exported HF checkpoint" in runs[0][1]
+  assert "Exported" not in runs[1][1]
+  # The same preset and seed exported by this one process, byte for byte.
+  single = trained.export_hf("tiny", str(tmp_path / "hf_single"))
+  for name in ("model.safetensors", "config.json"):
+    got = (exported / name).read_bytes()
+    assert got == open(os.path.join(single, name), "rb").read(), name
   # Ctrl-C as the sampled decoding's second chunk starts, on both.
   for record, _ in _evaluate_2_processes(
     tmp_path, "stopped", dict(flags, out=str(out)), interrupt_at=3

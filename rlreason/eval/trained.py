@@ -343,17 +343,18 @@ def export_hf(policy: Policy | str, out_dir: str) -> str:
     "eos_token_id": tok.eos_id,
     "pad_token_id": tok.pad_id,
   }
-  # Every process takes part in gathering the parameters; process 0 writes.
-  params = mesh_lib.to_host(policy.params)
+  tmp = out_dir.rstrip("/") + ".tmp"
   if jax.process_index() == 0:
-    tmp = out_dir.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    hf.save(
-      tmp,
-      policy.model_cfg,
-      params,
-      extra_config={k: v for k, v in special.items() if v is not None},
-    )
+  # Every process takes part in gathering the parameters, one tensor at a
+  # time; process 0 writes.
+  hf.save(
+    tmp,
+    policy.model_cfg,
+    policy.params,
+    extra_config={k: v for k, v in special.items() if v is not None},
+  )
+  if jax.process_index() == 0:
     if policy.tokenizer != "char":
       for name in sorted(os.listdir(policy.tokenizer)):
         if name.startswith("tokenizer") or name in _TOKENIZER_FILES:

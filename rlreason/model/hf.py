@@ -5,7 +5,8 @@
 
 `load` reads each tensor lazily from the safetensors files and builds every
 parameter shard directly on its device (`jax.make_array_from_callback`), so a
-sharded model never exists as a full replicated copy on one host or device.
+sharded model never exists as a full replicated copy on one host or device;
+`save` gathers one tensor at a time and writes shard by shard.
 
 Which HF tensor holds each parameter, and how its layout differs from ours
 ([out, in] vs [in, out], heads split out), is in hf_layout.py.
@@ -22,6 +23,7 @@ import safetensors.numpy
 from absl import logging
 
 from rlreason import mesh as mesh_lib
+from rlreason import metrics as metrics_lib
 from rlreason.model import hf_layout
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
@@ -32,6 +34,9 @@ _FAMILIES = {
   "Qwen3ForCausalLM": "qwen3",
 }
 _ARCH = {family: arch for arch, family in _FAMILIES.items()}
+# Loading or writing a large checkpoint (minutes for 32B) prints a line at
+# most this often: tensors done, ETA.
+PROGRESS_SECONDS = 30.0
 
 
 class CheckpointError(ValueError):
@@ -289,6 +294,9 @@ def load(
   flat_shardings = _flatten(shardings)
   np_dtype = np.dtype(shapes["embedding"].dtype)
   leaves = {}
+  progress = _progress(
+    len(names), f"loading {path}: tensors", jax.process_index() == 0
+  )
   for p, (hf_name, kind) in names.items():
     sl = handle(files[hf_name]).get_slice(hf_name)
     shape = flat_shapes[p].shape
@@ -299,6 +307,7 @@ def load(
         hf_layout.read_block(sl, kind, index, shape)
       ).astype(np_dtype),
     )
+    progress(len(leaves))
   for h in handles.values():
     h.__exit__(None, None, None)
   return model_cfg, _unflatten(leaves)
@@ -311,32 +320,48 @@ def save(
   max_shard_bytes: int = 4 << 30,
   extra_config: dict | None = None,
 ):
-  """Writes config.json + safetensors (sharded above `max_shard_bytes`)."""
-  os.makedirs(path, exist_ok=True)
+  """Writes config.json + safetensors (sharded above `max_shard_bytes`).
+
+  Every process calls it (multi-host): the tensors are gathered to the
+  host one at a time (mesh.to_host) and process 0 writes each shard file
+  once its tensors are in, so a host holds one shard's worth, not the
+  model (128 GB for a 32B model in float32). A progress line at most
+  every PROGRESS_SECONDS on process 0.
+  """
+  writes = jax.process_index() == 0
+  if writes:
+    os.makedirs(path, exist_ok=True)
   hf_cfg = {**config_to_hf(model_cfg), **(extra_config or {})}
+  names = hf_layout.hf_names(model_cfg)
   flat = _flatten(params)
-  shards, current, size = [], {}, 0
-  for p, (hf_name, kind) in hf_layout.hf_names(model_cfg).items():
-    x = hf_layout.to_hf(np.asarray(jax.device_get(flat[p])), kind)
-    if current and size + x.nbytes > max_shard_bytes:
-      shards.append(current)
-      current, size = {}, 0
-    current[hf_name] = np.ascontiguousarray(x)
-    size += x.nbytes
-  shards.append(current)
-  meta = {"format": "pt"}
-  if len(shards) == 1:
-    safetensors.numpy.save_file(
-      shards[0], os.path.join(path, "model.safetensors"), meta
-    )
-  else:
-    weight_map, total = {}, 0
-    for i, shard in enumerate(shards):
-      name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-      safetensors.numpy.save_file(shard, os.path.join(path, name), meta)
-      for n, x in shard.items():
-        weight_map[n] = name
-        total += x.nbytes
+  # Shards planned from the shapes (the HF layout moves no byte).
+  shards, size = [[]], 0
+  for p in names:
+    nbytes = flat[p].size * np.dtype(flat[p].dtype).itemsize
+    if shards[-1] and size + nbytes > max_shard_bytes:
+      shards.append([])
+      size = 0
+    shards[-1].append(p)
+    size += nbytes
+  progress = _progress(len(names), f"writing {path}: tensors", writes)
+  meta, weight_map, total, done = {"format": "pt"}, {}, 0, 0
+  for i, shard in enumerate(shards):
+    file = "model.safetensors"
+    if len(shards) > 1:
+      file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+    tensors = {}
+    for p in shard:
+      hf_name, kind = names[p]
+      x = hf_layout.to_hf(mesh_lib.to_host(flat[p]), kind)
+      tensors[hf_name] = np.ascontiguousarray(x)
+      weight_map[hf_name], total = file, total + x.nbytes
+      done += 1
+      progress(done)
+    if writes:
+      safetensors.numpy.save_file(tensors, os.path.join(path, file), meta)
+  if not writes:
+    return
+  if len(shards) > 1:
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
       json.dump(
         {"metadata": {"total_size": total}, "weight_map": weight_map},
@@ -345,6 +370,14 @@ def save(
       )
   with open(os.path.join(path, "config.json"), "w") as f:
     json.dump(hf_cfg, f, indent=2)
+
+
+def _progress(total: int, label: str, shown: bool):
+  """A throttled progress callback (tensors done), silent where not
+  `shown`."""
+  if not shown:
+    return lambda done: None
+  return metrics_lib.Progress(total, label=label, every=PROGRESS_SECONDS).maybe
 
 
 def _flatten(tree) -> dict[tuple[str, ...], Any]:

@@ -363,11 +363,13 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     label="warm start",
     resume_dir=partial,
   )
-  # Every process takes part in gathering the parameters; process 0 writes.
-  params = mesh_lib.to_host(params)
+  # Every process takes part in gathering the parameters, one tensor at a
+  # time (hf.save); process 0 writes.
+  tmp = out + ".tmp"
+  if jax.process_index() == 0:  # a killed run's half-written copy
+    shutil.rmtree(tmp, ignore_errors=True)
+  hf.save(tmp, model_cfg, params)
   if jax.process_index() == 0:
-    tmp = out + ".tmp"
-    hf.save(tmp, model_cfg, params)
     with open(os.path.join(tmp, "warm_start.json"), "w") as f:
       json.dump(settings, f, indent=2)
     os.replace(tmp, out)  # Atomic: a killed run never leaves half a cache.

@@ -113,6 +113,47 @@ def test_export_reloads_in_transformers(family, tmp_path):
   jax.tree.map(np.testing.assert_array_equal, params, params2)  # a copy
 
 
+def test_save_writes_each_shard_once_its_tensors_are_gathered(
+  tmp_path, monkeypatch, capsys
+):
+  """hf.save gathers one tensor at a time and writes a shard as soon as
+  its tensors are in (a host never holds the whole model); with a due
+  progress line, saving and loading say how many tensors are done."""
+  monkeypatch.setattr(hf, "PROGRESS_SECONDS", 0.0)
+  model_cfg = testing.tiny_model_config(vocab_size=97, qkv_bias=True)
+  params = transformer.init(model_cfg, jax.random.key(1))
+  events = testing.spy(
+    monkeypatch, hf.mesh_lib, "to_host", lambda x: ("get", x.nbytes)
+  )
+  write = hf.safetensors.numpy.save_file
+  monkeypatch.setattr(
+    hf.safetensors.numpy,
+    "save_file",
+    lambda tensors, file, meta: (
+      events.append(("write", sum(x.nbytes for x in tensors.values()))),
+      write(tensors, file, meta),
+    ),
+  )
+  hf.save(str(tmp_path), model_cfg, params, max_shard_bytes=20_000)
+  writes = [i for i, e in enumerate(events) if e[0] == "write"]
+  assert len(writes) >= 3 and writes[-1] == len(events) - 1
+  last = -1
+  for i in writes:  # a shard is the tensors gathered since the last write
+    assert events[i][1] == sum(n for _, n in events[last + 1 : i])
+    last = i
+  tensors = len(events) - len(writes)
+  saved = capsys.readouterr().err.splitlines()
+  assert len(saved) == tensors and saved[-1].startswith(
+    f"writing {tmp_path}: tensors {tensors}/{tensors} | "
+  )
+  _, again = hf.load(str(tmp_path))
+  jax.tree.map(np.testing.assert_array_equal, params, again)
+  loaded = capsys.readouterr().err.splitlines()
+  assert len(loaded) == tensors and loaded[0].startswith(
+    f"loading {tmp_path}: tensors 1/{tensors} | "
+  )
+
+
 def test_load_sharded_places_params_on_mesh(tmp_path):
   model = _write_hf_model("qwen2", tmp_path)
   mesh = mesh_lib.make_mesh(2, 2, 2)
