@@ -200,7 +200,12 @@ def train(
   if restored is not None:
     state, start = restored, int(meta["step"])
     prompts.restore(meta["data"])
-    logging.info("Resuming %s from step %d", workdir, start)
+    if is_main:
+      print(
+        f"resuming {workdir} at step {start}/{cfg.steps} (its checkpoint)",
+        file=sys.stderr,
+        flush=True,
+      )
   # A rerun of a finished run scores nothing again (its weights are those
   # eval_after.json scored).
   finished = None
@@ -242,7 +247,14 @@ def train(
     return rollout, more
 
   def save(step):
+    t0 = time.time()
     ckpt.save(step, state, {"step": step, "data": prompts.state()})
+    if is_main and time.time() - t0 >= context_lib.PROGRESS_SECONDS:
+      print(
+        f"checkpoint {step} saved in {time.time() - t0:.0f} s",
+        file=sys.stderr,
+        flush=True,
+      )
 
   def evaluate(step):
     t0 = time.time()

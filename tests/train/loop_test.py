@@ -121,6 +121,8 @@ def test_a_long_step_says_how_far_its_rollout_and_updates_are(
     "updates 2/4",
     "updates 3/4",
   ], lines
+  # The last step's checkpoint, as slow as a line is due.
+  assert any(re.match(r"checkpoint 1 saved in \d+ s$", x) for x in lines)
 
 
 @pytest.mark.slow
@@ -151,6 +153,7 @@ def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
   assert flags.run_checked(grpo.run, cfg) == 0
   assert _train_steps(cfg.workdir) == [1, 2, 3, 4]  # each step once
   err = capsys.readouterr().err
+  assert f"resuming {cfg.workdir} at step 2/4 (its checkpoint)\n" in err
   assert "eval at step 0/4" not in err and "eval at step 4/4 | accuracy " in err
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
   assert status == {"status": "finished", "step": 4, "steps": 4}
