@@ -12,12 +12,10 @@ context.run_eval, so a workdir scores as the loop scored it.
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 from typing import Sequence
 
-import jax
 import numpy as np
 from etils import epath
 
@@ -176,11 +174,7 @@ def evaluate(
     drop = ("ks",) + (("samples", "temperature") if name == "greedy" else ())
     setting = {k: v for k, v in info.items() if k not in drop}
     setting.update(decoding=name, model=policy.model_cfg)
-    key = json.dumps(setting, sort_keys=True, default=repr)
-    if jax.process_index() == 0:  # its only reader and writer
-      os.makedirs(journal_dir, exist_ok=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return os.path.join(journal_dir, f"{name}-{digest}.jsonl")
+    return evaluation.journal_path(journal_dir, name, setting)
 
   rows, greedy_scored, sampled = {}, None, None
   if greedy or samples == 1:

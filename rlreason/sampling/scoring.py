@@ -17,6 +17,7 @@ evaluation of the same params sees the same randomness.
 
 import collections
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -156,6 +157,18 @@ class Scored:
   texts: list[list[str]]
   correct: np.ndarray
   answers: list[list[Hashable | None]] | None = None
+
+
+def journal_path(directory: str, name: str, setting: dict) -> str:
+  """<directory>/<name>-<digest>.jsonl: a sample_and_score journal named
+  by everything its samples depend on (`setting`, JSON-able or repr'd), so
+  a changed setting never resumes another's. Process 0, its only reader
+  and writer, makes the directory."""
+  key = json.dumps(setting, sort_keys=True, default=repr)
+  if jax.process_index() == 0:
+    os.makedirs(directory, exist_ok=True)
+  digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+  return os.path.join(directory, f"{name}-{digest}.jsonl")
 
 
 def _read_journal(path: str | None, problems: int):

@@ -332,8 +332,10 @@ def run_eval(
   samples: int = 1,
   temperature: float = 1.0,
   ks=(1,),
+  journal: str | None = None,
 ) -> dict[str, float]:
-  """Greedy (samples=1) or sampled accuracy on `examples`, as flat floats."""
+  """Greedy (samples=1) or sampled accuracy on `examples`, as flat floats;
+  `journal` keeps the finished problems (scoring.sample_and_score)."""
   correct = evaluation.sample_and_score(
     ctx,
     params,
@@ -343,6 +345,7 @@ def run_eval(
     temperature=temperature,
     seed=ctx.cfg.seed,
     sequences_per_call=ctx.cfg.num_sequences,
+    journal=journal,
   ).correct
   summary = evaluation.summarize(correct, ks=[k for k in ks if k <= samples])
   out = {}

@@ -258,6 +258,8 @@ def train(
 
   def evaluate(step):
     t0 = time.time()
+    # Interrupted, it resumes after the problems its journal holds.
+    journal = run_info.eval_journal(workdir, cfg, step)
     out = context_lib.run_eval(
       ctx,
       policy_of(state.params),
@@ -266,7 +268,10 @@ def train(
       samples=cfg.eval_samples,
       temperature=cfg.temperature,
       ks=sorted({1, cfg.eval_samples}),
+      journal=journal,
     )
+    if is_main:  # its numbers are in the metrics now
+      run_info.remove_journal(journal)
     writer.write(step, out)
     if is_main:
       print(

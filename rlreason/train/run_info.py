@@ -8,8 +8,10 @@
 status.json (STATUS) is written by the loop when `train` returns.
 """
 
+import contextlib
 import dataclasses
 import os
+import pathlib
 import subprocess
 
 import jax
@@ -19,6 +21,7 @@ from jax.experimental.compilation_cache import compilation_cache
 from rlreason import config
 from rlreason import mesh as mesh_lib
 from rlreason import storage
+from rlreason.sampling import scoring
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,6 +49,31 @@ def finished_eval(workdir: str, steps: int, scope: dict) -> dict | None:
     ):
       saved = after
   return mesh_lib.from_process_0(saved)
+
+
+def eval_journal(workdir: str, cfg, step: int) -> str:
+  """The journal of the run's evaluation at `step` (scoring.journal_path):
+  <workdir>/eval_partial/, or on local disk (<cache_dir>/eval_partial/...)
+  for a gs:// workdir, named by the step and every setting a resume may
+  not change (config.RESUMABLE_CHANGES aside)."""
+  directory = os.path.join(workdir, "eval_partial")
+  if not storage.is_local(workdir):
+    directory = os.path.join(
+      cfg.cache_dir, "eval_partial", workdir.replace("://", "/")
+    )
+  setting = {
+    k: v
+    for k, v in dataclasses.asdict(cfg).items()
+    if k not in config.RESUMABLE_CHANGES
+  }
+  return scoring.journal_path(directory, f"step_{step}", setting)
+
+
+def remove_journal(path: str) -> None:
+  """Deletes an evaluation's journal, and its directory once empty."""
+  pathlib.Path(path).unlink(missing_ok=True)
+  with contextlib.suppress(OSError):  # another journal is in it
+    os.rmdir(os.path.dirname(path))
 
 
 def maybe_initialize_distributed(cfg) -> None:

@@ -285,3 +285,44 @@ def test_a_rollout_tensor_that_does_not_divide_the_mesh_stops_the_run(
   cfg = _cfg(tmp_path, mesh_fsdp=-1, rollout_tensor=4, warm_start_steps=0)
   with pytest.raises(_Stop):
     grpo.run(cfg)
+
+
+def test_an_interrupted_evaluation_resumes_after_its_journal(
+  tmp_path, monkeypatch, capsys
+):
+  """The final evaluation (12 problems x 4 samples, 4 problems a sampler
+  call) stopped as its second call starts: the rerun scores the last 8
+  problems only and writes the numbers of a run never stopped; the
+  journal goes once the evaluation is done."""
+  kw = dict(steps=1, eval_samples=4, eval_size=12, warm_start_steps=0)
+  whole = _cfg(tmp_path, "whole", **kw)
+  grpo.run(whole)
+  assert not os.path.exists(os.path.join(whole.workdir, "eval_partial"))
+  cfg = _cfg(tmp_path, **kw)
+  generate = context_lib.Context.generate
+
+  def stopped(self, params, examples, rng, step, **k):
+    if step == cfg.steps and k.get("row_offset"):  # the final evaluation's
+      raise KeyboardInterrupt
+    return generate(self, params, examples, rng, step, **k)
+
+  with monkeypatch.context() as m:
+    m.setattr(context_lib.Context, "generate", stopped)
+    with pytest.raises(KeyboardInterrupt):
+      grpo.run(cfg)
+  partial = os.path.join(cfg.workdir, "eval_partial")
+  assert [
+    len(open(os.path.join(partial, f)).readlines()) for f in os.listdir(partial)
+  ] == [4]
+  capsys.readouterr()
+  grpo.run(cfg)
+  err = capsys.readouterr().err
+  assert re.search(
+    r"^eval: 4 of 12 problems from .*/step_1-\w+\.jsonl$", err, re.M
+  ), err
+  assert not os.path.exists(partial)
+  after = [
+    json.load(open(os.path.join(c.workdir, "eval_after.json")))
+    for c in (cfg, whole)
+  ]
+  assert after[0] == after[1] and after[0]["problems"] == 12
