@@ -74,6 +74,16 @@ def total_memory() -> tuple[int | None, str]:
   return ram * hosts, "this host's RAM" if hosts == 1 else f"{hosts} hosts' RAM"
 
 
+def peak_flops() -> float | None:
+  """All the devices' peak bf16 FLOP/s (plan.chips.local_peaks of the
+  first, times their count, every process's), or None where unknown (a
+  CPU)."""
+  from rlreason.plan import chips  # a table, nothing heavy
+
+  peaks = chips.local_peaks(jax.devices()[0])
+  return None if peaks is None else peaks[0] * jax.device_count()
+
+
 def device_free_memory(mesh: "Mesh") -> int | None:
   """Bytes not in use on one of this process's devices in `mesh` (the
   fullest one), or None where the backend does not say."""

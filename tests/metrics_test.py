@@ -103,3 +103,8 @@ def test_a_steps_row_by_hand():
     "time/step": 7,
     "tokens_per_sec": 10.0,  # 20 tokens in 2 s
   }
+  # On an accelerator: the updates' model FLOPs over 4 s at 1 TFLOP/s.
+  row = metrics.step_row(
+    updates, {}, rollout, (10, 12, 13, 17), update_flops=(2e12, 1e12)
+  )
+  assert row["mfu/update"] == pytest.approx(0.5, rel=1e-9, abs=1e-12)

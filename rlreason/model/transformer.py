@@ -143,6 +143,12 @@ class ModelConfig:
     emb = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
     return self.n_layers * layer + emb + self.d_model
 
+  def flops_per_token(self, context: int) -> float:
+    """Forward + backward model FLOPs per trained token at `context`
+    tokens (PaLM's appendix B: 6 per parameter + the attention's)."""
+    attn = 12 * self.n_layers * self.n_heads * self.head_dim
+    return 6 * self.num_params() + attn * context / 2
+
 
 def compute_params(params, model_cfg: ModelConfig, copy: bool = False):
   """Floating weights cast to the compute dtype; the same numbers, as the

@@ -1,6 +1,6 @@
 """TPU chips and slice names: HBM, peak bf16 FLOP/s, HBM and inter-chip
-(ICI) bandwidth (and GPUs' peaks, for planning on the local devices:
-local_peaks).
+(ICI) bandwidth (and the local devices' peaks, GPUs' and TPUs', for
+planning on them and a run's MFU: local_peaks).
 
   slice_ = chips.parse("v5p-128")   # -> Slice(chip=V5P, chips=64, ...)
   slice_.topology                   # "v5p:4x4x4" (jax.experimental.topologies)
@@ -49,13 +49,29 @@ GPUS = (
 )
 
 
+# TPUs' JAX device_kind -> CHIPS (one megacore device per v4 / v5p chip),
+# most specific first.
+TPU_KINDS = (
+  ("TPU v5 lite", "v5e"),
+  ("TPU v5e", "v5e"),
+  ("TPU v6 lite", "v6e"),
+  ("TPU v6e", "v6e"),
+  ("TPU v5p", "v5p"),
+  ("TPU v5", "v5p"),
+  ("TPU v4", "v4"),
+)
+
+
 def local_peaks(device) -> tuple[float, float] | None:
-  """(peak bf16 FLOP/s, HBM bytes/s) of a local GPU from its device_kind;
-  None when unknown (CPU, other chips)."""
+  """(peak bf16 FLOP/s, HBM bytes/s) of a local GPU or TPU device from its
+  device_kind; None when unknown (CPU, other chips)."""
   kind = getattr(device, "device_kind", "")
   for name, flops, bandwidth in GPUS:
     if name in kind:
       return flops, bandwidth
+  for name, family in TPU_KINDS:
+    if kind.startswith(name):
+      return CHIPS[family].peak_flops, CHIPS[family].hbm_bandwidth
   return None
 
 

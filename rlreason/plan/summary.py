@@ -77,8 +77,7 @@ class Summary:
 
 def model_flops_per_token(model_cfg, context: int) -> float:
   """Forward + backward FLOPs per trained token (PaLM's appendix B)."""
-  attn = 12 * model_cfg.n_layers * model_cfg.n_heads * model_cfg.head_dim
-  return 6 * model_cfg.num_params() + attn * context / 2
+  return model_cfg.flops_per_token(context)
 
 
 def _sampling_seconds(

@@ -39,6 +39,7 @@ from rlreason.train import context as context_lib
 from rlreason.train import loaders
 from rlreason.data import sources as data_lib
 from rlreason.data import iterator
+from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.train import report
@@ -291,6 +292,7 @@ def train(
 
   # --- The RL loop ------------------------------------------------------------
   progress = metrics_lib.Progress(cfg.steps, start)
+  peak_flops = devices.peak_flops()  # None on a CPU: no "mfu/update"
   last = {}
   for step in range(start, cfg.steps):
     t0 = time.time()
@@ -336,8 +338,13 @@ def train(
     update_metrics = mesh_lib.to_host(update_metrics)
     t3 = time.time()
 
+    update_flops = None
+    if peak_flops:  # a GPU or TPU: the policy's model FLOPs, all epochs
+      n, width = batch["tokens"].shape
+      flops = model_cfg.flops_per_token(width) * n * width * cfg.ppo_epochs
+      update_flops = (flops, peak_flops)
     row = metrics_lib.step_row(
-      update_metrics, batch_metrics, rollout, (t0, t1, t2, t3)
+      update_metrics, batch_metrics, rollout, (t0, t1, t2, t3), update_flops
     )
     last = writer.write(step + 1, row)
     if row["skipped"]:

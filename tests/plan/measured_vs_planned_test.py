@@ -26,6 +26,27 @@ def test_local_peaks_come_from_the_device_kind():
   assert chips.local_peaks(pcie) == (756e12, 2.0e12)
   assert chips.local_peaks(sxm) == (989e12, 3.35e12)
   assert chips.local_peaks(cpu) is None
+  # TPUs as JAX names them (one megacore device per v4 / v5p chip).
+  for kind, family in (
+    ("TPU v4", "v4"),
+    ("TPU v5 lite", "v5e"),
+    ("TPU v5p", "v5p"),
+    ("TPU v5", "v5p"),
+    ("TPU v6 lite", "v6e"),
+  ):
+    tpu = types.SimpleNamespace(device_kind=kind, platform="tpu")
+    chip = chips.CHIPS[family]
+    assert chips.local_peaks(tpu) == (chip.peak_flops, chip.hbm_bandwidth)
+
+
+def test_model_flops_per_token_by_hand():
+  """6 per parameter and 12 L H Dh context / 2 for attention (PaLM). The
+  tiny model: per layer q/k/v/o 32 x 8 x (2 x 4 + 2 x 2) = 3072, MLP
+  3 x 32 x 64 = 6144, norms 64; 2 layers, untied 128 x 32 embeddings
+  twice, the final norm: 26784 parameters."""
+  cfg = testing.tiny_model_config()
+  assert cfg.num_params() == 2 * (3072 + 6144 + 64) + 2 * 4096 + 32
+  assert cfg.flops_per_token(100) == 6 * 26784 + 12 * 2 * 4 * 8 * 100 / 2
 
 
 def test_a_program_planned_over_the_device_is_not_run():

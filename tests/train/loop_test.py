@@ -21,6 +21,7 @@ from rlreason.train import checkpoint
 from rlreason.train import context as context_lib
 from rlreason.train import loaders
 from rlreason.train import flags
+from rlreason.train import loop as loop_lib
 from rlreason.train import sft
 
 
@@ -326,3 +327,35 @@ def test_an_interrupted_evaluation_resumes_after_its_journal(
     for c in (cfg, whole)
   ]
   assert after[0] == after[1] and after[0]["problems"] == 12
+
+
+def test_an_accelerator_run_logs_the_updates_mfu(tmp_path, monkeypatch):
+  """Where the devices' peak is known (a GPU or TPU: faked here), each
+  step's row holds "mfu/update": the policy's model FLOPs over all the
+  updates (6 per parameter + attention per token, PaLM's) at the batch's
+  shape, over time/update times the peak. A CPU's rows have none."""
+  monkeypatch.setattr(loop_lib.devices, "peak_flops", lambda: 2e9)
+  seen = testing.spy(
+    monkeypatch,
+    loop_lib.metrics_lib,
+    "step_row",
+    lambda u, b, rollout, times, flops=None: (rollout.tokens.shape, flops),
+  )
+  cfg = _cfg(tmp_path, steps=1, warm_start_steps=0, ppo_epochs=2)
+  grpo.run(cfg)
+  [((n, width), (flops, peak))] = seen
+  model_cfg = loaders.model_config(cfg)
+  assert n == cfg.num_sequences and peak == 2e9
+  assert flops == model_cfg.flops_per_token(width) * n * width * 2
+  [row] = [
+    r
+    for r in metrics.read_jsonl(os.path.join(cfg.workdir, "metrics.jsonl"))
+    if "loss" in r
+  ]
+  want = flops / (row["time/update"] * peak)
+  assert row["mfu/update"] == pytest.approx(want, rel=1e-6, abs=0)
+  monkeypatch.setattr(loop_lib.devices, "peak_flops", lambda: None)
+  cpu = _cfg(tmp_path, "cpu", steps=1, warm_start_steps=0)
+  grpo.run(cpu)
+  rows = metrics.read_jsonl(os.path.join(cpu.workdir, "metrics.jsonl"))
+  assert not any("mfu/update" in r for r in rows)
