@@ -92,6 +92,7 @@ def train(
   run_info.use_compile_cache(cfg)
   preflight.check_resume(cfg, workdir)
   preflight.check_mesh(cfg)
+  preflight.check_batch_split(cfg)
   preflight.check_memory(cfg, loaders.model_config(cfg), needs_ref=needs_ref)
   eval_spec = context_lib.eval_spec(cfg)
   train_examples = data_lib.load(cfg.data, "train")
@@ -112,21 +113,6 @@ def train(
 
   # --- Mesh, model, optimizer -------------------------------------------------
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
-  shards = mesh_lib.batch_divisor(mesh)
-  if cfg.num_sequences // cfg.minibatches % shards:
-    raise ValueError(
-      f"Invalid config: a minibatch of {cfg.num_sequences // cfg.minibatches}"
-      f" sequences cannot be split over {shards} batch shards of mesh "
-      f"{dict(mesh.shape)}"
-    )
-  mesh_lib.rollout_mesh(mesh, cfg.rollout_tensor)  # --rollout_tensor divides
-  if why := ts.unsplit(cfg, shards):
-    logging.warning(
-      "%s: XLA keeps each micro-batch's activations whole on groups of "
-      "chips (more memory and time); --micro_batches=%d splits them",
-      why,
-      ts.splitting_micro_batches(cfg, shards),
-    )
   tok = loaders.load_tokenizer(cfg)
   model_cfg, params = loaders.load_model(cfg, mesh)
   if tok.vocab_size > model_cfg.vocab_size:

@@ -4,6 +4,7 @@ prompts.
   preflight.check_paths(cfg, workdir)
   preflight.check_resume(cfg, workdir)      # config.json of an earlier run
   preflight.check_mesh(cfg)                 # the mesh flags split the devices
+  preflight.check_batch_split(cfg)          # batches split over the mesh
   preflight.check_memory(cfg, model_cfg)    # the trained state can fit
   preflight.check_prompts(cfg, tok, examples, what="--data")
 
@@ -29,6 +30,7 @@ from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.train import context as context_lib
 from rlreason.train import run_info
+from rlreason.train import train_step as ts
 
 # At most this many offending rows are listed in one error.
 _ROWS_SHOWN = 5
@@ -83,6 +85,33 @@ def check_mesh(cfg) -> None:
         f"--mesh_data={cfg.mesh_data} --mesh_fsdp={cfg.mesh_fsdp} "
         f"--mesh_tensor={cfg.mesh_tensor}: {e}"
       ]
+    )
+
+
+def check_batch_split(cfg) -> None:
+  """A minibatch splits over the mesh's batch shards and --rollout_tensor
+  divides its devices (errors), and a micro-batch splits too (else a
+  warning: XLA keeps its activations whole on groups of chips)."""
+  mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
+  shards = mesh_lib.batch_divisor(mesh)
+  problems = []
+  if cfg.num_sequences // cfg.minibatches % shards:
+    problems.append(
+      f"Invalid config: a minibatch of {cfg.num_sequences // cfg.minibatches}"
+      f" sequences cannot be split over {shards} batch shards of mesh "
+      f"{dict(mesh.shape)}"
+    )
+  try:
+    mesh_lib.rollout_mesh(mesh, cfg.rollout_tensor)
+  except ValueError as e:
+    problems.append(str(e))
+  _raise(problems)
+  if why := ts.unsplit(cfg, shards):
+    logging.warning(
+      "%s: XLA keeps each micro-batch's activations whole on groups of "
+      "chips (more memory and time); --micro_batches=%d splits them",
+      why,
+      ts.splitting_micro_batches(cfg, shards),
     )
 
 

@@ -189,6 +189,22 @@ def test_a_mesh_over_more_devices_than_there_are(tmp_path, capsys, no_compute):
   )
 
 
+def test_a_batch_that_does_not_split_over_the_mesh(
+  tmp_path, capsys, no_compute
+):
+  """Minibatches of 4 of the 128 rows over 8 batch shards, and a sampler
+  tensor split of 3 over 8 devices: both named before the warm start (the
+  TinyConfig's SFT) or the model."""
+  cfg = _cfg(tmp_path, mesh_fsdp=-1, minibatches=32, rollout_tensor=3)
+  assert cfg.num_sequences == 128 and cfg.warm_start_steps > 0
+  _fails(
+    cfg,
+    capsys,
+    "a minibatch of 4 sequences cannot be split over 8 batch shards",
+    "--rollout_tensor=3 must divide the 8 devices",
+  )
+
+
 def test_a_model_whose_state_cannot_fit(
   tmp_path, capsys, no_compute, monkeypatch
 ):
