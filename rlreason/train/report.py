@@ -143,6 +143,18 @@ def eval_line(d: dict) -> str:
   return " | ".join(parts)
 
 
+# The training table's rows after the curves': cut rows, where the step's
+# time goes, and (on a GPU or TPU) the updates' model FLOPs utilisation.
+_SPEED = (
+  "truncated",
+  "time/rollout",
+  "time/update",
+  "time/step",
+  "tokens_per_sec",
+  "mfu/update",
+)
+
+
 def write(workdir: str, title: str = "") -> str:
   """Writes workdir/report.md and workdir/curves.png; returns the md path.
 
@@ -209,7 +221,7 @@ def write(workdir: str, title: str = "") -> str:
       "| metric | start | end |",
       "|---|---|---|",
     ]
-    for key, _ in CURVES + (("truncated", ""), ("time/step", "")):
+    for key in [k for k, _ in CURVES] + list(_SPEED):
       vals = [
         [r[key] for r in part if isinstance(r.get(key), (int, float))]
         for part in (first, last)

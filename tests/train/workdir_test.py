@@ -277,3 +277,21 @@ def test_report_cli_names_a_directory_that_is_not_a_run(tmp_path, capsys):
   (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
   assert report.main(["report", str(tmp_path)]) == 0
   assert capsys.readouterr().out == f"{tmp_path}/report.md\n"
+
+
+def test_report_shows_where_the_time_goes_and_the_mfu(tmp_path, monkeypatch):
+  """The training table's speed rows: phase seconds, tokens/s and, where
+  the rows hold it (a GPU or TPU run), mfu/update; none a run lacks."""
+  monkeypatch.setattr(report, "plot_curves", lambda *a: None)
+  rows = [
+    {"step": s, "reward": 0.5, "time/update": float(s), "mfu/update": 0.25}
+    for s in range(1, 21)
+  ]
+  (tmp_path / "metrics.jsonl").write_text(
+    "".join(json.dumps(r) + "\n" for r in rows)
+  )
+  report.write(str(tmp_path), title="t")
+  text = (tmp_path / "report.md").read_text()
+  assert "| time/update | 5.500 | 15.500 |" in text  # steps 1-10, 11-20
+  assert "| mfu/update | 0.250 | 0.250 |" in text
+  assert "time/rollout" not in text
