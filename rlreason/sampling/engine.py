@@ -142,8 +142,12 @@ def jitted(fn, compiler_options: dict | None, **spec):
 
 def progress_every(progress: Callable[[int], None] | None) -> int:
   """A loop's static `progress_every`: PROGRESS_STEPS given a callback, 0
-  (no reports compiled in) without one."""
-  return 0 if progress is None else PROGRESS_STEPS
+  (no reports compiled in) without one, and on GPUs: there XLA runs a
+  lax.cond by reading its predicate back to the host, which every decode
+  step would then do (not measured: no GPU was lent)."""
+  if progress is None or jax.default_backend() == "gpu":
+    return 0
+  return PROGRESS_STEPS
 
 
 def report(every: int, before, after, more, done) -> None:

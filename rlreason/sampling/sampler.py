@@ -160,7 +160,8 @@ def sample(
       from inside the one compiled loop (engine.report: the same program,
       and per-chip bytes, as without, which host calls of that many steps
       would not keep: plan_results/NOTES.md, session 78); the call then
-      waits for its outputs. Ignored where T is no more than that.
+      waits for its outputs. Ignored where T is no more than that, and on
+      GPUs (engine.progress_every).
 
   Returns:
     A SampleOutput.
@@ -176,11 +177,12 @@ def sample(
     pad_id,
     row_limits,
   )
-  if max_new_tokens <= engine.PROGRESS_STEPS:
-    progress = None  # the loop ends before a report
+  every = engine.progress_every(progress)
+  if max_new_tokens <= every:
+    every = 0  # the loop ends before a report
   fn = engine.jitted(_sample, compiler_options, **_SAMPLE_JIT)
   return engine.reporting(
-    progress,
+    progress if every else None,
     lambda: fn(
       params,
       tokens,
@@ -196,7 +198,7 @@ def sample(
       stop_sequences=stop_sequences,
       row_offset=row_offset,
       row_limits=row_limits,
-      progress_every=engine.progress_every(progress),
+      progress_every=every,
     ),
   )
 

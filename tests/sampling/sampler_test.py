@@ -271,6 +271,9 @@ def test_progress_reports_rows_stopped_from_inside_the_loop(
   )  # fmt: skip
   assert sampling.cache_size() == before and len(reports) == len(want)
   np.testing.assert_array_equal(again.tokens, quiet.tokens)
+  # Nor on a GPU, whose lax.cond would read its predicate every step.
+  monkeypatch.setattr(engine.jax, "default_backend", lambda: "gpu")
+  assert engine.progress_every(reports.append) == 0
 
 
 # --- Stop sequences -----------------------------------------------------------
