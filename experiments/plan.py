@@ -249,6 +249,7 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.DEFINE_string("experiment", "grpo", "experiments/<name>.py")
+  flags.DEFINE_alias("method", "experiment")  # as experiments.reproduce does
   flags.DEFINE_string("scale", "paper", "laptop | paper")
   flags.DEFINE_string("topology", "v5p-32", "a TPU slice name, or local")
   flags.DEFINE_string(

@@ -344,6 +344,7 @@ def main(argv) -> None:
 if __name__ == "__main__":
   devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   flags.DEFINE_string("method", None, "a CLAIMS key", required=True)
+  flags.DEFINE_alias("experiment", "method")  # as experiments.plan names it
   flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds")
   flags.DEFINE_integer("steps", 0, "RL steps per run; 0 = each default")
   flags.DEFINE_enum("testbed", "base", TESTBEDS, "base | tiny (docstring)")

@@ -110,14 +110,16 @@ def test_parse_overrides_types_values():
 
 
 def test_the_cli_names_a_bad_flag_before_any_run():
-  """--seeds and --set are read before the first run, and a bad one is a
-  usage message (they were tracebacks)."""
-  for flag, message in (
-    ("--seeds=a", "--seeds='a': expected integers like 0,1,2"),
-    ("--set=steps=x", "--set: steps='x' is not of type int"),
+  """--seeds, --set and --method are read before the first run, and a bad
+  one is a usage message (they were tracebacks)."""
+  for flags, message in (
+    (["--method=dr_grpo", "--seeds=a"], "--seeds='a': expected integers"),
+    (["--method=dr_grpo", "--set=steps=x"], "--set: steps='x' is not of"),
+    # --experiment, as experiments.plan names it, is --method here.
+    (["--experiment=nosuch"], "--method='nosuch'; registered: adacl,"),
   ):
     proc = subprocess.run(
-      [sys.executable, "-m", "experiments.reproduce", "--method=dr_grpo", flag],
+      [sys.executable, "-m", "experiments.reproduce", *flags],
       capture_output=True,
       text=True,
       timeout=120,

@@ -32,6 +32,8 @@ def _plan(*args: str) -> subprocess.CompletedProcess:
       ["--all", "--merge"],
       "--merge takes one TPU slice's plan (--topology)",
     ),
+    # --method, as experiments.reproduce names it, is --experiment here.
+    (["--method=nosuch"], "--experiment: unknown nosuch; expected one of"),
   ],
 )
 def test_a_usage_error_is_named_before_any_compile(args, message):
