@@ -352,8 +352,9 @@ def save(
     tensors = {}
     for p in shard:
       hf_name, kind = names[p]
-      x = hf_layout.to_hf(mesh_lib.to_host(flat[p]), kind)
-      tensors[hf_name] = np.ascontiguousarray(x)
+      x = mesh_lib.to_host(flat[p])  # every process: a collective
+      if writes:
+        tensors[hf_name] = np.ascontiguousarray(hf_layout.to_hf(x, kind))
       weight_map[hf_name], total = file, total + x.nbytes
       done += 1
       progress(done)
