@@ -10,12 +10,17 @@
   no_tpu_probe_without_tpus            a command line's first call: CPU
                                        only on a host with libtpu but no
                                        TPU (no probe, no warnings)
+  CHIPS / GPUS / local_peaks           TPU chips' HBM, peak bf16 FLOP/s,
+                                       HBM and ICI bandwidth; a local GPU's
+                                       or TPU's peaks (the planner, a
+                                       run's MFU: peak_flops)
 
 No mesh axes are named here (mesh.py maps them).
 """
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import glob
 import importlib.util
@@ -75,12 +80,9 @@ def total_memory() -> tuple[int | None, str]:
 
 
 def peak_flops() -> float | None:
-  """All the devices' peak bf16 FLOP/s (plan.chips.local_peaks of the
-  first, times their count, every process's), or None where unknown (a
-  CPU)."""
-  from rlreason.plan import chips  # a table, nothing heavy
-
-  peaks = chips.local_peaks(jax.devices()[0])
+  """All the devices' peak bf16 FLOP/s (local_peaks of the first, times
+  their count, every process's), or None where unknown (a CPU)."""
+  peaks = local_peaks(jax.devices()[0])
   return None if peaks is None else peaks[0] * jax.device_count()
 
 
@@ -173,3 +175,66 @@ def no_tpu_probe_without_tpus() -> None:
   ):
     return
   jax.config.update("jax_platforms", "cpu")
+
+
+# --- Peaks: TPU chips (the planner's slices are made of them) and GPUs ---
+
+GIB = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  name: str
+  hbm_bytes: int
+  peak_flops: float  # bf16 FLOP/s
+  hbm_bandwidth: float  # bytes/s
+  cores_per_chip: int  # TensorCores the slice name counts per chip
+  dims: int  # 3 (torus) or 2 (mesh) chip topology
+  # Bidirectional ICI bytes/s per chip, all its links together (v4: six
+  # links of 50 GB/s each way, the v4 paper; the others as published).
+  ici_bandwidth: float = 0.0
+
+
+CHIPS = {
+  "v4": Chip("v4", 32 * GIB, 275e12, 1.2e12, 2, 3, 600e9),
+  "v5e": Chip("v5e", 16 * GIB, 197e12, 0.819e12, 1, 2, 400e9),
+  "v5p": Chip("v5p", 95 * GIB, 459e12, 2.765e12, 2, 3, 1200e9),
+  "v6e": Chip("v6e", 32 * GIB, 918e12, 1.64e12, 1, 2, 800e9),
+}
+
+# GPUs, for the planner's "local" topology: (a substring of JAX's
+# device_kind, dense bf16 FLOP/s, HBM bytes/s), most specific first;
+# NVIDIA's datasheets (SXM parts unless named).
+GPUS = (
+  ("H100 PCIe", 756e12, 2.0e12),
+  ("H100", 989e12, 3.35e12),
+  ("H200", 989e12, 4.8e12),
+  ("A100", 312e12, 2.039e12),
+  ("L4", 121e12, 0.3e12),
+)
+
+
+# TPUs' JAX device_kind -> CHIPS (one megacore device per v4 / v5p chip),
+# most specific first.
+TPU_KINDS = (
+  ("TPU v5 lite", "v5e"),
+  ("TPU v5e", "v5e"),
+  ("TPU v6 lite", "v6e"),
+  ("TPU v6e", "v6e"),
+  ("TPU v5p", "v5p"),
+  ("TPU v5", "v5p"),
+  ("TPU v4", "v4"),
+)
+
+
+def local_peaks(device) -> tuple[float, float] | None:
+  """(peak bf16 FLOP/s, HBM bytes/s) of a local GPU or TPU device from its
+  device_kind; None when unknown (CPU, other chips)."""
+  kind = getattr(device, "device_kind", "")
+  for name, flops, bandwidth in GPUS:
+    if name in kind:
+      return flops, bandwidth
+  for name, family in TPU_KINDS:
+    if kind.startswith(name):
+      return CHIPS[family].peak_flops, CHIPS[family].hbm_bandwidth
+  return None

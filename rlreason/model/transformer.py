@@ -143,11 +143,13 @@ class ModelConfig:
     emb = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
     return self.n_layers * layer + emb + self.d_model
 
-  def flops_per_token(self, context: int) -> float:
-    """Forward + backward model FLOPs per trained token at `context`
-    tokens (PaLM's appendix B: 6 per parameter + the attention's)."""
-    attn = 12 * self.n_layers * self.n_heads * self.head_dim
-    return 6 * self.num_params() + attn * context / 2
+
+def flops_per_token(model_cfg, context: int) -> float:
+  """Forward + backward model FLOPs per trained token at `context` tokens
+  (PaLM's appendix B: 6 per parameter + the attention's), of a ModelConfig
+  or anything with its num_params() and sizes."""
+  attn = 12 * model_cfg.n_layers * model_cfg.n_heads * model_cfg.head_dim
+  return 6 * model_cfg.num_params() + attn * context / 2
 
 
 def compute_params(params, model_cfg: ModelConfig, copy: bool = False):

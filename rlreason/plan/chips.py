@@ -1,6 +1,6 @@
-"""TPU chips and slice names: HBM, peak bf16 FLOP/s, HBM and inter-chip
-(ICI) bandwidth (and the local devices' peaks, GPUs' and TPUs', for
-planning on them and a run's MFU: local_peaks).
+"""TPU slice names -> chips and chip grids. The chips' figures (HBM, peak
+bf16 FLOP/s, HBM and inter-chip (ICI) bandwidth: CHIPS) and the local
+devices' peaks (local_peaks) are rlreason/devices.py's, importable here.
 
   slice_ = chips.parse("v5p-128")   # -> Slice(chip=V5P, chips=64, ...)
   slice_.topology                   # "v5p:4x4x4" (jax.experimental.topologies)
@@ -13,66 +13,15 @@ Per-chip figures are the published ones (cloud.google.com/tpu/docs/v4,
 
 import dataclasses
 
-GIB = 1 << 30
+# The chips' figures and the local devices' peaks live with the devices
+# (layer 0: a run's MFU reads them too); the names stay importable here.
+from rlreason.devices import CHIPS  # noqa: F401
+from rlreason.devices import GIB  # noqa: F401
+from rlreason.devices import GPUS  # noqa: F401
+from rlreason.devices import Chip  # noqa: F401
+from rlreason.devices import local_peaks  # noqa: F401
 
-
-@dataclasses.dataclass(frozen=True)
-class Chip:
-  name: str
-  hbm_bytes: int
-  peak_flops: float  # bf16 FLOP/s
-  hbm_bandwidth: float  # bytes/s
-  cores_per_chip: int  # TensorCores the slice name counts per chip
-  dims: int  # 3 (torus) or 2 (mesh) chip topology
-  # Bidirectional ICI bytes/s per chip, all its links together (v4: six
-  # links of 50 GB/s each way, the v4 paper; the others as published).
-  ici_bandwidth: float = 0.0
-
-
-CHIPS = {
-  "v4": Chip("v4", 32 * GIB, 275e12, 1.2e12, 2, 3, 600e9),
-  "v5e": Chip("v5e", 16 * GIB, 197e12, 0.819e12, 1, 2, 400e9),
-  "v5p": Chip("v5p", 95 * GIB, 459e12, 2.765e12, 2, 3, 1200e9),
-  "v6e": Chip("v6e", 32 * GIB, 918e12, 1.64e12, 1, 2, 800e9),
-}
 _ALIASES = {"v5litepod": "v5e", "v6": "v6e", "v5": "v5p"}
-
-# GPUs, for the planner's "local" topology: (a substring of JAX's
-# device_kind, dense bf16 FLOP/s, HBM bytes/s), most specific first;
-# NVIDIA's datasheets (SXM parts unless named).
-GPUS = (
-  ("H100 PCIe", 756e12, 2.0e12),
-  ("H100", 989e12, 3.35e12),
-  ("H200", 989e12, 4.8e12),
-  ("A100", 312e12, 2.039e12),
-  ("L4", 121e12, 0.3e12),
-)
-
-
-# TPUs' JAX device_kind -> CHIPS (one megacore device per v4 / v5p chip),
-# most specific first.
-TPU_KINDS = (
-  ("TPU v5 lite", "v5e"),
-  ("TPU v5e", "v5e"),
-  ("TPU v6 lite", "v6e"),
-  ("TPU v6e", "v6e"),
-  ("TPU v5p", "v5p"),
-  ("TPU v5", "v5p"),
-  ("TPU v4", "v4"),
-)
-
-
-def local_peaks(device) -> tuple[float, float] | None:
-  """(peak bf16 FLOP/s, HBM bytes/s) of a local GPU or TPU device from its
-  device_kind; None when unknown (CPU, other chips)."""
-  kind = getattr(device, "device_kind", "")
-  for name, flops, bandwidth in GPUS:
-    if name in kind:
-      return flops, bandwidth
-  for name, family in TPU_KINDS:
-    if kind.startswith(name):
-      return CHIPS[family].peak_flops, CHIPS[family].hbm_bandwidth
-  return None
 
 
 # Chips -> chip grid of the standard slice shapes.

@@ -44,6 +44,7 @@ upper bound, as a roofline is.
 import dataclasses
 
 from rlreason import devices
+from rlreason.model import transformer
 from rlreason.plan import ici as ici_lib
 from rlreason.plan import program as program_lib
 from rlreason.sampling import tree_loop
@@ -77,7 +78,7 @@ class Summary:
 
 def model_flops_per_token(model_cfg, context: int) -> float:
   """Forward + backward FLOPs per trained token (PaLM's appendix B)."""
-  return model_cfg.flops_per_token(context)
+  return transformer.flops_per_token(model_cfg, context)
 
 
 def _sampling_seconds(

@@ -327,7 +327,8 @@ def train(
     update_flops = None
     if peak_flops:  # a GPU or TPU: the policy's model FLOPs, all epochs
       n, width = batch["tokens"].shape
-      flops = model_cfg.flops_per_token(width) * n * width * cfg.ppo_epochs
+      flops = transformer.flops_per_token(model_cfg, width) * n * width
+      flops *= cfg.ppo_epochs
       update_flops = (flops, peak_flops)
     row = metrics_lib.step_row(
       update_metrics, batch_metrics, rollout, (t0, t1, t2, t3), update_flops

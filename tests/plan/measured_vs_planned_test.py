@@ -10,6 +10,7 @@ import types
 import pytest
 
 from rlreason import testing
+from rlreason.model import transformer
 from rlreason.plan import chips
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -46,7 +47,10 @@ def test_model_flops_per_token_by_hand():
   twice, the final norm: 26784 parameters."""
   cfg = testing.tiny_model_config()
   assert cfg.num_params() == 2 * (3072 + 6144 + 64) + 2 * 4096 + 32
-  assert cfg.flops_per_token(100) == 6 * 26784 + 12 * 2 * 4 * 8 * 100 / 2
+  assert (
+    transformer.flops_per_token(cfg, 100)
+    == 6 * 26784 + 12 * 2 * 4 * 8 * 100 / 2
+  )
 
 
 def test_a_program_planned_over_the_device_is_not_run():

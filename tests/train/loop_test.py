@@ -17,6 +17,7 @@ import pytest
 from experiments import grpo
 from rlreason import metrics
 from rlreason import testing
+from rlreason.model import transformer
 from rlreason.train import checkpoint
 from rlreason.train import context as context_lib
 from rlreason.train import loaders
@@ -346,7 +347,7 @@ def test_an_accelerator_run_logs_the_updates_mfu(tmp_path, monkeypatch):
   [((n, width), (flops, peak))] = seen
   model_cfg = loaders.model_config(cfg)
   assert n == cfg.num_sequences and peak == 2e9
-  assert flops == model_cfg.flops_per_token(width) * n * width * 2
+  assert flops == transformer.flops_per_token(model_cfg, width) * n * width * 2
   [row] = [
     r
     for r in metrics.read_jsonl(os.path.join(cfg.workdir, "metrics.jsonl"))
