@@ -22,7 +22,8 @@ Differs from experiments/grpo.py in exactly:
       accuracy on the pairs of --rm_heldout held-out prompts goes to
       reward_model.json in the workdir. The RM is cached under
       --cache_dir by its settings: a resumed run, or another variant,
-      does not retrain it;
+      does not retrain it; a run stopped while the RM trains keeps its
+      samples (<cache>/rm-<key>.partial), so the rerun samples none;
   (2) the reward r = w * r_RM + (1 - w) * r_verifier, w = --rm_weight,
       r_RM = (RM score - mu) / sigma with mu, sigma the mean and std of the
       RM's scores on its own training samples (InstructGPT shifts its RM
@@ -61,6 +62,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -225,14 +227,38 @@ def preference_data(cfg, ctx, params):
   )
 
 
-def train_reward_model(cfg, ctx, params):
-  """(1): preference pairs from the policy's samples -> BT-trained RM.
+def kept_preference_data(cfg, ctx, params, directory: str | None):
+  """preference_data, kept in `directory`/data.npz once sampled (each
+  process writes its own copy, atomically), so a run stopped while its
+  reward model trains samples them once."""
+  path = os.path.join(directory, "data.npz") if directory else None
+  if path and os.path.exists(path):
+    print(f"Reward model: preference data from {path}", flush=True)
+    with np.load(path) as f:
+      return f["tokens"], f["positions"], f["correct"], int(f["prompts"])
+  tokens, positions, correct, n_prompts = preference_data(cfg, ctx, params)
+  if path:
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.{jax.process_index()}.tmp.npz"
+    np.savez(
+      tmp, tokens=tokens, positions=positions, correct=correct,
+      prompts=n_prompts,
+    )  # fmt: skip
+    os.replace(tmp, path)
+  return tokens, positions, correct, n_prompts
+
+
+def train_reward_model(cfg, ctx, params, partial: str | None = None):
+  """(1): preference pairs from the policy's samples -> BT-trained RM;
+  `partial` keeps the samples until it is trained (kept_preference_data).
 
   Returns:
     (RM params, info dict: pair counts, held-out / train pairwise accuracy,
     the samples' verifier accuracy, BT losses, mu and sigma of (2)).
   """
-  tokens, positions, correct, n_prompts = preference_data(cfg, ctx, params)
+  tokens, positions, correct, n_prompts = kept_preference_data(
+    cfg, ctx, params, partial
+  )
   chosen, rejected = rm.preference_pairs(
     correct, cfg.rm_samples, max_pairs=cfg.rm_pairs_per_prompt, seed=cfg.seed
   )
@@ -301,13 +327,15 @@ def cached_reward_model(cfg, ctx, params):
       info = json.load(f)["info"]
     print(f"Reward model: reusing {out}", flush=True)
     return rm.load_params(os.path.join(out, "params.safetensors")), info
-  trained, info = train_reward_model(cfg, ctx, params)
+  partial = out + ".partial"  # the samples, while the RM trains
+  trained, info = train_reward_model(cfg, ctx, params, partial)
   tmp = out + ".tmp"
   os.makedirs(tmp, exist_ok=True)
   rm.save_params(os.path.join(tmp, "params.safetensors"), trained)
   with open(os.path.join(tmp, "reward_model.json"), "w") as f:
     json.dump({"settings": settings, "info": info}, f, indent=2)
   os.replace(tmp, out)  # Atomic: a killed run never leaves half a cache.
+  shutil.rmtree(partial, ignore_errors=True)
   return trained, info
 
 

@@ -73,9 +73,14 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(
 
   def spy(*args, **kwargs):
     steps.append((kwargs["micro_batches"], kwargs["compiler_options"]))
+    if len(steps) == 1:  # the first run is stopped as its RM trains
+      raise KeyboardInterrupt
     return train_bt(*args, **kwargs)
 
   monkeypatch.setattr(rm_grpo.rm, "train_bt", spy)
+  sampled = testing.spy(
+    monkeypatch, rm_grpo, "preference_data", lambda *a: len(a)
+  )
 
   cfg = dataclasses.replace(
     rm_grpo.Config(),
@@ -88,10 +93,16 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(
     workdir=str(tmp_path / "run"),
     cache_dir=str(tmp_path / "cache"),
   )
+  with pytest.raises(KeyboardInterrupt):
+    rm_grpo.run(cfg)
+  (partial,) = [p for p in os.listdir(tmp_path / "cache") if "partial" in p]
+  assert os.listdir(tmp_path / "cache" / partial) == ["data.npz"]
+  # The rerun trains on the samples the stopped run kept.
   train = _check_smoke_run(rm_grpo, tmp_path, rm_grpo.run(cfg))
+  assert len(sampled) == 1 and not (tmp_path / "cache" / partial).exists()
   # The policy's --train_temp_budget_mib as train_step.compiler_options
   # gives it (none on CPU; model_test: the options reach the compile).
-  assert steps == [(2, None)], steps
+  assert steps == [(2, None)] * 2, steps
   for r in train:  # the proxy and the gold reward, every step
     assert np.isfinite(r["reward/rm"]) and 0 <= r["accuracy"] <= 1
     mixed = 0.5 * r["reward/rm"] + 0.5 * r["reward/verifier"]
