@@ -23,7 +23,8 @@ Differs from experiments/grpo.py in exactly:
       reward_model.json in the workdir. The RM is cached under
       --cache_dir by its settings: a resumed run, or another variant,
       does not retrain it; a run stopped while the RM trains keeps its
-      samples (<cache>/rm-<key>.partial), so the rerun samples none;
+      samples (<cache>/rm-<key>.partial), so the rerun samples none, and
+      SIGTERM checkpoints the Bradley-Terry steps there (resumed);
   (2) the reward r = w * r_RM + (1 - w) * r_verifier, w = --rm_weight,
       r_RM = (RM score - mu) / sigma with mu, sigma the mean and std of the
       RM's scores on its own training samples (InstructGPT shifts its RM
@@ -69,6 +70,7 @@ import numpy as np
 from etils import epath
 
 from experiments import grpo
+from rlreason.train import checkpoint
 from rlreason.train import context as context_lib
 from rlreason.train import loaders
 from rlreason.data import sources as data_lib
@@ -276,6 +278,10 @@ def train_reward_model(cfg, ctx, params, partial: str | None = None):
     f"{correct.mean():.3f}); {cfg.rm_steps} Bradley-Terry steps",
     flush=True,
   )
+  resume = None  # SIGTERM while it trains: checkpointed, resumed
+  if partial is not None:
+    bt_dir = os.path.join(os.path.abspath(partial), "bt")
+    resume = checkpoint.Resumable(bt_dir, "reward model training")
   trained, losses = rm.train_bt(
     init,
     model_cfg,
@@ -290,6 +296,7 @@ def train_reward_model(cfg, ctx, params, partial: str | None = None):
     micro_batches=cfg.rm_micro_batches,
     # A train step too: under the policy's --train_temp_budget_mib.
     compiler_options=ts.compiler_options(cfg.train_temp_budget_mib, ctx.mesh),
+    resume=resume,
   )
   on_mesh = dict(batch_size=ctx.score_rows, mesh=ctx.mesh)
   s = rm.scores(

@@ -96,7 +96,7 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(
   with pytest.raises(KeyboardInterrupt):
     rm_grpo.run(cfg)
   (partial,) = [p for p in os.listdir(tmp_path / "cache") if "partial" in p]
-  assert os.listdir(tmp_path / "cache" / partial) == ["data.npz"]
+  assert "data.npz" in os.listdir(tmp_path / "cache" / partial)
   # The rerun trains on the samples the stopped run kept.
   train = _check_smoke_run(rm_grpo, tmp_path, rm_grpo.run(cfg))
   assert len(sampled) == 1 and not (tmp_path / "cache" / partial).exists()

@@ -180,6 +180,7 @@ def train_bt(
   mesh=None,
   micro_batches: int = 1,
   compiler_options: dict | None = None,
+  resume=None,
 ) -> tuple[dict, list[float]]:
   """Bradley-Terry training: minimises -log sigmoid(r(c) - r(r)) over pairs.
 
@@ -203,6 +204,10 @@ def train_bt(
       multiple of it that there are pairs for (all of them, in one
       micro-batch, when there are fewer pairs than micro-batches).
     compiler_options: the step's compile options (bt_update).
+    resume: a train.checkpoint.Resumable: SIGTERM checkpoints the training
+      there (weights, Adam's state, draw order, losses) and raises its
+      Stopped; a later call with the same arguments resumes it and ends
+      as an uninterrupted one would.
 
   Returns:
     (params, [steps] training losses, each before its update).
@@ -227,9 +232,16 @@ def train_bt(
   update = bt_update(model_cfg, opt, mesh, micro_batches, compiler_options)
   rng = np.random.default_rng(seed)
   order = np.array([], np.int64)
-  losses = []
-  progress = metrics_lib.Progress(steps, label="reward model step")
-  for step in range(steps):
+  losses, start = [], 0
+  if resume is not None:
+    restored, meta = resume.restore((params, state))
+    if restored is not None:
+      (params, state), start = restored, meta["step"]
+      rng.bit_generator.state = meta["rng"]
+      order, losses = np.asarray(meta["order"], np.int64), meta["losses"]
+      print(f"reward model: resuming from step {start}", flush=True)
+  progress = metrics_lib.Progress(steps, start, label="reward model step")
+  for step in range(start, steps):
     if len(order) < rows:
       order = np.concatenate([order, rng.permutation(m)])
     idx, order = order[:rows], order[rows:]
@@ -240,6 +252,15 @@ def train_bt(
     losses.append(float(loss))
     if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
       progress.update(step + 1, {"loss": np.mean(losses[-log_every:])})
+    if resume is not None:
+      meta = lambda order=order: {  # noqa: E731 - called at a stop only
+        "order": order.tolist(),
+        "losses": losses,
+        "rng": rng.bit_generator.state,
+      }
+      resume.maybe_stop(step + 1, steps, (params, state), meta)
+  if resume is not None:
+    resume.close()
   return params, losses
 
 

@@ -258,3 +258,31 @@ class Preemption:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
     self._previous = {}
+
+
+class Resumable:
+  """SIGTERM-resumable work outside the RL loop (a reward model's
+  training): `restore` what a stopped call saved, `maybe_stop` after each
+  step (checkpoints and raises Stopped once SIGTERM came), `close` at the
+  end. Handed to lower layers (rewards/) that cannot import this one."""
+
+  def __init__(self, directory: str, label: str):
+    self.directory, self.label = directory, label
+    self._ckpt = Checkpointer(directory, keep=1)
+    self._preempt = Preemption()
+
+  def restore(self, tree):
+    """(tree, meta) as saved, in `tree`'s layout, or (None, None)."""
+    return self._ckpt.restore(abstract(tree))
+
+  def maybe_stop(self, step: int, steps: int, tree, meta) -> None:
+    """After step `step` of `steps`: once SIGTERM came, saves `tree` and
+    meta() (JSON) and raises Stopped."""
+    if self._preempt.requested and step < steps:
+      self._ckpt.save(step, tree, {**meta(), "step": step})
+      self.close()
+      raise Stopped(f"{self.label} (in {self.directory})", step, steps)
+
+  def close(self) -> None:
+    self._preempt.restore_handlers()
+    self._ckpt.close()

@@ -169,6 +169,46 @@ def test_train_bt_first_loss_is_log2_and_learns_the_preference():
   assert same is params and none == []
 
 
+def test_train_bt_stopped_by_sigterm_resumes_as_one_run(tmp_path, monkeypatch):
+  """SIGTERM during step 3 of 8 (sent from inside it): the step finishes,
+  the training is checkpointed and Stopped raised; the same call again
+  resumes at step 3 and ends with the weights and losses of one run."""
+  import os
+  import signal
+
+  from rlreason.train import checkpoint
+
+  params = rm.init(CFG, jax.random.key(0))
+  chosen, rejected = _pairs(
+    [f"{i}+{i}\nanswer: {2 * i}" for i in range(6)],
+    [f"{i}+{i}\nanswer: x{i}" for i in range(6)],
+  )
+  kw = dict(steps=8, batch_size=4, lr=3e-3, seed=1)  # 6 pairs: reshuffles
+  whole, losses = rm.train_bt(params, CFG, chosen, rejected, **kw)
+  make_update, calls = rm.bt_update, []
+
+  def bt_update(*args, **kwargs):
+    update = make_update(*args, **kwargs)
+
+    def killed_at_step_3(*a):
+      calls.append(1)
+      if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return update(*a)
+
+    return killed_at_step_3
+
+  monkeypatch.setattr(rm, "bt_update", bt_update)
+  resume = lambda: checkpoint.Resumable(str(tmp_path / "bt"), "bt")  # noqa: E731
+  with pytest.raises(checkpoint.Stopped, match="stopped at step 3 of 8"):
+    rm.train_bt(params, CFG, chosen, rejected, resume=resume(), **kw)
+  again, resumed = rm.train_bt(
+    params, CFG, chosen, rejected, resume=resume(), **kw
+  )
+  assert len(calls) == 3 + 5 and resumed == losses
+  jax.tree.map(np.testing.assert_array_equal, whole, again)
+
+
 def test_save_and_load_params_round_trip(tmp_path):
   params = rm.init(CFG, jax.random.key(0))
   params["head"]["b"] = jnp.asarray(0.5)
