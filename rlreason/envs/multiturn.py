@@ -180,7 +180,9 @@ def generate(
       positions[lo : lo + per_call],
       envs[lo : lo + per_call],
       lo,
-      progress=None if progress is None else _after(progress, lo),
+      progress=None
+      if progress is None
+      else rollout_lib.offset_progress(progress, lo, per_call),
     )
     for lo in range(0, n, per_call)
   ]
@@ -321,12 +323,6 @@ def _episodes(
       mesh=mesh,
     )
   return rows, turn_rewards, actions, observations, finish
-
-
-def _after(progress: Callable[[int], None], lo: int) -> Callable[[int], None]:
-  """A call's progress (episodes it finished) as the rollout's, the call's
-  first row being row `lo`."""
-  return lambda done: progress(lo + done)
 
 
 def plan_config(cfg):

@@ -250,14 +250,16 @@ def generate(
   else:
     outs = []
     for lo in range(0, len(tokens), per_call):
-      rows = min(per_call, len(tokens) - lo)
+      within = None
+      if progress is not None:  # rows done within the call, as rollout's
+        within = offset_progress(progress, lo, min(per_call, len(tokens) - lo))
       outs.append(
         call(
           tokens[lo : lo + per_call],
           positions[lo : lo + per_call],
           rows=per_call,
           row_offset=row_offset + lo,
-          progress=None if progress is None else _within(progress, lo, rows),
+          progress=within,
         )
       )
       if progress is not None and lo + per_call < len(tokens):
@@ -354,9 +356,10 @@ def _sample_rows(
   return out
 
 
-def _within(progress, lo: int, rows: int) -> Callable[[int], None]:
-  """A call's progress (rows finished of its `rows`, copies included) as
-  the rollout's: rows sampled so far, the call's first being row `lo`."""
+def offset_progress(progress, lo: int, rows: int) -> Callable[[int], None]:
+  """A call's progress (rows finished of its `rows`, padding copies
+  included) as the rollout's: rows done so far, the call's first being
+  row `lo` (multi-turn episodes' calls too)."""
   return lambda done: progress(lo + min(done, rows))
 
 

@@ -261,10 +261,11 @@ class Preemption:
 
 
 class Resumable:
-  """SIGTERM-resumable work outside the RL loop (a reward model's
-  training): `restore` what a stopped call saved, `maybe_stop` after each
-  step (checkpoints and raises Stopped once SIGTERM came), `close` at the
-  end. Handed to lower layers (rewards/) that cannot import this one."""
+  """SIGTERM-resumable work outside the RL loop (a warm start, a reward
+  model's training): `restore` what a stopped call saved, `maybe_stop`
+  after each step (checkpoints and raises Stopped once SIGTERM came),
+  `close` at the end. Handed to lower layers (rewards/) that cannot
+  import this one."""
 
   def __init__(self, directory: str, label: str):
     self.directory, self.label = directory, label

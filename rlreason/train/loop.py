@@ -50,6 +50,12 @@ from rlreason.train import train_step as ts
 from rlreason.model import transformer
 
 
+def _say(line: str) -> None:
+  """A line on stderr from process 0 (the others keep quiet)."""
+  if jax.process_index() == 0:
+    print(line, file=sys.stderr, flush=True)
+
+
 def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
   n = len(batch["mask"])
   order = rng.permutation(n) if n_mb > 1 else np.arange(n)
@@ -187,12 +193,7 @@ def train(
   if restored is not None:
     state, start = restored, int(meta["step"])
     prompts.restore(meta["data"])
-    if is_main:
-      print(
-        f"resuming {workdir} at step {start}/{cfg.steps} (its checkpoint)",
-        file=sys.stderr,
-        flush=True,
-      )
+    _say(f"resuming {workdir} at step {start}/{cfg.steps} (its checkpoint)")
   # A rerun of a finished run scores nothing again (its weights are those
   # eval_after.json scored).
   finished = None
@@ -236,12 +237,8 @@ def train(
   def save(step):
     t0 = time.time()
     ckpt.save(step, state, {"step": step, "data": prompts.state()})
-    if is_main and time.time() - t0 >= context_lib.PROGRESS_SECONDS:
-      print(
-        f"checkpoint {step} saved in {time.time() - t0:.0f} s",
-        file=sys.stderr,
-        flush=True,
-      )
+    if time.time() - t0 >= context_lib.PROGRESS_SECONDS:
+      _say(f"checkpoint {step} saved in {time.time() - t0:.0f} s")
 
   def evaluate(step):
     t0 = time.time()
@@ -260,13 +257,10 @@ def train(
     if is_main:  # its numbers are in the metrics now
       run_info.remove_journal(journal)
     writer.write(step, out)
-    if is_main:
-      print(
-        f"eval at step {step}/{cfg.steps} | "
-        f"{report.eval_line({**out, **scope})} | {time.time() - t0:.1f} s",
-        file=sys.stderr,
-        flush=True,
-      )
+    _say(
+      f"eval at step {step}/{cfg.steps} | "
+      f"{report.eval_line({**out, **scope})} | {time.time() - t0:.1f} s"
+    )
     return out
 
   if start == 0:
@@ -284,7 +278,7 @@ def train(
     t0 = time.time()
     examples = next(prompts)
     ctx.params = policy_of(state.params)  # merged once per step with LoRA
-    rows = len(examples) * cfg.group_size
+    rows = len(examples) * cfg.group_size  # sequences sampled
     rollout = ctx.generate(
       ctx.params,
       examples,
@@ -366,13 +360,10 @@ def train(
       final = first_eval  # no step: the weights it scored
     elif start == cfg.steps and finished:
       final = finished
-      if is_main:
-        print(
-          f"eval at step {start}/{cfg.steps} | {report.eval_line(final)} | "
-          "the finished run's (eval_after.json)",
-          file=sys.stderr,
-          flush=True,
-        )
+      _say(
+        f"eval at step {start}/{cfg.steps} | {report.eval_line(final)} | "
+        "the finished run's (eval_after.json)"
+      )
     else:
       final = evaluate(cfg.steps)
     if is_main:
@@ -428,6 +419,5 @@ def train_and_report(
     **train_kwargs,
   )
   path = report.write(out["workdir"], title=title)
-  if jax.process_index() == 0:
-    print(f"report: {path}", file=sys.stderr, flush=True)
+  _say(f"report: {path}")
   return out

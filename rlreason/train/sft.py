@@ -212,16 +212,15 @@ def train_on_pairs(
   if length_groups:
     group_key = _group_key(prompts, lengths, max_new_tokens)
   order = np.array([], np.int64)
-  start, ckpt, preempt = 0, None, None
+  start, resume = 0, None
   if resume_dir:
-    ckpt = checkpoint.Checkpointer(resume_dir, keep=1)
-    restored, meta = ckpt.restore(checkpoint.abstract(state))
+    resume = checkpoint.Resumable(resume_dir, label)
+    restored, meta = resume.restore(state)
     if restored is not None:
       state, start = restored, meta["step"]
       rng.bit_generator.state = meta["rng"]
       order = np.asarray(meta["order"], np.int64)
       print(f"{label}: resuming from step {start}", flush=True)
-    preempt = checkpoint.Preemption()
   progress = metrics_lib.Progress(steps, start, label=label)
   for step in range(start, steps):
     if len(order) < batch_size:
@@ -245,15 +244,14 @@ def train_on_pairs(
     state, m = step_fn(state, mesh_lib.put_global(batch, batch_sh))
     if (step + 1) % log_every == 0 or step + 1 == steps:
       progress.update(step + 1, {"loss": m["loss"]})
-    if preempt is not None and preempt.requested and step + 1 < steps:
-      meta = {"step": step + 1, "order": order.tolist()}
-      ckpt.save(step + 1, state, {**meta, "rng": rng.bit_generator.state})
-      ckpt.close()
-      preempt.restore_handlers()
-      raise checkpoint.Stopped(f"{label} (in {resume_dir})", step + 1, steps)
-  if preempt is not None:
-    preempt.restore_handlers()
-    ckpt.close()
+    if resume is not None:
+      meta = lambda order=order: {  # noqa: E731 - called at a stop only
+        "order": order.tolist(),
+        "rng": rng.bit_generator.state,
+      }
+      resume.maybe_stop(step + 1, steps, state, meta)
+  if resume is not None:
+    resume.close()
   return state.params
 
 
