@@ -27,6 +27,7 @@ RESUMABLE_CHANGES = (
   "eval_every",
   "checkpoint_every",
   "keep_checkpoints",
+  "async_checkpoint",
   "tensorboard",
   "wandb_project",
   "cache_dir",
@@ -209,6 +210,8 @@ class BaseConfig:
   eval_max_new_tokens: int = 0  # eval completion budget; 0 = max_new_tokens
   checkpoint_every: int = 50
   keep_checkpoints: int = 2
+  # Write checkpoints in the background once the state is on the host.
+  async_checkpoint: bool = True
   tensorboard: bool = True
   wandb_project: str = ""
   # Resume a workdir whose config.json differs in more than

@@ -10,6 +10,13 @@ interrupted save never leaves a half checkpoint behind. `meta` is JSON
 exactly). A state holding a non-finite value is refused: a checkpoint never
 contains NaN.
 
+With `background=True` (runs: --async_checkpoint) `save` returns once the
+state is copied to host memory and orbax writes it while training goes on;
+the next save, `latest_step`, `wait` and `close` wait for that write first,
+and a write that failed raises CheckpointError there, naming its step. A
+process killed mid-write leaves only orbax's temporary directory, which a
+restore ignores.
+
 A save that fails (disk full, no permission) raises CheckpointError naming
 the directory and the cause; the checkpoints before it are untouched. A
 latest checkpoint that cannot be restored (a truncated array file, missing
@@ -20,6 +27,7 @@ next older one is restored instead, with a warning saying so.
 the loop polls between steps, so it can save and exit cleanly.
 """
 
+import contextlib
 import logging as std_logging
 import os
 import shutil
@@ -51,7 +59,7 @@ class Stopped(Exception):
 class Checkpointer:
   """Keep-last-N orbax checkpoints in `directory` (local path or gs://)."""
 
-  def __init__(self, directory: str, keep: int = 2):
+  def __init__(self, directory: str, keep: int = 2, background: bool = False):
     if keep < 1:
       raise ValueError(f"keep={keep}: at least one checkpoint must be kept")
     # Orbax resolves URLs (gs://) itself; a local path must be absolute.
@@ -60,28 +68,40 @@ class Checkpointer:
       directory = os.path.abspath(directory)
     self.directory = directory
     self._keep = keep
+    self._background = background
+    self._pending = None  # the step being written in the background
     self._manager = self._open()
 
   def _open(self):
     return ocp.CheckpointManager(
       self.directory,
       options=ocp.CheckpointManagerOptions(
-        max_to_keep=self._keep, create=True, enable_async_checkpointing=False
+        max_to_keep=self._keep,
+        create=True,
+        enable_async_checkpointing=self._background,
       ),
       item_names=("state", "meta"),
     )
 
   def latest_step(self) -> int | None:
+    """The newest complete checkpoint's step (after any write in flight)."""
+    self.wait()
     return self._manager.latest_step()
 
-  def save(self, step: int, state, meta: dict) -> None:
-    """Saves `state` and `meta`; every process must call it (multi-host)."""
+  def save(self, step: int, state, meta: dict, wait: bool = False) -> None:
+    """Saves `state` and `meta`; every process must call it (multi-host).
+
+    In the background mode it returns once `state` is on the host (the
+    caller may then donate it) unless `wait`.
+    """
     if not bool(_all_finite(state)):
       raise ValueError(
         f"Refusing to checkpoint step {step}: the state holds non-finite values"
       )
-    try:
-      _quiet_orbax_failures()
+    self.wait()  # the previous write, whose failure names its own step
+    _quiet_orbax_failures()
+    self._pending = step
+    with self._failure(step):
       self._manager.save(
         step,
         args=ocp.args.Composite(
@@ -89,8 +109,26 @@ class Checkpointer:
         ),
         force=True,
       )
+    if wait or not self._background:
+      self.wait()
+
+  def wait(self) -> None:
+    """Until the write in flight (if any) is complete; CheckpointError if it
+    failed."""
+    if self._pending is None:
+      return
+    step, self._pending = self._pending, None
+    with self._failure(step):
       self._manager.wait_until_finished()
+    logging.info("Saved checkpoint %d to %s", step, self.directory)
+
+  @contextlib.contextmanager
+  def _failure(self, step: int):
+    """Any error inside -> CheckpointError naming step, path and cause."""
+    try:
+      yield
     except Exception as e:  # noqa: BLE001 - orbax wraps OSErrors variously
+      self._pending = None
       cause = _root_cause(e)
       raise CheckpointError(
         f"Could not write checkpoint {step} to {self.directory}: "
@@ -98,7 +136,6 @@ class Checkpointer:
         "intact; free the space (or fix the permission) and rerun the same "
         "command to resume."
       ) from e
-    logging.info("Saved checkpoint %d to %s", step, self.directory)
 
   def restore(self, abstract_state, step: int | None = None):
     """(state, meta) at `step` (default latest), or (None, None) if none.
@@ -107,6 +144,7 @@ class Checkpointer:
     arrays come back directly in that layout. Without `step`, a checkpoint
     that fails to restore is moved aside and the next older one is tried.
     """
+    self.wait()
     if step is not None:
       return self._restore(abstract_state, step)
     while (step := self.latest_step()) is not None:
@@ -162,7 +200,11 @@ class Checkpointer:
     return dst
 
   def close(self):
-    self._manager.close()
+    """Waits for the write in flight (CheckpointError if it failed)."""
+    try:
+      self.wait()
+    finally:
+      self._manager.close()
 
 
 _QUIET = []

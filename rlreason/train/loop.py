@@ -186,7 +186,9 @@ def train(
       train_examples, cfg.batch_size, seed=cfg.seed
     )
   ckpt = checkpoint.Checkpointer(
-    os.path.join(workdir, "checkpoints"), keep=cfg.keep_checkpoints
+    os.path.join(workdir, "checkpoints"),
+    keep=cfg.keep_checkpoints,
+    background=cfg.async_checkpoint,
   )
   restored, meta = ckpt.restore(checkpoint.abstract(state))
   start = 0
@@ -235,10 +237,14 @@ def train(
     return rollout, more
 
   def save(step):
+    # In the background mode the write goes on during the next steps (a
+    # SIGTERM's save is waited for: the process exits next).
     t0 = time.time()
-    ckpt.save(step, state, {"step": step, "data": prompts.state()})
-    if time.time() - t0 >= context_lib.PROGRESS_SECONDS:
-      _say(f"checkpoint {step} saved in {time.time() - t0:.0f} s")
+    meta = {"step": step, "data": prompts.state()}
+    ckpt.save(step, state, meta, wait=preempt.requested)
+    if (seconds := time.time() - t0) >= context_lib.PROGRESS_SECONDS:
+      how = "copied to the host" if cfg.async_checkpoint else "saved"
+      _say(f"checkpoint {step} {how} in {seconds:.0f} s")
 
   def evaluate(step):
     t0 = time.time()

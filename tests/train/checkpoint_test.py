@@ -32,6 +32,25 @@ def test_round_trip_keep_last_and_meta(tmp_path):
   ckpt.close()
 
 
+def test_background_saves_survive_donation_and_wait(tmp_path):
+  """A background save returns with the state on the host: the train step
+  may donate it at once; latest_step, restore and close wait for the
+  write."""
+  ckpt = checkpoint.Checkpointer(str(tmp_path), keep=2, background=True)
+  bump = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=0)
+  state = {"w": jnp.arange(1 << 16, dtype=jnp.float32)}
+  for step in (1, 2, 3):
+    ckpt.save(step, state, {"step": step})
+    state = bump(state)  # donates what was just saved
+  assert ckpt.latest_step() == 3
+  restored, meta = ckpt.restore(checkpoint.abstract(state))
+  np.testing.assert_array_equal(restored["w"], np.arange(1 << 16) + 2.0)
+  assert meta == {"step": 3}
+  ckpt.save(4, state, {"step": 4})
+  ckpt.close()
+  assert sorted(os.listdir(tmp_path)) == ["3", "4"]
+
+
 def test_restore_into_a_sharding(tmp_path):
   ckpt = checkpoint.Checkpointer(str(tmp_path), keep=1)
   ckpt.save(5, _state(), {})
@@ -137,33 +156,41 @@ import jax
 import jax.numpy as jnp
 from rlreason.train import checkpoint
 
-ckpt = checkpoint.Checkpointer(sys.argv[1], keep=2)
+background = sys.argv[2] == "background"
+ckpt = checkpoint.Checkpointer(sys.argv[1], keep=2, background=background)
 ckpt.save(1, {"w": jnp.ones(8)}, {"step": 1})
+ckpt.wait()
 # A full disk: writes past 64 KiB fail with EFBIG (SIGXFSZ ignored).
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
 try:
   w = jax.random.normal(jax.random.key(0), (1 << 18,))  # incompressible
   ckpt.save(2, {"w": w}, {"step": 2})
+  print("save returned")
+  ckpt.save(3, {"w": w}, {"step": 3})  # in the background: 2's error here
 except checkpoint.CheckpointError as e:
   print("ERROR:", e)
   sys.exit(3)
 """
 
 
-def test_a_failed_save_names_the_path_and_keeps_the_previous(tmp_path):
+@pytest.mark.parametrize("mode", ["blocking", "background"])
+def test_a_failed_save_names_the_path_and_keeps_the_previous(tmp_path, mode):
+  """A background write's failure is raised by the next save, naming the
+  step that failed."""
   import subprocess
   import sys
 
   directory = str(tmp_path / "ckpt")
   proc = subprocess.run(
-    [sys.executable, "-c", _FULL_DISK, directory],
+    [sys.executable, "-c", _FULL_DISK, directory, mode],
     capture_output=True,
     text=True,
     timeout=120,
     env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""},
   )
   assert proc.returncode == 3, proc.stderr[-2000:]
+  assert ("save returned" in proc.stdout) == (mode == "background")
   assert f"Could not write checkpoint 2 to {directory}" in proc.stdout
   assert "File too large" in proc.stdout
   # One message, not orbax's threads' tracebacks.

@@ -105,11 +105,11 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
   local_ckpt = tmp_path / "checkpoints"
 
   class LocalCheckpointer(checkpoint.Checkpointer):
-    def __init__(self, directory, keep=2):
+    def __init__(self, directory, **kwargs):
       if directory.startswith("gs://"):  # the run's; the warm start's is local
         assert directory == f"{WORKDIR}/checkpoints", directory
         directory = str(local_ckpt)
-      super().__init__(directory, keep=keep)
+      super().__init__(directory, **kwargs)
 
   monkeypatch.setattr(checkpoint, "Checkpointer", LocalCheckpointer)
   # A gs:// URL taken for a local path would create ./gs:/bucket/run.
