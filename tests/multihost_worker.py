@@ -9,7 +9,9 @@ part) and OUT_PREFIX.json (the returned scalar metrics). evaluate runs
 experiments.evaluate.run with those flags and writes OUT_PREFIX.json: the
 row offset of each sampler call and whether it was interrupted (a
 KeyboardInterrupt raised at sampler call RLREASON_TEST_INTERRUPT_AT, as
-Ctrl-C would land, on every process alike). Multi-process settings come
+Ctrl-C would land, on every process alike). With
+RLREASON_TEST_SIGTERM_AT=P:C, process P sends itself SIGTERM at its C-th
+reward call (one a step), the others none. Multi-process settings come
 from the environment (RLREASON_MULTIHOST=1, JAX_COORDINATOR_ADDRESS,
 JAX_NUM_PROCESSES, JAX_PROCESS_ID), as in a real launch.
 """
@@ -17,6 +19,7 @@ JAX_NUM_PROCESSES, JAX_PROCESS_ID), as in a real launch.
 import dataclasses
 import json
 import os
+import signal
 import sys
 
 import jax
@@ -39,6 +42,7 @@ from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason import testing  # noqa: E402
 from rlreason.sampling import engine  # noqa: E402
 from rlreason.train import context  # noqa: E402
+from rlreason.train import loaders  # noqa: E402
 
 testing.register_digits_reward()  # --reward=digits: moves the parameters
 # The rollout's progress in host calls of 4 decode steps, each one's line
@@ -67,9 +71,31 @@ def evaluate(flags: str, out_prefix: str) -> None:
     json.dump(out, f)
 
 
+def _sigterm_at(process: int, call: int) -> None:
+  """This process sends itself SIGTERM at its call-th reward call."""
+  if int(os.environ["JAX_PROCESS_ID"]) != process:  # before the run's init
+    return
+  combine, calls = loaders.rewards_lib.combine, []
+
+  def hooked(weights):
+    fn = combine(weights)
+
+    def reward_fn(*args, **kw):
+      calls.append(1)
+      if len(calls) == call:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return fn(*args, **kw)
+
+    return reward_fn
+
+  loaders.rewards_lib.combine = hooked
+
+
 def main(mode: str, overrides: str, out_prefix: str) -> None:
   if mode == "evaluate":
     return evaluate(overrides, out_prefix)
+  if at := os.environ.get("RLREASON_TEST_SIGTERM_AT"):
+    _sigterm_at(*map(int, at.split(":")))
   cfg = dataclasses.replace(grpo.TinyConfig(), **json.loads(overrides))
   out = grpo.run(cfg)
   params = mesh_lib.to_host(out["state"].params)

@@ -23,8 +23,9 @@ latest checkpoint that cannot be restored (a truncated array file, missing
 metadata) is moved aside to `<directory>.corrupt/` (never deleted) and the
 next older one is restored instead, with a warning saying so.
 
-`Preemption` turns SIGTERM (TPU maintenance, SLURM time limit) into a flag
-the loop polls between steps, so it can save and exit cleanly.
+`Preemption` turns SIGTERM (TPU maintenance, SLURM time limit) and Ctrl-C
+into a flag the loop polls between steps, agreed over the processes, so
+every process saves and exits cleanly at the same step.
 """
 
 import contextlib
@@ -32,11 +33,13 @@ import logging as std_logging
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
@@ -281,31 +284,75 @@ def abstract(tree):
   )
 
 
-class Preemption:
-  """Records SIGTERM / SIGINT so the loop can checkpoint and stop."""
+# What the signal handlers of the Preemptions alive in this process share:
+# a run's warm start (a Resumable inside it) stops on a signal that came
+# while the run was loading.
+_SIGNALLED = {"alive": 0, "requested": False}
 
-  def __init__(self, signals=(signal.SIGTERM,)):
-    self.requested = False
-    self._previous = {}
+
+class Preemption:
+  """SIGTERM (TPU maintenance, SLURM's time limit) and Ctrl-C as a flag the
+  loop polls between steps, to checkpoint and stop; a second Ctrl-C raises
+  KeyboardInterrupt at once. Handlers are installed from the main thread
+  only; use it as a context manager (or call restore_handlers)."""
+
+  def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+    if not _SIGNALLED["alive"]:
+      _SIGNALLED["requested"] = False  # a new run: no old signal
+    _SIGNALLED["alive"] += 1
+    self._previous, self._alive = {}, True
     if threading.current_thread() is threading.main_thread():
       for sig in signals:
         self._previous[sig] = signal.signal(sig, self._handle)
 
+  @property
+  def requested(self) -> bool:
+    return _SIGNALLED["requested"]
+
+  def agreed(self) -> bool:
+    """Whether any process was signalled. Every process gets the same
+    answer (one small all-gather where there are several: each must call
+    it alike), so all of them save and stop at the same step."""
+    if jax.process_count() == 1:
+      return self.requested
+    from jax.experimental import multihost_utils
+
+    mine = np.asarray(self.requested, np.int32)
+    return bool(np.asarray(multihost_utils.process_allgather(mine)).any())
+
   def _handle(self, signum, frame):
     del frame
-    logging.warning("Received signal %d: checkpointing and stopping.", signum)
-    self.requested = True
+    if signum == signal.SIGINT and _SIGNALLED["requested"]:
+      raise KeyboardInterrupt  # the second Ctrl-C
+    _SIGNALLED["requested"] = True
+    what = "Ctrl-C" if signum == signal.SIGINT else f"signal {signum}"
+    again = " (Ctrl-C again stops at once)" if signum == signal.SIGINT else ""
+    print(
+      f"{what}: checkpointing at the end of this step, then stopping{again}.",
+      file=sys.stderr,
+      flush=True,
+    )
 
   def restore_handlers(self):
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
     self._previous = {}
+    if self._alive:
+      self._alive = False
+      _SIGNALLED["alive"] -= 1
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.restore_handlers()
 
 
 class Resumable:
-  """SIGTERM-resumable work outside the RL loop (a warm start, a reward
-  model's training): `restore` what a stopped call saved, `maybe_stop`
-  after each step (checkpoints and raises Stopped once SIGTERM came),
+  """Work outside the RL loop that SIGTERM or Ctrl-C stops resumably (a
+  warm start, a reward model's training): `restore` what a stopped call
+  saved, `maybe_stop` after each step (checkpoints and raises Stopped
+  once a signal came),
   `close` at the end. Handed to lower layers (rewards/) that cannot
   import this one."""
 
@@ -319,9 +366,9 @@ class Resumable:
     return self._ckpt.restore(abstract(tree))
 
   def maybe_stop(self, step: int, steps: int, tree, meta) -> None:
-    """After step `step` of `steps`: once SIGTERM came, saves `tree` and
-    meta() (JSON) and raises Stopped."""
-    if self._preempt.requested and step < steps:
+    """After step `step` of `steps`: once SIGTERM or Ctrl-C came (to any
+    process), saves `tree` and meta() (JSON) and raises Stopped."""
+    if self._preempt.agreed() and step < steps:
       self._ckpt.save(step, tree, {**meta(), "step": step})
       self.close()
       raise Stopped(f"{self.label} (in {self.directory})", step, steps)

@@ -63,9 +63,25 @@ def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
     yield {k: v[part] for k, v in batch.items()}
 
 
-def train(
+def train(cfg, **kwargs) -> dict[str, Any]:
+  """Runs (or resumes) an RL experiment; returns the final metrics.
+
+  SIGTERM or Ctrl-C, from its start on, stops it after the step under
+  way (the warm start's, or the RL loop's), with a checkpoint; a second
+  Ctrl-C stops it at once. Arguments: `_train`'s.
+  """
+  cfg.validate()
+  # Before the handlers: jax.distributed's own SIGTERM handler (its
+  # preemption notifier) would replace them.
+  run_info.maybe_initialize_distributed(cfg)
+  with checkpoint.Preemption() as preempt:
+    return _train(cfg, preempt=preempt, **kwargs)
+
+
+def _train(
   cfg,
   *,
+  preempt: checkpoint.Preemption,
   make_batch: Callable,
   loss_fn: Callable,
   name: str,
@@ -73,8 +89,8 @@ def train(
   extra_params: Callable | None = None,
   prompt_iterator: Callable | None = None,
   generate_fn: Callable | None = None,
-) -> dict[str, float]:
-  """Runs (or resumes) an RL experiment; returns the final metrics.
+) -> dict[str, Any]:
+  """`train`'s body, `preempt` set by it.
 
   `prompt_iterator(cfg, train_examples)` replaces the default
   iterator.PromptIterator (e.g. curriculum.StagedPrompts); it must offer
@@ -89,8 +105,6 @@ def train(
   `params`, make_batch in `ctx.extra`; rollouts and evaluations see the
   policy's alone; checkpoints hold both.
   """
-  cfg.validate()
-  run_info.maybe_initialize_distributed(cfg)
   workdir = run_info.workdir_for(cfg, name)
   # Everything checkable is checked before any compute (warm start,
   # compilation): paths, the workdir's earlier run, the data, its prompts.
@@ -212,7 +226,6 @@ def train(
     wandb_project=cfg.wandb_project,
     config=dataclasses.asdict(cfg),
   )
-  preempt = checkpoint.Preemption()
   rng = jax.random.key(cfg.seed)
   sampling = sampling_lib.Sampling(
     temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
@@ -236,12 +249,12 @@ def train(
     )
     return rollout, more
 
-  def save(step):
+  def save(step, wait=False):
     # In the background mode the write goes on during the next steps (a
-    # SIGTERM's save is waited for: the process exits next).
+    # stop's save is waited for: the process exits next).
     t0 = time.time()
     meta = {"step": step, "data": prompts.state()}
-    ckpt.save(step, state, meta, wait=preempt.requested)
+    ckpt.save(step, state, meta, wait=wait)
     if (seconds := time.time() - t0) >= context_lib.PROGRESS_SECONDS:
       how = "copied to the host" if cfg.async_checkpoint else "saved"
       _say(f"checkpoint {step} {how} in {seconds:.0f} s")
@@ -279,8 +292,10 @@ def train(
   # --- The RL loop ------------------------------------------------------------
   progress = metrics_lib.Progress(cfg.steps, start)
   peak_flops = devices.peak_flops()  # None on a CPU: no "mfu/update"
-  last = {}
+  last, done, stopping = {}, start, False
   for step in range(start, cfg.steps):
+    if step == start and (stopping := preempt.agreed()):
+      break  # signalled before its first step: nothing new to save
     t0 = time.time()
     examples = next(prompts)
     ctx.params = policy_of(state.params)  # merged once per step with LoRA
@@ -346,20 +361,16 @@ def train(
       and step + 1 < cfg.steps
     ):
       evaluate(step + 1)
-    if (
+    stopping, done = preempt.agreed(), step + 1  # alike on every process
+    if stopping or (
       cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0
-    ) or preempt.requested:
-      save(step + 1)
-    if preempt.requested:
-      logging.warning(
-        "Stopped at step %d after SIGTERM; rerun the same command to resume.",
-        step + 1,
-      )
+    ):
+      save(step + 1, wait=stopping)
+    if stopping:
       break
 
   final = {}
-  stopped_at = step + 1 if cfg.steps > start else start  # steps done
-  if not preempt.requested:
+  if not stopping:
     if ckpt.latest_step() != cfg.steps:
       save(cfg.steps)
     if cfg.steps == 0:
@@ -376,23 +387,22 @@ def train(
       storage.write_json(
         epath.Path(workdir) / "eval_after.json", {**final, **scope}
       )
-  preempt.restore_handlers()
   writer.close()
   ckpt.close()
   if is_main:
     storage.write_json(
       epath.Path(workdir) / run_info.STATUS,
       {
-        "status": "stopped" if preempt.requested else "finished",
-        "step": stopped_at,
+        "status": "stopped" if stopping else "finished",
+        "step": done,
         "steps": cfg.steps,
       },
     )
   return {
     **last,
     **final,
-    "stopped": preempt.requested,
-    "step": stopped_at,
+    "stopped": stopping,
+    "step": done,
     "workdir": workdir,
     "state": state,
     "model_cfg": model_cfg,

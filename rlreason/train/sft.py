@@ -188,7 +188,7 @@ def train_on_pairs(
   rounded up to 32 tokens (at most max_new_tokens): less padding for
   corpora of mixed lengths (a few long hinted prompts no longer widen most
   batches), at the price of one compiled step per (prompt, completion)
-  width. With `resume_dir`, SIGTERM
+  width. With `resume_dir`, SIGTERM or Ctrl-C
   checkpoints the training there (state, step, the draw order) and raises
   checkpoint.Stopped; a later call with
   the same arguments resumes it and ends as an uninterrupted one would.

@@ -181,6 +181,52 @@ def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
   assert status == {"status": "finished", "step": 4, "steps": 4}
 
 
+def test_ctrl_c_checkpoints_the_step_and_a_second_stops_at_once(
+  tmp_path, monkeypatch, capsys
+):
+  """Ctrl-C during step 1 stops the run after it, with checkpoint 1 (exit
+  75); on the rerun, Ctrl-C twice during step 2 raises KeyboardInterrupt
+  at once: no checkpoint 2, and the handlers are the caller's again."""
+  presses = {1: 1, 2: 2}  # reward call (one a step) -> Ctrl-Cs
+
+  def hook(call, rewards):
+    for _ in range(presses.get(call, 0)):
+      os.kill(os.getpid(), signal.SIGINT)
+    return rewards
+
+  _hooked_rewards(monkeypatch, hook)
+  before = signal.getsignal(signal.SIGINT)
+  cfg = _cfg(tmp_path, steps=3, checkpoint_every=0)
+  assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
+  assert "Ctrl-C: checkpointing at the end of this step" in (
+    capsys.readouterr().err
+  )
+  status = json.load(open(os.path.join(cfg.workdir, "status.json")))
+  assert status == {"status": "stopped", "step": 1, "steps": 3}
+  assert os.listdir(os.path.join(cfg.workdir, "checkpoints")) == ["1"]
+  assert signal.getsignal(signal.SIGINT) is before
+  with pytest.raises(KeyboardInterrupt):
+    grpo.run(cfg)
+  assert os.listdir(os.path.join(cfg.workdir, "checkpoints")) == ["1"]
+  assert _train_steps(cfg.workdir) == [1]
+  assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_preemptions_share_a_signal_and_restore_handlers():
+  """A signal caught by the run's Preemption is seen by one made inside
+  it (its warm start's); a new run starts without it."""
+  before = signal.getsignal(signal.SIGTERM)
+  with checkpoint.Preemption() as run:
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert run.requested and run.agreed()
+    with checkpoint.Preemption() as warm_start:
+      assert warm_start.requested
+    assert signal.getsignal(signal.SIGTERM) == run._handle
+  assert signal.getsignal(signal.SIGTERM) is before
+  with checkpoint.Preemption() as later:
+    assert not later.requested
+
+
 def _no_evaluation(monkeypatch, allowed=0):
   """context.run_eval fails after `allowed` calls."""
   run_eval, calls = context_lib.run_eval, []
