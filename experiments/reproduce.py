@@ -252,9 +252,9 @@ def run_all(
         continue
       print(f"[reproduce] {label} seed {seed}: running {workdir}", flush=True)
       module.run(cfg)
-      if not _finished(cfg):  # SIGTERM: the run checkpointed and returned.
+      if not _finished(cfg):  # SIGTERM or Ctrl-C: checkpointed, returned
         raise Interrupted(
-          f"{workdir} stopped before step {cfg.steps} (SIGTERM?); no "
+          f"{workdir} stopped before step {cfg.steps} (SIGTERM or Ctrl-C); no "
           "report written. Rerun the same command to resume."
         )
   return reproduction.write_report(
