@@ -97,7 +97,7 @@ def extra_shapes(cfg, model_cfg, extra_params):
 def trained_shapes(cfg, model_cfg, extra_params=None):
   """(shapes, logical axes, lr scales) of what the optimizer trains: the
   params, or a LoRA run's adapters, and what `extra_params` adds beside
-  them (a critic), as loop.train assembles them."""
+  them (a critic), as adapters.trainable assembles them."""
   axes = transformer.param_axes(model_cfg)
   shapes = transformer.param_shapes(model_cfg)
   lcfg = adapters_lib.lora_config(cfg)

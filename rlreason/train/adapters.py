@@ -1,4 +1,12 @@
-"""LoRA runs of the shared loop: the frozen base, the adapters, the loss.
+"""What the shared loop trains, and LoRA runs' frozen base and adapters.
+
+  run = adapters.trainable(cfg, model_cfg, params, mesh, loss_fn, ...)
+  state, run.step_fn(state, batch)          # the jitted update
+  run.policy_of(state.params)               # the policy rollouts sample
+
+`trainable` assembles the optimizer's tree (the params, or a LoRA run's
+adapters, and what an experiment's `extra_params` adds beside them, e.g.
+a critic), the KL reference, the optimizer and the jitted train step.
 
   adapted, adapters = adapters.prepare(cfg, model_cfg, params, mesh)
   loss = adapted.loss(loss_fn, extra_keys)  # (p, batch, norm, base)
@@ -16,13 +24,14 @@ one layer at a time (experiments/bench/lora.py times the two).
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import jax
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import lora
 from rlreason.model import transformer
+from rlreason.train import train_step as ts
 
 
 def lora_config(cfg) -> lora.LoraConfig | None:
@@ -103,3 +112,73 @@ def prepare(cfg, model_cfg, params, mesh, lcfg: lora.LoraConfig):
     adapters, mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, adapters)
   )
   return Adapted(lcfg, base, base_axes, axes), adapters
+
+
+@dataclasses.dataclass
+class Trainable:
+  """What a run trains (`trainable`).
+
+  Attributes:
+    state: the TrainState on the mesh.
+    step_fn: the jitted update, (state, batch) -> (state, metrics); it
+      donates `state`.
+    batch_sh: the train batch's sharding (mesh.put_global).
+    ref_params: the frozen KL reference, or None.
+    extra_keys: the top-level keys of params trained beside the policy's.
+    adapted: a LoRA run's Adapted, or None.
+  """
+
+  state: Any
+  step_fn: Callable
+  batch_sh: Any
+  ref_params: Any
+  extra_keys: tuple
+  adapted: Adapted | None
+
+  def policy_of(self, params):
+    """The policy's params (merged with LoRA) from the state's."""
+    own = {k: v for k, v in params.items() if k not in self.extra_keys}
+    return self.adapted.policy(own) if self.adapted else own
+
+
+def trainable(
+  cfg, model_cfg, params, mesh, loss_fn, needs_ref, extra_params=None
+) -> Trainable:
+  """The run's Trainable from the loaded `params`: with LoRA the base is
+  frozen (and is the reference) and only adapters train; `loss_fn` and
+  `extra_params` as loop.train takes them."""
+  adapted, trained = None, params
+  if lcfg := lora_config(cfg):
+    adapted, trained = prepare(cfg, model_cfg, params, mesh, lcfg)
+  # The frozen reference in the compute dtype, as the rollout holds its
+  # weights (the model casts every weight to it before use; in bf16 runs
+  # the norm scales round as the sampler's do): half the bytes in bf16.
+  ref_params = None
+  if needs_ref and adapted:
+    ref_params = adapted.base
+  elif needs_ref:
+    ref_params = transformer.compute_params(params, model_cfg, copy=True)
+  axes = adapted.axes if adapted else None
+  lr_scales, extra_keys = None, ()
+  if extra_params is not None:
+    extra = extra_params(cfg, model_cfg, params)
+    trained = {**trained, **extra.params}
+    axes = {**(axes or transformer.param_axes(model_cfg)), **extra.axes}
+    lr_scales, extra_keys = extra.lr_scales, tuple(extra.params)
+  del params
+  updates = cfg.steps * cfg.ppo_epochs * cfg.minibatches
+  optimizer = ts.optimizer_from_config(cfg, updates, lr_scales)
+  loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
+  state, step_fn, batch_sh = ts.setup(
+    mesh,
+    model_cfg,
+    trained,
+    optimizer,
+    adapted.loss(loss, extra_keys) if adapted else loss,
+    micro_batches=cfg.micro_batches,
+    axes=axes,
+    frozen=adapted.base if adapted else None,
+    frozen_axes=adapted.base_axes if adapted else None,
+    temp_budget_mib=cfg.train_temp_budget_mib,
+  )
+  return Trainable(state, step_fn, batch_sh, ref_params, extra_keys, adapted)

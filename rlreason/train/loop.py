@@ -46,7 +46,6 @@ from rlreason.train import report
 from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
 from rlreason import storage
-from rlreason.train import train_step as ts
 from rlreason.model import transformer
 
 
@@ -140,55 +139,16 @@ def _train(
       f"Tokenizer has {tok.vocab_size} ids but the model only "
       f"{model_cfg.vocab_size}"
     )
-  # LoRA: the base is frozen (and is the reference); only adapters train.
-  lcfg = adapters_lib.lora_config(cfg)
-  adapted, model_params = None, params
-  if lcfg:
-    adapted, params = adapters_lib.prepare(
-      cfg, model_cfg, model_params, mesh, lcfg
-    )
-  # The frozen reference in the compute dtype, as the rollout holds its
-  # weights (the model casts every weight to it before use; in bf16 runs
-  # the norm scales round as the sampler's do): half the bytes in bf16.
-  ref_params = None
-  if needs_ref and adapted:
-    ref_params = adapted.base
-  elif needs_ref:
-    ref_params = transformer.compute_params(params, model_cfg, copy=True)
-  axes = adapted.axes if adapted else None
-  lr_scales, extra_keys = None, ()
-  if extra_params is not None:
-    extra = extra_params(cfg, model_cfg, model_params)
-    params = {**params, **extra.params}
-    axes = {**(axes or transformer.param_axes(model_cfg)), **extra.axes}
-    lr_scales, extra_keys = extra.lr_scales, tuple(extra.params)
-  del model_params
-
-  def policy_of(p):
-    own = {k: v for k, v in p.items() if k not in extra_keys}
-    return adapted.policy(own) if adapted else own
-
-  updates_per_step = cfg.ppo_epochs * cfg.minibatches
-  optimizer = ts.optimizer_from_config(
-    cfg, cfg.steps * updates_per_step, lr_scales
-  )
-  train_loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
-  state, step_fn, batch_sh = ts.setup(
-    mesh,
-    model_cfg,
-    params,
-    optimizer,
-    adapted.loss(train_loss, extra_keys) if adapted else train_loss,
-    micro_batches=cfg.micro_batches,
-    axes=axes,
-    frozen=adapted.base if adapted else None,
-    frozen_axes=adapted.base_axes if adapted else None,
-    temp_budget_mib=cfg.train_temp_budget_mib,
+  run = adapters_lib.trainable(
+    cfg, model_cfg, params, mesh, loss_fn, needs_ref, extra_params
   )
   del params
+  state, step_fn, batch_sh = run.state, run.step_fn, run.batch_sh
+  policy_of, extra_keys = run.policy_of, run.extra_keys
+  updates_per_step = cfg.ppo_epochs * cfg.minibatches
 
   ctx = context_lib.Context(
-    cfg, model_cfg, tok, mesh, reward_fn, correct_fn, ref_params
+    cfg, model_cfg, tok, mesh, reward_fn, correct_fn, run.ref_params
   )
   ctx.generate_fn = generate_fn
 
