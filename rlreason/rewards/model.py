@@ -204,10 +204,10 @@ def train_bt(
       multiple of it that there are pairs for (all of them, in one
       micro-batch, when there are fewer pairs than micro-batches).
     compiler_options: the step's compile options (bt_update).
-    resume: a train.checkpoint.Resumable: SIGTERM checkpoints the training
-      there (weights, Adam's state, draw order, losses) and raises its
-      Stopped; a later call with the same arguments resumes it and ends
-      as an uninterrupted one would.
+    resume: a train.checkpoint.Resumable: SIGTERM or Ctrl-C checkpoints
+      the training there (weights, Adam's state, draw order, losses) and
+      raises its Stopped; a later call with the same arguments resumes it
+      and ends as an uninterrupted one would.
 
   Returns:
     (params, [steps] training losses, each before its update).
@@ -240,27 +240,34 @@ def train_bt(
       rng.bit_generator.state = meta["rng"]
       order, losses = np.asarray(meta["order"], np.int64), meta["losses"]
       print(f"reward model: resuming from step {start}", flush=True)
-  progress = metrics_lib.Progress(steps, start, label="reward model step")
-  for step in range(start, steps):
-    if len(order) < rows:
-      order = np.concatenate([order, rng.permutation(m)])
-    idx, order = order[:rows], order[rows:]
-    pairs = (chosen[0][idx], chosen[1][idx], rejected[0][idx], rejected[1][idx])
-    if mesh is not None:
-      pairs = mesh_lib.put_rows(mesh, pairs)
-    params, state, loss = update(params, state, *pairs)
-    losses.append(float(loss))
-    if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
-      progress.update(step + 1, {"loss": np.mean(losses[-log_every:])})
+  try:
+    progress = metrics_lib.Progress(steps, start, label="reward model step")
+    for step in range(start, steps):
+      if len(order) < rows:
+        order = np.concatenate([order, rng.permutation(m)])
+      idx, order = order[:rows], order[rows:]
+      pairs = (
+        chosen[0][idx],
+        chosen[1][idx],
+        rejected[0][idx],
+        rejected[1][idx],
+      )
+      if mesh is not None:
+        pairs = mesh_lib.put_rows(mesh, pairs)
+      params, state, loss = update(params, state, *pairs)
+      losses.append(float(loss))
+      if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
+        progress.update(step + 1, {"loss": np.mean(losses[-log_every:])})
+      if resume is not None:
+        meta = lambda order=order: {  # noqa: E731 - called at a stop only
+          "order": order.tolist(),
+          "losses": losses,
+          "rng": rng.bit_generator.state,
+        }
+        resume.maybe_stop(step + 1, steps, (params, state), meta)
+  finally:
     if resume is not None:
-      meta = lambda order=order: {  # noqa: E731 - called at a stop only
-        "order": order.tolist(),
-        "losses": losses,
-        "rng": rng.bit_generator.state,
-      }
-      resume.maybe_stop(step + 1, steps, (params, state), meta)
-  if resume is not None:
-    resume.close()
+      resume.close()  # the handlers, however it ends
   return params, losses
 
 

@@ -374,5 +374,9 @@ class Resumable:
       raise Stopped(f"{self.label} (in {self.directory})", step, steps)
 
   def close(self) -> None:
+    """Restores the signal handlers (once; again is a no-op)."""
+    if self._ckpt is None:
+      return
     self._preempt.restore_handlers()
     self._ckpt.close()
+    self._ckpt = None

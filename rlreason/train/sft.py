@@ -221,37 +221,39 @@ def train_on_pairs(
       rng.bit_generator.state = meta["rng"]
       order = np.asarray(meta["order"], np.int64)
       print(f"{label}: resuming from step {start}", flush=True)
-  progress = metrics_lib.Progress(steps, start, label=label)
-  for step in range(start, steps):
-    if len(order) < batch_size:
-      epoch = rng.permutation(len(prompts))
+  try:
+    progress = metrics_lib.Progress(steps, start, label=label)
+    for step in range(start, steps):
+      if len(order) < batch_size:
+        epoch = rng.permutation(len(prompts))
+        if length_groups:
+          epoch = _length_grouped(
+            epoch, group_key, batch_size, length_groups, rng
+          )
+        order = np.concatenate([order, epoch])
+      idx, order = order[:batch_size], order[batch_size:]
+      width = max_new_tokens
       if length_groups:
-        epoch = _length_grouped(
-          epoch, group_key, batch_size, length_groups, rng
-        )
-      order = np.concatenate([order, epoch])
-    idx, order = order[:batch_size], order[batch_size:]
-    width = max_new_tokens
-    if length_groups:
-      width = min(width, -(-max(lengths[i] for i in idx) // 32) * 32)
-    batch = rollout_lib.pack(
-      [prompts[i] for i in idx],
-      [completions[i] for i in idx],
-      tok.pad_id,
-      max_prompt_len,
-      width,
-    )
-    state, m = step_fn(state, mesh_lib.put_global(batch, batch_sh))
-    if (step + 1) % log_every == 0 or step + 1 == steps:
-      progress.update(step + 1, {"loss": m["loss"]})
+        width = min(width, -(-max(lengths[i] for i in idx) // 32) * 32)
+      batch = rollout_lib.pack(
+        [prompts[i] for i in idx],
+        [completions[i] for i in idx],
+        tok.pad_id,
+        max_prompt_len,
+        width,
+      )
+      state, m = step_fn(state, mesh_lib.put_global(batch, batch_sh))
+      if (step + 1) % log_every == 0 or step + 1 == steps:
+        progress.update(step + 1, {"loss": m["loss"]})
+      if resume is not None:
+        meta = lambda order=order: {  # noqa: E731 - called at a stop only
+          "order": order.tolist(),
+          "rng": rng.bit_generator.state,
+        }
+        resume.maybe_stop(step + 1, steps, state, meta)
+  finally:
     if resume is not None:
-      meta = lambda order=order: {  # noqa: E731 - called at a stop only
-        "order": order.tolist(),
-        "rng": rng.bit_generator.state,
-      }
-      resume.maybe_stop(step + 1, steps, state, meta)
-  if resume is not None:
-    resume.close()
+      resume.close()  # the handlers, however it ends
   return state.params
 
 

@@ -289,6 +289,31 @@ def test_sigterm_during_the_warm_start_checkpoints_and_resumes_it(
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+def test_a_failed_warm_start_restores_the_signal_handlers(
+  tmp_path, monkeypatch
+):
+  """An error inside the warm start (its Resumable) leaves the caller's
+  SIGINT / SIGTERM handlers in place, and no signal pending for the next
+  run."""
+  cfg = _cfg(tmp_path, warm_start_steps=6, warm_start_batch_size=4)
+  pack, calls = sft.rollout_lib.pack, []
+
+  def pack_then_fail(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+      raise RuntimeError("disk on fire")
+    return pack(*args, **kwargs)
+
+  monkeypatch.setattr(sft.rollout_lib, "pack", pack_then_fail)
+  before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+  with pytest.raises(RuntimeError, match="disk on fire"):
+    sft.warm_start(cfg)
+  after = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+  assert after == before
+  with checkpoint.Preemption() as fresh:
+    assert not fresh.requested
+
+
 class _Stop(Exception):
   pass
 
