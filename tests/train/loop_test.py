@@ -292,15 +292,16 @@ def test_sigterm_during_the_warm_start_checkpoints_and_resumes_it(
 def test_a_failed_warm_start_restores_the_signal_handlers(
   tmp_path, monkeypatch
 ):
-  """An error inside the warm start (its Resumable) leaves the caller's
-  SIGINT / SIGTERM handlers in place, and no signal pending for the next
-  run."""
+  """An error inside the warm start (its Resumable) puts the caller's
+  SIGINT / SIGTERM handlers back, and the signal that came before it is
+  not pending for the next run."""
   cfg = _cfg(tmp_path, warm_start_steps=6, warm_start_batch_size=4)
   pack, calls = sft.rollout_lib.pack, []
 
   def pack_then_fail(*args, **kwargs):
     calls.append(1)
-    if len(calls) == 2:
+    if len(calls) == 2:  # a signal, then an error before the step ends
+      os.kill(os.getpid(), signal.SIGTERM)
       raise RuntimeError("disk on fire")
     return pack(*args, **kwargs)
 
