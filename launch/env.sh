@@ -17,7 +17,11 @@
 : "${NODES:=4}"                         # one JAX process per node
 : "${GPUS_PER_NODE:=8}"
 : "${SLURM_TIME:=24:00:00}"
+# SIGTERM this many seconds before SLURM_TIME ends, so the run can finish
+# its step and checkpoint (SLURM kills 30 s after its own SIGTERM): longer
+# than one step and a checkpoint write.
+: "${SLURM_STOP_BEFORE:=900}"
 : "${PYTHON:=python3}"                  # interpreter on the workers
 
 export PROJECT ZONE TPU_NAME ACCELERATOR_TYPE TPU_VERSION TPU_SPOT BUCKET
-export SLURM_PARTITION NODES GPUS_PER_NODE SLURM_TIME PYTHON
+export SLURM_PARTITION NODES GPUS_PER_NODE SLURM_TIME SLURM_STOP_BEFORE PYTHON

@@ -4,11 +4,15 @@
 #   launch/gpu.sh [--dry-run] submit experiments.grpo --scale=paper \
 #       --model=/ckpt/Qwen2.5-Math-7B --workdir=/shared/runs/grpo-1
 #   launch/gpu.sh [--dry-run] logs JOB_ID      # follow the job's output
-#   launch/gpu.sh [--dry-run] cancel JOB_ID    # this job only
+#   launch/gpu.sh [--dry-run] stop JOB_ID      # checkpoint, then stop
+#   launch/gpu.sh [--dry-run] cancel JOB_ID    # this job only, now
 #
 # Run from a checkout on the cluster's shared filesystem after
 # `pip install -e '.[gpu]'`. Nodes, GPUs per node, partition and time limit
-# come from launch/env.sh (or the environment). --dry-run prints the sbatch
+# come from launch/env.sh (or the environment). The run gets SIGTERM
+# SLURM_STOP_BEFORE seconds before the time limit, and from `stop`: each
+# node's process finishes its step, all save one checkpoint and exit (code
+# 75; submit the same command to resume). --dry-run prints the sbatch
 # command and the srun line the batch script would run.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
@@ -31,7 +35,7 @@ cmd_submit() {
   run mkdir -p "$ROOT/rlreason-logs"
   run sbatch --chdir="$ROOT" --nodes="$NODES" --gpus-per-node="$GPUS_PER_NODE" \
     --partition="$SLURM_PARTITION" --time="$SLURM_TIME" \
-    "$HERE/slurm.sbatch" "$@"
+    --signal="TERM@$SLURM_STOP_BEFORE" "$HERE/slurm.sbatch" "$@"
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "# the batch script then runs, on its first node:"
     NODES="$NODES" bash "$HERE/slurm.sbatch" "$@"
@@ -43,6 +47,12 @@ cmd_logs() {
   run tail -n 200 -F "$ROOT/rlreason-logs/rlreason-$1.out"
 }
 
+cmd_stop() {
+  (($# == 1)) || die "usage: launch/gpu.sh stop JOB_ID"
+  # SIGTERM to the job's processes (not the batch script): they checkpoint.
+  run scancel --signal=TERM "$1"
+}
+
 cmd_cancel() {
   (($# == 1)) || die "usage: launch/gpu.sh cancel JOB_ID"
   run scancel "$1"
@@ -52,8 +62,8 @@ main() {
   local sub="${1:-}"
   (($#)) && shift
   case "$sub" in
-    submit | logs | cancel) "cmd_$sub" "$@" ;;
-    *) sed -n '2,13p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+    submit | logs | stop | cancel) "cmd_$sub" "$@" ;;
+    *) sed -n '2,16p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
   esac
 }
 

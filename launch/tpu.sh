@@ -7,15 +7,19 @@
 #   launch/tpu.sh [--dry-run] run experiments.grpo --scale=paper \
 #       --model=/ckpt/Qwen2.5-Math-7B --workdir=gs://BUCKET/grpo/run1
 #   launch/tpu.sh [--dry-run] logs [WORKER]       # follow a worker's log
-#   launch/tpu.sh [--dry-run] stop                # our tmux session only
+#   launch/tpu.sh [--dry-run] stop                # checkpoint, then stop
+#   launch/tpu.sh [--dry-run] kill                # our tmux session, now
 #   launch/tpu.sh [--dry-run] delete
 #   launch/tpu.sh workers                         # hosts in ACCELERATOR_TYPE
 #
 # Settings come from launch/env.sh (or the environment). `run` starts the
 # same command on every worker inside a tmux session named "rlreason", with
 # jax.distributed on (RLREASON_MULTIHOST=1: JAX finds the coordinator on TPU
-# VMs by itself); only process 0 writes logs and metrics. --dry-run prints
-# every command without running it.
+# VMs by itself); only process 0 writes logs and metrics. `stop` presses
+# Ctrl-C in that session on every worker: the run finishes its step, saves
+# a checkpoint and exits (code 75; `run` the same command resumes it);
+# `kill` ends the session at once (a rerun resumes from the last periodic
+# checkpoint). --dry-run prints every command without running it.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 
@@ -26,7 +30,7 @@ source "$HERE/env.sh"
 # shellcheck source=common.sh
 source "$HERE/common.sh"
 
-SESSION=rlreason  # the tmux session `run` creates and `stop` kills
+SESSION=rlreason  # the tmux session `run` creates, `stop` / `kill` end
 # Paths on the workers, expanded by their shell, not this one.
 # shellcheck disable=SC2016
 REMOTE_DIR='$HOME/rlreason'
@@ -90,8 +94,11 @@ cmd_run() {
   local module="$1" job
   shift
   [[ "$module" =~ ^[A-Za-z0-9_.]+$ ]] || die "not a python module: $module"
-  job="cd $REMOTE_DIR && RLREASON_MULTIHOST=1 $PYTHON -m $(quote_all "$module" "$@") 2>&1 | tee -a $LOG"
-  on_workers "tmux has-session -t $SESSION 2>/dev/null && { echo 'rlreason is already running: launch/tpu.sh stop first' >&2; exit 1; }; mkdir -p $LOG_DIR && tmux new-session -d -s $SESSION $(shell_quote "$job")"
+  # `stop`'s Ctrl-C is the run's alone: the shell traps it (a shell that
+  # died of it would take the run down with the terminal) and tee ignores it
+  # (the run keeps printing to it).
+  job="trap : INT; cd $REMOTE_DIR && RLREASON_MULTIHOST=1 $PYTHON -m $(quote_all "$module" "$@") 2>&1 | tee -i -a $LOG"
+  on_workers "tmux has-session -t $SESSION 2>/dev/null && { echo 'rlreason is already running: launch/tpu.sh stop (or kill) first' >&2; exit 1; }; mkdir -p $LOG_DIR && tmux new-session -d -s $SESSION $(shell_quote "$job")"
 }
 
 cmd_logs() {
@@ -100,6 +107,13 @@ cmd_logs() {
 }
 
 cmd_stop() {
+  # Ctrl-C in our session: every worker's run checkpoints at the end of the
+  # step under way (all at the same step) and exits.
+  on_workers "tmux send-keys -t $SESSION C-c 2>/dev/null || echo 'no rlreason session here' >&2"
+  echo "# each worker's run stops after its step, with a checkpoint (logs to follow)"
+}
+
+cmd_kill() {
   # Only our tmux session: never a broad pkill on shared machines.
   on_workers "tmux kill-session -t $SESSION 2>/dev/null || true"
 }
@@ -112,9 +126,9 @@ main() {
   local sub="${1:-}"
   (($#)) && shift
   case "$sub" in
-    create | sync | setup | run | logs | stop | delete) "cmd_$sub" "$@" ;;
+    create | sync | setup | run | logs | stop | kill | delete) "cmd_$sub" "$@" ;;
     workers) workers ;;
-    *) sed -n '2,20p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+    *) sed -n '2,22p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
   esac
 }
 

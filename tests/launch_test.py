@@ -6,6 +6,8 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -118,19 +120,97 @@ def test_tpu_run_starts_every_worker_in_our_tmux_session():
   assert ssh[4:6] == ["ssh", "slice-z"] and "--worker=all" in ssh
   remote = [a for a in ssh if a.startswith("--command=")][0]
   job = shlex.split(remote.split("tmux new-session -d -s rlreason ", 1)[1])[0]
-  assert job.startswith("cd $HOME/rlreason && RLREASON_MULTIHOST=1 python3 -m")
+  assert job.startswith(
+    "trap : INT; cd $HOME/rlreason && RLREASON_MULTIHOST=1 python3 -m"
+  )
   argv = shlex.split(job.split(" -m ", 1)[1].split(" 2>&1 ")[0])
   assert argv == ["experiments.grpo", "--scale=paper", "--note=it's quoted"]
   # A second `run` refuses to start beside a running one.
   assert "tmux has-session -t rlreason" in remote
 
 
-def test_tpu_stop_kills_only_our_session():
-  (ssh,) = _commands(_run("launch/tpu.sh", "--dry-run", "stop"))
+def test_tpu_kill_ends_only_our_session():
+  (ssh,) = _commands(_run("launch/tpu.sh", "--dry-run", "kill"))
   remote = [a for a in ssh if a.startswith("--command=")][0]
   assert "tmux kill-session -t rlreason" in remote
   assert not re.search(r"\b(pkill|killall|kill -9)\b", remote)
   assert "--worker=all" in ssh
+
+
+_PROBE = """
+import sys, time
+from rlreason.train import checkpoint
+with checkpoint.Preemption() as preempt:
+  for step in range(1, 1200):
+    time.sleep(0.1)
+    print("step", step, flush=True)
+    if preempt.requested:
+      print("checkpointed at", step, flush=True)
+      sys.exit(75)
+"""
+
+
+def _remote(args, home):
+  """The command `launch/tpu.sh --dry-run ARGS` has every worker run."""
+  (ssh,) = _commands(
+    _run("launch/tpu.sh", "--dry-run", *args, env={"HOME": str(home)})
+  )
+  return [a for a in ssh if a.startswith("--command=")][0][len("--command=") :]
+
+
+@pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
+def test_tpu_stop_is_ctrl_c_to_the_run_alone(tmp_path):
+  """`run`'s and `stop`'s worker commands, run here as on a worker (a
+  private tmux server): the run gets SIGINT, finishes its step and exits
+  75 (its Preemption), while its shell and tee live on, so its last lines
+  reach the log; the session then ends."""
+  home = tmp_path / "home"
+  (home / "rlreason").mkdir(parents=True)
+  (home / "rlreason" / "probe.py").write_text(_PROBE)
+  env = {
+    **os.environ,
+    "HOME": str(home),
+    "TMUX_TMPDIR": str(tmp_path),
+    "PYTHONPATH": ROOT,
+    "JAX_PLATFORMS": "cpu",
+  }
+  python = {"PYTHON": shlex.quote(sys.executable)}
+  start = _run("launch/tpu.sh", "--dry-run", "run", "probe", env=python)
+  remote = [
+    a
+    for (ssh,) in [_commands(start)]
+    for a in ssh
+    if a.startswith("--command=")
+  ][0][len("--command=") :]
+  remote = remote.replace("$HOME", str(home))
+  subprocess.run(["bash", "-c", remote], env=env, check=True, timeout=30)
+  log = home / "rlreason-logs" / "run.log"
+  _wait_for(lambda: log.exists() and "step 3\n" in log.read_text())
+  stop = _remote(["stop"], home)
+  subprocess.run(["bash", "-c", stop], env=env, check=True, timeout=30)
+  _wait_for(lambda: "checkpointed at" in log.read_text())
+  alive = lambda: (
+    subprocess.run(  # noqa: E731
+      ["tmux", "has-session", "-t", "rlreason"], env=env, capture_output=True
+    ).returncode
+    == 0
+  )
+  _wait_for(lambda: not alive())
+  lines = log.read_text().splitlines()
+  assert lines[-1].startswith("checkpointed at"), lines[-3:]
+  assert int(lines[-1].split()[-1]) < 1199  # stopped, not finished
+
+
+def _wait_for(ok, timeout=60.0):
+  deadline = time.monotonic() + timeout
+  while not ok():
+    assert time.monotonic() < deadline, "timed out"
+    time.sleep(0.1)
+
+
+def test_slurm_stop_sends_sigterm_to_the_job():
+  (cmd,) = _commands(_run("launch/gpu.sh", "--dry-run", "stop", "123"))
+  assert cmd == ["scancel", "--signal=TERM", "123"]
 
 
 def test_slurm_submit_prints_sbatch_and_srun_for_4_nodes():
@@ -141,6 +221,7 @@ def test_slurm_submit_prints_sbatch_and_srun_for_4_nodes():
   sbatch = [c for c in cmds if c[0] == "sbatch"][0]
   for flag in ("--nodes=4", "--gpus-per-node=8", "--partition=part-q"):
     assert flag in sbatch
+  assert "--signal=TERM@900" in sbatch  # time to checkpoint before the limit
   assert sbatch[-3:] == [
     os.path.join(LAUNCH, "slurm.sbatch"),
     "experiments.grpo",
