@@ -41,6 +41,18 @@ RESUMABLE_CHANGES = (
   "rollout_tensor",  # nor on this (up to numerics)
   "sequence_parallel",  # nor on this (up to numerics)
   "scan_layers",  # nor on this (up to numerics)
+  # How the updates fit the devices, not what they compute (up to
+  # numerics): what an out-of-memory error says to turn before a rerun
+  # resumes, and a run moved to another slice.
+  "micro_batches",
+  "remat",
+  "remat_policy",
+  "train_temp_budget_mib",
+  "rollout_temp_budget_mib",
+  "score_temp_budget_mib",
+  "mesh_data",
+  "mesh_fsdp",
+  "mesh_tensor",
   "allow_config_change",
 )
 

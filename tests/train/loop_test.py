@@ -227,6 +227,25 @@ def test_preemptions_share_a_signal_and_restore_handlers():
     assert not later.requested
 
 
+def test_a_run_resumes_on_another_mesh_with_other_memory_settings(tmp_path):
+  """What an out-of-memory error says to turn (micro-batches, remat, the
+  mesh) may change on a resume: 2 steps over 8 devices, then the same run
+  over 4 (2 x 2) with 2 micro-batches and remat resumes at step 2, its
+  state restored into the new layout."""
+  cfg = _cfg(tmp_path, steps=2, mesh_fsdp=8, checkpoint_every=0)
+  grpo.run(cfg)
+  moved = dataclasses.replace(
+    cfg, steps=3, mesh_data=2, mesh_fsdp=2, micro_batches=2, remat=True
+  )
+  out = grpo.run(moved)
+  assert (out["step"], out["stopped"]) == (3, False)
+  assert _train_steps(cfg.workdir) == [1, 2, 3]
+  mesh = out["state"].params["embedding"].sharding.mesh
+  assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 1}
+  saved = json.load(open(os.path.join(cfg.workdir, "config.json")))
+  assert (saved["mesh_fsdp"], saved["micro_batches"]) == (2, 2)
+
+
 def _no_evaluation(monkeypatch, allowed=0):
   """context.run_eval fails after `allowed` calls."""
   run_eval, calls = context_lib.run_eval, []
