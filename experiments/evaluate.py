@@ -56,6 +56,7 @@ from etils import epath
 
 from rlreason import config
 from rlreason import devices
+from rlreason import metrics as metrics_lib
 from rlreason import storage
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate as evaluate_lib
@@ -212,22 +213,23 @@ def run(cfg: Config) -> dict:
     return out
   out_dir = cfg.out or default_out(policy)
   journal_dir = journal_for(out_dir)  # an interrupted run's
-  report = evaluate_lib.evaluate(
-    policy,
-    data=cfg.data,
-    split=cfg.split,
-    num_problems=None if cfg.num_problems < 0 else cfg.num_problems,
-    samples=cfg.samples,
-    temperature=cfg.temperature,
-    ks=_ks(cfg.ks),
-    greedy=cfg.greedy,
-    sequences_per_call=cfg.sequences_per_call,
-    template=cfg.template or None,
-    tokenizer=cfg.tokenizer or None,
-    max_prompt_len=cfg.max_prompt_len or None,
-    max_new_tokens=cfg.max_new_tokens or None,
-    journal_dir=journal_dir,
-  )
+  with metrics_lib.compile_lines(is_main):  # the sampler: minutes at scale
+    report = evaluate_lib.evaluate(
+      policy,
+      data=cfg.data,
+      split=cfg.split,
+      num_problems=None if cfg.num_problems < 0 else cfg.num_problems,
+      samples=cfg.samples,
+      temperature=cfg.temperature,
+      ks=_ks(cfg.ks),
+      greedy=cfg.greedy,
+      sequences_per_call=cfg.sequences_per_call,
+      template=cfg.template or None,
+      tokenizer=cfg.tokenizer or None,
+      max_prompt_len=cfg.max_prompt_len or None,
+      max_new_tokens=cfg.max_new_tokens or None,
+      journal_dir=journal_dir,
+    )
   paths = {}
   if is_main:
     paths = evaluate_lib.write(report, out_dir, samples_jsonl=cfg.write_samples)

@@ -14,10 +14,12 @@ A resumed run passes `keep_through=<restored step>`: rows logged after it
 logged twice; a torn last line (the process died mid-write) is dropped.
 """
 
+import contextlib
 import json
 import math
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -240,3 +242,71 @@ def _fmt_time(seconds: float) -> str:
   m, s = divmod(int(seconds), 60)
   h, m = divmod(m, 60)
   return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+# A compilation at least this long is reported while it runs (every this
+# many seconds) and when it ends: a 7B-32B train step or sampler compiles
+# for minutes on a TPU host before the run's first progress line.
+COMPILE_SECONDS = 30.0
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@contextlib.contextmanager
+def compile_lines(
+  enabled: bool = True, every: float | None = None, stream=None
+):
+  """Inside it, every XLA compilation longer than `every` seconds (default
+  COMPILE_SECONDS) says so on stderr as it runs, `compiling jit(step):
+  1:00 so far`, and once done, `compiled jit(step) in 2:13` (JAX's
+  monitoring events; programs the persistent cache holds load quickly and
+  say nothing). `enabled=False` (processes other than 0) prints nothing."""
+  if not enabled:
+    yield
+    return
+  from jax import monitoring
+
+  every = COMPILE_SECONDS if every is None else every
+  stream = stream or sys.stderr
+  running = []  # [name, start, next line's seconds]: compilations under way
+  lock, done = threading.Lock(), threading.Event()
+
+  def say(line):
+    print(line, file=stream, flush=True)
+
+  def started(event, value, **kwargs):
+    if event == _COMPILE_EVENT:
+      with lock:
+        running.append([kwargs.get("fun_name", "?"), time.time(), every])
+
+  def ended(event, seconds, **kwargs):
+    if event != _COMPILE_EVENT:
+      return
+    name = kwargs.get("fun_name", "?")
+    with lock:  # lines in order: none of its own after this one
+      mine = [r for r in running if r[0] == name]
+      if mine:
+        running.remove(mine[0])
+      if seconds >= every:
+        say(f"compiled {name} in {_fmt_time(seconds)}")
+
+  def watch():
+    while not done.wait(min(1.0, max(every, 0.01))):
+      now = time.time()
+      with lock:
+        for entry in running:
+          name, start, due = entry
+          if now - start >= due:
+            say(f"compiling {name}: {_fmt_time(now - start)} so far")
+            entry[2] = due + every
+
+  monitoring.register_scalar_listener(started)
+  monitoring.register_event_duration_secs_listener(ended)
+  thread = threading.Thread(target=watch, name="compile-lines", daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+    thread.join()
+    monitoring.unregister_scalar_listener(started)
+    monitoring.unregister_event_duration_listener(ended)

@@ -108,3 +108,48 @@ def test_a_steps_row_by_hand():
     updates, {}, rollout, (10, 12, 13, 17), update_flops=(2e12, 1e12)
   )
   assert row["mfu/update"] == pytest.approx(0.5, rel=1e-9, abs=1e-12)
+
+
+def test_a_long_compilation_says_so_while_it_runs_and_when_done():
+  """JAX's compile events, sent by hand: a compilation running 0.35 s with
+  a line due every 0.1 s prints 'so far' lines, then its time; a short
+  one prints nothing; nothing once the block is left."""
+  import time
+
+  from jax import monitoring
+
+  event, out = "/jax/core/compile/backend_compile_duration", io.StringIO()
+  with metrics.compile_lines(every=0.1, stream=out):
+    monitoring.record_scalar(event, time.time(), fun_name="jit(step)")
+    time.sleep(0.35)
+    monitoring.record_event_duration_secs(event, 0.35, fun_name="jit(step)")
+    monitoring.record_scalar(event, time.time(), fun_name="jit(tiny)")
+    monitoring.record_event_duration_secs(event, 0.01, fun_name="jit(tiny)")
+  lines = out.getvalue().splitlines()
+  assert lines[-1] == "compiled jit(step) in 0:00", lines
+  assert 1 <= len(lines[:-1]) <= 4, lines  # at 0.1, 0.2, 0.3 s
+  assert set(lines[:-1]) == {"compiling jit(step): 0:00 so far"}
+  monitoring.record_event_duration_secs(event, 9.0, fun_name="jit(step)")
+  assert out.getvalue().splitlines() == lines  # the listeners are gone
+  quiet = io.StringIO()
+  with metrics.compile_lines(enabled=False, every=0.0, stream=quiet):
+    monitoring.record_event_duration_secs(event, 9.0, fun_name="jit(step)")
+  assert quiet.getvalue() == ""
+
+
+def test_compile_lines_hear_a_real_compilation():
+  """jax.jit's own events reach it (a constant of this run's: no
+  persistent-cache hit)."""
+  import time
+
+  import jax
+  import jax.numpy as jnp
+
+  out, stamp = io.StringIO(), float(time.time_ns() % 1_000_003)
+
+  def fresh_program(x):
+    return jnp.sin(x) * stamp
+
+  with metrics.compile_lines(every=0.0, stream=out):
+    jax.jit(fresh_program)(jnp.ones(3)).block_until_ready()
+  assert "compiled jit(fresh_program) in 0:00" in out.getvalue().splitlines()

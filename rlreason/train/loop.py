@@ -67,13 +67,17 @@ def train(cfg, **kwargs) -> dict[str, Any]:
 
   SIGTERM or Ctrl-C, from its start on, stops it after the step under
   way (the warm start's, or the RL loop's), with a checkpoint; a second
-  Ctrl-C stops it at once. Arguments: `_train`'s.
+  Ctrl-C stops it at once. A long compilation says so as it runs
+  (metrics.compile_lines). Arguments: `_train`'s.
   """
   cfg.validate()
   # Before the handlers: jax.distributed's own SIGTERM handler (its
   # preemption notifier) would replace them.
   run_info.maybe_initialize_distributed(cfg)
-  with checkpoint.Preemption() as preempt:
+  with (
+    checkpoint.Preemption() as preempt,
+    metrics_lib.compile_lines(jax.process_index() == 0),  # minutes at scale
+  ):
     return _train(cfg, preempt=preempt, **kwargs)
 
 
