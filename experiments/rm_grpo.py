@@ -58,6 +58,7 @@ TPU:  launch/tpu.sh run experiments.rm_grpo --scale=paper \
         --workdir=gs://$BUCKET/rm_grpo/$(date +%m%d_%H%M)
 """
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -278,26 +279,29 @@ def train_reward_model(cfg, ctx, params, partial: str | None = None):
     f"{correct.mean():.3f}); {cfg.rm_steps} Bradley-Terry steps",
     flush=True,
   )
-  resume = None  # SIGTERM while it trains: checkpointed, resumed
+  # SIGTERM or Ctrl-C while it trains: checkpointed, resumed.
+  resume = None
   if partial is not None:
     bt_dir = os.path.join(os.path.abspath(partial), "bt")
     resume = checkpoint.Resumable(bt_dir, "reward model training")
-  trained, losses = rm.train_bt(
-    init,
-    model_cfg,
-    train_c,
-    train_r,
-    steps=cfg.rm_steps,
-    batch_size=cfg.rm_batch_size,
-    lr=cfg.rm_lr,
-    seed=cfg.seed,
-    log_every=max(1, cfg.rm_steps // 10),
-    mesh=ctx.mesh,
-    micro_batches=cfg.rm_micro_batches,
-    # A train step too: under the policy's --train_temp_budget_mib.
-    compiler_options=ts.compiler_options(cfg.train_temp_budget_mib, ctx.mesh),
-    resume=resume,
-  )
+  # Its signal handlers go however the training ends.
+  with resume or contextlib.nullcontext():
+    trained, losses = rm.train_bt(
+      init,
+      model_cfg,
+      train_c,
+      train_r,
+      steps=cfg.rm_steps,
+      batch_size=cfg.rm_batch_size,
+      lr=cfg.rm_lr,
+      seed=cfg.seed,
+      log_every=max(1, cfg.rm_steps // 10),
+      mesh=ctx.mesh,
+      micro_batches=cfg.rm_micro_batches,
+      # A train step too: under the policy's --train_temp_budget_mib.
+      compiler_options=ts.compiler_options(cfg.train_temp_budget_mib, ctx.mesh),
+      resume=resume,
+    )
   on_mesh = dict(batch_size=ctx.score_rows, mesh=ctx.mesh)
   s = rm.scores(
     trained, tokens, positions, model_cfg, rows=ctx.score_rows, mesh=ctx.mesh

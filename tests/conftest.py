@@ -44,6 +44,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_disable_most_optimizations", True)  # as set above
@@ -60,3 +61,16 @@ jax.config.update(
   "jax_persistent_cache_min_entry_size_bytes",
   int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
 )
+
+
+@pytest.fixture(autouse=True)
+def _no_signal_handlers_left(request):
+  """Every test leaves the signal handlers as it found them: a run's
+  checkpoint.Preemption (SIGTERM / Ctrl-C) goes however the run ends. One
+  left behind would turn the next test's run into a stopped one."""
+  yield
+  from rlreason.train import checkpoint
+
+  alive = checkpoint._SIGNALLED["alive"]
+  checkpoint._SIGNALLED.update(alive=0, requested=False)  # the next is clean
+  assert alive == 0, f"{request.node.nodeid} left {alive} Preemption(s)"

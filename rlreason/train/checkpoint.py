@@ -325,7 +325,7 @@ class Preemption:
     if signum == signal.SIGINT and _SIGNALLED["requested"]:
       raise KeyboardInterrupt  # the second Ctrl-C
     _SIGNALLED["requested"] = True
-    what = "Ctrl-C" if signum == signal.SIGINT else f"signal {signum}"
+    what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
     again = " (Ctrl-C again stops at once)" if signum == signal.SIGINT else ""
     print(
       f"{what}: checkpointing at the end of this step, then stopping{again}.",
@@ -352,9 +352,9 @@ class Resumable:
   """Work outside the RL loop that SIGTERM or Ctrl-C stops resumably (a
   warm start, a reward model's training): `restore` what a stopped call
   saved, `maybe_stop` after each step (checkpoints and raises Stopped
-  once a signal came),
-  `close` at the end. Handed to lower layers (rewards/) that cannot
-  import this one."""
+  once a signal came), `close` at the end (or use it as a context
+  manager: its signal handlers go however the work ends). Handed to lower
+  layers (rewards/) that cannot import this one."""
 
   def __init__(self, directory: str, label: str):
     self.directory, self.label = directory, label
@@ -380,3 +380,9 @@ class Resumable:
     self._preempt.restore_handlers()
     self._ckpt.close()
     self._ckpt = None
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()

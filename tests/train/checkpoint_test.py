@@ -200,3 +200,9 @@ def test_a_failed_save_names_the_path_and_keeps_the_previous(tmp_path, mode):
   state, meta = ckpt.restore(checkpoint.abstract({"w": jnp.zeros(8)}))
   np.testing.assert_array_equal(state["w"], np.ones(8))
   assert meta == {"step": 1}
+  # The failed write's leftovers (orbax's temporary directory, as a process
+  # killed mid-write leaves it) do not stand in the way of the next save.
+  ckpt.save(2, {"w": jnp.full(8, 2.0)}, {"step": 2})
+  assert ckpt.latest_step() == 2
+  state, _ = ckpt.restore(checkpoint.abstract({"w": jnp.zeros(8)}))
+  np.testing.assert_array_equal(state["w"], np.full(8, 2.0))
