@@ -17,8 +17,11 @@ README.md there). Other mixes: --corpus_tasks
   python -m experiments.grpo                   # the main job: RL from it
   python -m experiments.pretrain --card_only   # re-measure the card only
 
-It prints progress, checkpoints on SIGTERM / Ctrl-C (rerun the same command
-to resume: `<workdir>/ckpt`) and is bit-reproducible from --seed: the corpus
+It prints progress, checkpoints on SIGTERM / Ctrl-C and every 10 minutes
+(`checkpoint.SAVE_SECONDS`, in the background: a killed run loses at most
+that; rerun the same command to resume from `<workdir>/ckpt-<key of its
+settings>`) and is
+bit-reproducible from --seed: the corpus
 is a pure function of the seed and the draw order is checkpointed. The
 result is an HF directory (config.json + model.safetensors + the character
 tokenizer's tokenizer.json), loaded through `rlreason.model.hf.load`, and
@@ -182,6 +185,7 @@ the model learned less; the character tokenizer stays the default.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -425,6 +429,16 @@ def run(cfg: Config) -> dict:
     f"{cfg.steps} steps of {cfg.batch_size}",
     flush=True,
   )
+  # The checkpoint is keyed by every setting the weights depend on: a
+  # rerun with other flags starts over instead of resuming another run's.
+  settings = {
+    k: v
+    for k, v in dataclasses.asdict(cfg).items()
+    if k not in ("out", "workdir", "card_only", "mesh_fsdp")
+  }
+  key = hashlib.sha256(
+    json.dumps(settings, sort_keys=True).encode()
+  ).hexdigest()[:16]
   params = transformer.init(model_cfg, jax.random.key(cfg.seed))
   params = sft.train_on_pairs(
     params,
@@ -440,7 +454,7 @@ def run(cfg: Config) -> dict:
     max_new_tokens=cfg.max_new_tokens,
     seed=cfg.seed,
     label="pretrain",
-    resume_dir=os.path.join(os.path.abspath(cfg.workdir), "ckpt"),
+    resume_dir=os.path.join(os.path.abspath(cfg.workdir), f"ckpt-{key}"),
     length_groups=64,
     log_every=25,
   )
@@ -449,11 +463,7 @@ def run(cfg: Config) -> dict:
   made = {
     "command": "python -m experiments.pretrain"
     + ("" if cfg == Config() else " (non-default flags)"),
-    "settings": {
-      k: v
-      for k, v in dataclasses.asdict(cfg).items()
-      if k not in ("out", "workdir", "card_only", "mesh_fsdp")
-    },
+    "settings": settings,
     "documents": f"{len(prompts)} ({dropped} too long left out), "
     f"{tokens} solution tokens",
     "parameters": sum(x.size for x in jax.tree.leaves(params)),

@@ -284,6 +284,18 @@ def abstract(tree):
   )
 
 
+def any_process(*flags: bool) -> tuple[bool, ...]:
+  """Each flag OR-ed over the processes: the same answer on every one (a
+  small all-gather where there are several; each must call it alike)."""
+  if jax.process_count() == 1:
+    return tuple(bool(f) for f in flags)
+  from jax.experimental import multihost_utils
+
+  mine = np.asarray(flags, np.int32)
+  every = np.asarray(multihost_utils.process_allgather(mine))
+  return tuple(bool(f) for f in every.reshape(-1, len(flags)).any(axis=0))
+
+
 # What the signal handlers of the Preemptions alive in this process share:
 # a run's warm start (a Resumable inside it) stops on a signal that came
 # while the run was loading.
@@ -313,12 +325,7 @@ class Preemption:
     """Whether any process was signalled. Every process gets the same
     answer (one small all-gather where there are several: each must call
     it alike), so all of them save and stop at the same step."""
-    if jax.process_count() == 1:
-      return self.requested
-    from jax.experimental import multihost_utils
-
-    mine = np.asarray(self.requested, np.int32)
-    return bool(np.asarray(multihost_utils.process_allgather(mine)).any())
+    return any_process(self.requested)[0]
 
   def _handle(self, signum, frame):
     del frame
@@ -348,18 +355,27 @@ class Preemption:
     self.restore_handlers()
 
 
+# A Resumable's work is also saved this often (seconds), in the background:
+# a process killed without a signal (the OOM killer, a closed laptop, a
+# crash) resumes from there rather than from its start.
+SAVE_SECONDS = 600.0
+
+
 class Resumable:
   """Work outside the RL loop that SIGTERM or Ctrl-C stops resumably (a
-  warm start, a reward model's training): `restore` what a stopped call
-  saved, `maybe_stop` after each step (checkpoints and raises Stopped
-  once a signal came), `close` at the end (or use it as a context
-  manager: its signal handlers go however the work ends). Handed to lower
-  layers (rewards/) that cannot import this one."""
+  warm start, pretraining, a reward model's training): `restore` what a
+  stopped (or killed) call saved, `maybe_stop` after each step
+  (checkpoints and raises Stopped once a signal came; saves every
+  `every` seconds, SAVE_SECONDS by default), `close` at the end (or use
+  it as a context manager: its signal handlers go however the work ends).
+  Handed to lower layers (rewards/) that cannot import this one."""
 
-  def __init__(self, directory: str, label: str):
+  def __init__(self, directory: str, label: str, every: float | None = None):
     self.directory, self.label = directory, label
-    self._ckpt = Checkpointer(directory, keep=1)
+    self.every = SAVE_SECONDS if every is None else every
+    self._ckpt = Checkpointer(directory, keep=1, background=True)
     self._preempt = Preemption()
+    self._saved = time.time()
 
   def restore(self, tree):
     """(tree, meta) as saved, in `tree`'s layout, or (None, None)."""
@@ -367,9 +383,17 @@ class Resumable:
 
   def maybe_stop(self, step: int, steps: int, tree, meta) -> None:
     """After step `step` of `steps`: once SIGTERM or Ctrl-C came (to any
-    process), saves `tree` and meta() (JSON) and raises Stopped."""
-    if self._preempt.agreed() and step < steps:
-      self._ckpt.save(step, tree, {**meta(), "step": step})
+    process), saves `tree` and meta() (JSON) and raises Stopped; else,
+    `every` seconds after the last save, saves them in the background and
+    goes on. Every process must call it alike."""
+    due = time.time() - self._saved >= self.every
+    stop, due = any_process(self._preempt.requested, due)
+    if step >= steps:
+      return
+    if stop or due:
+      self._ckpt.save(step, tree, {**meta(), "step": step}, wait=stop)
+      self._saved = time.time()
+    if stop:
       self.close()
       raise Stopped(f"{self.label} (in {self.directory})", step, steps)
 

@@ -308,6 +308,42 @@ def test_sigterm_during_the_warm_start_checkpoints_and_resumes_it(
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+def test_a_crashed_warm_start_resumes_from_its_last_periodic_save(
+  tmp_path, monkeypatch
+):
+  """With a save due after every step (checkpoint.SAVE_SECONDS = 0), a
+  warm start that crashes during step 4 (no signal: as the OOM killer
+  would end it) resumes at step 3 on the rerun and ends with the weights
+  of a run never stopped."""
+  cfg = _cfg(tmp_path, warm_start_steps=6, warm_start_batch_size=4)
+  straight = sft.warm_start(cfg, cache_dir=str(tmp_path / "straight"))
+  monkeypatch.setattr(checkpoint, "SAVE_SECONDS", 0.0)
+  pack, calls = sft.rollout_lib.pack, []
+
+  def pack_then_crash(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 4:  # during SFT step 4
+      raise RuntimeError("killed")
+    return pack(*args, **kwargs)
+
+  monkeypatch.setattr(sft.rollout_lib, "pack", pack_then_crash)
+  with pytest.raises(RuntimeError, match="killed"):
+    sft.warm_start(cfg)
+  (partial,) = [d for d in os.listdir(cfg.cache_dir) if d.endswith(".partial")]
+  checkpoints = os.listdir(os.path.join(cfg.cache_dir, partial))
+  assert checkpoints == ["3"], checkpoints  # the last step saved, alone
+  calls.clear()
+  out = sft.warm_start(cfg)
+  assert len(calls) == 3  # steps 4-6 only
+  from safetensors.numpy import load_file
+
+  a = load_file(os.path.join(straight, "model.safetensors"))
+  b = load_file(os.path.join(out, "model.safetensors"))
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 def test_a_failed_warm_start_restores_the_signal_handlers(
   tmp_path, monkeypatch
 ):
