@@ -259,7 +259,7 @@ def train_bt(
       if log_every and ((step + 1) % log_every == 0 or step + 1 == steps):
         progress.update(step + 1, {"loss": np.mean(losses[-log_every:])})
       if resume is not None:
-        meta = lambda order=order: {  # noqa: E731 - called at a stop only
+        meta = lambda order=order: {  # noqa: E731 - called when it saves
           "order": order.tolist(),
           "losses": losses,
           "rng": rng.bit_generator.state,

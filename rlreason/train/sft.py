@@ -188,9 +188,9 @@ def train_on_pairs(
   rounded up to 32 tokens (at most max_new_tokens): less padding for
   corpora of mixed lengths (a few long hinted prompts no longer widen most
   batches), at the price of one compiled step per (prompt, completion)
-  width. With `resume_dir`, SIGTERM or Ctrl-C
-  checkpoints the training there (state, step, the draw order) and raises
-  checkpoint.Stopped; a later call with
+  width. With `resume_dir`, SIGTERM or Ctrl-C checkpoints the training
+  there (state, step, the draw order) and raises checkpoint.Stopped, and
+  it is saved there every checkpoint.SAVE_SECONDS too; a later call with
   the same arguments resumes it and ends as an uninterrupted one would.
   """
   optimizer = ts.make_optimizer(
@@ -246,7 +246,7 @@ def train_on_pairs(
       if (step + 1) % log_every == 0 or step + 1 == steps:
         progress.update(step + 1, {"loss": m["loss"]})
       if resume is not None:
-        meta = lambda order=order: {  # noqa: E731 - called at a stop only
+        meta = lambda order=order: {  # noqa: E731 - called when it saves
           "order": order.tolist(),
           "rng": rng.bit_generator.state,
         }
