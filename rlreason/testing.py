@@ -128,6 +128,25 @@ def spy(monkeypatch, owner, name: str, record) -> list:
   return seen
 
 
+def hooked_combine(combine, hook):
+  """A rewards.combine whose reward functions, after each call, pass
+  (call index from 1, the [N] float32 rewards) to `hook` and return its
+  rewards: a test's signal, or NaN, at a chosen step (one call a step)."""
+  calls = []
+
+  def hooked(weights):
+    fn = combine(weights)
+
+    def reward_fn(completions, answers, **kwargs):
+      total, parts = fn(completions, answers, **kwargs)
+      calls.append(1)
+      return hook(len(calls), np.array(total, np.float32)), parts
+
+    return reward_fn
+
+  return hooked
+
+
 def tiny_rollout(ctx, examples, step: int = 0, progress=None):
   """ctx.generate of `examples` as the loop samples a step: the policy's
   params, key `step`, cfg's group size and temperature (reporting to

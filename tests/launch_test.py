@@ -131,10 +131,10 @@ def test_tpu_run_starts_every_worker_in_our_tmux_session():
 
 def test_tpu_kill_ends_only_our_session():
   (ssh,) = _commands(_run("launch/tpu.sh", "--dry-run", "kill"))
-  remote = [a for a in ssh if a.startswith("--command=")][0]
+  assert "--worker=all" in ssh
+  remote = _remote("kill")
   assert "tmux kill-session -t rlreason" in remote
   assert not re.search(r"\b(pkill|killall|kill -9)\b", remote)
-  assert "--worker=all" in ssh
 
 
 _PROBE = """
@@ -150,20 +150,18 @@ with checkpoint.Preemption() as preempt:
 """
 
 
-def _remote(args, home):
+def _remote(*args, **env):
   """The command `launch/tpu.sh --dry-run ARGS` has every worker run."""
-  (ssh,) = _commands(
-    _run("launch/tpu.sh", "--dry-run", *args, env={"HOME": str(home)})
-  )
+  (ssh,) = _commands(_run("launch/tpu.sh", "--dry-run", *args, env=env))
   return [a for a in ssh if a.startswith("--command=")][0][len("--command=") :]
 
 
 @pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
 def test_tpu_stop_is_ctrl_c_to_the_run_alone(tmp_path):
   """`run`'s and `stop`'s worker commands, run here as on a worker (a
-  private tmux server): the run gets SIGINT, finishes its step and exits
-  75 (its Preemption), while its shell and tee live on, so its last lines
-  reach the log; the session then ends."""
+  private tmux server, $HOME a temporary directory): the run gets SIGINT,
+  finishes its step and exits 75 (its Preemption), while its shell and tee
+  live on, so its last lines reach the log; the session then ends."""
   home = tmp_path / "home"
   (home / "rlreason").mkdir(parents=True)
   (home / "rlreason" / "probe.py").write_text(_PROBE)
@@ -174,28 +172,20 @@ def test_tpu_stop_is_ctrl_c_to_the_run_alone(tmp_path):
     "PYTHONPATH": ROOT,
     "JAX_PLATFORMS": "cpu",
   }
-  python = {"PYTHON": shlex.quote(sys.executable)}
-  start = _run("launch/tpu.sh", "--dry-run", "run", "probe", env=python)
-  remote = [
-    a
-    for (ssh,) in [_commands(start)]
-    for a in ssh
-    if a.startswith("--command=")
-  ][0][len("--command=") :]
-  remote = remote.replace("$HOME", str(home))
-  subprocess.run(["bash", "-c", remote], env=env, check=True, timeout=30)
+
+  def on_worker(command):
+    subprocess.run(["bash", "-c", command], env=env, check=True, timeout=30)
+
+  def session_alive():
+    has = ["tmux", "has-session", "-t", "rlreason"]
+    return subprocess.run(has, env=env, capture_output=True).returncode == 0
+
+  on_worker(_remote("run", "probe", PYTHON=shlex.quote(sys.executable)))
   log = home / "rlreason-logs" / "run.log"
   _wait_for(lambda: log.exists() and "step 3\n" in log.read_text())
-  stop = _remote(["stop"], home)
-  subprocess.run(["bash", "-c", stop], env=env, check=True, timeout=30)
+  on_worker(_remote("stop"))
   _wait_for(lambda: "checkpointed at" in log.read_text())
-  alive = lambda: (
-    subprocess.run(  # noqa: E731
-      ["tmux", "has-session", "-t", "rlreason"], env=env, capture_output=True
-    ).returncode
-    == 0
-  )
-  _wait_for(lambda: not alive())
+  _wait_for(lambda: not session_alive())
   lines = log.read_text().splitlines()
   assert lines[-1].startswith("checkpointed at"), lines[-3:]
   assert int(lines[-1].split()[-1]) < 1199  # stopped, not finished

@@ -75,20 +75,14 @@ def _sigterm_at(process: int, call: int) -> None:
   """This process sends itself SIGTERM at its call-th reward call."""
   if int(os.environ["JAX_PROCESS_ID"]) != process:  # before the run's init
     return
-  combine, calls = loaders.rewards_lib.combine, []
 
-  def hooked(weights):
-    fn = combine(weights)
+  def hook(index, rewards):
+    if index == call:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return rewards
 
-    def reward_fn(*args, **kw):
-      calls.append(1)
-      if len(calls) == call:
-        os.kill(os.getpid(), signal.SIGTERM)
-      return fn(*args, **kw)
-
-    return reward_fn
-
-  loaders.rewards_lib.combine = hooked
+  combine = loaders.rewards_lib.combine
+  loaders.rewards_lib.combine = testing.hooked_combine(combine, hook)
 
 
 def main(mode: str, overrides: str, out_prefix: str) -> None:

@@ -37,20 +37,32 @@ def _cfg(tmp_path, run="run", **kw):
 
 def _hooked_rewards(monkeypatch, hook):
   """Rewards as usual; hook(call_index, rewards) runs on every call."""
-  combine = loaders.rewards_lib.combine
-  calls = []
+  combine = testing.hooked_combine(loaders.rewards_lib.combine, hook)
+  monkeypatch.setattr(loaders.rewards_lib, "combine", combine)
 
-  def fake_combine(weights):
-    fn = combine(weights)
 
-    def reward_fn(completions, answers, **kw):
-      total, parts = fn(completions, answers, **kw)
-      calls.append(1)
-      return hook(len(calls), np.array(total, np.float32)), parts
+def _hooked_sft_steps(monkeypatch, hook):
+  """The warm start's steps as usual; hook(step) runs as each one starts
+  (its batch is packed); returns the list of steps started."""
+  pack, calls = sft.rollout_lib.pack, []
 
-    return reward_fn
+  def hooked(*args, **kwargs):
+    calls.append(1)
+    hook(len(calls))
+    return pack(*args, **kwargs)
 
-  monkeypatch.setattr(loaders.rewards_lib, "combine", fake_combine)
+  monkeypatch.setattr(sft.rollout_lib, "pack", hooked)
+  return calls
+
+
+def _same_weights(a_dir, b_dir):
+  from safetensors.numpy import load_file
+
+  a = load_file(os.path.join(a_dir, "model.safetensors"))
+  b = load_file(os.path.join(b_dir, "model.safetensors"))
+  assert a.keys() == b.keys()
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 def _train_steps(workdir):
@@ -283,29 +295,17 @@ def test_sigterm_during_the_warm_start_checkpoints_and_resumes_it(
   cfg = _cfg(tmp_path, warm_start_steps=6, warm_start_batch_size=4)
   straight = sft.warm_start(cfg, cache_dir=str(tmp_path / "straight"))
 
-  pack = sft.rollout_lib.pack
-  calls = []
-
-  def pack_then_sigterm(*args, **kwargs):
-    calls.append(1)
-    if len(calls) == 3:  # during SFT step 3
+  def sigterm(step):
+    if step == 3:
       os.kill(os.getpid(), signal.SIGTERM)
-    return pack(*args, **kwargs)
 
-  monkeypatch.setattr(sft.rollout_lib, "pack", pack_then_sigterm)
+  _hooked_sft_steps(monkeypatch, sigterm)
   with pytest.raises(checkpoint.Stopped, match="stopped at step 3 of 6"):
     sft.warm_start(cfg)
   (partial,) = [d for d in os.listdir(cfg.cache_dir) if d.endswith(".partial")]
   out = sft.warm_start(cfg)  # resumes from step 3
   assert not os.path.exists(os.path.join(cfg.cache_dir, partial))
-
-  from safetensors.numpy import load_file
-
-  a = load_file(os.path.join(straight, "model.safetensors"))
-  b = load_file(os.path.join(out, "model.safetensors"))
-  assert a.keys() == b.keys()
-  for k in a:
-    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  _same_weights(straight, out)
 
 
 def test_a_crashed_warm_start_resumes_from_its_last_periodic_save(
@@ -318,15 +318,12 @@ def test_a_crashed_warm_start_resumes_from_its_last_periodic_save(
   cfg = _cfg(tmp_path, warm_start_steps=6, warm_start_batch_size=4)
   straight = sft.warm_start(cfg, cache_dir=str(tmp_path / "straight"))
   monkeypatch.setattr(checkpoint, "SAVE_SECONDS", 0.0)
-  pack, calls = sft.rollout_lib.pack, []
 
-  def pack_then_crash(*args, **kwargs):
-    calls.append(1)
-    if len(calls) == 4:  # during SFT step 4
+  def crash(step):
+    if step == 4:
       raise RuntimeError("killed")
-    return pack(*args, **kwargs)
 
-  monkeypatch.setattr(sft.rollout_lib, "pack", pack_then_crash)
+  calls = _hooked_sft_steps(monkeypatch, crash)
   with pytest.raises(RuntimeError, match="killed"):
     sft.warm_start(cfg)
   (partial,) = [d for d in os.listdir(cfg.cache_dir) if d.endswith(".partial")]
@@ -335,13 +332,7 @@ def test_a_crashed_warm_start_resumes_from_its_last_periodic_save(
   calls.clear()
   out = sft.warm_start(cfg)
   assert len(calls) == 3  # steps 4-6 only
-  from safetensors.numpy import load_file
-
-  a = load_file(os.path.join(straight, "model.safetensors"))
-  b = load_file(os.path.join(out, "model.safetensors"))
-  assert a.keys() == b.keys()
-  for k in a:
-    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  _same_weights(straight, out)
 
 
 def test_a_failed_warm_start_restores_the_signal_handlers(
@@ -351,16 +342,13 @@ def test_a_failed_warm_start_restores_the_signal_handlers(
   SIGINT / SIGTERM handlers back, and the signal that came before it is
   not pending for the next run."""
   cfg = _cfg(tmp_path, warm_start_steps=6, warm_start_batch_size=4)
-  pack, calls = sft.rollout_lib.pack, []
 
-  def pack_then_fail(*args, **kwargs):
-    calls.append(1)
-    if len(calls) == 2:  # a signal, then an error before the step ends
+  def signal_then_fail(step):
+    if step == 2:  # a signal, then an error before the step ends
       os.kill(os.getpid(), signal.SIGTERM)
       raise RuntimeError("disk on fire")
-    return pack(*args, **kwargs)
 
-  monkeypatch.setattr(sft.rollout_lib, "pack", pack_then_fail)
+  _hooked_sft_steps(monkeypatch, signal_then_fail)
   before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
   with pytest.raises(RuntimeError, match="disk on fire"):
     sft.warm_start(cfg)
