@@ -18,42 +18,21 @@ DECODE_ATTENTIONS = ("auto", "dense", "ragged")
 ROLLOUT_LAYOUTS = ("auto", "replicated", "fsdp")  # mesh.ROLLOUT_LAYOUTS
 REMAT_POLICIES = ("full", "dots", "offload")
 TEMPLATES = ("plain", "r1", "boxed", "chat")
-# Fields a resumed run may change without --allow_config_change: they decide
-# how long the run goes on and what it records, not what it computes.
-RESUMABLE_CHANGES = (
-  "steps",
-  "workdir",
-  "log_every",
-  "eval_every",
-  "checkpoint_every",
-  "keep_checkpoints",
-  "async_checkpoint",
-  "tensorboard",
-  "wandb_project",
-  "cache_dir",
-  "compile_cache",
-  "multihost",
-  "validate_rows",
-  "rollout_rows",  # samples do not depend on it (per-row keys)
-  "rollout_batching",  # nor on this
-  "decode_attention",  # nor on this (up to numerics)
-  "rollout_layout",  # nor on this
-  "rollout_tensor",  # nor on this (up to numerics)
-  "sequence_parallel",  # nor on this (up to numerics)
-  "scan_layers",  # nor on this (up to numerics)
-  # How the updates fit the devices, not what they compute (up to
-  # numerics): what an out-of-memory error says to turn before a rerun
-  # resumes, and a run moved to another slice.
-  "micro_batches",
-  "remat",
-  "remat_policy",
-  "train_temp_budget_mib",
-  "rollout_temp_budget_mib",
-  "score_temp_budget_mib",
-  "mesh_data",
-  "mesh_fsdp",
-  "mesh_tensor",
-  "allow_config_change",
+# Fields a resumed run may change without --allow_config_change. None of
+# them changes what the run computes (up to numerics): how long it goes on
+# and what it records; how the rollout is batched and laid out (samples
+# draw per-row keys); how the updates fit the devices (what an
+# out-of-memory error says to turn before a rerun resumes, and a run moved
+# to another slice). A test keeps every name a BaseConfig field.
+RESUMABLE_CHANGES = tuple(
+  "steps workdir log_every eval_every checkpoint_every keep_checkpoints "
+  "async_checkpoint tensorboard wandb_project cache_dir compile_cache "
+  "multihost validate_rows allow_config_change "
+  "rollout_rows rollout_batching decode_attention rollout_layout "
+  "rollout_tensor sequence_parallel scan_layers "
+  "micro_batches remat remat_policy train_temp_budget_mib "
+  "rollout_temp_budget_mib score_temp_budget_mib "
+  "mesh_data mesh_fsdp mesh_tensor".split()
 )
 
 

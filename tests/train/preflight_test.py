@@ -294,6 +294,13 @@ def test_resuming_with_other_settings_is_refused(tmp_path, capsys, no_compute):
   assert "--steps" not in err  # steps may grow on resume
 
 
+def test_every_resumable_change_is_a_field():
+  fields = {f.name for f in dataclasses.fields(config.BaseConfig)}
+  missing = set(config.RESUMABLE_CHANGES) - fields
+  assert not missing, missing
+  assert len(set(config.RESUMABLE_CHANGES)) == len(config.RESUMABLE_CHANGES)
+
+
 def test_allow_config_change_records_it(tmp_path):
   cfg = _cfg(tmp_path)
   os.makedirs(cfg.workdir)
