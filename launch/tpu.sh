@@ -107,10 +107,11 @@ cmd_logs() {
 }
 
 cmd_stop() {
-  # Ctrl-C in our session: every worker's run checkpoints at the end of the
-  # step under way (all at the same step) and exits.
+  # Ctrl-C in our session: every worker's run stops at its next sampler
+  # call, evaluation chunk or step end (all at the same point), checkpoints
+  # and exits.
   on_workers "tmux send-keys -t $SESSION C-c 2>/dev/null || echo 'no rlreason session here' >&2"
-  echo "# each worker's run stops after its step, with a checkpoint (logs to follow)"
+  echo "# each worker's run stops at its next sampler call, evaluation chunk or step end, with a checkpoint (logs to follow)"
 }
 
 cmd_kill() {

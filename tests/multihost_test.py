@@ -288,22 +288,31 @@ def test_only_process_0_writes(runs):
   assert len(names) == 1 and names[0].startswith("sft-"), names
 
 
-def test_a_sigterm_to_one_process_stops_both_at_the_same_step(runs):
-  """Process 1 alone gets SIGTERM during step 2 (as when one host of a
-  slice is preempted first): both processes agree on it, checkpoint step 2
-  together and stop there (a save on one alone would hang)."""
+def test_a_sigterm_to_one_process_stops_both_at_the_same_point(runs):
+  """Process 1 alone gets SIGTERM as step 3's rollout starts (sampler call
+  4: the evaluation at step 0 is the first), as when one host of a slice
+  is preempted first: both processes agree on it between the sampler's
+  host calls, checkpoint step 2 together (no periodic checkpoints) and
+  stop there (a save on one alone would hang)."""
   workdir = runs / "stopped"
-  cfg = dict(CONFIG, workdir=str(workdir), cache_dir=str(runs / "cache"))
+  cfg = dict(
+    CONFIG,
+    checkpoint_every=0,
+    workdir=str(workdir),
+    cache_dir=str(runs / "cache"),
+  )
   _run_two_processes(
-    runs, "stopped", "grpo", cfg, RLREASON_TEST_SIGTERM_AT="1:2"
+    runs, "stopped", "grpo", cfg, RLREASON_TEST_SIGTERM_AT="1:4"
   )
   for i in range(2):
     out = json.load(open(runs / f"stopped{i}.json"))
     assert (out["stopped"], out["step"]) == (1.0, 2.0), out
   status = json.load(open(workdir / "status.json"))
   assert status == {"status": "stopped", "step": 2, "steps": 3}
-  assert sorted(os.listdir(workdir / "checkpoints")) == ["1", "2"]
+  assert os.listdir(workdir / "checkpoints") == ["2"]
   assert [r["step"] for r in _train_rows(workdir)] == [0, 1, 2]
+  log = open(runs / "stopped0.log").read()
+  assert "step 3/3 stopped during its sampling" in log, log
 
 
 def _evaluate_2_processes(tmp, name, flags, interrupt_at=0):

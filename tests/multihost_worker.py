@@ -10,8 +10,8 @@ experiments.evaluate.run with those flags and writes OUT_PREFIX.json: the
 row offset of each sampler call and whether it was interrupted (a
 KeyboardInterrupt raised at sampler call RLREASON_TEST_INTERRUPT_AT, as
 Ctrl-C would land, on every process alike). With
-RLREASON_TEST_SIGTERM_AT=P:C, process P sends itself SIGTERM at its C-th
-reward call (one a step), the others none. Multi-process settings come
+RLREASON_TEST_SIGTERM_AT=P:C, process P sends itself SIGTERM as its C-th
+sampler call starts, the others none. Multi-process settings come
 from the environment (RLREASON_MULTIHOST=1, JAX_COORDINATOR_ADDRESS,
 JAX_NUM_PROCESSES, JAX_PROCESS_ID), as in a real launch.
 """
@@ -42,7 +42,6 @@ from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason import testing  # noqa: E402
 from rlreason.sampling import engine  # noqa: E402
 from rlreason.train import context  # noqa: E402
-from rlreason.train import loaders  # noqa: E402
 
 testing.register_digits_reward()  # --reward=digits: moves the parameters
 # The rollout's progress in host calls of 4 decode steps, each one's line
@@ -72,17 +71,20 @@ def evaluate(flags: str, out_prefix: str) -> None:
 
 
 def _sigterm_at(process: int, call: int) -> None:
-  """This process sends itself SIGTERM at its call-th reward call."""
+  """This process sends itself SIGTERM as its call-th sampler call starts
+  (rollout.generate's; each runs in host calls of 4 decode steps, between
+  which the run may stop)."""
   if int(os.environ["JAX_PROCESS_ID"]) != process:  # before the run's init
     return
+  sample_rows, calls = context.rollout_lib._sample_rows, []  # noqa: SLF001
 
-  def hook(index, rewards):
-    if index == call:
+  def hooked(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == call:
       os.kill(os.getpid(), signal.SIGTERM)
-    return rewards
+    return sample_rows(*args, **kwargs)
 
-  combine = loaders.rewards_lib.combine
-  loaders.rewards_lib.combine = testing.hooked_combine(combine, hook)
+  context.rollout_lib._sample_rows = hooked  # noqa: SLF001
 
 
 def main(mode: str, overrides: str, out_prefix: str) -> None:

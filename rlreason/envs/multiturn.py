@@ -94,6 +94,7 @@ def generate(
   stop_strings: Sequence[str] = (),
   rows_per_call: int = 0,
   progress: Callable[[int], None] | None = None,
+  interrupt: Callable[[], None] | None = None,
 ) -> MultiTurnRollout:
   """Runs one episode per row: G rows per prompt, envs already reset.
 
@@ -126,6 +127,8 @@ def generate(
       draws with its batch index's key, so calls of any size sample alike.
     progress: called with the episodes finished so far after each turn
       that leaves some going (the loop's rollout progress).
+    interrupt: called there too; it raises to abandon the episodes
+      (rollout.generate's).
 
   Returns:
     A MultiTurnRollout with T = K * Tt + (K - 1) * O.
@@ -173,6 +176,7 @@ def generate(
     stop_strings=stop_strings,
     env_workers=env_workers,
     mesh=mesh,
+    interrupt=interrupt,
   )
   calls = [
     episodes(
@@ -227,12 +231,14 @@ def _episodes(
   env_workers,
   mesh,
   progress=None,
+  interrupt=None,
 ):
   """One sampler call's episodes: rows [n, P] of the batch from row
   `row_offset` on, in a cache of `slots` slots. Returns each row's
   segments (kind, turn, ids, logp, policy_logp), its turn rewards [n, K],
   action and observation texts, and finish reasons; `progress` gets the
-  episodes it has finished after each turn but the last."""
+  episodes it has finished after each turn but the last, and `interrupt`
+  is called there."""
   n = len(tokens)
   k_max, o = max_turns, obs_tokens
   rows_on = functools.partial(mesh_lib.put_rows, mesh)
@@ -313,6 +319,8 @@ def _episodes(
       break
     if progress is not None:
       progress(int(n - active.sum()))
+    if interrupt is not None:
+      interrupt()
     if (from_pos < np.iinfo(np.int32).max).any():
       cache = segments.rewind(cache, rows_on(from_pos))
     logits, cache = segments.extend(
@@ -390,6 +398,7 @@ def make_generate_fn(
       rows_per_call=getattr(ctx.cfg, "rollout_rows", 0),
       mesh=ctx.mesh,
       progress=progress,
+      interrupt=getattr(ctx, "interrupt", None),  # Context's
     )
 
   return generate_fn

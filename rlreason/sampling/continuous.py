@@ -87,6 +87,7 @@ def sample(
   return_stats: bool = False,
   compiler_options: dict | None = None,
   progress: Callable[[int], None] | None = None,
+  interrupt: Callable[[], None] | None = None,
 ) -> sampler_lib.SampleOutput | tuple[sampler_lib.SampleOutput, Stats]:
   """Samples up to `max_new_tokens` after each prompt, `slots` at a time.
 
@@ -110,6 +111,9 @@ def sample(
       call but the last (refill="host": each round; "loop": each
       engine.PROGRESS_STEPS decode steps); the samples are the same with
       or without it.
+    interrupt: called after each of those host calls but the last (given
+      alone, the loop runs in them as with `progress`); it raises to
+      abandon the sampling there (rollout.generate's).
 
   Returns:
     A sampler.SampleOutput for the M rows (logits are not recorded), and
@@ -156,7 +160,7 @@ def sample(
     else row_limits
   )
   args = (params, tokens, positions, rng, row_offset, limits)
-  if refill == "loop" and progress is None:
+  if refill == "loop" and progress is None and interrupt is None:
     run = engine.jitted(loop.run, compiler_options, **loop.RUN_JIT)
     state = run(*args, **static)
   else:
@@ -171,6 +175,8 @@ def sample(
       more = bool(more)  # waits for the call
       if progress is not None and more:
         progress(int(done))
+      if interrupt is not None and more:
+        interrupt()
   out = loop.output(state)
   if not return_stats:
     return out

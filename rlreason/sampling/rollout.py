@@ -140,6 +140,7 @@ def generate(
   batching: str = "static",
   compiler_options: dict | None = None,
   progress: Callable[[int], None] | None = None,
+  interrupt: Callable[[], None] | None = None,
 ) -> Rollout:
   """Samples `group_size` completions for each prompt.
 
@@ -180,9 +181,14 @@ def generate(
       temporaries budget, --rollout_temp_budget_mib); None: defaults.
     progress: called with the number of rows sampled so far while the
       rollout is under way: after each sampler call but the last (the
-      static calls then run one at a time: the host waits for each) and
-      within a call every engine.PROGRESS_STEPS decode steps
-      (sampler.sample, continuous.sample); never at the end.
+      static calls then run one at a time: the host waits for each, as
+      with `interrupt`) and within a call every engine.PROGRESS_STEPS
+      decode steps (sampler.sample, continuous.sample); never at the end.
+    interrupt: called where the rollout may be abandoned: between sampler
+      calls, and between continuous batching's host calls (those of
+      `progress`); it raises to stop there (the loop's
+      checkpoint.Preemption.interrupt). Every process calls it at the same
+      points.
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -246,7 +252,8 @@ def generate(
   )
   if batching == "continuous" and per_call < len(tokens):
     out = call(tokens, positions, rows=len(tokens), row_offset=row_offset,
-               slots=per_call, progress=progress)  # fmt: skip
+               slots=per_call, progress=progress,
+               interrupt=interrupt)  # fmt: skip
   else:
     outs = []
     for lo in range(0, len(tokens), per_call):
@@ -262,9 +269,12 @@ def generate(
           progress=within,
         )
       )
-      if progress is not None and lo + per_call < len(tokens):
-        jax.block_until_ready(outs[-1].lengths)
-        progress(lo + per_call)
+      if lo + per_call < len(tokens) and (progress or interrupt):
+        jax.block_until_ready(outs[-1].lengths)  # one call at a time
+        if progress is not None:
+          progress(lo + per_call)
+        if interrupt is not None:
+          interrupt()
     out = (
       outs[0]
       if len(outs) == 1
@@ -327,13 +337,15 @@ def _sample_rows(
   mesh,
   slots=0,
   progress=None,
+  interrupt=None,
   **kwargs,
 ) -> sampling_lib.SampleOutput:
   """One sampler call on host rows [n <= rows, P], padded to `rows` rows
   (copies of the last) so that every call of a chunked rollout shares one
   compiled program; outputs cut back to n. slots > 0: continuous batching
   over that many decode slots. `progress` gets the rows finished during
-  the call (sampler.sample, continuous.sample)."""
+  the call (sampler.sample, continuous.sample); `interrupt`, continuous
+  batching's (between its host calls)."""
   n = len(tokens)
   if n < rows:
     fill = np.repeat(np.arange(n - 1, n), rows - n)
@@ -347,7 +359,9 @@ def _sample_rows(
     offset = mesh_lib.put_global(offset, mesh_lib.replicated(mesh))
   fn = functools.partial(sampling_lib.sample, progress=progress)
   if slots:
-    fn = functools.partial(continuous.sample, slots=slots, progress=progress)
+    fn = functools.partial(
+      continuous.sample, slots=slots, progress=progress, interrupt=interrupt
+    )
   out = fn(
     params, tokens, positions, rng, mesh=mesh, row_offset=offset, **kwargs
   )

@@ -235,6 +235,9 @@ def sample_and_score(
       one chunk. The caller keeps one journal per evaluation setting; with
       several processes, process 0's is the one (every process passes
       the same path; the others neither read nor write it).
+      ctx.interrupt (where set) is called after each chunk but the last,
+      and within one between its sampler calls: it may raise to stop the
+      evaluation there, resumed from the journal by the next call.
   """
   if not examples:
     raise ValueError("sample_and_score: no examples to evaluate")
@@ -295,8 +298,11 @@ def sample_and_score(
         for row, c in zip(new, correct[-1]):
           f.write(json.dumps({"texts": row, "correct": c.tolist()}) + "\n")
     done = lo + len(chunk)
-    if done < len(examples) and is_main:
-      progress.maybe(done, {"accuracy": np.concatenate(correct).mean()})
+    if done < len(examples):
+      if is_main:
+        progress.maybe(done, {"accuracy": np.concatenate(correct).mean()})
+      if getattr(ctx, "interrupt", None) is not None:
+        ctx.interrupt()  # after the journal holds the chunk
   answers = None
   if extract_fn is not None:
     answers = [[extract_fn(t) for t in row] for row in texts]

@@ -124,7 +124,7 @@ def make_generate_fn(
   whole_leaves: every leaf's mask covers its whole response, shared prefix
   included (ETTRL); otherwise each token is owned by one leaf (TreeRL).
   Its `progress` (Context.generate's) gets the rows sampled after each
-  sampler call of trees but the last.
+  sampler call of trees but the last, and ctx.interrupt is called there.
   """
   forks, levels, branches = tree_shape(cfg)
   k = tree.leaves_per_tree(forks, levels, branches)
@@ -134,6 +134,7 @@ def make_generate_fn(
   ):
     prompts = ctx.encode_prompts(examples)
     model_cfg = ctx.segments_model_cfg  # the run's rollout flags
+    interrupt = getattr(ctx, "interrupt", None)  # Context's
     kw = dict(
       model_cfg=model_cfg,
       tokenizer=ctx.tokenizer,
@@ -145,7 +146,7 @@ def make_generate_fn(
     if group_size % k:  # evaluation: plain chains
       return rollout_lib.generate(
         params, prompts, rng, step, group_size=group_size, progress=progress,
-        **kw,
+        interrupt=interrupt, **kw,
       )  # fmt: skip
     roots = group_size // k
     # The sampler's mesh (--rollout_tensor: rollout_layout.sampling_mesh).
@@ -191,8 +192,11 @@ def make_generate_fn(
       )
       offsets += np.bincount(tr.level, minlength=1 + levels)
       calls.append(prompt_major(tr))
-      if progress is not None and lo + step_prompts < len(prompts):
-        progress((lo + step_prompts) * group_size)  # rows of whole trees
+      if lo + step_prompts < len(prompts):
+        if progress is not None:
+          progress((lo + step_prompts) * group_size)  # rows of whole trees
+        if interrupt is not None:
+          interrupt()
     out = concat(calls, ctx.mesh)
     if whole_leaves:
       out = out._replace(mask=_like(out.mask_full, out.mask))

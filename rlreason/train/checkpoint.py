@@ -59,6 +59,13 @@ class Stopped(Exception):
     self.what, self.step, self.steps = what, step, steps
 
 
+class Interrupted(BaseException):
+  """Preemption.interrupt's: a stop was agreed while long work ran (a
+  rollout's sampler calls, an evaluation's chunks); the part under way is
+  dropped and the caller checkpoints what it holds. A BaseException, as
+  KeyboardInterrupt: no `except Exception` on the way swallows it."""
+
+
 class Checkpointer:
   """Keep-last-N orbax checkpoints in `directory` (local path or gs://)."""
 
@@ -304,8 +311,9 @@ _SIGNALLED = {"alive": 0, "requested": False}
 
 class Preemption:
   """SIGTERM (TPU maintenance, SLURM's time limit) and Ctrl-C as a flag the
-  loop polls between steps, to checkpoint and stop; a second Ctrl-C raises
-  KeyboardInterrupt at once. Handlers are installed from the main thread
+  loop polls between steps, to checkpoint and stop, and long work between
+  its parts (`interrupt`); a second Ctrl-C raises KeyboardInterrupt at
+  once. Handlers are installed from the main thread
   only; use it as a context manager (or call restore_handlers)."""
 
   def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
@@ -327,6 +335,14 @@ class Preemption:
     it alike), so all of them save and stop at the same step."""
     return any_process(self.requested)[0]
 
+  def interrupt(self) -> None:
+    """Raises Interrupted once a stop is agreed (`agreed`: every process
+    calls it at the same points). Long work calls it between its parts
+    (Context.interrupt: a rollout's sampler calls, an evaluation's
+    chunks), so that a stop does not wait for all of it."""
+    if self.agreed():
+      raise Interrupted("a stop was requested")
+
   def _handle(self, signum, frame):
     del frame
     if signum == signal.SIGINT and _SIGNALLED["requested"]:
@@ -335,7 +351,8 @@ class Preemption:
     what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
     again = " (Ctrl-C again stops at once)" if signum == signal.SIGINT else ""
     print(
-      f"{what}: checkpointing at the end of this step, then stopping{again}.",
+      f"{what}: checkpointing and stopping at the next sampler call, "
+      f"evaluation chunk or step end{again}.",
       file=sys.stderr,
       flush=True,
     )

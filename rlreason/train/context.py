@@ -57,6 +57,12 @@ class Context:
   # replaces the single-turn sampler for training and evaluation (e.g.
   # multiturn.make_generate_fn: environment episodes).
   generate_fn: Callable | None = None
+  # () -> None, called between the parts of long sampling (sampler calls,
+  # evaluation chunks, multi-turn turns, tree calls; every process at the
+  # same points); it raises to abandon the work there. The loop's is
+  # checkpoint.Preemption.interrupt: a stop does not wait for a rollout or
+  # an evaluation to end.
+  interrupt: Callable[[], None] | None = None
 
   def encode_prompts(self, examples) -> list[list[int]]:
     cfg = self.cfg
@@ -92,7 +98,8 @@ class Context:
     progress: called with the rows sampled so far during a long rollout
     (rollout.generate; a custom generate_fn gets it as `progress`: the
     episodes finished after each turn, multiturn.py, or the trees' rows
-    after each sampler call, tree_loop.py)."""
+    after each sampler call, tree_loop.py). `self.interrupt` may stop it
+    between those parts (a custom generate_fn calls it itself)."""
     other = model_cfg is not None and model_cfg != self.model_cfg
     if other and self.generate_fn is not None:
       raise ValueError(
@@ -123,6 +130,7 @@ class Context:
       max_prompt_len=self.cfg.max_prompt_len,
       row_offset=row_offset,
       progress=progress,
+      interrupt=self.interrupt,
       **self.sampler_kwargs(),
     )
 

@@ -19,6 +19,7 @@ preemption, resume) lives here, once. An experiment's `run(cfg)` is
 The workdir may be local or gs:// (rlreason/storage.py).
 """
 
+import copy
 import dataclasses
 import functools
 import os
@@ -65,9 +66,12 @@ def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
 def train(cfg, **kwargs) -> dict[str, Any]:
   """Runs (or resumes) an RL experiment; returns the final metrics.
 
-  SIGTERM or Ctrl-C, from its start on, stops it after the step under
-  way (the warm start's, or the RL loop's), with a checkpoint; a second
-  Ctrl-C stops it at once. A long compilation says so as it runs
+  SIGTERM or Ctrl-C, from its start on, stops it with a checkpoint: the
+  warm start's step under way finishes; an RL step stops at its next
+  sampler call (checkpointed as of the step's start) or after its
+  updates; an evaluation after its chunk under way (resumed from its
+  journal by the rerun, before anything else). A second Ctrl-C stops it
+  at once. A long compilation says so as it runs
   (metrics.compile_lines). Arguments: `_train`'s.
   """
   cfg.validate()
@@ -155,6 +159,7 @@ def _train(
     cfg, model_cfg, tok, mesh, reward_fn, correct_fn, run.ref_params
   )
   ctx.generate_fn = generate_fn
+  ctx.interrupt = preempt.interrupt  # a stop within a rollout / evaluation
 
   # --- Data and resume --------------------------------------------------------
   if prompt_iterator is not None:
@@ -169,7 +174,7 @@ def _train(
     background=cfg.async_checkpoint,
   )
   restored, meta = ckpt.restore(checkpoint.abstract(state))
-  start = 0
+  start, stopping = 0, False
   if restored is not None:
     state, start = restored, int(meta["step"])
     prompts.restore(meta["data"])
@@ -180,7 +185,7 @@ def _train(
   if not cfg.allow_config_change:  # else what it scored may have changed
     finished = run_info.finished_eval(workdir, start, scope)
   if is_main:  # running: neither finished nor stopped
-    (epath.Path(workdir) / run_info.STATUS).unlink(missing_ok=True)
+    run_info.write_status(workdir, None)
   writer = metrics_lib.MetricWriter(
     workdir,
     # Rows after the checkpoint are redone: cut them (all, from step 0).
@@ -198,6 +203,7 @@ def _train(
   def sample_more(step, round_):
     # The prompts advance the checkpointed iterator; the key is a function
     # of (seed, step, round), so a resumed run draws the same samples.
+    preempt.interrupt()  # a stop is not kept waiting for more rounds
     more = next(prompts)
     rows = len(more) * cfg.group_size
     rollout = ctx.generate(
@@ -213,30 +219,39 @@ def _train(
     )
     return rollout, more
 
-  def save(step, wait=False):
+  def save(step, wait=False, data=None):
     # In the background mode the write goes on during the next steps (a
-    # stop's save is waited for: the process exits next).
+    # stop's save is waited for: the process exits next). `data`: the
+    # prompt iterator's state, if not its present one.
     t0 = time.time()
-    meta = {"step": step, "data": prompts.state()}
+    meta = {"step": step, "data": prompts.state() if data is None else data}
     ckpt.save(step, state, meta, wait=wait)
     if (seconds := time.time() - t0) >= context_lib.PROGRESS_SECONDS:
       how = "copied to the host" if cfg.async_checkpoint else "saved"
       _say(f"checkpoint {step} {how} in {seconds:.0f} s")
 
   def evaluate(step):
+    """The evaluation's metrics, or None where a stop came first."""
     t0 = time.time()
     # Interrupted, it resumes after the problems its journal holds.
     journal = run_info.eval_journal(workdir, cfg, step)
-    out = context_lib.run_eval(
-      ctx,
-      policy_of(state.params),
-      eval_examples,
-      step=step,
-      samples=cfg.eval_samples,
-      temperature=cfg.temperature,
-      ks=sorted({1, cfg.eval_samples}),
-      journal=journal,
-    )
+    try:
+      out = context_lib.run_eval(
+        ctx,
+        policy_of(state.params),
+        eval_examples,
+        step=step,
+        samples=cfg.eval_samples,
+        temperature=cfg.temperature,
+        ks=sorted({1, cfg.eval_samples}),
+        journal=journal,
+      )
+    except checkpoint.Interrupted:
+      _say(
+        f"eval at step {step}/{cfg.steps} stopped after "
+        f"{time.time() - t0:.1f} s; a rerun resumes it from its journal"
+      )
+      return None
     if is_main:  # its numbers are in the metrics now
       run_info.remove_journal(journal)
     writer.write(step, out)
@@ -246,21 +261,24 @@ def _train(
     )
     return out
 
-  if start == 0:
+  first_eval = None
+  if start == 0 and restored is None:
     first_eval = evaluate(0)
-    if is_main:
+    stopping = first_eval is None
+    if is_main and not stopping:
       storage.write_json(
         epath.Path(workdir) / "eval_before.json", {**first_eval, **scope}
       )
+  elif (
+    cfg.eval_every
+    and start % cfg.eval_every == 0
+    and start < cfg.steps
+    and not run_info.evaluated(workdir, start)
+  ):
+    stopping = evaluate(start) is None  # a stopped evaluation's, first
 
-  # --- The RL loop ------------------------------------------------------------
-  progress = metrics_lib.Progress(cfg.steps, start)
-  peak_flops = devices.peak_flops()  # None on a CPU: no "mfu/update"
-  last, done, stopping = {}, start, False
-  for step in range(start, cfg.steps):
-    if step == start and (stopping := preempt.agreed()):
-      break  # signalled before its first step: nothing new to save
-    t0 = time.time()
+  def sample(step):
+    """The step's rollout, its examples and when it was ready."""
     examples = next(prompts)
     ctx.params = policy_of(state.params)  # merged once per step with LoRA
     rows = len(examples) * cfg.group_size  # sequences sampled
@@ -276,12 +294,30 @@ def _train(
       ),
     )
     jax.block_until_ready(rollout.mask)
-    t1 = time.time()
-    ctx.extra = {k: state.params[k] for k in extra_keys}
-    ctx.sample_more = functools.partial(sample_more, step)
-    ctx.step = step
-    ctx.take_nonfinite_rewards()
-    batch, batch_metrics = make_batch(rollout, examples, ctx)
+    return rollout, examples, time.time()
+
+  # --- The RL loop ------------------------------------------------------------
+  progress = metrics_lib.Progress(cfg.steps, start)
+  peak_flops = devices.peak_flops()  # None on a CPU: no "mfu/update"
+  last, done = {}, start
+  for step in range(start, cfg.steps):
+    if step == start and (stopping := stopping or preempt.agreed()):
+      break  # signalled before its first step: nothing new to save
+    t0 = time.time()
+    data = copy.deepcopy(prompts.state())  # the step's start
+    try:
+      rollout, examples, t1 = sample(step)
+      ctx.extra = {k: state.params[k] for k in extra_keys}
+      ctx.sample_more = functools.partial(sample_more, step)
+      ctx.step = step
+      ctx.take_nonfinite_rewards()
+      batch, batch_metrics = make_batch(rollout, examples, ctx)
+    except checkpoint.Interrupted:  # within the step's sampling
+      stopping = True
+      _say(f"step {step + 1}/{cfg.steps} stopped during its sampling")
+      if ckpt.latest_step() != step:
+        save(step, wait=True, data=data)  # its weights are the step's start
+      break
     if bad_rewards := ctx.take_nonfinite_rewards():
       # NaN and inf rewards alike: the train step skips its update.
       batch = {**batch, "skip": np.ones(len(batch["mask"]), np.float32)}
@@ -319,13 +355,15 @@ def _train(
       )
     if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
       progress.update(step + 1, last)
+    unscored = False  # an evaluation a stop cut short: the rerun's first
     if (
       cfg.eval_every
       and (step + 1) % cfg.eval_every == 0
       and step + 1 < cfg.steps
     ):
-      evaluate(step + 1)
-    stopping, done = preempt.agreed(), step + 1  # alike on every process
+      unscored = evaluate(step + 1) is None
+    # Alike on every process:
+    stopping, done = preempt.agreed() or unscored, step + 1
     if stopping or (
       cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0
     ):
@@ -337,7 +375,7 @@ def _train(
   if not stopping:
     if ckpt.latest_step() != cfg.steps:
       save(cfg.steps)
-    if cfg.steps == 0:
+    if cfg.steps == 0 and first_eval is not None:
       final = first_eval  # no step: the weights it scored
     elif start == cfg.steps and finished:
       final = finished
@@ -347,21 +385,15 @@ def _train(
       )
     else:
       final = evaluate(cfg.steps)
-    if is_main:
+      stopping, final = final is None, final or {}
+    if is_main and not stopping:
       storage.write_json(
         epath.Path(workdir) / "eval_after.json", {**final, **scope}
       )
   writer.close()
   ckpt.close()
   if is_main:
-    storage.write_json(
-      epath.Path(workdir) / run_info.STATUS,
-      {
-        "status": "stopped" if stopping else "finished",
-        "step": done,
-        "steps": cfg.steps,
-      },
-    )
+    run_info.write_status(workdir, stopping, done, cfg.steps)
   return {
     **last,
     **final,

@@ -20,6 +20,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from rlreason import config
 from rlreason import mesh as mesh_lib
+from rlreason import metrics as metrics_lib
 from rlreason import storage
 from rlreason.sampling import scoring
 
@@ -29,6 +30,19 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # status.json: {"status": "finished" | "stopped", "step", "steps"}, written
 # when train returns; absent while a run is going on (or was killed).
 STATUS = "status.json"
+
+
+def write_status(
+  workdir: str, stopped: bool | None, step: int = 0, steps: int = 0
+) -> None:
+  """status.json: stopped (True) or finished (False) at `step` of `steps`;
+  None removes it (the run is going on)."""
+  path = epath.Path(workdir) / STATUS
+  if stopped is None:
+    path.unlink(missing_ok=True)
+  else:
+    status = "stopped" if stopped else "finished"
+    storage.write_json(path, {"status": status, "step": step, "steps": steps})
 
 
 def finished_eval(workdir: str, steps: int, scope: dict) -> dict | None:
@@ -49,6 +63,20 @@ def finished_eval(workdir: str, steps: int, scope: dict) -> dict | None:
     ):
       saved = after
   return mesh_lib.from_process_0(saved)
+
+
+def evaluated(workdir: str, step: int) -> bool:
+  """Whether the run's metrics.jsonl holds its evaluation at `step`: a
+  resumed run whose evaluation there was stopped (or never began) does it
+  first. Process 0 reads it; every process gets its answer."""
+  found = None
+  if jax.process_index() == 0:
+    path = epath.Path(workdir) / "metrics.jsonl"
+    found = path.exists() and any(
+      row.get("step") == step and "eval/accuracy" in row
+      for row in metrics_lib.read_jsonl(path)
+    )
+  return bool(mesh_lib.from_process_0(found))
 
 
 def eval_journal(workdir: str, cfg, step: int) -> str:

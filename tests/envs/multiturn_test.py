@@ -289,11 +289,18 @@ def test_progress_counts_the_episodes_finished_after_each_turn(
   rollout, rows_per_call
 ):
   """After each turn that leaves episodes going, the episodes finished so
-  far (earlier calls' rows included); the episodes do not change."""
+  far (earlier calls' rows included), and `interrupt` is called; the
+  episodes do not change."""
   params, ro = rollout
-  reports = []
-  out = _generate(params, rows_per_call=rows_per_call, progress=reports.append)
+  reports, checks = [], []
+  out = _generate(
+    params,
+    rows_per_call=rows_per_call,
+    progress=reports.append,
+    interrupt=lambda: checks.append(reports[:]),
+  )
   _assert_same_episodes(out, ro)
+  assert checks == [reports[: i + 1] for i in range(len(reports))]  # after
   turns = np.asarray(ro.num_turns)
   want = []
   for lo in range(0, 4, rows_per_call or 4):

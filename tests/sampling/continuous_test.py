@@ -127,18 +127,25 @@ def test_progress_reports_rows_finished_and_samples_alike(
 ):
   """With a progress callback the loop runs in host calls of
   PROGRESS_STEPS decode steps (refill="host": of one round), each but the
-  last reporting the rows finished so far; the samples do not change."""
+  last reporting the rows finished so far; the samples do not change.
+  An `interrupt` callback is called after the same calls."""
   monkeypatch.setattr(engine, "PROGRESS_STEPS", 2)
   sampling = Sampling(temperature=0.8)
   stop_ids = _first_token_stop(params, sampling)
   _, quiet, quiet_stats = _both(params, sampling, stop_ids, **mode)
-  reports = []
+  reports, checks = [], []
   ref, out, stats = _both(
     params, sampling, stop_ids, progress=reports.append, **mode
   )
   _assert_same(ref, out)
   _assert_same(quiet, out)
   assert stats == quiet_stats
+  # `interrupt` alone runs the same host calls, called where progress is.
+  _, alone, alone_stats = _both(
+    params, sampling, stop_ids, interrupt=lambda: checks.append(1), **mode
+  )
+  _assert_same(quiet, alone)
+  assert alone_stats == quiet_stats and len(checks) == len(reports)
   assert reports == sorted(reports), reports
   assert 0 <= reports[0] and reports[-1] < len(LENGTHS), reports
   if mode:  # one call per round: at least one per refill but the last

@@ -328,13 +328,30 @@ def _assert_same_rollout(a, b):
   np.testing.assert_array_equal(a.lengths, b.lengths)
 
 
-def test_chunked_calls_equal_one_call(params, ro):
+def test_chunked_calls_equal_one_call(params, ro, monkeypatch):
   """N = 8 rows in sampler calls of 3 (3 + 3 + 2 padded to 3) == one call:
-  each row draws with its global row key. All calls share one program."""
+  each row draws with its global row key. All calls share one program.
+  `interrupt` is called between the calls (twice) and does not change the
+  samples; one that raises stops the rollout there."""
   before = sampling.cache_size()
-  chunked = _generate(params, step=3, rows_per_call=3)
+  checks = []
+  chunked = _generate(
+    params, step=3, rows_per_call=3, interrupt=lambda: checks.append(1)
+  )
   assert sampling.cache_size() == before + 1
   _assert_same_rollout(chunked, ro)
+  assert len(checks) == 2
+
+  class Stop(BaseException):
+    pass
+
+  def stop():
+    raise Stop
+
+  calls = testing.spy(monkeypatch, rollout, "_sample_rows", lambda *a, **k: 1)
+  with pytest.raises(Stop):
+    _generate(params, step=3, rows_per_call=3, interrupt=stop)
+  assert calls == [1]
 
 
 def test_chunked_sharded_calls_from_free_memory(params, ro, monkeypatch):

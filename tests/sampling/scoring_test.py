@@ -153,6 +153,37 @@ def test_an_interrupted_evaluation_resumes_from_its_journal(tmp_path):
     )
 
 
+def test_an_interrupt_stops_the_evaluation_after_its_chunk(tmp_path):
+  """ctx.interrupt is called after each chunk but the last, once the
+  journal holds the chunk; raising there stops the evaluation, and the
+  next call scores the rest."""
+  problems = _problems("4", "5", "4", "4", "4")
+  journal = str(tmp_path / "greedy.jsonl")
+
+  class Stop(BaseException):
+    pass
+
+  checks = []
+
+  def interrupt():
+    checks.append(len(open(journal).read().splitlines()))
+    if len(checks) == 2:
+      raise Stop
+
+  ctx = _fake_ctx()
+  ctx.interrupt = interrupt
+  with pytest.raises(Stop):
+    evaluation.sample_and_score(
+      ctx, None, problems, step=0, sequences_per_call=2, journal=journal
+    )
+  assert checks == [2, 4]  # chunks of rows 0-1, 2-3
+  done = evaluation.sample_and_score(
+    ctx, None, problems, step=0, sequences_per_call=2, journal=journal
+  )
+  assert checks == [2, 4]  # the last chunk: no call
+  np.testing.assert_array_equal(done.correct, [[1], [0], [1], [1], [1]])
+
+
 def _problems(*answers):
   import types
 

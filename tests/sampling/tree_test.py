@@ -298,10 +298,13 @@ def test_make_generate_fn_builds_l_level_trees():
   assert not hasattr(plain, "parent")
 
 
-def _tree_fn_run(rollout_rows=0, mesh=None, rollout_tensor=0, progress=None):
+def _tree_fn_run(
+  rollout_rows=0, mesh=None, rollout_tensor=0, progress=None, interrupt=None
+):
   """tree_loop's generate_fn: 3 prompts, group 6 = 2 roots x 3 leaves,
   per prompt 6 leaves + 2 roots' copies = 8 rows."""
   cfg, ctx, params = _tree_loop_setup(rollout_rows, mesh, rollout_tensor)
+  ctx.interrupt = interrupt
   return tree_loop.make_generate_fn(cfg)(
     ctx,
     params,
@@ -341,13 +344,19 @@ def test_trees_sampled_a_prompt_per_call_equal_one_call(one_call, monkeypatch):
   calls = testing.spy(
     monkeypatch, tree, "generate", lambda *a, **k: k["row_offsets"]
   )
-  reports = []
+  reports, checks = [], []
   _assert_same_trees(
-    _tree_fn_run(rollout_rows=8, progress=reports.append), one_call
+    _tree_fn_run(
+      rollout_rows=8,
+      progress=reports.append,
+      interrupt=lambda: checks.append(len(calls)),
+    ),
+    one_call,
   )
   # 2 roots, then 2 branches per level, per prompt.
   assert calls == [(0, 0, 0), (2, 2, 2), (4, 4, 4)]
   assert reports == [6, 12]  # the loop's rows (leaves) after calls 1 and 2
+  assert checks == [1, 2]  # ctx.interrupt: there too
 
 
 def test_tree_calls_are_sized_from_the_devices_free_memory(

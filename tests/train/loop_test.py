@@ -11,6 +11,7 @@ import re
 import signal
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -100,8 +101,6 @@ def test_nonfinite_rewards_are_counted_and_skip_the_update(
   assert train[2]["grad_norm"] == "nan"  # not 0.0: no gradient was used
   assert "2 of 16 rewards are not finite (rows [0, 5])" in caplog.text
   p1, p2 = _params(cfg.workdir, 1), _params(cfg.workdir, 2)
-  import jax
-
   jax.tree.map(np.testing.assert_array_equal, p1, p2)  # no update at step 2
 
 
@@ -210,7 +209,7 @@ def test_ctrl_c_checkpoints_the_step_and_a_second_stops_at_once(
   before = signal.getsignal(signal.SIGINT)
   cfg = _cfg(tmp_path, steps=3, checkpoint_every=0)
   assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
-  assert "Ctrl-C: checkpointing at the end of this step" in (
+  assert "Ctrl-C: checkpointing and stopping at the next sampler call" in (
     capsys.readouterr().err
   )
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
@@ -445,6 +444,116 @@ def test_an_interrupted_evaluation_resumes_after_its_journal(
     for c in (cfg, whole)
   ]
   assert after[0] == after[1] and after[0]["problems"] == 12
+
+
+@pytest.mark.slow
+def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
+  tmp_path, monkeypatch, capsys
+):
+  """Ctrl-C lands in a sampler call (2 of 8 rows each; an evaluation
+  chunk is 4 problems x 4 samples, in 2 calls). In step 2's rollout: the
+  run stops after that call, checkpointed at 1 (the step's start; no
+  periodic checkpoints). Rerun, in the mid-run evaluation at step 2, as its
+  first chunk's last call runs: stopped after the chunk, with checkpoint 2
+  (metrics.jsonl has no evaluation at 2). The next rerun finishes it from
+  its journal first and is stopped in step 3's rollout; the next one does
+  not evaluate at 2 again, and is stopped in the final evaluation; the
+  last finishes it. Metrics, final evaluation and weights are a run never
+  stopped's."""
+  kw = dict(
+    steps=3,
+    eval_every=2,
+    eval_samples=4,
+    eval_size=8,
+    rollout_rows=8,
+    rollout_batching="static",
+    checkpoint_every=0,
+    warm_start_steps=0,
+    reward=testing.register_digits_reward(),  # the weights move at once
+  )
+  whole = _cfg(tmp_path, "whole", **kw)
+  grpo.run(whole)
+  cfg = _cfg(tmp_path, **kw)
+  calls, press_at = [], []
+  real = context_lib.rollout_lib._sample_rows
+
+  def sample_rows(*args, **kwargs):
+    calls.append(1)
+    if len(calls) in press_at:
+      os.kill(os.getpid(), signal.SIGINT)
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(context_lib.rollout_lib, "_sample_rows", sample_rows)
+  # Calls 1-4: the evaluation at 0; 5-6: step 1's rollout; 7: step 2's.
+  press_at[:] = [7]
+  assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
+  assert len(calls) == 7
+  assert "step 2/3 stopped during its sampling" in capsys.readouterr().err
+  ckpts = os.path.join(cfg.workdir, "checkpoints")
+  assert os.listdir(ckpts) == ["1"] and _train_steps(cfg.workdir) == [1]
+  status = json.load(open(os.path.join(cfg.workdir, "status.json")))
+  assert status == {"status": "stopped", "step": 1, "steps": 3}
+  # Resumed at 1: calls 1-2 are step 2's rollout, 3-4 the evaluation's
+  # first chunk.
+  calls.clear()
+  press_at[:] = [4]
+  assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
+  assert len(calls) == 4
+  err = capsys.readouterr().err
+  assert "eval at step 2/3 stopped after" in err
+  assert sorted(os.listdir(ckpts)) == ["1", "2"]
+  assert _train_steps(cfg.workdir) == [1, 2]
+  # Calls 1-2: the evaluation's second chunk; 3: step 3's rollout.
+  calls.clear()
+  press_at[:] = [3]
+  assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
+  err = capsys.readouterr().err
+  assert re.search(
+    r"^eval: 4 of 8 problems from .*/step_2-\w+\.jsonl$", err, re.M
+  ), err
+  assert re.search(r"^eval at step 2/3 \| accuracy ", err, re.M), err
+  assert "step 3/3 stopped during its sampling" in err
+  # Resumed at 2 again, its evaluation done (metrics.jsonl): calls 1-2 are
+  # step 3's rollout, 3-4 the final evaluation's first chunk.
+  calls.clear()
+  press_at[:] = [4]
+  assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
+  err = capsys.readouterr().err
+  assert "eval at step 2/3" not in err and len(calls) == 4
+  assert "eval at step 3/3 stopped after" in err
+  assert not os.path.exists(os.path.join(cfg.workdir, "eval_after.json"))
+  status = json.load(open(os.path.join(cfg.workdir, "status.json")))
+  assert status == {"status": "stopped", "step": 3, "steps": 3}
+  press_at[:] = []
+  assert flags.run_checked(grpo.run, cfg) == 0
+  assert re.search(
+    r"^eval: 4 of 8 problems from .*/step_3-\w+\.jsonl$",
+    capsys.readouterr().err,
+    re.M,
+  )
+  assert not os.path.exists(os.path.join(cfg.workdir, "eval_partial"))
+
+  def rows(c):  # train and evaluation rows, without wall-clock fields
+    out = metrics.read_jsonl(os.path.join(c.workdir, "metrics.jsonl"))
+    clock = ("time", "tokens_per_sec")
+    return [
+      {k: v for k, v in r.items() if not k.startswith(clock)} for r in out
+    ]
+
+  assert rows(cfg) == rows(whole) and len(rows(whole)) == 6  # 3 + 3 evals
+  after = [
+    json.load(open(os.path.join(c.workdir, "eval_after.json")))
+    for c in (cfg, whole)
+  ]
+  assert after[0] == after[1]
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    _params(cfg.workdir, 3),
+    _params(whole.workdir, 3),
+  )
+  assert all(
+    r["grad_norm"] > 0 for r in testing.train_rows(whole.workdir).values()
+  )
 
 
 def test_an_accelerator_run_logs_the_updates_mfu(tmp_path, monkeypatch):
