@@ -17,9 +17,10 @@
 : "${NODES:=4}"                         # one JAX process per node
 : "${GPUS_PER_NODE:=8}"
 : "${SLURM_TIME:=24:00:00}"
-# SIGTERM this many seconds before SLURM_TIME ends, so the run can finish
-# its step and checkpoint (SLURM kills 30 s after its own SIGTERM): longer
-# than one step and a checkpoint write.
+# SIGTERM this many seconds before SLURM_TIME ends, so the run can stop (at
+# its next sampler call, evaluation chunk or step end) and checkpoint (SLURM
+# kills 30 s after its own SIGTERM): longer than one sampler call, a step's
+# updates and a checkpoint write.
 : "${SLURM_STOP_BEFORE:=900}"
 : "${PYTHON:=python3}"                  # interpreter on the workers
 

@@ -10,8 +10,9 @@
 # Run from a checkout on the cluster's shared filesystem after
 # `pip install -e '.[gpu]'`. Nodes, GPUs per node, partition and time limit
 # come from launch/env.sh (or the environment). The run gets SIGTERM
-# SLURM_STOP_BEFORE seconds before the time limit, and from `stop`: each
-# node's process finishes its step, all save one checkpoint and exit (code
+# SLURM_STOP_BEFORE seconds before the time limit, and from `stop`: the
+# processes stop together at their next sampler call, evaluation chunk or
+# step end, save one checkpoint and exit (code
 # 75; submit the same command to resume). --dry-run prints the sbatch
 # command and the srun line the batch script would run.
 set -euo pipefail

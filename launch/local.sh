@@ -9,7 +9,8 @@
 # TIMEOUT seconds per process (default 900), LOG_DIR (default
 # ./rlreason-logs/local); the caller's XLA_FLAGS are kept, ahead of the
 # device count and collective timeouts set here (XLA takes a flag's last
-# value). Exits non-zero if any process fails.
+# value). Exits non-zero if any process fails, 75 if they were stopped
+# (Ctrl-C or SIGTERM to this script reaches every process; see below).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR
 
@@ -49,11 +50,38 @@ for ((i = 0; i < n; i++)); do
   fi
 done
 
+# Ctrl-C or SIGTERM to this script goes to every process (each runs in a
+# process group of its own under `timeout`, out of the terminal's reach):
+# they stop together at their next sampler call, evaluation chunk or step
+# end, with a checkpoint (exit 75); Ctrl-C again stops them at once.
+signalled=0
+# shellcheck disable=SC2329 # called by the traps below
+forward() {
+  signalled=1
+  echo "local.sh: SIG$1 to the ${#pids[@]} processes" >&2
+  kill -s "$1" "${pids[@]}" 2>/dev/null || true
+}
+trap 'forward INT' INT
+trap 'forward TERM' TERM
+
 status=0
+stopped=0
 for i in "${!pids[@]}"; do
-  if ! wait "${pids[$i]}"; then
-    echo "process $i failed; see $log_dir/process-$i.log" >&2
+  while true; do
+    signalled=0
+    rc=0
+    wait "${pids[$i]}" || rc=$?
+    ((signalled)) || break # else the trap ended `wait`, not the process
+  done
+  if ((rc == 75)); then
+    stopped=1
+  elif ((rc != 0)); then
+    echo "process $i failed (exit $rc); see $log_dir/process-$i.log" >&2
     status=1
   fi
 done
+if ((status == 0 && stopped)); then
+  echo "stopped with a checkpoint; rerun the same command to resume" >&2
+  status=75
+fi
 exit "$status"

@@ -16,8 +16,8 @@
 # same command on every worker inside a tmux session named "rlreason", with
 # jax.distributed on (RLREASON_MULTIHOST=1: JAX finds the coordinator on TPU
 # VMs by itself); only process 0 writes logs and metrics. `stop` presses
-# Ctrl-C in that session on every worker: the run finishes its step, saves
-# a checkpoint and exits (code 75; `run` the same command resumes it);
+# Ctrl-C in that session on every worker: the run stops at its next sampler
+# call, evaluation chunk or step end, saves a checkpoint and exits (code 75; `run` the same command resumes it);
 # `kill` ends the session at once (a rerun resumes from the last periodic
 # checkpoint). --dry-run prints every command without running it.
 set -euo pipefail

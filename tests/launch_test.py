@@ -1,10 +1,12 @@
 """launch/: dry runs print the expected commands; shellcheck passes."""
 
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -255,6 +257,68 @@ def test_bad_module_is_refused():
     timeout=60,
   )
   assert out.returncode != 0 and "not a python module" in out.stderr
+
+
+_FAKE_PROCESS = """
+import os, signal, sys, time
+log = os.path.join(os.environ["FAKE_LOGS"], os.environ["JAX_PROCESS_ID"])
+got = []
+signal.signal(signal.SIGINT, lambda sig, frame: got.append(sig))
+with open(log, "w") as f:
+  f.write(f"{os.getpid()}\\n")
+while not got:
+  time.sleep(0.05)
+with open(log, "a") as f:
+  f.write(f"signal {got[0]}\\n")
+sys.exit(75)  # stopped with a checkpoint, as the loop exits
+"""
+
+
+def test_ctrl_c_to_local_reaches_every_process_and_exits_75(tmp_path):
+  """Ctrl-C to launch/local.sh goes to each process (each under `timeout`
+  in a process group of its own, which the terminal's Ctrl-C misses); all
+  exit 75 (stopped with a checkpoint), and so does the script. Processes
+  are stand-ins: a Python that waits for SIGINT."""
+  fake, logs = tmp_path / "python", tmp_path / "logs"
+  fake.write_text(f"#!{sys.executable}\n{_FAKE_PROCESS}")
+  fake.chmod(0o755)
+  logs.mkdir()
+  script = subprocess.Popen(
+    ["bash", "launch/local.sh", "2", "experiments.grpo"],
+    cwd=ROOT,
+    env={
+      **os.environ,
+      "PYTHON": str(fake),
+      "PORT": "1",
+      "TIMEOUT": "60",
+      "FAKE_LOGS": str(logs),
+      "LOG_DIR": str(tmp_path / "out"),
+    },
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    # As from a terminal: SIGINT not ignored (a pytest worker may ignore it).
+    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+  )
+  started = [logs / "0", logs / "1"]
+  try:
+    deadline = time.time() + 30
+    while not all(p.exists() and p.read_text() for p in started):
+      assert time.time() < deadline and script.poll() is None, "not started"
+      time.sleep(0.05)
+    script.send_signal(signal.SIGINT)
+    _, err = script.communicate(timeout=30)
+  finally:
+    for p in started:  # never leave one running
+      if p.exists() and p.read_text():
+        with contextlib.suppress(ProcessLookupError):
+          os.kill(int(p.read_text().split()[0]), signal.SIGKILL)
+    script.kill()
+  assert script.returncode == 75, err
+  for p in started:
+    assert p.read_text().split("\n")[1] == f"signal {int(signal.SIGINT)}"
+  assert "local.sh: SIGINT to the 2 processes" in err
+  assert "rerun the same command to resume" in err
 
 
 def test_local_two_process_run_trains_and_writes_one_set_of_logs(tmp_path):
