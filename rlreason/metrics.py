@@ -116,6 +116,7 @@ class MetricWriter:
       self._tb.flush()
 
   def close(self):
+    """Flushes and closes (again is a no-op)."""
     if self._lines is not None:
       self.flush()  # the last rows of a remote metrics.jsonl
       self._lines = None
@@ -124,8 +125,16 @@ class MetricWriter:
       self._file = None
     if self._tb is not None:
       self._tb.close()
+      self._tb = None
     if self._wandb is not None:
       self._wandb.finish()
+      self._wandb = None
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()  # however the run ends: a remote file's last rows too
 
 
 def _parsed(path: epath.Path) -> list[tuple[str, dict]]:

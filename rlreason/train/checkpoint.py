@@ -210,11 +210,36 @@ class Checkpointer:
     return dst
 
   def close(self):
-    """Waits for the write in flight (CheckpointError if it failed)."""
+    """Waits for the write in flight (CheckpointError if it failed); again
+    is a no-op."""
+    if self._manager is None:
+      return
     try:
       self.wait()
     finally:
       self._manager.close()
+      self._manager = None
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, kind, error, traceback):
+    """`close`; where an error is under way, the write in flight is still
+    finished (a process that exits with one in flight loses it, and orbax
+    holds the exit for minutes: measured 5 min), and its failure is logged
+    rather than raised over that error."""
+    if kind is None:
+      return self.close()
+    if self._pending is not None:
+      print(
+        f"finishing checkpoint {self._pending}'s write before stopping",
+        file=sys.stderr,
+        flush=True,
+      )
+    try:
+      self.close()
+    except CheckpointError as e:
+      logging.error("%s", e)
 
 
 _QUIET = []
@@ -415,15 +440,17 @@ class Resumable:
       raise Stopped(f"{self.label} (in {self.directory})", step, steps)
 
   def close(self) -> None:
-    """Restores the signal handlers (once; again is a no-op)."""
-    if self._ckpt is None:
-      return
-    self._preempt.restore_handlers()
-    self._ckpt.close()
-    self._ckpt = None
+    """Restores the signal handlers and finishes the write in flight (once;
+    again is a no-op)."""
+    self.__exit__(None, None, None)
 
   def __enter__(self):
     return self
 
   def __exit__(self, *exc):
-    self.close()
+    """`close`, the Checkpointer's way (Checkpointer.__exit__)."""
+    if self._ckpt is None:
+      return
+    self._preempt.restore_handlers()
+    ckpt, self._ckpt = self._ckpt, None
+    ckpt.__exit__(*exc)

@@ -19,6 +19,7 @@ preemption, resume) lives here, once. An experiment's `run(cfg)` is
 The workdir may be local or gs:// (rlreason/storage.py).
 """
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -81,14 +82,16 @@ def train(cfg, **kwargs) -> dict[str, Any]:
   with (
     checkpoint.Preemption() as preempt,
     metrics_lib.compile_lines(jax.process_index() == 0),  # minutes at scale
+    contextlib.ExitStack() as closing,
   ):
-    return _train(cfg, preempt=preempt, **kwargs)
+    return _train(cfg, preempt=preempt, closing=closing, **kwargs)
 
 
 def _train(
   cfg,
   *,
   preempt: checkpoint.Preemption,
+  closing: contextlib.ExitStack,
   make_batch: Callable,
   loss_fn: Callable,
   name: str,
@@ -97,7 +100,9 @@ def _train(
   prompt_iterator: Callable | None = None,
   generate_fn: Callable | None = None,
 ) -> dict[str, Any]:
-  """`train`'s body, `preempt` set by it.
+  """`train`'s body, `preempt` and `closing` set by it: `closing` closes
+  the checkpointer and the metrics writer however the run ends (an error's
+  way finishes a checkpoint write in flight: Checkpointer.__exit__).
 
   `prompt_iterator(cfg, train_examples)` replaces the default
   iterator.PromptIterator (e.g. curriculum.StagedPrompts); it must offer
@@ -173,6 +178,7 @@ def _train(
     keep=cfg.keep_checkpoints,
     background=cfg.async_checkpoint,
   )
+  closing.enter_context(ckpt)
   restored, meta = ckpt.restore(checkpoint.abstract(state))
   start, stopping = 0, False
   if restored is not None:
@@ -195,6 +201,7 @@ def _train(
     wandb_project=cfg.wandb_project,
     config=dataclasses.asdict(cfg),
   )
+  closing.enter_context(writer)
   rng = jax.random.key(cfg.seed)
   sampling = sampling_lib.Sampling(
     temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k

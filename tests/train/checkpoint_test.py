@@ -51,6 +51,39 @@ def test_background_saves_survive_donation_and_wait(tmp_path):
   assert sorted(os.listdir(tmp_path)) == ["3", "4"]
 
 
+_FAILS_AFTER_A_SAVE = """
+import sys
+import jax.numpy as jnp
+from rlreason.train import checkpoint
+
+with checkpoint.Checkpointer(sys.argv[1], background=True) as ckpt:
+  ckpt.save(1, {"w": jnp.ones((64, 64))}, {"step": 1})
+  raise RuntimeError("boom")
+"""
+
+
+def test_an_error_after_a_background_save_still_finishes_its_write(tmp_path):
+  """A process whose run fails while a write is in flight: as a context
+  manager the Checkpointer finishes it (the process exits at once after
+  the error otherwise, leaving orbax's temporary directory, no checkpoint)
+  and the error is the one reported."""
+  import subprocess
+  import sys
+
+  directory = str(tmp_path / "ckpt")
+  out = subprocess.run(
+    [sys.executable, "-c", _FAILS_AFTER_A_SAVE, directory],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert out.returncode == 1
+  assert "RuntimeError: boom" in out.stderr
+  assert "finishing checkpoint 1's write before stopping" in out.stderr
+  assert os.listdir(directory) == ["1"]
+  assert checkpoint.Checkpointer(directory).latest_step() == 1
+
+
 def test_restore_into_a_sharding(tmp_path):
   ckpt = checkpoint.Checkpointer(str(tmp_path), keep=1)
   ckpt.save(5, _state(), {})

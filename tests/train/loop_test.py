@@ -192,6 +192,30 @@ def test_sigterm_stops_with_its_own_exit_code_and_resumes_cleanly(
   assert status == {"status": "finished", "step": 4, "steps": 4}
 
 
+def test_an_error_in_a_step_leaves_the_last_checkpoint_whole(
+  tmp_path, monkeypatch, capsys
+):
+  """A reward function that fails in step 2, while checkpoint 1 is written
+  in the background: the write is finished before the error ends the run
+  (a process that exits with one in flight loses it), and the error is the
+  one raised."""
+
+  def hook(call, rewards):
+    if call == 2:
+      raise RuntimeError("the reward server went away")
+    return rewards
+
+  _hooked_rewards(monkeypatch, hook)
+  cfg = _cfg(tmp_path, warm_start_steps=0, async_checkpoint=True)
+  with pytest.raises(RuntimeError, match="the reward server went away"):
+    grpo.run(cfg)
+  err = capsys.readouterr().err
+  assert "finishing checkpoint 1's write before stopping" in err
+  assert os.listdir(os.path.join(cfg.workdir, "checkpoints")) == ["1"]
+  assert list(testing.checkpoints(cfg.workdir)) == [1]
+  assert _train_steps(cfg.workdir) == [1]
+
+
 def test_ctrl_c_checkpoints_the_step_and_a_second_stops_at_once(
   tmp_path, monkeypatch, capsys
 ):
