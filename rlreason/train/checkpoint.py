@@ -338,8 +338,8 @@ class Preemption:
   """SIGTERM (TPU maintenance, SLURM's time limit) and Ctrl-C as a flag the
   loop polls between steps, to checkpoint and stop, and long work between
   its parts (`interrupt`); a second Ctrl-C raises KeyboardInterrupt at
-  once. Handlers are installed from the main thread
-  only; use it as a context manager (or call restore_handlers)."""
+  once. Handlers are installed from the main thread only; use it as a
+  context manager (or call restore_handlers)."""
 
   def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
     if not _SIGNALLED["alive"]:

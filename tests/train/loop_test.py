@@ -475,8 +475,8 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   tmp_path, monkeypatch, capsys
 ):
   """Ctrl-C lands in a sampler call (2 of 8 rows each; an evaluation
-  chunk is 4 problems x 4 samples, in 2 calls). In step 2's rollout: the
-  run stops after that call, checkpointed at 1 (the step's start; no
+  chunk is 4 problems x 4 samples, in 2 calls). In step 1's rollout: the
+  run stops after that call, checkpointed at 0 (the step's start; no
   periodic checkpoints). Rerun, in the mid-run evaluation at step 2, as its
   first chunk's last call runs: stopped after the chunk, with checkpoint 2
   (metrics.jsonl has no evaluation at 2). The next rerun finishes it from
@@ -508,24 +508,25 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
     return real(*args, **kwargs)
 
   monkeypatch.setattr(context_lib.rollout_lib, "_sample_rows", sample_rows)
-  # Calls 1-4: the evaluation at 0; 5-6: step 1's rollout; 7: step 2's.
-  press_at[:] = [7]
+  # Calls 1-4: the evaluation at 0; 5: step 1's rollout.
+  press_at[:] = [5]
   assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
-  assert len(calls) == 7
-  assert "step 2/3 stopped during its sampling" in capsys.readouterr().err
+  assert len(calls) == 5
+  assert "step 1/3 stopped during its sampling" in capsys.readouterr().err
   ckpts = os.path.join(cfg.workdir, "checkpoints")
-  assert os.listdir(ckpts) == ["1"] and _train_steps(cfg.workdir) == [1]
+  assert os.listdir(ckpts) == ["0"] and _train_steps(cfg.workdir) == []
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
-  assert status == {"status": "stopped", "step": 1, "steps": 3}
-  # Resumed at 1: calls 1-2 are step 2's rollout, 3-4 the evaluation's
-  # first chunk.
+  assert status == {"status": "stopped", "step": 0, "steps": 3}
+  # Resumed at 0, its evaluation done: calls 1-4 are the rollouts of steps
+  # 1 and 2, 5-6 the evaluation's first chunk.
   calls.clear()
-  press_at[:] = [4]
+  press_at[:] = [6]
   assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
-  assert len(calls) == 4
+  assert len(calls) == 6
   err = capsys.readouterr().err
+  assert "eval at step 0/3" not in err
   assert "eval at step 2/3 stopped after" in err
-  assert sorted(os.listdir(ckpts)) == ["1", "2"]
+  assert sorted(os.listdir(ckpts)) == ["0", "2"]
   assert _train_steps(cfg.workdir) == [1, 2]
   # Calls 1-2: the evaluation's second chunk; 3: step 3's rollout.
   calls.clear()
