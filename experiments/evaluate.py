@@ -15,9 +15,11 @@ A workdir's model, tokenizer, template, lengths and seed are the ones its
 config.json records, and without --data it is scored on the held-out data
 the run evaluated on; flags left at "" / 0 / -1 keep those values.
 
-An interrupted evaluation (Ctrl-C, SIGTERM, SIGKILL) loses at most
-one sampler call: each finished chunk's problems are kept in
-<out>/partial/ (a gs:// --out: workdirs/eval/partial/gs/... here), and the
+Ctrl-C or SIGTERM stops it after the sampler call under way (exit 75;
+over several hosts a signal to any one stops them all); Ctrl-C again, or
+SIGKILL, stops it at once. Either way it loses at most the chunk under way
+(--sequences_per_call sequences): each finished chunk's problems are kept
+in <out>/partial/ (a gs:// --out: workdirs/eval/partial/gs/... here), and the
 same command again starts after them (its samples are the ones an
 uninterrupted run draws). partial/ goes once the files are written. Over
 several hosts (--multihost or RLREASON_MULTIHOST=1, one process per host,
@@ -60,6 +62,7 @@ from rlreason import metrics as metrics_lib
 from rlreason import storage
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate as evaluate_lib
+from rlreason.train import checkpoint
 from rlreason.train import flags as rr_flags
 from rlreason.train import preflight
 from rlreason.train import run_info
@@ -177,6 +180,27 @@ def journal_for(out_dir: str) -> str:
   )
 
 
+def _evaluate(cfg: Config, policy, journal_dir: str, interrupt):
+  """evaluate_lib.evaluate with the flags' settings."""
+  return evaluate_lib.evaluate(
+    policy,
+    data=cfg.data,
+    split=cfg.split,
+    num_problems=None if cfg.num_problems < 0 else cfg.num_problems,
+    samples=cfg.samples,
+    temperature=cfg.temperature,
+    ks=_ks(cfg.ks),
+    greedy=cfg.greedy,
+    sequences_per_call=cfg.sequences_per_call,
+    template=cfg.template or None,
+    tokenizer=cfg.tokenizer or None,
+    max_prompt_len=cfg.max_prompt_len or None,
+    max_new_tokens=cfg.max_new_tokens or None,
+    journal_dir=journal_dir,
+    interrupt=interrupt,
+  )
+
+
 def run(cfg: Config) -> dict:
   """Loads, optionally exports, evaluates and writes; returns the results."""
   check(cfg)
@@ -213,23 +237,25 @@ def run(cfg: Config) -> dict:
     return out
   out_dir = cfg.out or default_out(policy)
   journal_dir = journal_for(out_dir)  # an interrupted run's
-  with metrics_lib.compile_lines(is_main):  # the sampler: minutes at scale
-    report = evaluate_lib.evaluate(
-      policy,
-      data=cfg.data,
-      split=cfg.split,
-      num_problems=None if cfg.num_problems < 0 else cfg.num_problems,
-      samples=cfg.samples,
-      temperature=cfg.temperature,
-      ks=_ks(cfg.ks),
-      greedy=cfg.greedy,
-      sequences_per_call=cfg.sequences_per_call,
-      template=cfg.template or None,
-      tokenizer=cfg.tokenizer or None,
-      max_prompt_len=cfg.max_prompt_len or None,
-      max_new_tokens=cfg.max_new_tokens or None,
-      journal_dir=journal_dir,
-    )
+  with (
+    checkpoint.Preemption(  # after jax.distributed's handler
+      stopping="stopping after the sampler call under way (the finished "
+      "problems are kept)"
+    ) as preempt,
+    metrics_lib.compile_lines(is_main),  # the sampler: minutes at scale
+  ):
+    try:
+      report = _evaluate(cfg, policy, journal_dir, preempt.interrupt)
+    except checkpoint.Interrupted:
+      if is_main:
+        print(
+          f"Stopped: the finished problems are kept ({journal_dir}); the "
+          f"same command resumes after them (exit code "
+          f"{rr_flags.EXIT_STOPPED}).",
+          file=sys.stderr,
+          flush=True,
+        )
+      return {**out, "stopped": True, "out": out_dir}
   paths = {}
   if is_main:
     paths = evaluate_lib.write(report, out_dir, samples_jsonl=cfg.write_samples)
@@ -249,7 +275,8 @@ def _main(argv):
     **{f.name: values[f.name].value for f in dataclasses.fields(Config)}
   )
   try:
-    run(cfg)
+    if run(cfg).get("stopped"):
+      sys.exit(rr_flags.EXIT_STOPPED)
   except (trained.CheckpointError, data_lib.DataError, config.ConfigError) as e:
     sys.exit(f"Error: {e}")  # A bad path or spec: the message says which.
   except KeyboardInterrupt:

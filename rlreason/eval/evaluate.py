@@ -98,6 +98,7 @@ def evaluate(
   greedy: bool = True,
   sequences_per_call: int = 0,
   journal_dir: str | None = None,
+  interrupt=None,
   **overrides,
 ) -> Report:
   """Greedy accuracy and, with samples > 1, pass@k / maj@k / mean@k.
@@ -118,6 +119,9 @@ def evaluate(
       an interrupted evaluation called again with the same settings starts
       after them. None keeps none. With several processes, process 0
       keeps them (on its own disk will do) and shares them on resume.
+    interrupt: called between sampler calls and chunks (Context.interrupt,
+      e.g. checkpoint.Preemption.interrupt); it raises to stop there, the
+      journals keeping the finished problems.
     **overrides: BaseConfig fields (template, max_new_tokens, max_prompt_len,
       tokenizer, seed); None keeps the run's value.
   """
@@ -142,6 +146,7 @@ def evaluate(
   ctx = context.Context(
     cfg, policy.model_cfg, tok, policy.mesh, reward_fn, correct_fn
   )
+  ctx.interrupt = interrupt
   common = dict(
     step=policy.step or 0,
     seed=cfg.seed,

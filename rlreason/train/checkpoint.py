@@ -341,7 +341,16 @@ class Preemption:
   once. Handlers are installed from the main thread only; use it as a
   context manager (or call restore_handlers)."""
 
-  def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+  # What the first signal's line says is done next.
+  STOPPING = (
+    "checkpointing and stopping at the next sampler call, evaluation "
+    "chunk or step end"
+  )
+
+  def __init__(
+    self, signals=(signal.SIGTERM, signal.SIGINT), stopping: str = STOPPING
+  ):
+    self._stopping = stopping
     if not _SIGNALLED["alive"]:
       _SIGNALLED["requested"] = False  # a new run: no old signal
     _SIGNALLED["alive"] += 1
@@ -376,8 +385,7 @@ class Preemption:
     what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
     again = " (Ctrl-C again stops at once)" if signum == signal.SIGINT else ""
     print(
-      f"{what}: checkpointing and stopping at the next sampler call, "
-      f"evaluation chunk or step end{again}.",
+      f"{what}: {self._stopping}{again}.",
       file=sys.stderr,
       flush=True,
     )

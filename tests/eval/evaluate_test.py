@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
@@ -222,11 +223,14 @@ def test_a_model_too_large_for_the_devices_stops_before_loading(
   )
 
 
+@pytest.mark.parametrize("how", ["killed", "signalled"])
 def test_an_interrupted_evaluation_resumes_where_it_stopped(
-  tmp_path, monkeypatch
+  tmp_path, monkeypatch, how
 ):
-  """Ctrl-C in the sampled decoding's second chunk; the rerun decodes only
-  what is not in the journals and writes the same files as a run never
+  """Stopped in the sampled decoding's second chunk: killed (a second
+  Ctrl-C: KeyboardInterrupt there), or signalled (Ctrl-C: that chunk is
+  finished and kept, then the run stops). The rerun decodes only what is
+  not in the journals and writes the same files as a run never
   interrupted; the journals go once the files are written."""
   flags = dict(
     checkpoint="tiny",
@@ -243,21 +247,28 @@ def test_an_interrupted_evaluation_resumes_where_it_stopped(
 
   def counted(self, *args, **kw):
     calls.append(kw["row_offset"])
-    if len(calls) == fail_at:
+    if len(calls) == fail_at and how == "killed":
       raise KeyboardInterrupt
+    if len(calls) == fail_at:
+      os.kill(os.getpid(), signal.SIGINT)
     return generate(self, *args, **kw)
 
   monkeypatch.setattr(context.Context, "generate", counted)
   out, fail_at = tmp_path / "again", 3
-  with pytest.raises(KeyboardInterrupt):
-    evaluate_cli.run(evaluate_cli.Config(out=str(out), **flags))
+  config = evaluate_cli.Config(out=str(out), **flags)
+  if how == "killed":
+    with pytest.raises(KeyboardInterrupt):
+      evaluate_cli.run(config)
+  else:
+    assert evaluate_cli.run(config)["stopped"]
   assert calls == [0, 0, 8]  # greedy; sampled rows 0-7 and then 8-15
   journals = {p.name.split("-")[0] for p in (out / "partial").iterdir()}
   assert journals == {"greedy", "n4"}
   calls.clear()
   fail_at = None
-  evaluate_cli.run(evaluate_cli.Config(out=str(out), **flags))
-  assert calls == [8, 16]  # the sampled problems 2-5 only
+  evaluate_cli.run(config)
+  # The sampled problems 2-5, or 4-5 where the signalled chunk was kept.
+  assert calls == ([8, 16] if how == "killed" else [16])
   assert not (out / "partial").exists()
   for name in ("eval.json", "samples.jsonl"):
     assert (out / name).read_text() == (whole / name).read_text()
