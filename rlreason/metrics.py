@@ -12,6 +12,11 @@ flushed at every write.
 A resumed run passes `keep_through=<restored step>`: rows logged after it
 (the steps the run is about to redo) are cut from the file, so no step is
 logged twice; a torn last line (the process died mid-write) is dropped.
+TensorBoard hides its events after that step (SummaryWriter's
+purge_step), and wandb continues the workdir's own run (its id is kept in
+<workdir>/wandb_run_id; the redone steps, which wandb does not take below
+the last one logged, replay the same numbers). A fresh run (keep_through
+-1) purges TensorBoard's earlier events and starts another wandb run.
 """
 
 import contextlib
@@ -21,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 
 import numpy as np
 from etils import epath
@@ -69,7 +75,12 @@ class MetricWriter:
       from tensorboardX import SummaryWriter  # Lazy: optional at import time.
 
       # gs:// needs google-cloud-storage (tensorboardX's GCS writer).
-      self._tb = SummaryWriter(os.fspath(workdir / "tensorboard"))
+      self._tb = SummaryWriter(
+        os.fspath(workdir / "tensorboard"),
+        # Steps after keep_through are redone: TensorBoard hides the
+        # earlier run's events from there on.
+        purge_step=None if keep_through is None else keep_through + 1,
+      )
     if wandb_project:
       import wandb
 
@@ -77,6 +88,9 @@ class MetricWriter:
         project=wandb_project,
         config=config,
         dir=os.fspath(workdir) if storage.is_local(workdir) else None,
+        id=_wandb_run_id(
+          workdir, resumed=keep_through is not None and keep_through >= 0
+        ),
         resume="allow",
       )
 
@@ -135,6 +149,17 @@ class MetricWriter:
 
   def __exit__(self, *exc):
     self.close()  # however the run ends: a remote file's last rows too
+
+
+def _wandb_run_id(workdir: epath.Path, resumed: bool) -> str:
+  """The workdir's wandb run id: the one <workdir>/wandb_run_id keeps when
+  `resumed`, else a new one, kept there."""
+  path = workdir / "wandb_run_id"
+  if resumed and path.exists() and (kept := path.read_text().strip()):
+    return kept
+  new = uuid.uuid4().hex[:12]
+  path.write_text(new + "\n")
+  return new
 
 
 def _parsed(path: epath.Path) -> list[tuple[str, dict]]:

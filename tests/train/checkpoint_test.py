@@ -118,6 +118,60 @@ def test_metric_writer_jsonl_and_tensorboard(tmp_path):
   assert not os.path.exists(tmp_path / "other")
 
 
+def _tensorboard_restarts(directory) -> list[int]:
+  """The steps of the SessionLog START events in a TensorBoard directory's
+  event files (TFRecords of Event protos): where TensorBoard hides the
+  earlier events from."""
+  import struct
+
+  from tensorboardX.proto import event_pb2
+
+  starts = []
+  for name in os.listdir(directory):
+    data = open(os.path.join(directory, name), "rb").read()
+    i = 0
+    while i < len(data):  # length, its CRC, the record, its CRC
+      (n,) = struct.unpack("<Q", data[i : i + 8])
+      event = event_pb2.Event.FromString(data[i + 12 : i + 12 + n])
+      if event.session_log.status == event_pb2.SessionLog.START:
+        starts.append(event.step)
+      i += 12 + n + 4
+  return starts
+
+
+def test_a_resumed_writer_hides_the_redone_steps_and_keeps_its_wandb_run(
+  tmp_path, monkeypatch
+):
+  """keep_through=3 (resumed at 3): TensorBoard hides events from step 4
+  on, and wandb continues the workdir's run (the id in wandb_run_id); a
+  fresh run (-1) hides all earlier events and starts another wandb run.
+  wandb is a stand-in recording init's arguments."""
+  import sys
+  import types
+
+  inits = []
+  fake = types.SimpleNamespace(
+    init=lambda **kw: inits.append(kw)
+    or types.SimpleNamespace(log=lambda *a, **k: None, finish=lambda: None)
+  )
+  monkeypatch.setitem(sys.modules, "wandb", fake)
+  for run, keep in (("a", -1), ("a", 3), ("a", -1), ("b", 0)):
+    w = metrics.MetricWriter(
+      str(tmp_path / run), keep_through=keep, wandb_project="p"
+    )
+    w.write(keep + 1, {"loss": 1.0})
+    w.close()
+  ids = [kw["id"] for kw in inits]
+  assert ids[0] == ids[1] != ids[2] and ids[3] not in ids[:3]
+  assert all(kw["resume"] == "allow" for kw in inits)
+  assert (tmp_path / "a/wandb_run_id").read_text().strip() == ids[2]
+  # One writer per directory (event files are named by the second).
+  for keep in (3, -1):
+    d = tmp_path / f"tb{keep}"
+    metrics.MetricWriter(str(d), keep_through=keep).close()
+    assert _tensorboard_restarts(d / "tensorboard") == [keep + 1]
+
+
 def _three_checkpoints(tmp_path):
   ckpt = checkpoint.Checkpointer(str(tmp_path / "ckpt"), keep=3)
   for step in (1, 2, 3):
