@@ -151,8 +151,10 @@ def test_a_resumed_writer_hides_the_redone_steps_and_keeps_its_wandb_run(
 
   inits = []
   fake = types.SimpleNamespace(
-    init=lambda **kw: inits.append(kw)
-    or types.SimpleNamespace(log=lambda *a, **k: None, finish=lambda: None)
+    init=lambda **kw: (
+      inits.append(kw)
+      or types.SimpleNamespace(log=lambda *a, **k: None, finish=lambda: None)
+    )
   )
   monkeypatch.setitem(sys.modules, "wandb", fake)
   for run, keep in (("a", -1), ("a", 3), ("a", -1), ("b", 0)):
