@@ -283,8 +283,16 @@ def test_ctrl_c_to_local_reaches_every_process_and_exits_75(tmp_path):
   fake.write_text(f"#!{sys.executable}\n{_FAKE_PROCESS}")
   fake.chmod(0o755)
   logs.mkdir()
+  # As from a terminal: SIGINT not ignored (a pytest worker may ignore it),
+  # reset by an exec'd Python (no preexec_fn: a fork of this threaded
+  # process).
+  default_sigint = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+  )
   script = subprocess.Popen(
-    ["bash", "launch/local.sh", "2", "experiments.grpo"],
+    [sys.executable, "-c", default_sigint, "bash", "launch/local.sh", "2"]
+    + ["experiments.grpo"],
     cwd=ROOT,
     env={
       **os.environ,
@@ -297,8 +305,6 @@ def test_ctrl_c_to_local_reaches_every_process_and_exits_75(tmp_path):
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,
-    # As from a terminal: SIGINT not ignored (a pytest worker may ignore it).
-    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
   )
   started = [logs / "0", logs / "1"]
   try:
