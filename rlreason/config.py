@@ -26,6 +26,7 @@ TEMPLATES = ("plain", "r1", "boxed", "chat")
 # to another slice). A test keeps every name a BaseConfig field.
 RESUMABLE_CHANGES = tuple(
   "steps workdir log_every eval_every checkpoint_every keep_checkpoints "
+  "stop_after_hours "
   "async_checkpoint tensorboard wandb_project cache_dir compile_cache "
   "multihost validate_rows allow_config_change "
   "rollout_rows rollout_batching decode_attention rollout_layout "
@@ -203,6 +204,10 @@ class BaseConfig:
   keep_checkpoints: int = 2
   # Write checkpoints in the background once the state is on the host.
   async_checkpoint: bool = True
+  # Stop with a checkpoint (exit 75, as SIGTERM) once the run has gone on
+  # this long, e.g. within a notebook's or a reservation's time limit;
+  # 0 = no limit. The same command resumes, with a limit of its own.
+  stop_after_hours: float = 0.0
   tensorboard: bool = True
   wandb_project: str = ""
   # Resume a workdir whose config.json differs in more than
@@ -285,7 +290,13 @@ class BaseConfig:
       value = getattr(self, name)
       check(0 <= value <= 1, f"--{name}={value} not in [0, 1]")
     check(0 < self.top_p <= 1, f"--top_p={self.top_p} not in (0, 1]")
-    for name in ("lr", "warm_start_lr", "weight_decay", "grad_clip"):
+    for name in (
+      "lr",
+      "warm_start_lr",
+      "weight_decay",
+      "grad_clip",
+      "stop_after_hours",
+    ):
       value = getattr(self, name)
       check(value >= 0, f"--{name}={value} must be >= 0")
     for name in ("adam_b1", "adam_b2"):

@@ -330,8 +330,9 @@ def any_process(*flags: bool) -> tuple[bool, ...]:
 
 # What the signal handlers of the Preemptions alive in this process share:
 # a run's warm start (a Resumable inside it) stops on a signal that came
-# while the run was loading.
-_SIGNALLED = {"alive": 0, "requested": False}
+# while the run was loading, or once the run's time limit passed
+# ("deadline": (time.time() then, the flag that set it)).
+_SIGNALLED = {"alive": 0, "requested": False, "deadline": None}
 
 
 class Preemption:
@@ -348,11 +349,19 @@ class Preemption:
   )
 
   def __init__(
-    self, signals=(signal.SIGTERM, signal.SIGINT), stopping: str = STOPPING
+    self,
+    signals=(signal.SIGTERM, signal.SIGINT),
+    stopping: str = STOPPING,
+    deadline: tuple[float, str] | None = None,
   ):
+    """`deadline`: (time.time() at which a stop is requested as by a
+    signal, what set it, e.g. "--stop_after_hours=11.5"), for this
+    Preemption and those nested in it."""
     self._stopping = stopping
-    if not _SIGNALLED["alive"]:
-      _SIGNALLED["requested"] = False  # a new run: no old signal
+    if not _SIGNALLED["alive"]:  # a new run: no old signal or limit
+      _SIGNALLED.update(requested=False, deadline=None)
+    if deadline is not None:
+      _SIGNALLED["deadline"] = deadline
     _SIGNALLED["alive"] += 1
     self._previous, self._alive = {}, True
     if threading.current_thread() is threading.main_thread():
@@ -361,6 +370,10 @@ class Preemption:
 
   @property
   def requested(self) -> bool:
+    deadline = _SIGNALLED["deadline"]
+    if not _SIGNALLED["requested"] and deadline and time.time() >= deadline[0]:
+      _SIGNALLED["requested"] = True
+      print(f"{deadline[1]} reached: {self._stopping}.", file=sys.stderr)
     return _SIGNALLED["requested"]
 
   def agreed(self) -> bool:

@@ -67,20 +67,24 @@ def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
 def train(cfg, **kwargs) -> dict[str, Any]:
   """Runs (or resumes) an RL experiment; returns the final metrics.
 
-  SIGTERM or Ctrl-C, from its start on, stops it with a checkpoint: the
-  warm start's step under way finishes; an RL step stops at its next
-  sampler call (checkpointed as of the step's start) or after its
-  updates; an evaluation after its chunk under way (resumed from its
-  journal by the rerun, before anything else). A second Ctrl-C stops it
-  at once. A long compilation says so as it runs
+  SIGTERM or Ctrl-C, from its start on, or --stop_after_hours since it,
+  stops it with a checkpoint: the warm start's step under way finishes;
+  an RL step stops at its next sampler call (checkpointed as of the
+  step's start) or after its updates; an evaluation after its chunk under
+  way (resumed from its journal by the rerun, before anything else). A
+  second Ctrl-C stops it at once. A long compilation says so as it runs
   (metrics.compile_lines). Arguments: `_train`'s.
   """
   cfg.validate()
   # Before the handlers: jax.distributed's own SIGTERM handler (its
   # preemption notifier) would replace them.
   run_info.maybe_initialize_distributed(cfg)
+  deadline = None
+  if cfg.stop_after_hours:
+    limit = f"--stop_after_hours={cfg.stop_after_hours:g}"
+    deadline = (time.time() + 3600 * cfg.stop_after_hours, limit)
   with (
-    checkpoint.Preemption() as preempt,
+    checkpoint.Preemption(deadline=deadline) as preempt,
     metrics_lib.compile_lines(jax.process_index() == 0),  # minutes at scale
     contextlib.ExitStack() as closing,
   ):

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import time
 import warnings
 
 import jax
@@ -245,6 +246,37 @@ def test_ctrl_c_checkpoints_the_step_and_a_second_stops_at_once(
   assert os.listdir(os.path.join(cfg.workdir, "checkpoints")) == ["1"]
   assert _train_steps(cfg.workdir) == [1]
   assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_time_limit_stops_the_run_as_a_signal_does(
+  tmp_path, monkeypatch, capsys
+):
+  """--stop_after_hours sets the run's deadline that many hours from its
+  start; once it passes (brought forward here in step 2) the run stops
+  after the step with a checkpoint (exit 75), saying which limit. A
+  nested Preemption (a warm start's) sees the same deadline."""
+  seen = []
+
+  def hook(call, rewards):
+    if call == 2:
+      deadline, limit = checkpoint._SIGNALLED["deadline"]  # noqa: SLF001
+      seen.append((deadline - time.time(), limit))
+      with checkpoint.Preemption() as nested:
+        assert not nested.requested
+      checkpoint._SIGNALLED["deadline"] = (time.time(), limit)  # noqa: SLF001
+    return rewards
+
+  _hooked_rewards(monkeypatch, hook)
+  cfg = _cfg(tmp_path, steps=3, warm_start_steps=0, stop_after_hours=1.5)
+  assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
+  [(left, limit)] = seen
+  assert 0 < 5400 - left < 300 and limit == "--stop_after_hours=1.5"
+  err = capsys.readouterr().err
+  assert "--stop_after_hours=1.5 reached: checkpointing and stopping" in err
+  status = json.load(open(os.path.join(cfg.workdir, "status.json")))
+  assert status == {"status": "stopped", "step": 2, "steps": 3}
+  with checkpoint.Preemption() as fresh:  # the next run's: no old limit
+    assert not fresh.requested
 
 
 def test_preemptions_share_a_signal_and_restore_handlers():

@@ -64,6 +64,7 @@ def _fails(cfg, capsys, *expected):
     ),
     (dict(checkpoint_every=-1), "--checkpoint_every=-1 must be >= 0"),
     (dict(lr=-1.0), "--lr=-1.0 must be >= 0"),
+    (dict(stop_after_hours=-2.0), "--stop_after_hours=-2.0 must be >= 0"),
     (dict(dtype="fp8"), "--dtype='fp8'; expected one of"),
     (dict(adam_b2=1.0), "--adam_b2=1.0 not in [0, 1)"),
     (dict(template="nope"), "--template='nope'; expected one of ('plain',"),
