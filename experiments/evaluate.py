@@ -239,8 +239,8 @@ def run(cfg: Config) -> dict:
   journal_dir = journal_for(out_dir)  # an interrupted run's
   with (
     checkpoint.Preemption(  # after jax.distributed's handler
-      stopping="stopping after the sampler call under way (the finished "
-      "problems are kept)"
+      stopping="stopping after the sampler call under way, keeping the "
+      "finished problems"
     ) as preempt,
     metrics_lib.compile_lines(is_main),  # the sampler: minutes at scale
   ):
