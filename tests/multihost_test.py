@@ -315,16 +315,10 @@ def test_a_sigterm_to_one_process_stops_both_at_the_same_point(runs):
   assert "step 3/3 stopped during its sampling" in log, log
 
 
-def _evaluate_2_processes(tmp, name, flags, interrupt_at=0):
+def _evaluate_2_processes(tmp, name, flags, **env):
   """experiments.evaluate over 2 processes x 2 devices; each one's
-  multihost_worker.py record (sampler calls, interrupted) and log."""
-  _run_two_processes(
-    tmp,
-    name,
-    "evaluate",
-    flags,
-    RLREASON_TEST_INTERRUPT_AT=str(interrupt_at),
-  )
+  multihost_worker.py record (sampler calls, stopped) and log."""
+  _run_two_processes(tmp, name, "evaluate", flags, **env)
   return [
     (
       json.load(open(tmp / f"{name}{i}.json")),
@@ -340,7 +334,8 @@ def test_an_interrupted_multihost_evaluation_resumes_where_it_stopped(
   """experiments.evaluate --multihost: process 0 alone writes the files and
   the journals (partial/) and, on the rerun, shares what they hold, so both
   processes start after the same problems: the rerun decodes only the rest
-  and writes the files of a run never interrupted."""
+  and writes the files of a run never interrupted. The stop: SIGTERM to
+  process 1 alone (one host preempted), which both agree on."""
   flags = dict(
     checkpoint="tiny",
     data="task:arithmetic:difficulty=1",
@@ -359,7 +354,7 @@ def test_an_interrupted_multihost_evaluation_resumes_where_it_stopped(
     tmp_path, "whole", dict(flags, out=str(whole), export_hf=str(exported))
   )
   for record, _ in runs:
-    assert record == {"calls": [0, 0, 8, 16, 24], "interrupted": False}
+    assert record == {"calls": [0, 0, 8, 16, 24], "stopped": False}
   assert "Exported HF checkpoint" in runs[0][1]
   assert "Exported" not in runs[1][1]
   # The same preset and seed exported by this one process, byte for byte.
@@ -367,19 +362,25 @@ def test_an_interrupted_multihost_evaluation_resumes_where_it_stopped(
   for name in ("model.safetensors", "config.json"):
     got = (exported / name).read_bytes()
     assert got == open(os.path.join(single, name), "rb").read(), name
-  # Ctrl-C as the sampled decoding's second chunk starts, on both.
-  for record, _ in _evaluate_2_processes(
-    tmp_path, "stopped", dict(flags, out=str(out)), interrupt_at=3
-  ):
-    assert record == {"calls": [0, 0, 8], "interrupted": True}
+  # SIGTERM to process 1 as the sampled decoding's second chunk starts:
+  # both finish that chunk (one sampler call), keep it and stop.
+  stopped = _evaluate_2_processes(
+    tmp_path,
+    "stopped",
+    dict(flags, out=str(out)),
+    RLREASON_TEST_SIGTERM_AT="1:3",
+  )
+  for record, _ in stopped:
+    assert record == {"calls": [0, 0, 8], "stopped": True}
+  assert "Stopped: the finished problems are kept" in stopped[0][1]
   journals = {p.name.split("-")[0] for p in (out / "partial").iterdir()}
   assert journals == {"greedy", "n4"}
   (main, main_log), (other, other_log) = _evaluate_2_processes(
     tmp_path, "resumed", dict(flags, out=str(out))
   )
-  for record in (main, other):  # the sampled problems 2-7 only
-    assert record == {"calls": [8, 16, 24], "interrupted": False}
-  assert "eval: 2 of 8 problems from" in main_log
+  for record in (main, other):  # the sampled problems 4-7 only
+    assert record == {"calls": [16, 24], "stopped": False}
+  assert "eval: 4 of 8 problems from" in main_log
   assert "problems from" not in other_log and "Wrote" not in other_log
   assert not (out / "partial").exists()
   for name in ("eval.json", "samples.jsonl"):

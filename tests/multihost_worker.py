@@ -7,11 +7,9 @@ grpo runs experiments.grpo.run with the overrides, then writes OUT_PREFIX.npz
 (the final parameters, gathered from every process: all processes must take
 part) and OUT_PREFIX.json (the returned scalar metrics). evaluate runs
 experiments.evaluate.run with those flags and writes OUT_PREFIX.json: the
-row offset of each sampler call and whether it was interrupted (a
-KeyboardInterrupt raised at sampler call RLREASON_TEST_INTERRUPT_AT, as
-Ctrl-C would land, on every process alike). With
+row offset of each chunk's sampler call and whether the run stopped. With
 RLREASON_TEST_SIGTERM_AT=P:C, process P sends itself SIGTERM as its C-th
-sampler call starts, the others none. Multi-process settings come
+sampler call starts, the others none (either mode). Multi-process settings come
 from the environment (RLREASON_MULTIHOST=1, JAX_COORDINATOR_ADDRESS,
 JAX_NUM_PROCESSES, JAX_PROCESS_ID), as in a real launch.
 """
@@ -52,22 +50,15 @@ context.PROGRESS_SECONDS = 0.0
 
 def evaluate(flags: str, out_prefix: str) -> None:
   generate, calls = context.Context.generate, []
-  interrupt_at = int(os.environ.get("RLREASON_TEST_INTERRUPT_AT", "0"))
 
   def counted(self, *args, **kw):
     calls.append(kw["row_offset"])
-    if len(calls) == interrupt_at:
-      raise KeyboardInterrupt
     return generate(self, *args, **kw)
 
   context.Context.generate = counted
-  out = {"calls": calls, "interrupted": False}
-  try:
-    evaluate_cli.run(evaluate_cli.Config(**json.loads(flags)))
-  except KeyboardInterrupt:
-    out["interrupted"] = True
+  out = evaluate_cli.run(evaluate_cli.Config(**json.loads(flags)))
   with open(out_prefix + ".json", "w") as f:
-    json.dump(out, f)
+    json.dump({"calls": calls, "stopped": bool(out.get("stopped"))}, f)
 
 
 def _sigterm_at(process: int, call: int) -> None:
@@ -88,10 +79,10 @@ def _sigterm_at(process: int, call: int) -> None:
 
 
 def main(mode: str, overrides: str, out_prefix: str) -> None:
-  if mode == "evaluate":
-    return evaluate(overrides, out_prefix)
   if at := os.environ.get("RLREASON_TEST_SIGTERM_AT"):
     _sigterm_at(*map(int, at.split(":")))
+  if mode == "evaluate":
+    return evaluate(overrides, out_prefix)
   cfg = dataclasses.replace(grpo.TinyConfig(), **json.loads(overrides))
   out = grpo.run(cfg)
   params = mesh_lib.to_host(out["state"].params)
