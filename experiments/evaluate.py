@@ -62,7 +62,7 @@ from rlreason import metrics as metrics_lib
 from rlreason import storage
 from rlreason.data import sources as data_lib
 from rlreason.eval import evaluate as evaluate_lib
-from rlreason.train import checkpoint
+from rlreason.train import preemption
 from rlreason.train import flags as rr_flags
 from rlreason.train import preflight
 from rlreason.train import run_info
@@ -238,7 +238,7 @@ def run(cfg: Config) -> dict:
   out_dir = cfg.out or default_out(policy)
   journal_dir = journal_for(out_dir)  # an interrupted run's
   with (
-    checkpoint.Preemption(  # after jax.distributed's handler
+    preemption.Preemption(  # after jax.distributed's handler
       stopping="stopping after the sampler call under way, keeping the "
       "finished problems"
     ) as preempt,
@@ -246,7 +246,7 @@ def run(cfg: Config) -> dict:
   ):
     try:
       report = _evaluate(cfg, policy, journal_dir, preempt.interrupt)
-    except checkpoint.Interrupted:
+    except preemption.Interrupted:
       if is_main:
         print(
           f"Stopped: the finished problems are kept ({journal_dir}); the "

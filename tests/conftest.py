@@ -66,11 +66,11 @@ jax.config.update(
 @pytest.fixture(autouse=True)
 def _no_signal_handlers_left(request):
   """Every test leaves the signal handlers as it found them: a run's
-  checkpoint.Preemption (SIGTERM / Ctrl-C) goes however the run ends. One
+  preemption.Preemption (SIGTERM / Ctrl-C) goes however the run ends. One
   left behind would turn the next test's run into a stopped one."""
   yield
-  from rlreason.train import checkpoint
+  from rlreason.train import preemption
 
-  alive = checkpoint._SIGNALLED["alive"]
-  checkpoint._SIGNALLED.update(alive=0, requested=False)  # the next is clean
+  alive = preemption._SIGNALLED["alive"]
+  preemption._SIGNALLED.update(alive=0, requested=False)  # the next is clean
   assert alive == 0, f"{request.node.nodeid} left {alive} Preemption(s)"

@@ -141,8 +141,8 @@ def test_tpu_kill_ends_only_our_session():
 
 _PROBE = """
 import sys, time
-from rlreason.train import checkpoint
-with checkpoint.Preemption() as preempt:
+from rlreason.train import preemption
+with preemption.Preemption() as preempt:
   for step in range(1, 1200):
     time.sleep(0.1)
     print("step", step, flush=True)

@@ -120,7 +120,7 @@ def evaluate(
       after them. None keeps none. With several processes, process 0
       keeps them (on its own disk will do) and shares them on resume.
     interrupt: called between sampler calls and chunks (Context.interrupt,
-      e.g. checkpoint.Preemption.interrupt); it raises to stop there, the
+      e.g. preemption.Preemption.interrupt); it raises to stop there, the
       journals keeping the finished problems.
     **overrides: BaseConfig fields (template, max_new_tokens, max_prompt_len,
       tokenizer, seed); None keeps the run's value.

@@ -187,7 +187,7 @@ def generate(
     interrupt: called where the rollout may be abandoned: between sampler
       calls, and between continuous batching's host calls (those of
       `progress`); it raises to stop there (the loop's
-      checkpoint.Preemption.interrupt). Every process calls it at the same
+      preemption.Preemption.interrupt). Every process calls it at the same
       points.
 
   Returns:

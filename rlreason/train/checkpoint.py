@@ -23,27 +23,26 @@ latest checkpoint that cannot be restored (a truncated array file, missing
 metadata) is moved aside to `<directory>.corrupt/` (never deleted) and the
 next older one is restored instead, with a warning saying so.
 
-`Preemption` turns SIGTERM (TPU maintenance, SLURM time limit) and Ctrl-C
-into a flag the loop polls between steps, agreed over the processes, so
-every process saves and exits cleanly at the same step.
+`Resumable` makes work outside the RL loop (a warm start, pretraining, a
+reward model's training) stop on SIGTERM / Ctrl-C with a checkpoint
+(preemption.Preemption) and resume.
 """
 
 import contextlib
 import logging as std_logging
 import os
 import shutil
-import signal
 import sys
 import threading
 import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
 from rlreason import storage
+from rlreason.train import preemption
 
 
 class CheckpointError(RuntimeError):
@@ -57,13 +56,6 @@ class Stopped(Exception):
   def __init__(self, what: str, step: int, steps: int):
     super().__init__(f"{what} stopped at step {step} of {steps}")
     self.what, self.step, self.steps = what, step, steps
-
-
-class Interrupted(BaseException):
-  """Preemption.interrupt's: a stop was agreed while long work ran (a
-  rollout's sampler calls, an evaluation's chunks); the part under way is
-  dropped and the caller checkpoints what it holds. A BaseException, as
-  KeyboardInterrupt: no `except Exception` on the way swallows it."""
 
 
 class Checkpointer:
@@ -316,108 +308,6 @@ def abstract(tree):
   )
 
 
-def any_process(*flags: bool) -> tuple[bool, ...]:
-  """Each flag OR-ed over the processes: the same answer on every one (a
-  small all-gather where there are several; each must call it alike)."""
-  if jax.process_count() == 1:
-    return tuple(bool(f) for f in flags)
-  from jax.experimental import multihost_utils
-
-  mine = np.asarray(flags, np.int32)
-  every = np.asarray(multihost_utils.process_allgather(mine))
-  return tuple(bool(f) for f in every.reshape(-1, len(flags)).any(axis=0))
-
-
-# What the signal handlers of the Preemptions alive in this process share:
-# a run's warm start (a Resumable inside it) stops on a signal that came
-# while the run was loading, or once the run's time limit passed
-# ("deadline": (time.time() then, the flag that set it)).
-_SIGNALLED = {"alive": 0, "requested": False, "deadline": None}
-
-
-class Preemption:
-  """SIGTERM (TPU maintenance, SLURM's time limit) and Ctrl-C as a flag the
-  loop polls between steps, to checkpoint and stop, and long work between
-  its parts (`interrupt`); a second Ctrl-C raises KeyboardInterrupt at
-  once. Handlers are installed from the main thread only; use it as a
-  context manager (or call restore_handlers)."""
-
-  # What the first signal's line says is done next.
-  STOPPING = (
-    "checkpointing and stopping at the next sampler call, evaluation "
-    "chunk or step end"
-  )
-
-  def __init__(
-    self,
-    signals=(signal.SIGTERM, signal.SIGINT),
-    stopping: str = STOPPING,
-    deadline: tuple[float, str] | None = None,
-  ):
-    """`deadline`: (time.time() at which a stop is requested as by a
-    signal, what set it, e.g. "--stop_after_hours=11.5"), for this
-    Preemption and those nested in it."""
-    self._stopping = stopping
-    if not _SIGNALLED["alive"]:  # a new run: no old signal or limit
-      _SIGNALLED.update(requested=False, deadline=None)
-    if deadline is not None:
-      _SIGNALLED["deadline"] = deadline
-    _SIGNALLED["alive"] += 1
-    self._previous, self._alive = {}, True
-    if threading.current_thread() is threading.main_thread():
-      for sig in signals:
-        self._previous[sig] = signal.signal(sig, self._handle)
-
-  @property
-  def requested(self) -> bool:
-    deadline = _SIGNALLED["deadline"]
-    if not _SIGNALLED["requested"] and deadline and time.time() >= deadline[0]:
-      _SIGNALLED["requested"] = True
-      print(f"{deadline[1]} reached: {self._stopping}.", file=sys.stderr)
-    return _SIGNALLED["requested"]
-
-  def agreed(self) -> bool:
-    """Whether any process was signalled. Every process gets the same
-    answer (one small all-gather where there are several: each must call
-    it alike), so all of them save and stop at the same step."""
-    return any_process(self.requested)[0]
-
-  def interrupt(self) -> None:
-    """Raises Interrupted once a stop is agreed (`agreed`: every process
-    calls it at the same points). Long work calls it between its parts
-    (Context.interrupt: a rollout's sampler calls, an evaluation's
-    chunks), so that a stop does not wait for all of it."""
-    if self.agreed():
-      raise Interrupted("a stop was requested")
-
-  def _handle(self, signum, frame):
-    del frame
-    if signum == signal.SIGINT and _SIGNALLED["requested"]:
-      raise KeyboardInterrupt  # the second Ctrl-C
-    _SIGNALLED["requested"] = True
-    what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-    again = " (Ctrl-C again stops at once)" if signum == signal.SIGINT else ""
-    print(
-      f"{what}: {self._stopping}{again}.",
-      file=sys.stderr,
-      flush=True,
-    )
-
-  def restore_handlers(self):
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
-    self._previous = {}
-    if self._alive:
-      self._alive = False
-      _SIGNALLED["alive"] -= 1
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.restore_handlers()
-
-
 # A Resumable's work is also saved this often (seconds), in the background:
 # a process killed without a signal (the OOM killer, a closed laptop, a
 # crash) resumes from there rather than from its start.
@@ -437,7 +327,7 @@ class Resumable:
     self.directory, self.label = directory, label
     self.every = SAVE_SECONDS if every is None else every
     self._ckpt = Checkpointer(directory, keep=1, background=True)
-    self._preempt = Preemption()
+    self._preempt = preemption.Preemption()
     self._saved = time.time()
 
   def restore(self, tree):
@@ -450,7 +340,7 @@ class Resumable:
     `every` seconds after the last save, saves them in the background and
     goes on. Every process must call it alike."""
     due = time.time() - self._saved >= self.every
-    stop, due = any_process(self._preempt.requested, due)
+    stop, due = preemption.any_process(self._preempt.requested, due)
     if step >= steps:
       return
     if stop or due:

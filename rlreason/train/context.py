@@ -60,7 +60,7 @@ class Context:
   # () -> None, called between the parts of long sampling (sampler calls,
   # evaluation chunks, multi-turn turns, tree calls; every process at the
   # same points); it raises to abandon the work there. The loop's is
-  # checkpoint.Preemption.interrupt: a stop does not wait for a rollout or
+  # preemption.Preemption.interrupt: a stop does not wait for a rollout or
   # an evaluation to end.
   interrupt: Callable[[], None] | None = None
 

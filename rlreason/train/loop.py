@@ -35,6 +35,7 @@ from etils import epath
 
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import checkpoint
+from rlreason.train import preemption
 from rlreason.train import preflight
 from rlreason.train import run_info
 from rlreason.train import context as context_lib
@@ -79,12 +80,9 @@ def train(cfg, **kwargs) -> dict[str, Any]:
   # Before the handlers: jax.distributed's own SIGTERM handler (its
   # preemption notifier) would replace them.
   run_info.maybe_initialize_distributed(cfg)
-  deadline = None
-  if cfg.stop_after_hours:
-    limit = f"--stop_after_hours={cfg.stop_after_hours:g}"
-    deadline = (time.time() + 3600 * cfg.stop_after_hours, limit)
+  deadline = preemption.after_hours(cfg.stop_after_hours)
   with (
-    checkpoint.Preemption(deadline=deadline) as preempt,
+    preemption.Preemption(deadline=deadline) as preempt,
     metrics_lib.compile_lines(jax.process_index() == 0),  # minutes at scale
     contextlib.ExitStack() as closing,
   ):
@@ -94,7 +92,7 @@ def train(cfg, **kwargs) -> dict[str, Any]:
 def _train(
   cfg,
   *,
-  preempt: checkpoint.Preemption,
+  preempt: preemption.Preemption,
   closing: contextlib.ExitStack,
   make_batch: Callable,
   loss_fn: Callable,
@@ -257,7 +255,7 @@ def _train(
         ks=sorted({1, cfg.eval_samples}),
         journal=journal,
       )
-    except checkpoint.Interrupted:
+    except preemption.Interrupted:
       _say(
         f"eval at step {step}/{cfg.steps} stopped after "
         f"{time.time() - t0:.1f} s; a rerun resumes it from its journal"
@@ -323,7 +321,7 @@ def _train(
       ctx.step = step
       ctx.take_nonfinite_rewards()
       batch, batch_metrics = make_batch(rollout, examples, ctx)
-    except checkpoint.Interrupted:  # within the step's sampling
+    except preemption.Interrupted:  # within the step's sampling
       stopping = True
       _say(f"step {step + 1}/{cfg.steps} stopped during its sampling")
       if ckpt.latest_step() != step:

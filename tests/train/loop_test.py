@@ -21,6 +21,7 @@ from rlreason import metrics
 from rlreason import testing
 from rlreason.model import transformer
 from rlreason.train import checkpoint
+from rlreason.train import preemption
 from rlreason.train import context as context_lib
 from rlreason.train import loaders
 from rlreason.train import flags
@@ -259,11 +260,11 @@ def test_a_time_limit_stops_the_run_as_a_signal_does(
 
   def hook(call, rewards):
     if call == 2:
-      deadline, limit = checkpoint._SIGNALLED["deadline"]  # noqa: SLF001
+      deadline, limit = preemption._SIGNALLED["deadline"]  # noqa: SLF001
       seen.append((deadline - time.time(), limit))
-      with checkpoint.Preemption() as nested:
+      with preemption.Preemption() as nested:
         assert not nested.requested
-      checkpoint._SIGNALLED["deadline"] = (time.time(), limit)  # noqa: SLF001
+      preemption._SIGNALLED["deadline"] = (time.time(), limit)  # noqa: SLF001
     return rewards
 
   _hooked_rewards(monkeypatch, hook)
@@ -275,7 +276,7 @@ def test_a_time_limit_stops_the_run_as_a_signal_does(
   assert "--stop_after_hours=1.5 reached: checkpointing and stopping" in err
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
   assert status == {"status": "stopped", "step": 2, "steps": 3}
-  with checkpoint.Preemption() as fresh:  # the next run's: no old limit
+  with preemption.Preemption() as fresh:  # the next run's: no old limit
     assert not fresh.requested
 
 
@@ -283,14 +284,14 @@ def test_preemptions_share_a_signal_and_restore_handlers():
   """A signal caught by the run's Preemption is seen by one made inside
   it (its warm start's); a new run starts without it."""
   before = signal.getsignal(signal.SIGTERM)
-  with checkpoint.Preemption() as run:
+  with preemption.Preemption() as run:
     os.kill(os.getpid(), signal.SIGTERM)
     assert run.requested and run.agreed()
-    with checkpoint.Preemption() as warm_start:
+    with preemption.Preemption() as warm_start:
       assert warm_start.requested
     assert signal.getsignal(signal.SIGTERM) == run._handle
   assert signal.getsignal(signal.SIGTERM) is before
-  with checkpoint.Preemption() as later:
+  with preemption.Preemption() as later:
     assert not later.requested
 
 
@@ -409,7 +410,7 @@ def test_a_failed_warm_start_restores_the_signal_handlers(
     sft.warm_start(cfg)
   after = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
   assert after == before
-  with checkpoint.Preemption() as fresh:
+  with preemption.Preemption() as fresh:
     assert not fresh.requested
 
 
