@@ -278,12 +278,7 @@ def _train(
       storage.write_json(
         epath.Path(workdir) / "eval_before.json", {**first_eval, **scope}
       )
-  elif (
-    cfg.eval_every
-    and start % cfg.eval_every == 0
-    and start < cfg.steps
-    and not run_info.evaluated(workdir, start)
-  ):
+  elif run_info.evaluation_missing(workdir, cfg, start):
     stopping = evaluate(start) is None  # a stopped evaluation's, first
 
   def sample(step):

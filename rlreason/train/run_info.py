@@ -65,10 +65,16 @@ def finished_eval(workdir: str, steps: int, scope: dict) -> dict | None:
   return mesh_lib.from_process_0(saved)
 
 
-def evaluated(workdir: str, step: int) -> bool:
-  """Whether the run's metrics.jsonl holds its evaluation at `step`: a
-  resumed run whose evaluation there was stopped (or never began) does it
-  first. Process 0 reads it; every process gets its answer."""
+def evaluation_missing(workdir: str, cfg, step: int) -> bool:
+  """Whether --eval_every schedules an evaluation at `step` (before the
+  last) that the run's metrics.jsonl lacks: a resumed run whose evaluation
+  there was stopped (or never began) does it first. Process 0 reads the
+  file; every process gets its answer."""
+  due = cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps
+  return bool(due) and not _evaluated(workdir, step)
+
+
+def _evaluated(workdir: str, step: int) -> bool:
   found = None
   if jax.process_index() == 0:
     path = epath.Path(workdir) / "metrics.jsonl"
