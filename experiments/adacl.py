@@ -83,9 +83,9 @@ class Config(grpo.TinyConfig):
   # knowledge points, 0.5% with an expert solution); with, they help (7.8%
   # -> 9.9% and 20.3%). Measured 2026-11-22; every variant shares it.
   warm_start_hints: float = 0.5
-  target_accuracy: float = 0.5  # (3) assumed
-  target_width: float = 0.3  # (3) assumed
-  tracker_decay: float = 0.5  # (2)
+  target_accuracy: float = 0.5  # (3) the accuracy batches aim at (assumed)
+  target_width: float = 0.3  # (3) the weights' width around it (assumed)
+  tracker_decay: float = 0.5  # (2) the running accuracy's decay per draw
   egsr: bool = True  # (4)-(6) False: ADCL alone (the ablation)
   egsr_rows: int = 2  # (5) reformulations per all-wrong group (assumed)
   egsr_correction: str = "importance"  # (6) importance | on_policy (assumed)

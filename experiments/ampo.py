@@ -57,11 +57,15 @@ class Config(grpo.TinyConfig):
 
   data: str = "task:arithmetic:difficulty=1-3,n=4000"
   max_new_tokens: int = 48
-  teachers: str = "warm_start,reference"  # (2)
+  teachers: str = (
+    "warm_start,reference"  # (2) guidance sources, comma-separated
+  )
   teacher_steps: int = 0  # "warm_start" teacher: SFT steps (0 = the same)
   teacher_samples: int = 2  # (2) solutions per teacher and prompt
   replace: int = 2  # (3) off-policy rows per all-wrong group (assumed)
-  shaping_gamma: float = 0.1  # (4) LUFFY's gamma
+  shaping_gamma: float = (
+    0.1  # (4) gamma of the off-policy weight r / (r + gamma)
+  )
   kl_coef: float = 0.0  # mixed-policy methods drop the KL (LUFFY)
 
   def sources(self) -> list[str]:

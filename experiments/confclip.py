@@ -56,9 +56,9 @@ TOKENS = ("answer", "all")
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with the ConfClip reward; paper: PAPER."""
 
-  conf_weight: float = 0.5  # (1) w, assumed
-  conf_clip_low: float = 0.2  # (1) assumed
-  conf_clip_high: float = 0.9  # (1) assumed
+  conf_weight: float = 0.5  # (1) w, the confidence term's weight (assumed)
+  conf_clip_low: float = 0.2  # (1) confidence clipped from below (assumed)
+  conf_clip_high: float = 0.9  # (1) and from above (assumed)
   conf_tokens: str = "answer"  # (2) answer | all
 
   def validate(self) -> None:

@@ -56,7 +56,7 @@ class Config(grpo.TinyConfig):
 
   clip_eps_low: float = 0.2  # (1) epsilon_low, Sec. 3.1
   clip_eps_high: float = 0.28  # (1) epsilon_high, Sec. 3.1
-  dynamic_sampling: bool = True  # (2)
+  dynamic_sampling: bool = True  # (2) drop all-equal groups, sample more
   # (2) rollouts per step at most (the loop's + refills); verl's
   # max_num_gen_batches. A budget, not in the paper.
   max_sample_rounds: int = 3

@@ -73,7 +73,7 @@ class Config(grpo.TinyConfig):
   warm_start_max_new_tokens: int = grpo.TinyConfig.max_new_tokens
   advantage: str = "lite_ppo"  # (2) group mean, batch std
   clip_eps_high: float = 0.28  # (3)
-  dynamic_sampling: bool = True  # (4)
+  dynamic_sampling: bool = True  # (4) drop all-equal groups, sample more
   max_sample_rounds: int = 3  # (4) a budget, as dapo.py's
   kl_coef: float = 0.0  # (5)
   aggregation: str = "token-mean"  # (5)

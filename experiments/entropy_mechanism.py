@@ -68,11 +68,11 @@ class Config(grpo.TinyConfig):
   # At laptop scale a batch has ~2.5k tokens, so 2e-4 would touch one
   # token; the ratios here are scaled up to touch ~1% of them.
   clip_cov_ratio: float = 0.01
-  clip_cov_lb: float = 1.0
-  clip_cov_ub: float = 5.0
+  clip_cov_lb: float = 1.0  # Clip-Cov detaches tokens with cov above this
+  clip_cov_ub: float = 5.0  # and below this
   # KL-Cov (authors' scripts: ratio 2e-3 for 7B, 2e-4 for 32B; coef 1).
   kl_cov_ratio: float = 0.01
-  kl_cov_coef: float = 1.0
+  kl_cov_coef: float = 1.0  # weight of |logp - old_logp| on those tokens
   law_key: str = "accuracy"  # (3) the performance R of the fit
 
   def validate(self) -> None:

@@ -91,7 +91,7 @@ class Config:
   out: str = _field(
     "", "output directory (local or gs://); '' = <workdir>/eval/step_<N>"
   )
-  write_samples: bool = _field(True, "write samples.jsonl")
+  write_samples: bool = _field(True, "keep every completion in samples.jsonl")
   export_hf: str = _field("", "also write the params as an HF directory")
   export_peft: str = _field(
     "", "a LoRA run: also write its adapters alone in PEFT's format"
@@ -104,7 +104,9 @@ class Config:
   seed: int = _field(-1, "eval key and preset init; -1 = the run's (0)")
   dtype: str = _field("", "compute dtype; '' = the run's (float32)")
   param_dtype: str = _field("", "'' = the run's (float32)")
-  sequences_per_call: int = _field(0, "sequences per generate call")
+  sequences_per_call: int = _field(
+    0, "rows per sampler call; 0 = the run's B * G"
+  )
   mesh_data: int = _field(1, "mesh axis sizes, as in training")
   mesh_fsdp: int = _field(-1, "-1 = all remaining devices")
   mesh_tensor: int = _field(1, "tensor-parallel axis size")

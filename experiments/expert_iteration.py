@@ -66,7 +66,7 @@ class Config(config.BaseConfig):
   warm_start_noise: float = 0.6
   eval_size: int = 200
   checkpoint_every: int = 20
-  dedup: bool = True  # (2)
+  dedup: bool = True  # (2) keep one copy of each distinct correct text
   aggregation: str = "token-mean"  # mean NLL over kept tokens
 
   def validate(self) -> None:

@@ -63,7 +63,7 @@ class Config(grpo.TinyConfig):
   max_new_tokens: int = 96  # Lmax: p * Lmax = 48 ~ a tagged solution
   format_only_steps: int = 15  # (2) the paper's format phase
   length_weight: float = 1.0  # (2) 0 = Format-Only
-  length_peak: float = 0.5  # (2) p
+  length_peak: float = 0.5  # (2) p: the length reward peaks at p * Lmax
   kl_coef: float = 0.001  # (3)
   temperature: float = 0.6  # (3)
   reward_mode: str = "surrogate"  # surrogate | correctness (the baseline)

@@ -65,6 +65,7 @@ class TinyConfig(objective.PGConfig):
   warm_start_noise: float = 0.6
   eval_size: int = 200
   checkpoint_every: int = 20
+
   # GRPO's own knobs (objective.PGConfig holds the rest).
   advantage: str = "grpo"  # (1) group-normalised outcome reward
   kl_coef: float = 0.04  # (2) beta, Sec. 4.2, with the k3 estimator

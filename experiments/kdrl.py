@@ -50,12 +50,12 @@ from rlreason.eval import teacher as teacher_lib
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with a teacher; paper: PAPER."""
 
-  teacher: str = "warm_start"  # (1)
+  teacher: str = "warm_start"  # (1) the teacher: warm_start or an HF dir
   teacher_steps: int = 0  # (1) teacher SFT steps; 0 = warm_start_steps
-  kd_coef: float = 0.02  # (2) assumed
-  kd_coef_min: float = 0.0  # (4)
-  kd_anneal_steps: int = 0  # (4) 0 = constant
-  kd_estimator: str = "k2"  # (2)
+  kd_coef: float = 0.02  # (2) weight of the KL to the teacher (assumed)
+  kd_coef_min: float = 0.0  # (4) where that weight's linear decay ends
+  kd_anneal_steps: int = 0  # (4) steps of that decay; 0 = constant
+  kd_estimator: str = "k2"  # (2) its gradient's estimator: k1 | k2 | k3
   kd_on: str = "all"  # (3) "all" or "incorrect"
   kl_coef: float = 0.0  # (5)
   rl_coef: float = 1.0  # weight of the GRPO term (0: distillation only)

@@ -60,8 +60,8 @@ class Config(grpo.TinyConfig):
   length_reward_mode: str = "reward"  # (1) reward | penalty | hybrid
   target_length: int = 20  # (2) LASER's fixed L_T: the median solution
   target_lower: int = 12  # (2) LASER-D candidate targets
-  target_upper: int = 40
-  target_interval: int = 4
+  target_upper: int = 40  # (2) the longest candidate target
+  target_interval: int = 4  # (2) the candidates' spacing in tokens
   clip_eps_high: float = 0.28  # (3)
   kl_coef: float = 0.001  # (3)
   entropy_coef: float = 0.001  # (3)

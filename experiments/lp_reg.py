@@ -53,11 +53,11 @@ class Config(grpo.TinyConfig):
   aggregation: str = "token-mean"
   clip_eps_low: float = 1.0  # (3) clip_ratio_low
   clip_eps_high: float = 9.0  # (3) clip_ratio_high
-  dual_clip: float = 10.0  # (3) clip_ratio_c
-  minp_kappa: float = 0.02  # (1) minp_p_threshold
+  dual_clip: float = 10.0  # (3) dual clip of negative advantages: clip_ratio_c
+  minp_kappa: float = 0.02  # (1) the proxy's min-p kappa: minp_p_threshold
   lp_neg_frac: float = 0.01  # (2) logp_neg_k_percent
   lp_pos_frac: float = 0.0  # (2) logp_pos_k_percent
-  lp_coef: float = 1.0  # (2) ppo_kl_coef
+  lp_coef: float = 1.0  # (2) weight of the proxy KL: ppo_kl_coef
 
   def validate(self) -> None:
     super().validate()

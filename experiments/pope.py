@@ -58,7 +58,7 @@ class Config(grpo.TinyConfig):
   max_new_tokens: int = 48
   prefix_fraction: float = 0.5  # (2) assumed: the paper's length not public
   solved_threshold: float = 1.0  # (1) EMA accuracy that counts as solved
-  tracker_decay: float = 0.5
+  tracker_decay: float = 0.5  # (1) the per-prompt EMA accuracy's decay
 
 
 # The paper's model, data and budgets are not in our sources: assumed.

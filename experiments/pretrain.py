@@ -212,32 +212,33 @@ class Config:
   # but measured worse at equal wall time (level-1 greedy 6.2% after 3000
   # steps, 26.5 min, vs 31% for characters; module docstring).
   bpe_vocab: int = 0
-  steps: int = 2200
-  batch_size: int = 32
-  lr: float = 2e-3
-  seed: int = 0
+  steps: int = 2200  # next-token training steps
+  batch_size: int = 32  # documents per step
+  lr: float = 2e-3  # peak learning rate (AdamW)
+  seed: int = 0  # initialisation and the corpus draw
   documents: int = 72_000  # drawn from mix(); cycled if steps need more
   # Mix.drill: the share of arithmetic documents that are fact drills
   # (0.25 measured far worse at 2000 steps: module docstring).
   drill: float = 0.0
-  # Mix.hinted / check / redo: shares of hinted documents, of verbose traces
-  # that check each step, and of the rest that work the problem again when
-  # a step slipped (a tenth as often when none did): the long tail of
-  # lengths (session 23; corpus.py's docstring).
-  hinted: float = 0.3
-  check: float = 0.2
+
+  # Mix.hinted / check / redo: the long tail of lengths (session 23;
+  # corpus.py's docstring).
+  hinted: float = 0.3  # the share of documents with a hint
+  check: float = 0.2  # the share of verbose traces that check each step
+  # the share of the rest that work the problem again when a step slipped
+  # (a tenth as often when none did)
   redo: float = 1.0
   # The mix's tasks as "name:share:levels,..." (e.g. "arithmetic5:1:3");
   # "" = corpus.Mix's default. The base card measures the same tasks. The
   # shipped base: addsub5 only (module docstring, session 18).
   corpus_tasks: str = "addsub5:1:3"
   max_prompt_len: int = 128  # longer documents are left out (counted)
-  max_new_tokens: int = 256
+  max_new_tokens: int = 256  # completion budget of a document (its answer part)
   workdir: str = "workdirs/pretrain"  # the resumable checkpoint
   out: str = ""  # the HF directory; "" = <workdir>/base
   card_only: bool = False  # measure and write the card of --out, no training
   card_problems: int = 64  # held-out problems per task and level
-  card_samples: int = 16
+  card_samples: int = 16  # sampled completions per problem (pass@k)
   mesh_fsdp: int = -1  # devices the batch is split over (-1: all)
   scale: str = "laptop"  # only laptop: the base model is a laptop artefact
 

@@ -57,8 +57,8 @@ class Config(grpo.TinyConfig):
   # the whole text before y* without reasoning (left-stripped). The procedural
   # tasks' answer line; "<answer>" or "\\boxed{" for other formats.
   answer_opener: str = "\nanswer: "
-  debias: bool = True  # (2)
-  std_filter: bool = True  # (3)
+  debias: bool = True  # (2) subtract the no-reasoning score
+  std_filter: bool = True  # (3) drop prompts of low reward std
   std_filter_momentum: float = 0.99  # (3) the EMA of beta (assumption)
 
 

@@ -96,12 +96,14 @@ class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with the RM reward; paper: PAPER."""
 
   rm_kind: str = "scalar"  # scalar (trained, (1)) | judge (generative)
-  rm_weight: float = 1.0  # (2) w: r = w * r_RM + (1 - w) * r_verifier
+  rm_weight: float = (
+    1.0  # (2) w, the reward model's share: r = w * r_RM + (1 - w) * r_verifier
+  )
   # (1) Preference data from the warm-start policy's samples (assumed
   # sizes; InstructGPT ranks K = 4..9 responses per prompt).
   rm_prompts: int = 256
-  rm_samples: int = 8
-  rm_pairs_per_prompt: int = 4
+  rm_samples: int = 8  # (1) responses sampled per preference prompt
+  rm_pairs_per_prompt: int = 4  # (1) preference pairs drawn from them
   rm_heldout: float = 0.25  # fraction of the prompts held out
   # (1) Bradley-Terry training (assumed: several epochs over the pairs;
   # InstructGPT trains one epoch, more overfit its 6B RM). At 300 steps,
@@ -112,7 +114,7 @@ class Config(grpo.TinyConfig):
   # Each step's pairs in this many gradient-accumulation micro-batches:
   # the same update (to rounding), a fraction of the activations live.
   rm_micro_batches: int = 1
-  rm_lr: float = 1e-3
+  rm_lr: float = 1e-3  # (1) the reward model's learning rate
   # --rm_kind=judge: "" = the warm-start policy judges; else an HF dir.
   judge_model: str = ""
   judge_samples: int = 1  # verdicts per response (mean)

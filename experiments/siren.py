@@ -70,7 +70,7 @@ class Config(grpo.TinyConfig):
   siren_coef: float = 0.005  # entropy_coeff
   siren_top_p: float = 0.8  # (1) entropy_topp
   siren_quantile: float = 0.8  # (2) mask_ratio
-  self_anchored: bool = True  # (3)
+  self_anchored: bool = True  # (3) hold the entropy at its start
 
   def validate(self) -> None:
     super().validate()

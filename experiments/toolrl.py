@@ -59,11 +59,11 @@ class Config(objective.PGConfig):
   eval_size: int = 50
   checkpoint_every: int = 20
   kl_coef: float = 0.0  # (3)
-  max_turns: int = 2
-  turn_tokens: int = 32
-  obs_tokens: int = 16
-  format_coef: float = 1.0  # (2) weight of R_format
-  correct_coef: float = 1.0  # (2) weight of R_correct
+  max_turns: int = 2  # (1) policy turns per episode
+  turn_tokens: int = 32  # (1) tokens the policy writes per turn
+  obs_tokens: int = 16  # (1) a tool output is cut to this many tokens
+  format_coef: float = 1.0  # (2) the weight of R_format
+  correct_coef: float = 1.0  # (2) the weight of R_correct
   answer_coef: float = 0.0  # variant: + answer correctness (0/1)
 
 

@@ -56,7 +56,7 @@ class Config(grpo.TinyConfig):
   kl_coef: float = 0.0  # (3)
   clip_eps_low: float = 0.2
   clip_eps_high: float = 0.2  # 0.28 = clip-higher
-  overlong_filter: bool = False
+  overlong_filter: bool = False  # drop truncated responses from the loss
 
   def validate(self) -> None:
     super().validate()

@@ -69,22 +69,26 @@ class BaseConfig:
   model: str = "tiny"  # preset name or a local HF checkpoint directory
   tokenizer: str = ""  # "" = "char" for presets, the model dir for HF dirs
   init_from: str = ""  # params to start from: "" (random/HF), or a workdir
-  data: str = "task:arithmetic"  # see rlreason/data/sources.py for the grammar
-  eval_data: str = ""  # "" = the held-out split of `data`
-  template: str = "plain"  # plain | r1 | boxed | chat
-  reward: str = "task"  # reward registry name (rlreason/rewards)
-  difficulty: int = 1  # procedural tasks only
+  # The prompts: task:NAME[:difficulty=1-3,n=...], hf:REPO[:config=...],
+  # or a .jsonl / .json / .parquet file or folder, with field options
+  # (the grammar: rlreason/data/sources.py).
+  data: str = "task:arithmetic"
+  eval_data: str = ""  # evaluation prompts, as --data; "" = its held-out split
+  # How a question becomes a prompt (model/tokenizer.py): plain | r1 |
+  # boxed | chat (the tokenizer's chat template).
+  template: str = "plain"
+  reward: str = "task"  # reward function by name (rlreason/rewards: names())
 
   # Supervised warm start (rlreason/train/sft.py), cached under cache_dir.
-  warm_start_steps: int = 0  # 0 = none
-  warm_start_lr: float = 3e-3
-  warm_start_batch_size: int = 64
+  warm_start_steps: int = 0  # supervised steps before RL; 0 = none
+  warm_start_lr: float = 3e-3  # the warm start's learning rate
+  warm_start_batch_size: int = 64  # the warm start's demonstrations per step
   warm_start_noise: float = 0.0  # fraction of off-by-one demonstrations
   # Fraction of demonstrations shown with a hint before the question
   # (sft.encode_pairs): the warm start learns to read guidance, as an
   # instruction-tuned model can; for the hint-guided methods.
   warm_start_hints: float = 0.0
-  cache_dir: str = "workdirs/cache"
+  cache_dir: str = "workdirs/cache"  # warm starts, compiled programs, data
   # XLA's compiled programs kept across processes (JAX's persistent
   # compilation cache), so a resumed or repeated run loads its train step
   # and sampler instead of compiling them again (a 7B train step takes ~2
@@ -96,11 +100,11 @@ class BaseConfig:
 
   # Scale of the run.
   scale: str = "laptop"  # laptop | paper (the experiment's PAPER overrides)
-  steps: int = 100
+  steps: int = 100  # RL steps: a rollout and its updates each
   batch_size: int = 16  # B prompts per step
   group_size: int = 8  # G completions per prompt
-  max_prompt_len: int = 64
-  max_new_tokens: int = 64
+  max_prompt_len: int = 64  # prompt budget in tokens (P's cap)
+  max_new_tokens: int = 64  # completion budget in tokens (T)
   # Prompts over max_prompt_len: an error naming file and row (False), or
   # cut to their last max_prompt_len tokens and counted (True).
   truncate_prompts: bool = False
@@ -108,9 +112,9 @@ class BaseConfig:
   validate_rows: int = 0
 
   # Sampling.
-  temperature: float = 1.0
-  top_p: float = 1.0
-  top_k: int = 0  # 0 = off
+  temperature: float = 1.0  # the rollouts' sampling temperature
+  top_p: float = 1.0  # nucleus: sample within this probability mass; 1 = off
+  top_k: int = 0  # sample among the k likeliest tokens; 0 = off
   # Sequences per sampler call (rollout.generate; multi-turn episodes and
   # tree rollouts too, a tree's prompt counting its leaves and its roots'
   # cache copy): 0 sizes calls from the devices' free memory (all N where
@@ -142,24 +146,26 @@ class BaseConfig:
   rollout_tensor: int = 0
 
   # Optimisation.
-  lr: float = 1e-3
-  warmup_steps: int = 0
-  schedule: str = "constant"  # constant | cosine (after warmup)
-  weight_decay: float = 0.0
-  adam_b1: float = 0.9
-  adam_b2: float = 0.99
-  grad_clip: float = 1.0  # global norm; 0 = off
+  lr: float = 1e-3  # peak learning rate (AdamW)
+  warmup_steps: int = 0  # linear learning-rate warm-up over these steps
+  schedule: str = "constant"  # constant | cosine (decay after the warm-up)
+  weight_decay: float = 0.0  # AdamW's decoupled weight decay
+  adam_b1: float = 0.9  # Adam's first-moment decay
+  adam_b2: float = 0.99  # Adam's second-moment decay
+  grad_clip: float = 1.0  # clip gradients to this global norm; 0 = off
   ppo_epochs: int = 1  # passes over each rollout batch
   minibatches: int = 1  # optimizer steps per epoch
   micro_batches: int = 1  # gradient accumulation within a minibatch
 
   # Numerics and parallelism.
   dtype: str = "float32"  # compute dtype (bfloat16 on accelerators)
-  param_dtype: str = "float32"
+  param_dtype: str = "float32"  # the parameters' (master weights') dtype
   # The single-turn sampler's compute dtype (rollout.generate); "" = dtype.
   # bfloat16 with an fp32 trainer is the rollout / trainer precision split
   # of the peers' engines (objective.PGConfig.rollout_correction).
   rollout_dtype: str = ""
+  # Recompute each layer's activations in the backward pass instead of
+  # keeping them (less memory, about a third more compute).
   remat: bool = False
   remat_policy: str = "full"  # full | dots | offload (model/transformer.py)
   # Split the residual stream's tokens over the tensor axis between layers
@@ -184,32 +190,37 @@ class BaseConfig:
   # quantised (--lora_quantize int8 | nf4: QLoRA); the KL reference is
   # that base.
   lora_rank: int = 0
-  lora_alpha: float = 32.0
-  lora_targets: str = "all"
-  lora_quantize: str = ""
+  lora_alpha: float = 32.0  # LoRA's scale numerator (alpha / rank)
+  lora_targets: str = "all"  # attention | mlp | all: weights with adapters
+  lora_quantize: str = ""  # the frozen base: "" (compute dtype), int8, nf4
+  # The device mesh (mesh.py): data-parallel replicas x FSDP (parameters,
+  # gradients and optimizer state split) x tensor parallel (each layer's
+  # weights split).
   mesh_data: int = 1
-  mesh_fsdp: int = -1  # -1 = all remaining devices
-  mesh_tensor: int = 1
-  multihost: bool = False  # jax.distributed.initialize() (also env)
+  mesh_fsdp: int = -1  # the mesh's FSDP size; -1 = all remaining devices
+  mesh_tensor: int = 1  # the mesh's tensor-parallel size
+  # One process per host, joined by jax.distributed.initialize() (also
+  # RLREASON_MULTIHOST=1; launch/tpu.sh sets it).
+  multihost: bool = False
 
   # Bookkeeping.
   workdir: str = ""  # "" = workdirs/<experiment>
-  seed: int = 0
-  log_every: int = 1
-  eval_every: int = 0  # 0 = only before and after training
-  eval_size: int = 64  # eval problems
+  seed: int = 0  # initialisation, data order, warm start and sampling
+  log_every: int = 1  # print a metrics line every this many steps
+  eval_every: int = 0  # evaluate every this many steps; 0 = before and after
+  eval_size: int = 64  # evaluation problems
   eval_samples: int = 1  # samples per eval problem (greedy if 1)
   eval_max_new_tokens: int = 0  # eval completion budget; 0 = max_new_tokens
-  checkpoint_every: int = 50
-  keep_checkpoints: int = 2
+  checkpoint_every: int = 50  # checkpoint every this many steps (and last)
+  keep_checkpoints: int = 2  # the latest checkpoints kept
   # Write checkpoints in the background once the state is on the host.
   async_checkpoint: bool = True
   # Stop with a checkpoint (exit 75, as SIGTERM) once the run has gone on
   # this long, e.g. within a notebook's or a reservation's time limit;
   # 0 = no limit. The same command resumes, with a limit of its own.
   stop_after_hours: float = 0.0
-  tensorboard: bool = True
-  wandb_project: str = ""
+  tensorboard: bool = True  # TensorBoard events in the workdir
+  wandb_project: str = ""  # also log to this Weights & Biases project
   # Resume a workdir whose config.json differs in more than
   # RESUMABLE_CHANGES (recorded in config_changes.jsonl).
   allow_config_change: bool = False
@@ -247,7 +258,7 @@ class BaseConfig:
       self.scale in ("laptop", "paper"),
       f"--scale={self.scale!r}; expected laptop or paper",
     )
-    for name in ("steps", "warm_start_steps", "warmup_steps", "difficulty"):
+    for name in ("steps", "warm_start_steps", "warmup_steps"):
       at_least(name, 0)
     for name in (
       "batch_size",

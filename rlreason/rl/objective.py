@@ -67,27 +67,37 @@ class PGConfig(config.BaseConfig):
   # False, and the flag is then an error instead of a silent no-op.
   corrects_rollouts: ClassVar[bool] = True
 
-  advantage: str = "grpo"  # one of `estimators`
+  # The advantage estimator (rl/advantages.py): grpo, dr_grpo, lite_ppo,
+  # rloo, gpg, max_minus_second, reinforce_plus_plus(_baseline); an
+  # experiment may take others (its `estimators`).
+  advantage: str = "grpo"
   std_eps: float = 1e-6  # added to the group std (verl's value)
-  policy_loss: str = "ppo"  # losses.get_policy_loss name
-  clip_eps_low: float = 0.2
+  # The policy-gradient loss (rl/losses.py): ppo, gspo, cispo, gpg,
+  # reinforce, clip_cov, kl_cov.
+  policy_loss: str = "ppo"
+  clip_eps_low: float = 0.2  # the ratio's clip range: down to 1 - this
+  # The ratio's clip range: up to 1 + this (above --clip_eps_low: DAPO's
+  # clip-higher).
   clip_eps_high: float = 0.2
   kl_coef: float = 0.0  # beta of the KL-to-reference loss term; 0 = off
-  kl_estimator: str = "k3"  # kl.get name
+  kl_estimator: str = "k3"  # that term's estimator: k1 k2 k3 k3+ abs (kl.py)
   # beta of a per-token KL penalty in the REWARD (InstructGPT, RLOO,
   # REINFORCE++): r_t -= beta * KL_t(old || ref); 0 = off.
   kl_reward_coef: float = 0.0
-  kl_reward_estimator: str = "k1"  # kl.get name, for kl_reward_coef
+  kl_reward_estimator: str = "k1"  # that penalty's estimator (kl.py)
   entropy_coef: float = 0.0  # entropy bonus coefficient; 0 = off
-  aggregation: str = "seq-mean-token-mean"  # aggregation.AGGREGATION_MODES
+  # How token losses make the loss (rl/aggregation.py): token-mean,
+  # token-sum, seq-mean-token-mean, seq-mean-token-sum,
+  # seq-mean-token-sum-norm.
+  aggregation: str = "seq-mean-token-mean"
   # Rollout / trainer mismatch correction (Yao et al. 2025, "Your Efficient
   # RL Framework Secretly Brings You Off-Policy RL Training"): old_logp is
   # recomputed by the trainer and the loss weighted by r = pi_old /
   # pi_sampler, "tis" truncated at C or "mis" masked outside [1/C, C], per
   # token or per sequence; "" = off (old_logp = the sampler's).
   rollout_correction: str = ""
-  rollout_correction_level: str = "token"  # token | sequence
-  rollout_correction_cap: float = 2.0  # C
+  rollout_correction_level: str = "token"  # its ratio per token | sequence
+  rollout_correction_cap: float = 2.0  # C, its truncation / mask bound
 
   def validate(self) -> None:
     super().validate()

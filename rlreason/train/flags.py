@@ -4,6 +4,13 @@ Call `define_from_dataclass(Config)` only under `if __name__ == "__main__"`,
 so importing an experiment defines no flags (tests and notebooks import many
 experiments in one process).
 
+A flag's help is its field's comment (field_help): the comment where the
+field is first declared (what it means: rlreason/config.py,
+objective.PGConfig) and, where a subclass sets it with a comment of its own,
+that one after it ("[dapo: (3)]", the item of the experiment's docstring).
+`--help` lists the fields the experiment's own module sets; `--helpfull`
+the rest too, grouped by the module that declares them.
+
 `--scale=paper` starts from `replace(Config(), **paper)` (the experiment's
 PAPER overrides); flags given on the command line override either scale.
 
@@ -16,8 +23,15 @@ Exit codes of an experiment run through `run_main`:
       the same command to resume
 """
 
+import ast
 import dataclasses
+import functools
+import inspect
+import io
+import os
 import sys
+import textwrap
+import tokenize
 import traceback
 from typing import Callable
 
@@ -35,25 +49,105 @@ from rlreason.train import checkpoint
 EXIT_USAGE = 2
 EXIT_STOPPED = 75
 
-_DEFINE = {
-  bool: flags.DEFINE_boolean,
-  int: flags.DEFINE_integer,
-  float: flags.DEFINE_float,
-  str: flags.DEFINE_string,
+_PARSERS = {
+  int: flags.IntegerParser,
+  float: flags.FloatParser,
+  str: flags.ArgumentParser,
 }
 
 
-def define_from_dataclass(cls) -> None:
-  """One --flag per field; default and help come from the field."""
+@functools.cache
+def _declared_comments(klass) -> dict[str, str]:
+  """The comments of the fields `klass` itself declares: the comment lines
+  right above each (no blank line between) and the comment on its own
+  lines. A block after a blank line above a field with a comment of its
+  own heads a group of fields (BaseConfig's "# Sampling."), not that one.
+  {} where the source cannot be read (a class made at run time)."""
+  try:
+    source = textwrap.dedent(inspect.getsource(klass))
+  except (OSError, TypeError):
+    return {}
+  lines = source.splitlines()
+  comments = {  # line number -> text, for comment tokens
+    t.start[0]: t.string.lstrip("#").strip()
+    for t in tokenize.generate_tokens(io.StringIO(source).readline)
+    if t.type == tokenize.COMMENT
+  }
+
+  def own_line(n):
+    return lines[n - 1].lstrip().startswith("#")
+
+  found = {}
+  for stmt in ast.parse(source).body[0].body:
+    if not (
+      isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+    ):
+      continue
+    inline = [
+      comments[n]
+      for n in range(stmt.lineno, stmt.end_lineno + 1)
+      if n in comments and not own_line(n)
+    ]
+    first = stmt.lineno
+    while first - 1 in comments and own_line(first - 1):
+      first -= 1
+    block = [comments[n] for n in range(first, stmt.lineno)]
+    if block and inline and first > 1 and not lines[first - 2].strip():
+      block = []  # a group's heading
+    text = " ".join(block + inline).strip()
+    if text:
+      found[stmt.target.id] = text
+  return found
+
+
+def field_help(cls) -> dict[str, tuple[str, str]]:
+  """Field name -> (help, module) for the flags of a Config dataclass.
+
+  The help is the field's comment where it is first declared (what it
+  means), then, in brackets, the comment of the subclass whose value is in
+  effect, where that is another class and has one ("lr: peak learning rate
+  (AdamW) [grpo: 5e-4 and above made the tiny policy worse]"); a field's
+  metadata["help"] replaces both. The module is `cls`'s own where a class
+  of that module declares the field (the experiment's knobs: `--help`),
+  else that of the first class that declared it."""
+  classes = [k for k in reversed(cls.__mro__) if dataclasses.is_dataclass(k)]
+  out = {}
   for f in dataclasses.fields(cls):
-    default = f.default
-    kind = type(default)
-    if kind not in _DEFINE:
+    owners = [
+      k for k in classes if f.name in k.__dict__.get("__annotations__", {})
+    ]
+    said = [_declared_comments(k).get(f.name, "") for k in owners]
+    text = next((s for s in said if s), "")
+    if len(owners) > 1 and said[-1] and said[-1] != text:
+      where = os.path.basename(inspect.getfile(owners[-1])).removesuffix(".py")
+      text = f"{text} [{where}: {said[-1]}]"
+    text = f.metadata.get("help", text) or f.name
+    own = any(k.__module__ == cls.__module__ for k in owners)
+    module = cls.__module__ if own or not owners else owners[0].__module__
+    out[f.name] = (text, module)
+  return out
+
+
+def define_from_dataclass(cls, flag_values=flags.FLAGS) -> None:
+  """One --flag per field; default and help (field_help) from the field."""
+  docs = field_help(cls)
+  for f in dataclasses.fields(cls):
+    name, default, kind = f.name, f.default, type(f.default)
+    text, module = docs[name]
+    if kind is bool:
+      flag = flags.BooleanFlag(name, default, text)
+    elif kind in _PARSERS:
+      flag = flags.Flag(
+        _PARSERS[kind](), flags.ArgumentSerializer(), name, default, text
+      )
+    else:
       raise TypeError(
-        f"{cls.__name__}.{f.name}: only bool/int/float/str "
+        f"{cls.__name__}.{name}: only bool/int/float/str "
         f"fields become flags, got {kind.__name__}"
       )
-    _DEFINE[kind](f.name, default, f.metadata.get("help", f.name))
+    if module == "__main__":  # absl's name for the program's own flags
+      module = sys.argv[0]
+    flags.DEFINE_flag(flag, flag_values, module_name=module)
 
 
 def parse_dataclass(cls, paper: dict | None = None):
