@@ -68,7 +68,10 @@ class BaseConfig:
   # What to train.
   model: str = "tiny"  # preset name or a local HF checkpoint directory
   tokenizer: str = ""  # "" = "char" for presets, the model dir for HF dirs
-  init_from: str = ""  # params to start from: "" (random/HF), or a workdir
+  # A Hugging Face directory to start from instead of --model's weights
+  # (its architecture too): a warm start's cache or an RL run's export
+  # (experiments.evaluate --export_hf); "" = --model.
+  init_from: str = ""
   # The prompts: task:NAME[:difficulty=1-3,n=...], hf:REPO[:config=...],
   # or a .jsonl / .json / .parquet file or folder, with field options
   # (the grammar: rlreason/data/sources.py).

@@ -70,9 +70,45 @@ def check_paths(cfg, workdir: str) -> None:
       "checkpoint directory"
     )
   if cfg.init_from and "://" not in cfg.init_from:
-    if not os.path.exists(cfg.init_from):
-      problems.append(f"--init_from={cfg.init_from}: no such directory")
+    problems.append(init_from_problem(cfg.init_from))
   _raise(problems)
+
+
+def init_from_problem(path: str) -> str | None:
+  """Why --init_from=path cannot be loaded (None if it can): it must be a
+  Hugging Face directory (a warm start's cache, an export, a downloaded
+  model). An RL workdir or one of its checkpoints is named as such, with
+  the command that exports its policy."""
+  flag = f"--init_from={path}"
+  if not os.path.isdir(path):
+    return f"{flag}: no such directory"
+  here = os.path.abspath(path)
+  parent = os.path.dirname(here)
+  try:
+    recorded = storage.read_json(os.path.join(here, "config.json")) or {}
+  except ValueError as e:
+    return f"{flag}: config.json is not JSON ({e})"
+  if os.path.basename(parent) == "checkpoints":  # <run>/checkpoints/<step>
+    run = os.path.dirname(parent)
+  elif os.path.basename(here) == "checkpoints":
+    run = parent
+  elif os.path.isdir(os.path.join(here, "checkpoints")) or "class" in recorded:
+    run = here  # "class": run_info.write_run_info's marker
+  else:
+    run = None
+  if run is not None:
+    return (
+      f"{flag} is an RL run's checkpoint; start from its policy by exporting "
+      f"it: python -m experiments.evaluate --checkpoint={path} "
+      "--export_hf=DIR --evaluate=false, then --init_from=DIR (or resume "
+      f"the run itself, --workdir={run}, to keep its optimizer state)"
+    )
+  if not os.path.exists(os.path.join(path, "config.json")):
+    return (
+      f"{flag}: not a Hugging Face directory (no config.json): a warm "
+      "start's cache, an export or a downloaded model"
+    )
+  return None
 
 
 def check_mesh(cfg) -> None:

@@ -181,6 +181,42 @@ def test_a_missing_model(tmp_path, capsys, no_compute):
   preflight.check_paths(cfg, cfg.workdir)
 
 
+def test_init_from_must_be_a_hugging_face_directory(
+  tmp_path, capsys, no_compute
+):
+  run = tmp_path / "earlier"
+  (run / "checkpoints" / "40").mkdir(parents=True)
+  (run / "config.json").write_text('{"class": "experiments.grpo.Config"}')
+  export = "--export_hf=DIR --evaluate=false, then --init_from=DIR"
+  for source in (run, run / "checkpoints", run / "checkpoints" / "40"):
+    _fails(
+      _cfg(tmp_path, init_from=str(source)),
+      capsys,
+      f"--init_from={source} is an RL run's checkpoint",
+      f"experiments.evaluate --checkpoint={source} {export}",
+      f"--workdir={run}, to keep its optimizer state",
+    )
+  unsaved = tmp_path / "unsaved"  # a run stopped before its first save
+  unsaved.mkdir()
+  (unsaved / "config.json").write_text('{"class": "experiments.grpo.Config"}')
+  _fails(_cfg(tmp_path, init_from=str(unsaved)), capsys, "an RL run's")
+  (tmp_path / "empty").mkdir()
+  _fails(
+    _cfg(tmp_path, init_from=str(tmp_path / "empty")),
+    capsys,
+    "empty: not a Hugging Face directory (no config.json)",
+  )
+  _fails(
+    _cfg(tmp_path, init_from=str(tmp_path / "nope")),
+    capsys,
+    f"--init_from={tmp_path / 'nope'}: no such directory",
+  )
+  hf_dir = tmp_path / "hf"
+  hf_dir.mkdir()
+  (hf_dir / "config.json").write_text('{"architectures": ["Qwen2ForCausalLM"]}')
+  assert preflight.init_from_problem(str(hf_dir)) is None
+
+
 def test_a_mesh_over_more_devices_than_there_are(tmp_path, capsys, no_compute):
   _fails(
     _cfg(tmp_path, mesh_fsdp=16),
