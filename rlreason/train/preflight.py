@@ -14,6 +14,7 @@ per problem, naming the flag or the file and row, before the warm start or
 any compilation (exit code 2 through flags.run_main).
 """
 
+import importlib.util
 import json
 import os
 import time
@@ -71,7 +72,35 @@ def check_paths(cfg, workdir: str) -> None:
     )
   if cfg.init_from and "://" not in cfg.init_from:
     problems.append(init_from_problem(cfg.init_from))
+  problems += package_problems(cfg, workdir)
   _raise(problems)
+
+
+def installed(module: str) -> bool:
+  """Whether `module` (dotted) can be imported, without importing it."""
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ModuleNotFoundError:  # its parent package is missing
+    return False
+
+
+def package_problems(cfg, workdir: str) -> list[str]:
+  """The optional packages a run's flags need, where they are missing (the
+  run would otherwise fail at its first log line, after the warm start)."""
+  problems = []
+  if cfg.wandb_project and not installed("wandb"):
+    problems.append(
+      f"--wandb_project={cfg.wandb_project}: the wandb package is not "
+      "installed (pip install -e '.[wandb]', or pip install wandb)"
+    )
+  gcs = ("gcsfs", "google.cloud.storage")  # setup.py's _GCS
+  if "://" in workdir and not all(installed(m) for m in gcs):
+    problems.append(
+      f"--workdir={workdir}: writing to a bucket needs gcsfs and "
+      "google-cloud-storage (pip install -e '.[tpu]' or '.[gpu]', or pip "
+      "install gcsfs google-cloud-storage)"
+    )
+  return problems
 
 
 def init_from_problem(path: str) -> str | None:

@@ -217,6 +217,31 @@ def test_init_from_must_be_a_hugging_face_directory(
   assert preflight.init_from_problem(str(hf_dir)) is None
 
 
+def test_a_missing_optional_package(tmp_path, capsys, no_compute, monkeypatch):
+  real = preflight.installed
+  missing = {"wandb", "gcsfs"}
+  monkeypatch.setattr(
+    preflight, "installed", lambda m: m not in missing and real(m)
+  )
+  _fails(
+    dataclasses.replace(
+      _cfg(tmp_path), wandb_project="mine", workdir="gs://bucket/run"
+    ),
+    capsys,
+    "--wandb_project=mine: the wandb package is not installed",
+    "--workdir=gs://bucket/run: writing to a bucket needs gcsfs",
+  )
+  missing.clear()
+  monkeypatch.setattr(preflight, "installed", lambda m: True)
+  assert (
+    preflight.package_problems(
+      _cfg(tmp_path, wandb_project="mine"), "gs://bucket/run"
+    )
+    == []
+  )
+  assert real("json") and not real("google.nothing_here")
+
+
 def test_a_mesh_over_more_devices_than_there_are(tmp_path, capsys, no_compute):
   _fails(
     _cfg(tmp_path, mesh_fsdp=16),
