@@ -59,6 +59,22 @@ def _get(record: Any, path: str) -> Any:
   return value
 
 
+def _fields(value: Any, prefix: str = "", depth: int = 3) -> list[str]:
+  """The dotted paths of a record's fields, nested objects opened `depth`
+  levels deep; a list's path says how many items it holds (index them:
+  `prompt.-1.content`)."""
+  if isinstance(value, dict) and value and depth:
+    return [
+      path
+      for k, v in value.items()
+      for path in _fields(v, f"{prefix}{k}.", depth - 1)
+    ]
+  name = prefix.rstrip(".")
+  if isinstance(value, (list, tuple)):
+    return [f"{name} (a list of {len(value)})"]
+  return [name]
+
+
 def _has(record, path) -> bool:
   try:
     _get(record, path)
@@ -95,7 +111,12 @@ def _to_example(record, row: str, fields) -> Example:
     raise DataError(f"{row}: record is {type(record).__name__}, not an object")
   for field in (q_field, a_field):
     if not _has(record, field):
-      raise DataError(f"{row}: missing field {field!r}")
+      shown = _fields(record)
+      more = f", ... ({len(shown)} in all)" if len(shown) > 12 else ""
+      raise DataError(
+        f"{row}: missing field {field!r} (the record has: "
+        f"{', '.join(shown[:12])}{more})"
+      )
   question, raw = _get(record, q_field), _get(record, a_field)
   if not isinstance(question, str):
     raise DataError(

@@ -192,7 +192,11 @@ def test_tfds_source_is_optional():
 @pytest.mark.parametrize(
   "bad, message",
   [
-    ({"question": "ok?"}, r"row 2 \(line 3\): missing field 'answer'"),
+    (
+      {"question": "ok?", "meta": {"answers": [1, 2]}},
+      r"row 2 \(line 3\): missing field 'answer' \(the record has: "
+      r"question, meta.answers \(a list of 2\)\)",
+    ),
     ({"question": 5, "answer": "1"}, "row 2 .*'question' is int"),
     ({"question": "  ", "answer": "1"}, "row 2 .*empty question"),
     ({"question": "q", "answer": None}, "row 2 .*'answer' is NoneType"),
