@@ -36,6 +36,9 @@ if not (
   # (for the local devices, whatever JAX finds: a GPU too).
   aot.tpu_env()
 
+import jax  # noqa: E402
+
+from rlreason import devices  # noqa: E402
 from rlreason import mesh as mesh_lib  # noqa: E402
 from rlreason.plan import chips  # noqa: E402
 from rlreason.plan import program as program_lib  # noqa: E402
@@ -48,18 +51,24 @@ from experiments import plan_all  # noqa: E402
 from experiments import plan_hooks  # noqa: E402
 
 
+# A CPU has no published peak: the roofline's figures for one (1 TFLOP/s,
+# 100 GB/s), which the report calls placeholders; experiments.bench.matmul
+# measures this host's matmul peak.
+LOCAL_PLACEHOLDERS = (1e12, 1e11)
+
+
 def mesh_for(topology: str, cfg):
   """(mesh, hbm bytes, devices, peak FLOP/s, bandwidth, ICI bandwidth)
   of a slice, or of the local devices for topology "local" (memory from
   the device; no ICI figure: 0)."""
   if topology == "local":
-    import jax
-
+    devices.no_tpu_probe_without_tpus()  # a CPU host with libtpu installed
     devs = jax.devices()
     stats = devs[0].memory_stats() or {}
-    hbm = stats.get("bytes_limit", 0) or (1 << 40)
-    # CPU: no published peak; 1 TFLOP/s and 100 GB/s are placeholders.
-    peak, bw = chips.local_peaks(devs[0]) or (1e12, 1e11)
+    # A CPU's devices share its host's RAM (devices.total_memory).
+    total = devices.total_memory()[0] or len(devs) << 40
+    hbm = stats.get("bytes_limit", 0) or total // len(devs)
+    peak, bw = chips.local_peaks(devs[0]) or LOCAL_PLACEHOLDERS
     ici = 0.0
   else:
     s = chips.parse(topology)
@@ -244,6 +253,13 @@ def main(argv):
   if split:  # the preset's micro-batch does not split over these chips
     title += f" with --micro_batches={split['micro_batches']}"
   print(report.text(s, title))
+  if f.topology == "local" and not chips.local_peaks(jax.devices()[0]):
+    print(
+      f"  ({jax.devices()[0].device_kind}: no published peak; the roofline "
+      "and MFU use placeholders of 1 TFLOP/s and 100 GB/s: compare its "
+      "step time with a measured one, e.g. python -m "
+      "experiments.bench.matmul for this host's matmul peak)"
+    )
   sys.exit(0 if s.fits else 1)
 
 

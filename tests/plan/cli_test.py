@@ -44,3 +44,31 @@ def test_a_usage_error_is_named_before_any_compile(args, message):
   assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
   assert message in out.stderr, out.stderr[-2000:]
   assert "compiling" not in out.stdout + out.stderr
+
+
+def test_the_local_topology_of_a_cpu_is_its_hosts_ram():
+  """--topology=local on a CPU: each device's share of the host's RAM (the
+  simulated devices share it), not a 1 TiB stand-in, and the roofline's
+  placeholder peaks (no published CPU peak), which the report names."""
+  code = """
+import sys
+sys.argv = ["plan", "--topology=local"]
+import jax
+from experiments import grpo, plan
+from rlreason import devices
+_, hbm, n, peak, bw, _ = plan.mesh_for("local", grpo.TinyConfig())
+ram = devices.total_memory()[0]
+assert n == jax.device_count() and n > 1, n
+assert hbm == ram // n and ram < 1 << 40, (hbm, ram)
+assert (peak, bw) == plan.LOCAL_PLACEHOLDERS
+print("ok")
+"""
+  out = subprocess.run(
+    [sys.executable, "-c", code],
+    cwd=ROOT,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.stdout.strip() == "ok", out.stderr[-2000:]
