@@ -68,9 +68,10 @@ class BaseConfig:
   # What to train.
   model: str = "tiny"  # preset name or a local HF checkpoint directory
   tokenizer: str = ""  # "" = "char" for presets, the model dir for HF dirs
-  # A Hugging Face directory to start from instead of --model's weights
-  # (its architecture too): a warm start's cache or an RL run's export
-  # (experiments.evaluate --export_hf); "" = --model.
+  # Start from this policy instead of --model's (its architecture and
+  # tokenizer too): another RL run's workdir (its latest checkpoint; local
+  # or gs://) or one of its checkpoints/<step>, or a Hugging Face directory
+  # (a warm start's cache, an export); "" = --model.
   init_from: str = ""
   # The prompts: task:NAME[:difficulty=1-3,n=...], hf:REPO[:config=...],
   # or a .jsonl / .json / .parquet file or folder, with field options

@@ -7,11 +7,12 @@
   trained.export_hf(policy, "out/hf")  # config.json + safetensors
 
 An RL workdir's params come from its orbax checkpoint (params only; the
-optimizer state is not read). Its architecture, tokenizer, template, lengths
-and seed come from the config.json the run recorded (run_info.write_run_info),
-so evaluating a workdir (rlreason/eval/evaluate.py) reproduces the loop's own
-evaluation. An exported directory carries those settings in rlreason.json.
-Paths are local.
+optimizer state is not read: train/run_policy.py). Its architecture,
+tokenizer, template, lengths and seed come from the config.json the run
+recorded (run_info.write_run_info), so evaluating a workdir
+(rlreason/eval/evaluate.py) reproduces the loop's own evaluation. An
+exported directory carries those settings in rlreason.json. Workdirs may be
+on gs://; Hugging Face directories and exports are local.
 """
 
 import dataclasses
@@ -21,15 +22,13 @@ import shutil
 from typing import Any
 
 import jax
-import orbax.checkpoint as ocp
 import safetensors.numpy
-from etils import epath
 
 from rlreason import config
-from rlreason import storage
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import loaders
 from rlreason.train import preflight
+from rlreason.train import run_policy
 from rlreason import mesh as mesh_lib
 from rlreason.model import hf
 from rlreason.model import hf_layout
@@ -80,160 +79,19 @@ class Policy:
   adapters: Any = None  # a LoRA run's adapters (params holds them merged)
 
 
-def _base_config(raw: dict) -> config.BaseConfig:
-  names = {f.name for f in dataclasses.fields(config.BaseConfig)}
-  return config.BaseConfig(**{k: v for k, v in raw.items() if k in names})
-
-
-def _read_json(path: str) -> dict:
-  try:
-    return json.loads(epath.Path(path).read_text())
-  except (OSError, ValueError) as e:
-    raise CheckpointError(f"{path}: cannot read ({e})") from None
-
-
-def _path(source: str) -> epath.Path:
-  """`source` as a path: local ones absolute, gs:// ones as they are (a
-  run's workdir on GCS is read through etils.epath, its checkpoints
-  through orbax)."""
-  return epath.Path(
-    os.path.abspath(source) if storage.is_local(source) else source
-  )
-
-
-def _tokenizer_source(cfg: config.BaseConfig) -> str:
-  """As loaders.load_tokenizer, but also looks past a warm-start init_from."""
-  if cfg.tokenizer:
-    return cfg.tokenizer
-  for src in (cfg.init_from, presets.checkpoint_dir(cfg.model)):
-    if src and os.path.exists(os.path.join(src, "tokenizer_config.json")):
-      return src
-  return "char"
-
-
-def _locate(source: str) -> tuple[str, str, int | None]:
-  """(kind, path, step): what `source` names, or a CheckpointError. An RL
-  workdir (or one of its checkpoints) may be on gs://; an HF directory
-  is local."""
-  path = source.rstrip("/") or source
-  here = _path(path)
-  if not here.is_dir():
-    if source.lower() in presets.PRESETS:
-      return "preset", source, None
-    parent = here.parent
-    if parent.name == "checkpoints" and parent.is_dir():
-      steps = sorted(int(d.name) for d in parent.iterdir() if d.name.isdigit())
-      raise CheckpointError(
-        f"Checkpoint {source}: no such step; saved steps: {steps}"
-      )
-    raise CheckpointError(
-      f"Checkpoint {source!r}: no such directory, and not a model preset "
-      f"({', '.join(sorted(presets.PRESETS))})"
-    )
-  parent = here.parent
-  if here.name.isdigit() and parent.name == "checkpoints":
-    return "workdir", os.fspath(parent.parent), int(here.name)
-  if here.name == "checkpoints":
-    return "workdir", os.fspath(parent), None
-  cfg_file = os.path.join(path, "config.json")
-  if (here / "checkpoints").is_dir():
-    return "workdir", path, None
-  if not storage.is_local(path):
-    raise CheckpointError(
-      f"Checkpoint {path}: not an RL workdir (no checkpoints/); a Hugging "
-      "Face directory must be local"
-    )
-  if not os.path.exists(cfg_file):
-    raise CheckpointError(
-      f"Checkpoint {path}: neither an RL workdir (no checkpoints/) nor a "
-      "Hugging Face directory (no config.json)"
-    )
-  if "class" in _read_json(cfg_file):  # run_info.write_run_info's marker
-    raise CheckpointError(
-      f"RL workdir {path} has no checkpoints ({path}/checkpoints is "
-      "missing); the run stopped before its first save"
-    )
-  return "hf", path, None
-
-
 def _model_config(run_cfg: config.BaseConfig, workdir: str):
-  """The architecture the run trained: its init_from or model."""
-  tried = []
-  for src in (run_cfg.init_from, presets.checkpoint_dir(run_cfg.model)):
-    if not src:
-      continue
-    if os.path.isdir(src):
-      return hf.config_from_hf(
-        hf.read_config(src),
-        source=os.path.join(src, "config.json"),
-        dtype=run_cfg.param_dtype,
-        compute_dtype=run_cfg.dtype,
-      )
-    if src.lower() in presets.PRESETS:
-      return presets.get(
-        src, dtype=run_cfg.dtype, param_dtype=run_cfg.param_dtype
-      )
-    tried.append(src)
-  raise CheckpointError(
-    f"{workdir}/config.json records the model {' / '.join(tried)!r}, which "
-    "is neither a local HF directory nor a preset"
-  )
-
-
-def restore_params(
-  workdir: str, model_cfg, mesh, step: int | None = None, like=None, axes=None
-):
-  """(params, step) from the run's orbax checkpoint (latest by default);
-  `like` / `axes`: the params' shapes and logical axes when they are not
-  the model's (a LoRA run's adapters)."""
-  directory = os.fspath(_path(workdir) / "checkpoints")
-  if not epath.Path(directory).is_dir():
-    raise CheckpointError(f"RL workdir {workdir}: {directory} is missing")
-  manager = ocp.CheckpointManager(
-    directory,
-    options=ocp.CheckpointManagerOptions(create=False),
-    item_names=("state", "meta"),
-  )
+  """The architecture the run trained: its init_from (an HF directory or
+  another run) or model, without the run's settings (remat and the like)."""
   try:
-    steps = sorted(manager.all_steps())
-    if not steps:
-      raise CheckpointError(
-        f"RL workdir {workdir}: no checkpoints in {directory}"
-      )
-    step = steps[-1] if step is None else step
-    if step not in steps:
-      raise CheckpointError(
-        f"{directory}/{step}: no such checkpoint; saved steps: {steps}"
-      )
-    shapes = transformer.param_shapes(model_cfg) if like is None else like
-    axes = transformer.param_axes(model_cfg) if axes is None else axes
-    shardings = mesh_lib.shardings(mesh, axes, mesh_lib.TRAIN_RULES, shapes)
-    item = {
-      "params": jax.tree.map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-        shapes,
-        shardings,
-      )
-    }
-    try:
-      out = manager.restore(
-        step,
-        args=ocp.args.Composite(
-          state=ocp.args.PyTreeRestore(
-            item=item,
-            restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-            partial_restore=True,  # the params only, not the optimizer
-          )
-        ),
-      )
-    except (ValueError, KeyError) as e:
-      raise CheckpointError(
-        f"{directory}/{step}: params do not match the model recorded in "
-        f"{workdir}/config.json: {e}"
-      ) from e
-  finally:
-    manager.close()
-  return out.state["params"], step
+    model_cfg = loaders.model_config(run_cfg)
+  except CheckpointError:
+    raise
+  except ValueError as e:  # presets.get's: neither a directory nor a preset
+    raise CheckpointError(
+      f"{workdir}/config.json records the model {run_cfg.model!r}, which "
+      "is neither a local HF directory nor a preset"
+    ) from e
+  return dataclasses.replace(model_cfg, **config.BaseConfig().model_settings())
 
 
 def _check_memory(run_cfg, model_cfg, source: str) -> None:
@@ -260,28 +118,18 @@ def load(
   """
   if not source:
     raise CheckpointError("No checkpoint given (--checkpoint)")
-  kind, path, step = _locate(source)
+  kind, path, step = run_policy.locate(source)
   mesh = mesh_lib.make_mesh(1, 1, 1) if mesh is None else mesh
   overrides = {"dtype": dtype, "param_dtype": param_dtype, "seed": seed}
   overrides = {k: v for k, v in overrides.items() if v not in ("", None)}
   if kind == "workdir":
-    run_cfg = _read_json(os.path.join(path, "config.json"))
-    run_cfg = dataclasses.replace(_base_config(run_cfg), **overrides)
-    model_cfg = _model_config(run_cfg, path)
-    _check_memory(run_cfg, model_cfg, source)
-    adapters = None
-    if lcfg := adapters_lib.lora_config(run_cfg):
-      # The base the run started from, and its adapters, merged.
-      model_cfg, base = loaders.load_model(run_cfg, mesh)
-      adapted, fresh = adapters_lib.prepare(
-        run_cfg, model_cfg, base, mesh, lcfg
-      )
-      adapters, step = restore_params(
-        path, model_cfg, mesh, step, like=fresh, axes=adapted.axes
-      )
-      params = adapted.policy(adapters)
-    else:
-      params, step = restore_params(path, model_cfg, mesh, step)
+    run_cfg = run_policy.read_json(os.path.join(path, "config.json"))
+    run_cfg = run_policy.recorded_config(run_cfg)
+    run_cfg = dataclasses.replace(run_cfg, **overrides)
+    _check_memory(run_cfg, _model_config(run_cfg, path), source)
+    model_cfg, params, adapters, step = loaders.run_params(
+      run_cfg, path, step, mesh
+    )
     return Policy(
       source,
       kind,
@@ -290,7 +138,7 @@ def load(
       mesh,
       run_cfg,
       recorded=True,
-      tokenizer=_tokenizer_source(run_cfg),
+      tokenizer=loaders.tokenizer_source(run_cfg),
       step=step,
       workdir=path,
       adapters=adapters,
@@ -298,10 +146,10 @@ def load(
   info_file = os.path.join(path, EXPORT_INFO)
   raw, step = {}, None
   if kind == "hf" and os.path.exists(info_file):
-    info = _read_json(info_file)
+    info = run_policy.read_json(info_file)
     raw, step = info.get("run_config", {}), info.get("step")
   # An exported dir is its own model (and tokenizer, if one was copied).
-  run_cfg = _base_config(
+  run_cfg = run_policy.recorded_config(
     {**raw, "model": path, "init_from": "", "tokenizer": ""}
   )
   run_cfg = dataclasses.replace(run_cfg, **overrides)
@@ -315,7 +163,7 @@ def load(
     mesh,
     run_cfg,
     recorded=bool(raw),
-    tokenizer=_tokenizer_source(run_cfg),
+    tokenizer=loaders.tokenizer_source(run_cfg),
     step=step,
   )
 

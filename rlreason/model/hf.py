@@ -25,6 +25,7 @@ from absl import logging
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.model import hf_layout
+from rlreason.model import lora
 from rlreason.model import transformer
 from rlreason.model.transformer import ModelConfig
 
@@ -326,7 +327,9 @@ def save(
   host one at a time (mesh.to_host) and process 0 writes each shard file
   once its tensors are in, so a host holds one shard's worth, not the
   model (128 GB for a 32B model in float32). A progress line at most
-  every PROGRESS_SECONDS on process 0.
+  every PROGRESS_SECONDS on process 0. A kernel formed at use (a LoRA
+  policy over a quantised base: lora.formed) is formed as it is written,
+  one at a time.
   """
   writes = jax.process_index() == 0
   if writes:
@@ -334,10 +337,14 @@ def save(
   hf_cfg = {**config_to_hf(model_cfg), **(extra_config or {})}
   names = hf_layout.hf_names(model_cfg)
   flat = _flatten(params)
+  shapes = {
+    p: jax.eval_shape(lora.effective, x) if lora.formed(x) else x
+    for p, x in flat.items()
+  }
   # Shards planned from the shapes (the HF layout moves no byte).
   shards, size = [[]], 0
   for p in names:
-    nbytes = flat[p].size * np.dtype(flat[p].dtype).itemsize
+    nbytes = shapes[p].size * np.dtype(shapes[p].dtype).itemsize
     if shards[-1] and size + nbytes > max_shard_bytes:
       shards.append([])
       size = 0
@@ -352,7 +359,8 @@ def save(
     tensors = {}
     for p in shard:
       hf_name, kind = names[p]
-      x = mesh_lib.to_host(flat[p])  # every process: a collective
+      x = flat[p]
+      x = mesh_lib.to_host(lora.effective(x))  # every process: a collective
       if writes:
         tensors[hf_name] = np.ascontiguousarray(hf_layout.to_hf(x, kind))
       weight_map[hf_name], total = file, total + x.nbytes
@@ -383,7 +391,8 @@ def _progress(total: int, label: str, shown: bool):
 
 def _flatten(tree) -> dict[tuple[str, ...], Any]:
   out = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+  leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lora.formed)[0]
+  for path, leaf in leaves:
     out[tuple(k.key for k in path)] = leaf
   return out
 

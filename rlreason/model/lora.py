@@ -214,7 +214,12 @@ def effective(leaf: Any, dtype=None) -> jax.Array:
 
 def merge(base: dict, adapters: dict | None, lcfg: LoraConfig, dtype=None):
   """Plain params: every adapted or quantised kernel formed once."""
-  tree = combine(base, adapters, lcfg)
+  return formed_once(combine(base, adapters, lcfg), dtype)
+
+
+def formed_once(tree: dict, dtype=None) -> dict:
+  """Plain params from a tree whose kernels may be formed at use
+  (`formed`: a quantised base, base + adapters), each formed once."""
   return jax.tree.map(
     lambda x: effective(x, dtype) if formed(x) else x, tree, is_leaf=formed
   )

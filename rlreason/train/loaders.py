@@ -5,7 +5,10 @@
   reward_fn, correct_fn = loaders.make_reward_fns(cfg)   --reward / --data
 
 The loop (loop.py), sft.py, evaluate.py, trained.py and experiments that
-load a second model (rm_grpo's judge) share them.
+load a second model (rm_grpo's judge) share them. --init_from names a
+Hugging Face directory or another RL run (its workdir: the latest
+checkpoint, or one of its checkpoints/<step>, local or gs://), whose policy
+(a LoRA run's merged) and tokenizer the run starts from (run_of).
 """
 
 import dataclasses
@@ -22,13 +25,50 @@ from rlreason import mesh as mesh_lib
 from rlreason import rewards as rewards_lib
 from rlreason.data import sources as data_lib
 from rlreason.model import hf
+from rlreason.model import lora
 from rlreason.model import presets
 from rlreason.model import tokenizer as tokenizer_lib
 from rlreason.model import transformer
+from rlreason.train import adapters as adapters_lib
+from rlreason.train import run_policy
+
+
+def run_of(cfg):
+  """(recorded config, workdir, step) of the RL run --init_from names (step
+  None: its latest checkpoint), the config with this run's dtypes; None
+  when --init_from is unset or a Hugging Face directory."""
+  if not cfg.init_from:
+    return None
+  kind, path, step = run_policy.locate(cfg.init_from)
+  if kind != "workdir":
+    return None
+  raw = run_policy.read_json(os.path.join(path, "config.json"))
+  recorded = run_policy.recorded_config(raw)
+  dtypes = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+  return dataclasses.replace(recorded, **dtypes), path, step
+
+
+def run_params(run_cfg, workdir: str, step: int | None, mesh):
+  """(model_cfg, params, adapters, step) of an RL run's checkpoint (the
+  latest where step is None): a LoRA run's adapters merged into the base
+  it started from (params), and the adapters themselves; else adapters
+  None."""
+  if lcfg := adapters_lib.lora_config(run_cfg):
+    model_cfg, base = load_model(run_cfg, mesh)
+    adapted, fresh = adapters_lib.prepare(run_cfg, model_cfg, base, mesh, lcfg)
+    adapters, step = run_policy.restore_params(
+      workdir, model_cfg, mesh, step, like=fresh, axes=adapted.axes
+    )
+    return model_cfg, adapted.policy(adapters), adapters, step
+  model_cfg = model_config(run_cfg)
+  params, step = run_policy.restore_params(workdir, model_cfg, mesh, step)
+  return model_cfg, params, None, step
 
 
 def model_config(cfg) -> transformer.ModelConfig:
   """The architecture load_model gives, without reading any weights."""
+  if run := run_of(cfg):
+    return dataclasses.replace(model_config(run[0]), **cfg.model_settings())
   source = cfg.init_from or presets.checkpoint_dir(cfg.model)
   if os.path.isdir(source):
     model_cfg = hf.config_from_hf(
@@ -47,7 +87,21 @@ def model_config(cfg) -> transformer.ModelConfig:
 
 
 def load_model(cfg, mesh):
-  """(model_cfg, params) from --init_from, an HF directory or a preset."""
+  """(model_cfg, params) from --init_from (an RL run's checkpoint, an HF
+  directory), --model's HF directory or a preset."""
+  if run := run_of(cfg):
+    model_cfg, params, _, step = run_params(*run, mesh)
+    logging.info("Starting from %s, step %d", run[1], step)
+    model_cfg = dataclasses.replace(model_cfg, **cfg.model_settings())
+    # A LoRA run's policy as plain params (over a quantised base, its
+    # kernels are formed at use), in this run's dtype and layout.
+    dtype = jax.numpy.dtype(cfg.param_dtype)
+    params = jax.tree.map(
+      lambda x, s: jax.device_put(x.astype(dtype), s),
+      lora.formed_once(params),
+      _train_shardings(model_cfg, mesh),
+    )
+    return model_cfg, params
   source = cfg.init_from or presets.checkpoint_dir(cfg.model)
   if os.path.isdir(source):
     model_cfg, params = hf.load(
@@ -56,32 +110,44 @@ def load_model(cfg, mesh):
     model_cfg = dataclasses.replace(model_cfg, **cfg.model_settings())
     return model_cfg, params
   model_cfg = model_config(cfg)
-  shardings = mesh_lib.shardings(
+  init = jax.jit(
+    functools.partial(transformer.init, model_cfg),
+    out_shardings=_train_shardings(model_cfg, mesh),
+  )
+  return model_cfg, init(jax.random.key(cfg.seed))
+
+
+def _train_shardings(model_cfg, mesh):
+  return mesh_lib.shardings(
     mesh,
     transformer.param_axes(model_cfg),
     mesh_lib.TRAIN_RULES,
     transformer.param_shapes(model_cfg),
   )
-  init = jax.jit(
-    functools.partial(transformer.init, model_cfg), out_shardings=shardings
-  )
-  return model_cfg, init(jax.random.key(cfg.seed))
 
 
 def load_tokenizer(cfg):
-  """--tokenizer, else the tokenizer saved with --init_from or --model.
+  """The tokenizer of tokenizer_source(cfg)."""
+  return tokenizer_lib.load(tokenizer_source(cfg))
+
+
+def tokenizer_source(cfg) -> str:
+  """--tokenizer, else the tokenizer saved with --init_from or --model (an
+  RL run's: the one it recorded), else "char".
 
   --model is checked too: a warm start's cache directory (--init_from) holds
   weights only, and the char tokenizer would silently not match the model.
   """
   if cfg.tokenizer:
-    return tokenizer_lib.load(cfg.tokenizer)
+    return cfg.tokenizer
+  if run := run_of(cfg):
+    return tokenizer_source(run[0])
   for source in (cfg.init_from, presets.checkpoint_dir(cfg.model)):
     if os.path.isdir(source) and os.path.exists(
       os.path.join(source, "tokenizer_config.json")
     ):
-      return tokenizer_lib.load(source)
-  return tokenizer_lib.load("char")
+      return source
+  return "char"
 
 
 def make_reward_fns(cfg):

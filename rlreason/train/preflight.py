@@ -31,6 +31,7 @@ from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.train import context as context_lib
 from rlreason.train import run_info
+from rlreason.train import run_policy
 from rlreason.train import train_step as ts
 
 # At most this many offending rows are listed in one error.
@@ -93,50 +94,47 @@ def package_problems(cfg, workdir: str) -> list[str]:
       f"--wandb_project={cfg.wandb_project}: the wandb package is not "
       "installed (pip install -e '.[wandb]', or pip install wandb)"
     )
-  gcs = ("gcsfs", "google.cloud.storage")  # setup.py's _GCS
-  if "://" in workdir and not all(installed(m) for m in gcs):
-    problems.append(
-      f"--workdir={workdir}: writing to a bucket needs gcsfs and "
-      "google-cloud-storage (pip install -e '.[tpu]' or '.[gpu]', or pip "
-      "install gcsfs google-cloud-storage)"
-    )
+  if "://" in workdir:  # setup.py's _GCS: epath's fsspec backend and
+    # tensorboardX's bucket writer
+    missing = [] if _filesystem(workdir) else ["gcsfs"]
+    if cfg.tensorboard and not installed("google.cloud.storage"):
+      missing.append("google-cloud-storage")
+    if missing:
+      problems.append(
+        f"--workdir={workdir}: writing to a bucket needs "
+        f"{' and '.join(missing)} (pip install -e '.[tpu]' or '.[gpu]', or "
+        f"pip install {' '.join(missing)})"
+      )
   return problems
 
 
-def init_from_problem(path: str) -> str | None:
-  """Why --init_from=path cannot be loaded (None if it can): it must be a
-  Hugging Face directory (a warm start's cache, an export, a downloaded
-  model). An RL workdir or one of its checkpoints is named as such, with
-  the command that exports its policy."""
-  flag = f"--init_from={path}"
-  if not os.path.isdir(path):
-    return f"{flag}: no such directory"
-  here = os.path.abspath(path)
-  parent = os.path.dirname(here)
+def _filesystem(url: str) -> bool:
+  """Whether fsspec (epath's backend for gs:// and the like) can open
+  `url`'s protocol."""
+  import fsspec  # noqa: PLC0415 - epath's dependency, for remote paths
+
   try:
-    recorded = storage.read_json(os.path.join(here, "config.json")) or {}
-  except ValueError as e:
-    return f"{flag}: config.json is not JSON ({e})"
-  if os.path.basename(parent) == "checkpoints":  # <run>/checkpoints/<step>
-    run = os.path.dirname(parent)
-  elif os.path.basename(here) == "checkpoints":
-    run = parent
-  elif os.path.isdir(os.path.join(here, "checkpoints")) or "class" in recorded:
-    run = here  # "class": run_info.write_run_info's marker
-  else:
-    run = None
-  if run is not None:
-    return (
-      f"{flag} is an RL run's checkpoint; start from its policy by exporting "
-      f"it: python -m experiments.evaluate --checkpoint={path} "
-      "--export_hf=DIR --evaluate=false, then --init_from=DIR (or resume "
-      f"the run itself, --workdir={run}, to keep its optimizer state)"
-    )
-  if not os.path.exists(os.path.join(path, "config.json")):
-    return (
-      f"{flag}: not a Hugging Face directory (no config.json): a warm "
-      "start's cache, an export or a downloaded model"
-    )
+    fsspec.get_filesystem_class(url.split("://", 1)[0])
+  except (ImportError, ValueError):
+    return False
+  return True
+
+
+def init_from_problem(path: str) -> str | None:
+  """Why --init_from=path cannot be loaded (None if it can): a Hugging
+  Face directory (a warm start's cache, an export, a downloaded model) or
+  an RL run's workdir or one of its checkpoints/<step> that holds a
+  checkpoint (run_policy.locate's errors)."""
+  flag = f"--init_from={path}"
+  in_run = os.path.basename(os.path.dirname(os.path.abspath(path)))
+  if not os.path.isdir(path) and in_run != "checkpoints":
+    return f"{flag}: no such directory"
+  try:
+    kind, workdir, step = run_policy.locate(path)
+    if kind == "workdir":
+      run_policy.saved_step(workdir, step)
+  except run_policy.CheckpointError as e:
+    return f"{flag}: {e}"
   return None
 
 

@@ -20,6 +20,7 @@ from rlreason.train import context
 from rlreason.train import loaders
 from rlreason.train import run_info
 from rlreason import config
+from rlreason import metrics as metrics_lib
 from rlreason import testing
 from rlreason.eval import trained
 from rlreason.model import hf
@@ -138,6 +139,52 @@ def test_exported_hf_dir_reloads_and_scores_the_same(run, tmp_path):
   )
   assert samples_a == samples_b  # same greedy and sampled completions
   assert a["accuracy"] == b["accuracy"] and a["metrics"] == b["metrics"]
+
+
+def test_a_run_starts_from_another_runs_policy(run, tmp_path):
+  """--init_from=<workdir> (or a step of it): that run's policy (as
+  trained.load reads it), architecture and tokenizer; a run started so
+  evaluates first what the other ended with, and its own workdir (whose
+  recorded init_from is a run) loads for evaluation."""
+  cfg, out = run
+  mesh = out["state"].params["embedding"].sharding.mesh
+  second = dataclasses.replace(
+    cfg,
+    steps=1,
+    init_from=out["workdir"],
+    workdir=str(tmp_path / "second"),
+  )
+  model_cfg, params = loaders.load_model(second, mesh)
+  assert model_cfg == out["model_cfg"]
+  jax.tree.map(np.testing.assert_array_equal, params, out["state"].params)
+  assert loaders.tokenizer_source(second) == "char"
+  step_1 = os.path.join(out["workdir"], "checkpoints", "1")
+  _, params = loaders.load_model(
+    dataclasses.replace(second, init_from=step_1), mesh
+  )
+  jax.tree.map(
+    np.testing.assert_array_equal, params, trained.load(step_1).params
+  )
+  assert not jax.tree.all(  # step 1 is not step 2
+    jax.tree.map(np.array_equal, params, out["state"].params)
+  )
+
+  result = grpo.run(second)
+  evals = [
+    r
+    for r in metrics_lib.read_jsonl(
+      os.path.join(second.workdir, "metrics.jsonl")
+    )
+    if "eval/accuracy" in r
+  ]
+  with open(os.path.join(out["workdir"], "eval_after.json")) as f:
+    assert evals[0]["step"] == 0
+    assert evals[0]["eval/accuracy"] == json.load(f)["eval/accuracy"]
+  policy = trained.load(second.workdir)
+  assert policy.step == 1 and policy.tokenizer == "char"
+  jax.tree.map(
+    np.testing.assert_array_equal, policy.params, result["state"].params
+  )
 
 
 def test_compile_cache_is_the_runs_unless_the_flag_says(

@@ -15,9 +15,11 @@ import pytest
 from experiments import grpo
 from rlreason import testing
 from rlreason.eval import trained
+from rlreason.model import hf
 from rlreason.model import lora
 from rlreason.model import transformer
 from rlreason.train import adapters as adapters_lib
+from rlreason.train import loaders
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,23 @@ def test_only_adapters_train_and_kl_starts_at_zero(run):
   # Step 1 moved B: the policy is off the reference (KL ~6e-3 here; the
   # rounding between two programs computing the same policy is ~1e-14).
   assert rows[2]["kl"] > 1e-4
+
+
+def test_a_run_starts_from_a_lora_runs_merged_policy(run, tmp_path):
+  """--init_from=<a LoRA run>: the adapters merged into its base, as the
+  evaluation loads them, as a full model (this run's own LoRA, if any,
+  goes on top of that)."""
+  cfg, out = run
+  policy = trained.load(cfg.workdir)
+  mesh = jax.tree.leaves(policy.params)[0].sharding.mesh
+  second = dataclasses.replace(
+    grpo.TinyConfig(), init_from=cfg.workdir, workdir=str(tmp_path / "b")
+  )
+  model_cfg, params = loaders.load_model(second, mesh)
+  assert model_cfg.d_model == policy.model_cfg.d_model
+  jax.tree.map(np.testing.assert_array_equal, params, policy.params)
+  base = trained.load(policy.run_cfg.init_from).params  # the warm start
+  assert not jax.tree.all(jax.tree.map(np.array_equal, params, base))
 
 
 def _ours(params, model_cfg, tokens):
@@ -161,6 +180,34 @@ def test_sigkill_then_rerun_resumes_lora_exactly(tmp_path):
   cb = testing.checkpoints(tmp_path / "b")
   jax.tree.map(np.testing.assert_array_equal, ca[steps][1], cb[steps][1])
   assert all(p[-1] in ("a", "b") for p in _paths(ca[steps][1]))
+
+
+def test_a_qlora_run_exports_and_starts_another(tmp_path):
+  """A QLoRA run's policy (kernels formed at use over its nf4 base) exports
+  as plain Hugging Face weights (this failed with a KeyError before), and
+  --init_from=<the run> starts from those same weights."""
+  cfg = dataclasses.replace(
+    grpo.TinyConfig(),
+    **{**testing.SMOKE, "steps": 1, "eval_size": 1},
+    lora_rank=2,
+    lora_quantize="nf4",
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+  grpo.run(cfg)
+  policy = trained.load(cfg.workdir)
+  assert any(
+    lora.formed(x) for x in jax.tree.leaves(policy.params, is_leaf=lora.formed)
+  )
+  hf_dir = trained.export_hf(policy, str(tmp_path / "hf"))
+  _, exported = hf.load(hf_dir)
+  formed = lora.formed_once(policy.params)
+  jax.tree.map(np.testing.assert_array_equal, exported, formed)
+  second = dataclasses.replace(
+    cfg, lora_rank=0, lora_quantize="", init_from=cfg.workdir
+  )
+  _, params = loaders.load_model(second, policy.mesh)
+  jax.tree.map(np.testing.assert_array_equal, params, exported)
 
 
 def test_bad_lora_flags_are_config_errors():

@@ -181,30 +181,38 @@ def test_a_missing_model(tmp_path, capsys, no_compute):
   preflight.check_paths(cfg, cfg.workdir)
 
 
-def test_init_from_must_be_a_hugging_face_directory(
+def test_init_from_names_what_it_cannot_start_from(
   tmp_path, capsys, no_compute
 ):
+  """A run or an HF directory it cannot load is named before any compute
+  (tests/eval/evaluate_test.py starts runs from a real run's checkpoints)."""
   run = tmp_path / "earlier"
-  (run / "checkpoints" / "40").mkdir(parents=True)
+  (run / "checkpoints").mkdir(parents=True)  # none saved
   (run / "config.json").write_text('{"class": "experiments.grpo.Config"}')
-  export = "--export_hf=DIR --evaluate=false, then --init_from=DIR"
-  for source in (run, run / "checkpoints", run / "checkpoints" / "40"):
+  for source in (run, run / "checkpoints"):
     _fails(
       _cfg(tmp_path, init_from=str(source)),
       capsys,
-      f"--init_from={source} is an RL run's checkpoint",
-      f"experiments.evaluate --checkpoint={source} {export}",
-      f"--workdir={run}, to keep its optimizer state",
+      f"--init_from={source}: RL workdir {run}: no checkpoints in",
     )
+  _fails(
+    _cfg(tmp_path, init_from=str(run / "checkpoints" / "40")),
+    capsys,
+    "40: no such step; saved steps: []",
+  )
   unsaved = tmp_path / "unsaved"  # a run stopped before its first save
   unsaved.mkdir()
   (unsaved / "config.json").write_text('{"class": "experiments.grpo.Config"}')
-  _fails(_cfg(tmp_path, init_from=str(unsaved)), capsys, "an RL run's")
+  _fails(
+    _cfg(tmp_path, init_from=str(unsaved)),
+    capsys,
+    f"RL workdir {unsaved} has no checkpoints",
+  )
   (tmp_path / "empty").mkdir()
   _fails(
     _cfg(tmp_path, init_from=str(tmp_path / "empty")),
     capsys,
-    "empty: not a Hugging Face directory (no config.json)",
+    "neither an RL workdir (no checkpoints/) nor a Hugging Face directory",
   )
   _fails(
     _cfg(tmp_path, init_from=str(tmp_path / "nope")),
@@ -219,20 +227,25 @@ def test_init_from_must_be_a_hugging_face_directory(
 
 def test_a_missing_optional_package(tmp_path, capsys, no_compute, monkeypatch):
   real = preflight.installed
-  missing = {"wandb", "gcsfs"}
+  missing = {"wandb", "google.cloud.storage"}
   monkeypatch.setattr(
     preflight, "installed", lambda m: m not in missing and real(m)
   )
+  monkeypatch.setattr(preflight, "_filesystem", lambda url: False)
   _fails(
     dataclasses.replace(
-      _cfg(tmp_path), wandb_project="mine", workdir="gs://bucket/run"
+      _cfg(tmp_path),
+      wandb_project="mine",
+      workdir="gs://bucket/run",
+      tensorboard=True,
     ),
     capsys,
     "--wandb_project=mine: the wandb package is not installed",
-    "--workdir=gs://bucket/run: writing to a bucket needs gcsfs",
+    "--workdir=gs://bucket/run: writing to a bucket needs gcsfs and "
+    "google-cloud-storage",
   )
-  missing.clear()
   monkeypatch.setattr(preflight, "installed", lambda m: True)
+  monkeypatch.setattr(preflight, "_filesystem", lambda url: True)
   assert (
     preflight.package_problems(
       _cfg(tmp_path, wandb_project="mine"), "gs://bucket/run"
@@ -240,6 +253,10 @@ def test_a_missing_optional_package(tmp_path, capsys, no_compute, monkeypatch):
     == []
   )
   assert real("json") and not real("google.nothing_here")
+  # tests/train/workdir_test.py's gs:// is an fsspec memory filesystem.
+  monkeypatch.undo()
+  assert preflight._filesystem("memory://x")  # noqa: SLF001
+  assert not preflight._filesystem("nosuchprotocol://x")  # noqa: SLF001
 
 
 def test_a_mesh_over_more_devices_than_there_are(tmp_path, capsys, no_compute):

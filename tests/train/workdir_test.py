@@ -15,6 +15,8 @@ import json
 import os
 
 import fsspec
+import jax
+import numpy as np
 import pytest
 from etils import epath
 from fsspec.implementations import memory
@@ -24,7 +26,9 @@ from experiments import grpo
 from rlreason.eval import trained
 from rlreason.train import checkpoint
 from rlreason import metrics
+from rlreason.train import loaders
 from rlreason.train import report
+from rlreason.train import run_policy
 from rlreason import storage
 from rlreason import testing
 
@@ -157,13 +161,13 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
   # for them in the bucket) and writes its files here, by default under
   # workdirs/eval/<run>/step_<N>.
   (epath.Path(WORKDIR) / "checkpoints" / "4" / "_CHECKPOINT").write_text("")
-  manager = trained.ocp.CheckpointManager
+  manager = run_policy.ocp.CheckpointManager
 
   def local_manager(directory, *args, **kwargs):
     assert os.fspath(directory) == f"{WORKDIR}/checkpoints", directory
     return manager(str(local_ckpt), *args, **kwargs)
 
-  monkeypatch.setattr(trained.ocp, "CheckpointManager", local_manager)
+  monkeypatch.setattr(run_policy.ocp, "CheckpointManager", local_manager)
   res = evaluate_cli.run(evaluate_cli.Config(checkpoint=WORKDIR, mesh_fsdp=1))
   assert res["out"] == os.path.join("workdirs", "eval", "run", "step_4")
   assert res["policy"].step == 4 and res["policy"].workdir == WORKDIR
@@ -171,6 +175,10 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
   after = json.loads(_files()[f"{WORKDIR}/eval_after.json"])
   assert summary["accuracy"] == after["eval/accuracy"]
   assert summary["problems"] == cfg.eval_size
+  # Another run starts from it: --init_from=gs://... (its latest step).
+  second = dataclasses.replace(cfg, init_from=WORKDIR, workdir=str(tmp_path))
+  _, params = loaders.load_model(second, res["policy"].mesh)
+  jax.tree.map(np.testing.assert_array_equal, params, res["policy"].params)
   # --out on gs:// too: the same files in the bucket; the journal on local
   # disk (appended to row by row), gone once they are written.
   journals = testing.spy(
@@ -192,7 +200,7 @@ def test_grpo_writes_its_workdir_to_gcs_and_resumes(gcs, tmp_path, monkeypatch):
     local = (tmp_path / res["out"] / name).read_bytes()
     assert files[f"{out}/{name}"] == local, name
   # A step of it, and one it does not hold, as on local disk.
-  locate = trained._locate  # noqa: SLF001
+  locate = run_policy.locate
   assert locate(f"{WORKDIR}/checkpoints/4") == ("workdir", WORKDIR, 4)
   assert locate(f"{WORKDIR}/checkpoints") == ("workdir", WORKDIR, None)
   with pytest.raises(trained.CheckpointError, match=r"saved steps: \[4\]"):
