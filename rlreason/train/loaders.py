@@ -14,6 +14,7 @@ checkpoint, or one of its checkpoints/<step>, local or gs://), whose policy
 import dataclasses
 import functools
 import os
+import sys
 from typing import Callable
 
 import jax
@@ -91,7 +92,8 @@ def load_model(cfg, mesh):
   directory), --model's HF directory or a preset."""
   if run := run_of(cfg):
     model_cfg, params, _, step = run_params(*run, mesh)
-    logging.info("Starting from %s, step %d", run[1], step)
+    if jax.process_index() == 0:
+      print(f"Starting from {run[1]}, step {step}", file=sys.stderr)
     model_cfg = dataclasses.replace(model_cfg, **cfg.model_settings())
     # A LoRA run's policy as plain params (over a quantised base, its
     # kernels are formed at use), in this run's dtype and layout.
