@@ -24,6 +24,7 @@ from absl import logging
 from rlreason import config
 from rlreason import mesh as mesh_lib
 from rlreason import rewards as rewards_lib
+from rlreason import storage
 from rlreason.data import sources as data_lib
 from rlreason.model import hf
 from rlreason.model import lora
@@ -47,6 +48,31 @@ def run_of(cfg):
   recorded = run_policy.recorded_config(raw)
   dtypes = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype)
   return dataclasses.replace(recorded, **dtypes), path, step
+
+
+def pinned(cfg, workdir: str):
+  """`cfg` with an --init_from that names a run's latest checkpoint pinned
+  to one step (<run>/checkpoints/<step>, what config.json records): the
+  step this workdir's first start took, so that a resumed run keeps its
+  start and its KL reference (built from it again) while the other run
+  goes on; else that run's latest now."""
+  run = run_of(cfg)
+  if run is None or run[2] is not None:
+    return cfg
+  source, step = run[1].rstrip("/"), None
+  saved = storage.read_json(os.path.join(workdir, "config.json")) or {}
+  prefix = f"{source}/checkpoints/"  # as this function records it
+  recorded = saved.get("init_from", "")
+  if recorded.startswith(prefix) and recorded[len(prefix) :].isdigit():
+    step = int(recorded[len(prefix) :])
+  try:
+    step = run_policy.saved_step(source, step)
+  except run_policy.CheckpointError as e:
+    raise config.ConfigError(
+      f"--init_from={cfg.init_from}: {workdir} started from its step "
+      f"{step}: {e}"
+    ) from None
+  return dataclasses.replace(cfg, init_from=f"{prefix}{step}")
 
 
 def run_params(run_cfg, workdir: str, step: int | None, mesh):

@@ -123,6 +123,7 @@ def _train(
   # Everything checkable is checked before any compute (warm start,
   # compilation): paths, the workdir's earlier run, the data, its prompts.
   preflight.check_paths(cfg, workdir)
+  cfg = loaders.pinned(cfg, workdir)  # --init_from=<a run>: one step of it
   run_info.use_compile_cache(cfg)
   preflight.check_resume(cfg, workdir)
   preflight.check_mesh(cfg)

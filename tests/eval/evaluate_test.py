@@ -185,6 +185,23 @@ def test_a_run_starts_from_another_runs_policy(run, tmp_path):
   jax.tree.map(
     np.testing.assert_array_equal, policy.params, result["state"].params
   )
+  # The run records the step it started from, and keeps it when resumed
+  # (its KL reference is built from it again) while the other goes on.
+  step_2 = os.path.join(out["workdir"], "checkpoints", "2")
+  recorded = json.loads((tmp_path / "second" / "config.json").read_text())
+  assert recorded["init_from"] == step_2
+  assert loaders.pinned(second, second.workdir).init_from == step_2
+  (tmp_path / "third").mkdir()
+  (tmp_path / "third" / "config.json").write_text(
+    json.dumps({**recorded, "init_from": step_1})
+  )
+  assert loaders.pinned(second, str(tmp_path / "third")).init_from == step_1
+  assert loaders.pinned(second, str(tmp_path / "new")).init_from == step_2
+  with pytest.raises(config.ConfigError, match="started from its step 9"):
+    (tmp_path / "third" / "config.json").write_text(
+      json.dumps({**recorded, "init_from": step_1.replace("/1", "/9")})
+    )
+    loaders.pinned(second, str(tmp_path / "third"))
 
 
 def test_compile_cache_is_the_runs_unless_the_flag_says(
