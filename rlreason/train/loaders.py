@@ -37,17 +37,15 @@ from rlreason.train import run_policy
 
 def run_of(cfg):
   """(recorded config, workdir, step) of the RL run --init_from names (step
-  None: its latest checkpoint), the config with this run's dtypes; None
-  when --init_from is unset or a Hugging Face directory."""
+  None: its latest checkpoint); None when --init_from is unset or a
+  Hugging Face directory."""
   if not cfg.init_from:
     return None
   kind, path, step = run_policy.locate(cfg.init_from)
   if kind != "workdir":
     return None
   raw = run_policy.read_json(os.path.join(path, "config.json"))
-  recorded = run_policy.recorded_config(raw)
-  dtypes = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype)
-  return dataclasses.replace(recorded, **dtypes), path, step
+  return run_policy.recorded_config(raw), path, step
 
 
 def pinned(cfg, workdir: str):
@@ -95,7 +93,7 @@ def run_params(run_cfg, workdir: str, step: int | None, mesh):
 def model_config(cfg) -> transformer.ModelConfig:
   """The architecture load_model gives, without reading any weights."""
   if run := run_of(cfg):
-    return dataclasses.replace(model_config(run[0]), **cfg.model_settings())
+    return _as_this_run(model_config(run[0]), cfg)
   source = cfg.init_from or presets.checkpoint_dir(cfg.model)
   if os.path.isdir(source):
     model_cfg = hf.config_from_hf(
@@ -120,7 +118,7 @@ def load_model(cfg, mesh):
     model_cfg, params, _, step = run_params(*run, mesh)
     if jax.process_index() == 0:
       print(f"Starting from {run[1]}, step {step}", file=sys.stderr)
-    model_cfg = dataclasses.replace(model_cfg, **cfg.model_settings())
+    model_cfg = _as_this_run(model_cfg, cfg)
     # A LoRA run's policy as plain params (over a quantised base, its
     # kernels are formed at use), in this run's dtype and layout.
     dtype = jax.numpy.dtype(cfg.param_dtype)
@@ -143,6 +141,12 @@ def load_model(cfg, mesh):
     out_shardings=_train_shardings(model_cfg, mesh),
   )
   return model_cfg, init(jax.random.key(cfg.seed))
+
+
+def _as_this_run(model_cfg, cfg):
+  """Another run's architecture with this run's dtypes and settings."""
+  dtypes = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype)
+  return dataclasses.replace(model_cfg, **dtypes, **cfg.model_settings())
 
 
 def _train_shardings(model_cfg, mesh):

@@ -158,6 +158,11 @@ def test_a_run_starts_from_another_runs_policy(run, tmp_path):
   assert model_cfg == out["model_cfg"]
   jax.tree.map(np.testing.assert_array_equal, params, out["state"].params)
   assert loaders.tokenizer_source(second) == "char"
+  # This run's dtypes, not the other's.
+  bf16 = dataclasses.replace(second, dtype="bfloat16", param_dtype="bfloat16")
+  bf16_cfg, bf16_params = loaders.load_model(bf16, mesh)
+  assert (bf16_cfg.dtype, bf16_cfg.param_dtype) == ("bfloat16", "bfloat16")
+  assert bf16_params["embedding"].dtype == jax.numpy.bfloat16
   step_1 = os.path.join(out["workdir"], "checkpoints", "1")
   _, params = loaders.load_model(
     dataclasses.replace(second, init_from=step_1), mesh
