@@ -131,6 +131,8 @@ def _ks(text: str) -> tuple[int, ...]:
 
 def check(cfg: Config) -> None:
   """The data and sampling flags, before any checkpoint is read."""
+  if problem := preflight.bucket_problem("out", cfg.out):
+    raise config.ConfigError(problem)
   if cfg.data:
     data_lib.check(cfg.data)
   if cfg.samples < 1:
@@ -280,7 +282,10 @@ def _main(argv):
     if run(cfg).get("stopped"):
       sys.exit(rr_flags.EXIT_STOPPED)
   except (trained.CheckpointError, data_lib.DataError, config.ConfigError) as e:
-    sys.exit(f"Error: {e}")  # A bad path or spec: the message says which.
+    # A bad flag, path or spec, before any compute: the message says which
+    # (exit 2, as an experiment's usage errors: train/flags.py).
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(rr_flags.EXIT_USAGE)
   except KeyboardInterrupt:
     print(
       "Interrupted: the finished problems are kept (<out>/partial/); the "

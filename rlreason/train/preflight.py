@@ -94,18 +94,26 @@ def package_problems(cfg, workdir: str) -> list[str]:
       f"--wandb_project={cfg.wandb_project}: the wandb package is not "
       "installed (pip install -e '.[wandb]', or pip install wandb)"
     )
-  if "://" in workdir:  # setup.py's _GCS: epath's fsspec backend and
-    # tensorboardX's bucket writer
-    missing = [] if _filesystem(workdir) else ["gcsfs"]
-    if cfg.tensorboard and not installed("google.cloud.storage"):
-      missing.append("google-cloud-storage")
-    if missing:
-      problems.append(
-        f"--workdir={workdir}: writing to a bucket needs "
-        f"{' and '.join(missing)} (pip install -e '.[tpu]' or '.[gpu]', or "
-        f"pip install {' '.join(missing)})"
-      )
-  return problems
+  problems.append(bucket_problem("workdir", workdir, cfg.tensorboard))
+  return [p for p in problems if p]
+
+
+def bucket_problem(flag: str, url: str, tensorboard: bool = False):
+  """Why --flag=url cannot be written (None if it can or is local): a
+  bucket needs setup.py's _GCS packages, epath's fsspec backend and, for
+  TensorBoard events, tensorboardX's bucket writer."""
+  if "://" not in url:
+    return None
+  missing = [] if _filesystem(url) else ["gcsfs"]
+  if tensorboard and not installed("google.cloud.storage"):
+    missing.append("google-cloud-storage")
+  if not missing:
+    return None
+  return (
+    f"--{flag}={url}: writing to a bucket needs {' and '.join(missing)} "
+    "(pip install -e '.[tpu]' or '.[gpu]', or pip install "
+    f"{' '.join(missing)})"
+  )
 
 
 def _filesystem(url: str) -> bool:

@@ -6,6 +6,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
@@ -388,6 +390,25 @@ def test_bad_flags_fail_before_the_checkpoint_is_read(
     (config.ConfigError, data_lib.DataError), match=re.escape(message)
   ):
     evaluate_cli.run(cfg)
+
+
+def test_the_cli_exits_2_on_a_usage_error(tmp_path):
+  out = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.evaluate",
+      f"--checkpoint={tmp_path / 'nope'}",
+      "--out=nosuchprotocol://bucket/x",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert "error: --out=nosuchprotocol://bucket/x: writing to a bucket" in (
+    out.stderr
+  )
 
 
 def test_bad_checkpoints_name_the_path(run, tmp_path):
