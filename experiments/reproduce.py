@@ -257,8 +257,23 @@ def run_all(
           f"{workdir} stopped before step {cfg.steps} (SIGTERM or Ctrl-C); no "
           "report written. Rerun the same command to resume."
         )
+  command = [
+    f"--method={name}",
+    f"--seeds={','.join(map(str, seeds))}",
+    f"--testbed={testbed_name}",
+  ]
+  if steps:
+    command.append(f"--steps={steps}")
+  if common:
+    command.append("--set=" + ",".join(f"{k}={v}" for k, v in common.items()))
+  if root != os.path.join("workdirs", "reproduce", testbed_name):
+    command.append(f"--root={root}")
   return reproduction.write_report(
-    name, claim, seeds, root=root, testbed_name=testbed_name
+    name,
+    claim,
+    seeds,
+    root=root,
+    command="python -m experiments.reproduce " + " ".join(command),
   )
 
 

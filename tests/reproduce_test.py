@@ -152,7 +152,15 @@ def test_run_all_writes_table_and_plot_then_reuses_runs(tmp_path, monkeypatch):
   path = run_all("tiny", claim)
   text = open(path).read()
   assert "| grpo |" in text and "| dr_grpo |" in text
-  assert "--seeds=0 --testbed=tiny`" in text
+  # The command that made the runs, every flag that changed them.
+  (command,) = [
+    line for line in text.splitlines() if line.startswith("Command")
+  ]
+  assert command.startswith(
+    "Command: `python -m experiments.reproduce --method=tiny --seeds=0 "
+    "--testbed=tiny --steps=2 --set="
+  )
+  assert "eval_samples=2" in command and command.endswith(f"--root={root}`")
   assert os.path.getsize(tmp_path / "runs/tiny/curves.png") > 0
   results = json.load(open(tmp_path / "runs/tiny/results.json"))
   assert len(results["variants"]["dr_grpo"]["length"]) == 1

@@ -122,10 +122,9 @@ def plot(name: str, claim, seeds, *, root: str, path: str) -> None:
   plt.close(fig)
 
 
-def write_report(
-  name: str, claim, seeds, *, root: str, testbed_name: str = "base"
-) -> str:
-  """results.md, results.json and curves.png under root/name."""
+def write_report(name: str, claim, seeds, *, root: str, command: str) -> str:
+  """results.md, results.json and curves.png under root/name; `command`
+  is the command line that made the runs (every flag that changes them)."""
   table = summarize(name, claim, seeds, root=root)
   outdir = os.path.join(root, name)
   plot(name, claim, seeds, root=root, path=os.path.join(outdir, "curves.png"))
@@ -137,7 +136,6 @@ def write_report(
     *claim.extra,
     *(column for column, _, _ in _eval_columns(claim)),
   ]
-  seeds_arg = ",".join(map(str, seeds))
   lines = [
     f"# Mini-reproduction: {name}",
     "",
@@ -145,8 +143,7 @@ def write_report(
     "",
     f"Expected: {claim.expected}.",
     "",
-    f"Command: `python -m experiments.reproduce --method={name} "
-    f"--seeds={seeds_arg} --testbed={testbed_name}`",
+    f"Command: `{command}`",
     "",
     f"Per-step metrics are means over the last {TAIL:.0%} of the steps; "
     f"delta is that minus the mean over the first {HEAD:.0%} (growth "
