@@ -8,6 +8,7 @@ comma-separated strings.
 """
 
 import dataclasses
+import sys
 
 # Compute / parameter dtypes a run may name.
 DTYPES = ("float32", "bfloat16", "float16")
@@ -430,5 +431,12 @@ def same_class(a: str, b: str) -> bool:
 
 
 def class_name(cfg) -> str:
-  """`module.Class` of a config, as config.json records it."""
-  return f"{type(cfg).__module__}.{type(cfg).__name__}"
+  """`module.Class` of a config, as config.json records it: the module's
+  import name also where it runs as the program (`python -m
+  experiments.grpo` records experiments.grpo.Config; records made before
+  this say __main__.Config, which same_class matches)."""
+  module = type(cfg).__module__
+  if module == "__main__":
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    module = getattr(spec, "name", None) or module
+  return f"{module}.{type(cfg).__name__}"

@@ -186,6 +186,9 @@ def write(workdir: str, title: str = "") -> str:
   )
   train = [r for r in rows if "reward" in r]
   where = os.path.abspath(workdir) if storage.is_local(workdir) else workdir
+  if not title and (run / "report.md").exists():  # the run's own title
+    heading = (run / "report.md").read_text().partition("\n")[0]
+    title = heading[2:] if heading.startswith("# ") else ""
   lines = [
     f"# {title or cfg.get('class', 'Run')}",
     "",

@@ -415,6 +415,23 @@ def test_the_cli_exits_2_with_one_message(tmp_path):
   assert not os.path.exists(tmp_path / "cache")
 
 
+def test_a_cli_run_records_its_module_by_name(monkeypatch):
+  """`python -m experiments.grpo` runs the module as __main__ (its
+  __spec__ names it): config.json says experiments.grpo.Config."""
+  import importlib.machinery
+  import sys
+
+  cls = dataclasses.make_dataclass(
+    "Config", [], bases=(config.BaseConfig,), frozen=True
+  )
+  cls.__module__ = "__main__"
+  spec = importlib.machinery.ModuleSpec("experiments.grpo", None)
+  monkeypatch.setattr(sys.modules["__main__"], "__spec__", spec)
+  assert config.class_name(cls()) == "experiments.grpo.Config"
+  monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)
+  assert config.class_name(cls()) == "__main__.Config"  # python grpo.py
+
+
 def test_a_cli_run_and_an_imported_run_are_the_same_class():
   assert config.same_class("__main__.Config", "experiments.grpo.Config")
   assert not config.same_class(

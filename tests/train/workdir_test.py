@@ -285,6 +285,11 @@ def test_report_cli_names_a_directory_that_is_not_a_run(tmp_path, capsys):
   (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
   assert report.main(["report", str(tmp_path)]) == 0
   assert capsys.readouterr().out == f"{tmp_path}/report.md\n"
+  # Written again (the CLI gives no title), it keeps the run's own title.
+  report.write(str(tmp_path), title="GRPO (DeepSeekMath)")
+  assert report.main(["report", str(tmp_path)]) == 0
+  heading = (tmp_path / "report.md").read_text().splitlines()[0]
+  assert heading == "# GRPO (DeepSeekMath)"
 
 
 def test_report_shows_where_the_time_goes_and_the_mfu(tmp_path, monkeypatch):
