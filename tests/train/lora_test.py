@@ -182,18 +182,23 @@ def test_sigkill_then_rerun_resumes_lora_exactly(tmp_path):
   assert all(p[-1] in ("a", "b") for p in _paths(ca[steps][1]))
 
 
+def _one_step_qlora(cfg, quantize: str, tmp_path):
+  """`cfg` as a one-step QLoRA smoke run (rank 2) in tmp_path."""
+  return dataclasses.replace(
+    cfg,
+    **{**testing.SMOKE, "steps": 1, "eval_size": 1},
+    lora_rank=2,
+    lora_quantize=quantize,
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+  )
+
+
 def test_a_qlora_run_exports_and_starts_another(tmp_path):
   """A QLoRA run's policy (kernels formed at use over its nf4 base) exports
   as plain Hugging Face weights (this failed with a KeyError before), and
   --init_from=<the run> starts from those same weights."""
-  cfg = dataclasses.replace(
-    grpo.TinyConfig(),
-    **{**testing.SMOKE, "steps": 1, "eval_size": 1},
-    lora_rank=2,
-    lora_quantize="nf4",
-    workdir=str(tmp_path / "run"),
-    cache_dir=str(tmp_path / "cache"),
-  )
+  cfg = _one_step_qlora(grpo.TinyConfig(), "nf4", tmp_path)
   grpo.run(cfg)
   policy = trained.load(cfg.workdir)
   assert any(
@@ -227,13 +232,6 @@ def test_multiturn_and_tree_rollouts_take_a_quantised_base(name, tmp_path):
   import importlib
 
   module = importlib.import_module(f"experiments.{name}")
-  cfg = dataclasses.replace(
-    module.Config(),
-    **{**testing.SMOKE, "steps": 1, "eval_size": 1},
-    lora_rank=2,
-    lora_quantize="int8",
-    workdir=str(tmp_path / "run"),
-    cache_dir=str(tmp_path / "cache"),
-  )
+  cfg = _one_step_qlora(module.Config(), "int8", tmp_path)
   out = module.run(cfg)
   assert out["step"] == 1 and np.isfinite(out["loss"])
