@@ -52,20 +52,21 @@ from rlreason.plan import program
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with AMPO's guidance; paper: PAPER."""
 
+  model_fields: ClassVar = {"teachers": (("warm_start", "reference"), True)}
+
   # Its own make_batch does not apply --rollout_correction.
   corrects_rollouts: ClassVar[bool] = False
 
   data: str = "task:arithmetic:difficulty=1-3,n=4000"
   max_new_tokens: int = 48
-  teachers: str = (
-    "warm_start,reference"  # (2) guidance sources, comma-separated
-  )
+  # (2) guidance sources, comma-separated: model directories (or RL runs),
+  # warm_start, reference
+  teachers: str = "warm_start,reference"
   teacher_steps: int = 0  # "warm_start" teacher: SFT steps (0 = the same)
   teacher_samples: int = 2  # (2) solutions per teacher and prompt
   replace: int = 2  # (3) off-policy rows per all-wrong group (assumed)
-  shaping_gamma: float = (
-    0.1  # (4) gamma of the off-policy weight r / (r + gamma)
-  )
+  # (4) gamma of the off-policy rows' weight r / (r + gamma)
+  shaping_gamma: float = 0.1
   kl_coef: float = 0.0  # mixed-policy methods drop the KL (LUFFY)
 
   def sources(self) -> list[str]:

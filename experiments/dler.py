@@ -169,6 +169,7 @@ def plot_accuracy_vs_tokens(workdir: str, title: str = "") -> str:
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
+  loop.check(cfg, "dler")  # before its own warm start
   cfg = sft.warm_started(cfg, max_new_tokens=cfg.warm_start_max_new_tokens)
   batch_fn = make_batch
   if cfg.dynamic_sampling:  # (4)

@@ -125,6 +125,7 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
+  loop.check(cfg, "ettrl")  # before its own warm start
   cfg = sft.warm_started(cfg, data=cfg.warm_start_data or cfg.data)
   return loop.train_and_report(
     cfg,

@@ -33,6 +33,7 @@ TPU:  launch/tpu.sh run experiments.kdrl --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 import functools
 
 import jax.numpy as jnp
@@ -50,7 +51,10 @@ from rlreason.eval import teacher as teacher_lib
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with a teacher; paper: PAPER."""
 
-  teacher: str = "warm_start"  # (1) the teacher: warm_start or an HF dir
+  model_fields: ClassVar = {"teacher": (("warm_start",), True)}
+
+  # (1) the teacher: warm_start, a Hugging Face directory or an RL run
+  teacher: str = "warm_start"
   teacher_steps: int = 0  # (1) teacher SFT steps; 0 = warm_start_steps
   kd_coef: float = 0.02  # (2) weight of the KL to the teacher (assumed)
   kd_coef_min: float = 0.0  # (4) where that weight's linear decay ends

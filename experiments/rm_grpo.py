@@ -60,6 +60,7 @@ TPU:  launch/tpu.sh run experiments.rm_grpo --scale=paper \
 
 import contextlib
 import dataclasses
+from typing import ClassVar
 import functools
 import hashlib
 import json
@@ -95,10 +96,11 @@ KINDS = ("scalar", "judge")
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with the RM reward; paper: PAPER."""
 
+  model_fields: ClassVar = {"judge_model": (("",), False)}
+
   rm_kind: str = "scalar"  # scalar (trained, (1)) | judge (generative)
-  rm_weight: float = (
-    1.0  # (2) w, the reward model's share: r = w * r_RM + (1 - w) * r_verifier
-  )
+  # (2) w, the reward model's share: r = w * r_RM + (1 - w) * r_verifier
+  rm_weight: float = 1.0
   # (1) Preference data from the warm-start policy's samples (assumed
   # sizes; InstructGPT ranks K = 4..9 responses per prompt).
   rm_prompts: int = 256
@@ -465,6 +467,7 @@ def make_batch(rollout, examples, ctx, *, reward_model):
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   cfg.validate()
+  loop.check(cfg, "rm_grpo")  # before the warm start and the reward model
   cfg = sft.warm_started(cfg)
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   if cfg.rm_kind == "judge":

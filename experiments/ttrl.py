@@ -169,6 +169,7 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
+  loop.check(cfg, "ttrl")  # before its own warm start
   # (3) Warm-start on the train split, never on the test prompts.
   cfg = sft.warm_started(cfg, data=cfg.warm_start_data or cfg.data)
   return loop.train_and_report(

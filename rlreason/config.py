@@ -9,6 +9,7 @@ comma-separated strings.
 
 import dataclasses
 import sys
+from typing import ClassVar
 
 # Compute / parameter dtypes a run may name.
 DTYPES = ("float32", "bfloat16", "float16")
@@ -65,6 +66,12 @@ PAPER_COMMON = dict(
 @dataclasses.dataclass(frozen=True)
 class BaseConfig:
   """Fields every RL run has. Defaults are the laptop-scale embedded run."""
+
+  # An experiment's fields that name another model (a teacher, a judge):
+  # {field: (its keywords, whether an RL run's workdir is taken too)}.
+  # Each comma-separated item that is not a keyword or a preset must be a
+  # directory that loads (train/preflight.py), checked before any compute.
+  model_fields: ClassVar[dict[str, tuple[tuple[str, ...], bool]]] = {}
 
   # What to train.
   model: str = "tiny"  # preset name or a local HF checkpoint directory

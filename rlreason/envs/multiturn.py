@@ -59,6 +59,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
+from rlreason import config
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.sampling import rollout_layout
@@ -363,8 +364,16 @@ def make_generate_fn(
   `env_factory()` makes one environment per row, reset on the row's
   example. A turn ends at EOS or at one of `stop_strings`; None takes the
   environments' own (envs.base.stop_strings: e.g. "\\n", "</search>" and
-  "</answer>" for the search env), multi-token ones included.
+  "</answer>" for the search env), multi-token ones included. The budgets
+  are checked here, when a run starts (config.ConfigError naming the flag).
   """
+  for name, value, least in (
+    ("max_turns", max_turns, 1),
+    ("turn_tokens", turn_tokens, 1),
+    ("obs_tokens", obs_tokens, 0),
+  ):
+    if not isinstance(value, (int, np.integer)) or value < least:
+      raise config.ConfigError(f"--{name}={value!r} must be >= {least}")
 
   def generate_fn(
     ctx, params, examples, rng, step, *, group_size, sampling, progress=None

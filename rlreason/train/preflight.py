@@ -73,6 +73,12 @@ def check_paths(cfg, workdir: str) -> None:
     )
   if cfg.init_from and "://" not in cfg.init_from:
     problems.append(init_from_problem(cfg.init_from))
+  for name, (keywords, runs) in cfg.model_fields.items():
+    for item in getattr(cfg, name).split(","):
+      item = item.strip()
+      if item in keywords or item.lower() in presets.PRESETS or "://" in item:
+        continue
+      problems.append(init_from_problem(item, name, runs))
   problems += package_problems(cfg, workdir)
   _raise(problems)
 
@@ -128,17 +134,21 @@ def _filesystem(url: str) -> bool:
   return True
 
 
-def init_from_problem(path: str) -> str | None:
-  """Why --init_from=path cannot be loaded (None if it can): a Hugging
-  Face directory (a warm start's cache, an export, a downloaded model) or
-  an RL run's workdir or one of its checkpoints/<step> that holds a
+def init_from_problem(
+  path: str, name: str = "init_from", runs: bool = True
+) -> str | None:
+  """Why --name=path cannot be loaded (None if it can): a Hugging Face
+  directory (a warm start's cache, an export, a downloaded model) or, where
+  `runs`, an RL run's workdir or one of its checkpoints/<step> that holds a
   checkpoint (run_policy.locate's errors)."""
-  flag = f"--init_from={path}"
+  flag = f"--{name}={path}"
   in_run = os.path.basename(os.path.dirname(os.path.abspath(path)))
   if not os.path.isdir(path) and in_run != "checkpoints":
     return f"{flag}: no such directory"
   try:
     kind, workdir, step = run_policy.locate(path)
+    if kind == "workdir" and not runs:
+      return f"{flag}: an RL run; this flag takes a Hugging Face directory"
     if kind == "workdir":
       run_policy.saved_step(workdir, step)
   except run_policy.CheckpointError as e:

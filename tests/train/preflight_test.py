@@ -225,6 +225,52 @@ def test_init_from_names_what_it_cannot_start_from(
   assert preflight.init_from_problem(str(hf_dir)) is None
 
 
+@pytest.mark.parametrize(
+  "module, overrides, message",
+  [
+    ("kdrl", dict(teacher="/no/teacher"), "--teacher=/no/teacher: no such"),
+    (
+      "ampo",
+      dict(teachers="reference,/no/a,warm_start"),
+      "--teachers=/no/a: no such directory",
+    ),
+    (
+      "rm_grpo",
+      dict(rm_kind="judge", judge_model="/no/judge"),
+      "--judge_model=/no/judge: no such directory",
+    ),
+    ("search_r1", dict(max_turns=0), "--max_turns=0 must be >= 1"),
+    ("toolrl", dict(turn_tokens=0), "--turn_tokens=0 must be >= 1"),
+    # Experiments that warm-start (or train a reward model) themselves
+    # before the loop check the loop's inputs first (loop.check).
+    ("ttrl", dict(data="task:nosuch"), "unknown task 'nosuch'"),
+    ("rm_grpo", dict(mesh_data=3), "--mesh_data=3"),
+    ("truncated_ppo", dict(workdir="/proc/x"), "--workdir=/proc/x is not"),
+  ],
+)
+def test_another_model_or_an_episode_budget_is_checked_first(
+  tmp_path, capsys, no_compute, module, overrides, message
+):
+  """A teacher, a judge (models an experiment loads besides the policy,
+  config.BaseConfig.model_fields) or a multi-turn budget that cannot work
+  fails before the warm start (it failed after it, minutes in)."""
+  import importlib
+
+  experiment = importlib.import_module(f"experiments.{module}")
+  where = dict(workdir=str(tmp_path / "run"), cache_dir=str(tmp_path / "c"))
+  cfg = dataclasses.replace(experiment.Config(), **{**where, **overrides})
+  assert flags.run_checked(experiment.run, cfg) == flags.EXIT_USAGE
+  assert message in capsys.readouterr().err
+
+
+def test_a_judge_is_a_model_directory_not_a_run(tmp_path):
+  run = tmp_path / "earlier"
+  (run / "checkpoints").mkdir(parents=True)
+  assert preflight.init_from_problem(str(run), "judge_model", runs=False) == (
+    f"--judge_model={run}: an RL run; this flag takes a Hugging Face directory"
+  )
+
+
 def test_a_missing_optional_package(tmp_path, capsys, no_compute, monkeypatch):
   real = preflight.installed
   missing = {"wandb", "google.cloud.storage"}
