@@ -39,6 +39,7 @@ import jax
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.guidance import offpolicy as guidance
 from rlreason.guidance import resampling as guided
@@ -75,6 +76,20 @@ class Config(grpo.TinyConfig):
   def teacher_models(self) -> int:
     """The models among the sources ("reference" is the stored solution)."""
     return sum(s != "reference" for s in self.sources())
+
+  def validate(self) -> None:
+    super().validate()
+    for name in ("replace", "teacher_steps"):
+      value = getattr(self, name)
+      config.require(value >= 0, f"--{name}={value} must be >= 0")
+    config.require(
+      self.teacher_samples >= 1,
+      f"--teacher_samples={self.teacher_samples} must be >= 1",
+    )
+    config.require(
+      self.shaping_gamma > 0,
+      f"--shaping_gamma={self.shaping_gamma} must be > 0",
+    )
 
 
 # Four peer-sized teachers (abstract); models and budgets assumed.

@@ -43,6 +43,7 @@ TPU:  launch/tpu.sh run experiments.dapo --scale=paper \
 import dataclasses
 
 from experiments import grpo
+from rlreason import config
 from rlreason.rl import dynamic_sampling
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
@@ -67,6 +68,22 @@ class Config(grpo.TinyConfig):
   overlong_penalty: float = 1.0  # (4) verl's overlong_penalty_factor
   kl_coef: float = 0.0  # (5)
   minibatches: int = 4  # (6) paper: 16
+
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      0 <= self.overlong_buffer < self.max_new_tokens,
+      f"--overlong_buffer={self.overlong_buffer} must be in [0, "
+      f"--max_new_tokens={self.max_new_tokens})",
+    )
+    config.require(
+      self.overlong_penalty >= 0,
+      f"--overlong_penalty={self.overlong_penalty} must be >= 0",
+    )
+    config.require(
+      self.max_sample_rounds >= 1,
+      f"--max_sample_rounds={self.max_sample_rounds} must be >= 1",
+    )
 
 
 # The shipped-base testbed (reproduce.py --testbed=base): the soft overlong

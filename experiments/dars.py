@@ -65,6 +65,7 @@ from typing import ClassVar
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason.data import allocation
 from rlreason.data import difficulty
 from rlreason.rl import dynamic_sampling
@@ -91,6 +92,10 @@ class Config(grpo.TinyConfig):
 
   def validate(self) -> None:
     super().validate()
+    config.require(
+      self.extra_schedule in ("equal", "hardness"),
+      f"--extra_schedule={self.extra_schedule!r}; expected equal or hardness",
+    )
     if self.variant not in VARIANTS:
       raise ValueError(
         f"Invalid config: --variant={self.variant!r}; expected one of "

@@ -53,6 +53,7 @@ import jax
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason.rl import dynamic_sampling
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
@@ -81,6 +82,13 @@ class Config(grpo.TinyConfig):
   @property
   def limit(self) -> int:
     return self.truncation_length or self.max_new_tokens
+
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      self.max_sample_rounds >= 1,
+      f"--max_sample_rounds={self.max_sample_rounds} must be >= 1",
+    )
 
 
 # The shipped-base testbed (reproduce.py --testbed=base): the limit at the

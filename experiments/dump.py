@@ -31,6 +31,7 @@ TPU:  launch/tpu.sh run experiments.dump --scale=paper \
 import dataclasses
 
 from experiments import grpo
+from rlreason import config
 from rlreason.data import difficulty
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
@@ -46,6 +47,18 @@ class Config(grpo.TinyConfig):
   ucb_c: float = 1.0  # (3) exploration weight c (assumed)
   source_temperature: float = 0.1  # (3) softmax temperature (assumed)
   signal_window: int = 64  # (2) window per source (paper's size assumed)
+
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      self.signal_window >= 1,
+      f"--signal_window={self.signal_window} must be >= 1",
+    )
+    config.require(
+      self.source_temperature > 0,
+      f"--source_temperature={self.source_temperature} must be > 0",
+    )
+    config.require(self.ucb_c >= 0, f"--ucb_c={self.ucb_c} must be >= 0")
 
 
 # The paper trains Qwen2.5-7B-Instruct-1M on K&K logic puzzles of 3-8

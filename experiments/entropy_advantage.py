@@ -51,6 +51,17 @@ class Config(grpo.TinyConfig):
   eval_samples: int = 16  # (2) pass@16 at laptop scale
   eval_size: int = 100  # x 16 samples
 
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      self.adv_entropy_alpha >= 0,
+      f"--adv_entropy_alpha={self.adv_entropy_alpha} must be >= 0",
+    )
+    config.require(
+      self.adv_entropy_kappa > 0,
+      f"--adv_entropy_kappa={self.adv_entropy_kappa} must be > 0",
+    )
+
 
 # The shipped-base testbed (reproduce.py --testbed=base): level-3
 # addsub5_order, where the base's pass@16 has room to move (84%, its card;

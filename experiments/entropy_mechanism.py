@@ -69,7 +69,7 @@ class Config(grpo.TinyConfig):
   # token; the ratios here are scaled up to touch ~1% of them.
   clip_cov_ratio: float = 0.01
   clip_cov_lb: float = 1.0  # Clip-Cov detaches tokens with cov above this
-  clip_cov_ub: float = 5.0  # and below this
+  clip_cov_ub: float = 5.0  # Clip-Cov's window: cov below this
   # KL-Cov (authors' scripts: ratio 2e-3 for 7B, 2e-4 for 32B; coef 1).
   kl_cov_ratio: float = 0.01
   kl_cov_coef: float = 1.0  # weight of |logp - old_logp| on those tokens
@@ -77,6 +77,11 @@ class Config(grpo.TinyConfig):
 
   def validate(self) -> None:
     super().validate()
+    config.require(
+      self.law_key in ("accuracy", "reward"),
+      f"--law_key={self.law_key!r}; expected accuracy or reward (a train "
+      "metric per step)",
+    )
     if self.policy_loss not in POLICY_LOSSES:
       raise ValueError(
         f"Invalid config: --policy_loss={self.policy_loss!r}; this "

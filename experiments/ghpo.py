@@ -32,6 +32,7 @@ import dataclasses
 from typing import ClassVar
 
 from experiments import grpo
+from rlreason import config
 from rlreason.data import difficulty
 from rlreason.train import flags as rr_flags
 from rlreason.guidance import resampling as guided
@@ -53,7 +54,19 @@ class Config(grpo.TinyConfig):
   hint_ratios: str = "0.25,0.5,0.75"  # (2) one stage per ratio
 
   def ratios(self) -> list[float]:
-    return [float(r) for r in self.hint_ratios.split(",") if r.strip()]
+    try:  # "" (no hinted stages: the GRPO control) is allowed
+      ratios = [float(r) for r in self.hint_ratios.split(",") if r.strip()]
+    except ValueError:
+      ratios = [-1.0]
+    config.require(
+      all(0 < r <= 1 for r in ratios),
+      f"--hint_ratios={self.hint_ratios!r}: comma-separated ratios in (0, 1]",
+    )
+    return ratios
+
+  def validate(self) -> None:
+    super().validate()
+    self.ratios()
 
 
 # Qwen2.5-Math-7B (as we read the paper); the rest assumed.

@@ -32,6 +32,7 @@ import dataclasses
 from typing import ClassVar
 
 from experiments import grpo
+from rlreason import config
 from rlreason.data import difficulty
 from rlreason.train import flags as rr_flags
 from rlreason.guidance import resampling as guided
@@ -58,6 +59,12 @@ class Config(grpo.TinyConfig):
   warm_start_hints: float = 0.5
   hint_points: int = 2  # (1) knowledge points in the hint (laptop choice)
   unhinted_context: bool = True  # (2) False: train in the hinted context
+
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      self.hint_points >= 0, f"--hint_points={self.hint_points} must be >= 0"
+    )
 
 
 # Sec. 5 of the paper trains Qwen2.5 7B / 32B with GRPO on >500k math,

@@ -33,6 +33,7 @@ import dataclasses
 import numpy as np
 
 from experiments import search_r1
+from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason.rl import objective
@@ -45,6 +46,12 @@ class Config(search_r1.Config):
 
   data: str = "task:kbqa:difficulty=2,n=300"
   turn_gamma: float = 1.0  # (2) discount over turns (assumed 1)
+
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      0 <= self.turn_gamma <= 1, f"--turn_gamma={self.turn_gamma} not in [0, 1]"
+    )
 
 
 PAPER = dict(search_r1.PAPER, turn_gamma=1.0)

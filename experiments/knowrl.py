@@ -47,6 +47,7 @@ import dataclasses
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason.data import allocation
 from rlreason.data import difficulty
 from rlreason.train import flags as rr_flags
@@ -73,6 +74,15 @@ class Config(grpo.TinyConfig):
   use_hints: bool = True  # (1) False: GRPO without hints (baseline)
   # (2) RL prompts: the first N training problems, 0 = all (see Deviation).
   prompt_pool: int = 400
+
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      0 <= self.tolerance <= 1, f"--tolerance={self.tolerance} not in [0, 1]"
+    )
+    config.require(
+      self.prompt_pool >= 0, f"--prompt_pool={self.prompt_pool} must be >= 0"
+    )
 
 
 # OpenMath-Nemotron-1.5B (abstract); data and budgets assumed.

@@ -45,6 +45,7 @@ import dataclasses
 
 
 from experiments import grpo
+from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason.rl import objective
@@ -70,6 +71,11 @@ class Config(grpo.TinyConfig):
 
   def validate(self) -> None:
     super().validate()
+    config.require(
+      self.length_reward_mode in ("reward", "penalty", "hybrid"),
+      f"--length_reward_mode={self.length_reward_mode!r}; expected reward, "
+      "penalty or hybrid",
+    )
     if self.variant not in ("laser", "laser_d"):
       raise ValueError(
         f"Invalid config: --variant={self.variant!r}; expected laser or laser_d"

@@ -61,6 +61,9 @@ class Config(grpo.TinyConfig):
 
   def validate(self) -> None:
     super().validate()
+    for name in ("lp_neg_frac", "lp_pos_frac"):
+      value = getattr(self, name)
+      config.require(0 <= value <= 1, f"--{name}={value} not in [0, 1]")
     if not 0 < self.minp_kappa < 1:
       raise ValueError(f"Invalid config: --minp_kappa={self.minp_kappa}")
     if self.dual_clip and self.dual_clip <= 1:

@@ -38,6 +38,7 @@ import dataclasses
 from typing import ClassVar
 
 from experiments import grpo
+from rlreason import config
 from rlreason.data import difficulty
 from rlreason.train import flags as rr_flags
 from rlreason.guidance import resampling as guided
@@ -59,6 +60,12 @@ class Config(grpo.TinyConfig):
   prefix_fraction: float = 0.5  # (2) assumed: the paper's length not public
   solved_threshold: float = 1.0  # (1) EMA accuracy that counts as solved
   tracker_decay: float = 0.5  # (1) the per-prompt EMA accuracy's decay
+
+  def validate(self) -> None:
+    super().validate()
+    for name in ("prefix_fraction", "solved_threshold", "tracker_decay"):
+      value = getattr(self, name)
+      config.require(0 <= value <= 1, f"--{name}={value} not in [0, 1]")
 
 
 # The paper's model, data and budgets are not in our sources: assumed.

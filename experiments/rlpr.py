@@ -42,6 +42,7 @@ import functools
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason.rl import objective
@@ -60,6 +61,13 @@ class Config(grpo.TinyConfig):
   debias: bool = True  # (2) subtract the no-reasoning score
   std_filter: bool = True  # (3) drop prompts of low reward std
   std_filter_momentum: float = 0.99  # (3) the EMA of beta (assumption)
+
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      0 <= self.std_filter_momentum < 1,
+      f"--std_filter_momentum={self.std_filter_momentum} not in [0, 1)",
+    )
 
 
 # What the abstract states: Gemma, Llama and Qwen base models on general-

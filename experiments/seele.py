@@ -38,6 +38,7 @@ from typing import ClassVar
 import numpy as np
 
 from experiments import grpo
+from rlreason import config
 from rlreason.data import difficulty
 from rlreason.train import flags as rr_flags
 from rlreason.guidance import resampling as guided
@@ -61,6 +62,15 @@ class Config(grpo.TinyConfig):
   rounds: int = 2  # (3) hinted rounds per step
   history: int = 8  # (3) (ratio, accuracy) pairs kept per problem
   fixed_ratio: float = -1.0  # >= 0: a fixed hint ratio (ablation)
+
+  def validate(self) -> None:
+    super().validate()
+    config.require(
+      self.fixed_ratio <= 1,
+      f"--fixed_ratio={self.fixed_ratio}: a hint ratio is at most 1 (< 0: off)",
+    )
+    config.require(self.rounds >= 0, f"--rounds={self.rounds} must be >= 0")
+    config.require(self.history >= 1, f"--history={self.history} must be >= 1")
 
 
 # The paper's model and data are not in our sources: assumed.

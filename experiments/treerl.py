@@ -59,6 +59,10 @@ class Config(grpo.TinyConfig):
 
   def validate(self) -> None:
     super().validate()
+    config.require(
+      self.fork_at in ("entropy", "depth"),
+      f"--fork_at={self.fork_at!r}; expected entropy or depth",
+    )
     tree_loop.check_shape(self)
 
 

@@ -39,6 +39,13 @@ RESUMABLE_CHANGES = tuple(
 )
 
 
+def require(ok: bool, message: str) -> None:
+  """An experiment's validate(): 'Invalid config: message' unless ok (a
+  usage error: exit 2, before any compute)."""
+  if not ok:
+    raise ValueError(f"Invalid config: {message}")
+
+
 class ConfigError(ValueError):
   """A usage error: a flag out of range, a path that cannot be used, a
   prompt over the budget. Experiments exit with code 2 on it."""

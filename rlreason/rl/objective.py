@@ -107,9 +107,15 @@ class PGConfig(config.BaseConfig):
         f"objective takes one of {self.estimators} (estimators with "
         "other inputs, e.g. gae, need their own make_batch)"
       )
-    losses.get_policy_loss(self.policy_loss)
-    kl.get(self.kl_estimator)
-    kl.get(self.kl_reward_estimator)
+    for name, get in (
+      ("policy_loss", losses.get_policy_loss),
+      ("kl_estimator", kl.get),
+      ("kl_reward_estimator", kl.get),
+    ):
+      try:
+        get(getattr(self, name))
+      except (KeyError, ValueError) as e:
+        raise ValueError(f"Invalid config: --{name}: {e}") from None
     if self.aggregation not in aggregation.AGGREGATION_MODES:
       raise ValueError(
         f"Invalid config: --aggregation={self.aggregation!r}; valid: "

@@ -199,6 +199,11 @@ def run_checked(run: Callable, cfg) -> int:
   usage and checkpoint errors as one message instead of a traceback."""
   try:
     cfg.validate()
+  except ValueError as e:  # validate's: every one a flag's (an experiment's
+    # own checks raise plain ValueErrors too)
+    print(f"error: {e}", file=sys.stderr)
+    return EXIT_USAGE
+  try:
     out = run(cfg)
   except (config.ConfigError, sources.DataError) as e:
     print(f"error: {e}", file=sys.stderr)

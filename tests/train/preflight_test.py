@@ -263,6 +263,50 @@ def test_another_model_or_an_episode_budget_is_checked_first(
   assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+  "module, overrides, message",
+  [
+    ("dapo", dict(overlong_buffer=500), "--overlong_buffer=500 must be in"),
+    ("dler", dict(max_sample_rounds=0), "--max_sample_rounds=0 must be"),
+    ("laser", dict(length_reward_mode="x"), "--length_reward_mode='x'"),
+    ("dars", dict(extra_schedule="x"), "--extra_schedule='x'"),
+    ("treerl", dict(fork_at="x"), "--fork_at='x'; expected entropy or"),
+    ("entropy_mechanism", dict(law_key="x"), "--law_key='x'"),
+    ("lp_reg", dict(lp_neg_frac=2.0), "--lp_neg_frac=2.0 not in [0, 1]"),
+    ("seele", dict(fixed_ratio=5.0), "--fixed_ratio=5.0: a hint ratio"),
+    ("pope", dict(prefix_fraction=2.0), "--prefix_fraction=2.0 not in"),
+    ("guide", dict(hint_points=-1), "--hint_points=-1 must be >= 0"),
+    ("knowrl", dict(tolerance=-1.0), "--tolerance=-1.0 not in [0, 1]"),
+    ("dump", dict(signal_window=0), "--signal_window=0 must be >= 1"),
+    ("igpo", dict(turn_gamma=-1.0), "--turn_gamma=-1.0 not in [0, 1]"),
+    ("ampo", dict(replace=-1), "--replace=-1 must be >= 0"),
+    ("entropy_advantage", dict(adv_entropy_kappa=0.0), "kappa=0.0 must"),
+    ("ghpo", dict(hint_ratios="a,b"), "--hint_ratios='a,b': comma-sep"),
+    ("rlpr", dict(std_filter_momentum=2.0), "--std_filter_momentum=2.0"),
+    ("gspo", dict(policy_loss="x"), "--policy_loss: Unknown policy loss"),
+    ("grpo", dict(kl_estimator="x"), "--kl_estimator: Unknown KL"),
+    # A plain ValueError from an experiment's validate is a usage error.
+    ("kdrl", dict(kd_on="x"), "--kd_on='x': all or incorrect"),
+    ("logic_rl", dict(curriculum="x"), "bad curriculum stage 'x'"),
+  ],
+)
+def test_an_experiments_own_flags_are_checked_first(
+  tmp_path, capsys, no_compute, module, overrides, message
+):
+  """Each experiment's own knobs out of range fail in validate() (exit 2,
+  one line); before, these ran into the warm start (and failed there, at
+  the end of the run, or not at all: an overlong buffer past the budget
+  penalised every response)."""
+  import importlib
+
+  experiment = importlib.import_module(f"experiments.{module}")
+  cfg = dataclasses.replace(
+    experiment.Config(), workdir=str(tmp_path / "run"), **overrides
+  )
+  assert flags.run_checked(experiment.run, cfg) == flags.EXIT_USAGE
+  assert message in capsys.readouterr().err
+
+
 def test_a_judge_is_a_model_directory_not_a_run(tmp_path):
   run = tmp_path / "earlier"
   (run / "checkpoints").mkdir(parents=True)
