@@ -57,9 +57,9 @@ class Config(grpo.TinyConfig):
     try:  # "" (no hinted stages: the GRPO control) is allowed
       ratios = [float(r) for r in self.hint_ratios.split(",") if r.strip()]
     except ValueError:
-      ratios = [-1.0]
+      ratios = None
     config.require(
-      all(0 < r <= 1 for r in ratios),
+      ratios is not None and all(0 < r <= 1 for r in ratios),
       f"--hint_ratios={self.hint_ratios!r}: comma-separated ratios in (0, 1]",
     )
     return ratios

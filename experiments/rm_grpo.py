@@ -77,6 +77,7 @@ from rlreason.train import context as context_lib
 from rlreason.train import loaders
 from rlreason.data import sources as data_lib
 from rlreason.train import flags as rr_flags
+from rlreason.train import preflight
 from rlreason.train import loop
 from rlreason.train import run_info
 from rlreason import mesh as mesh_lib
@@ -467,7 +468,9 @@ def make_batch(rollout, examples, ctx, *, reward_model):
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   cfg.validate()
-  loop.check(cfg, "rm_grpo")  # before the warm start and the reward model
+  preflight.check_run(
+    cfg, "rm_grpo"
+  )  # before the warm start and the reward model
   cfg = sft.warm_started(cfg)
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   if cfg.rm_kind == "judge":

@@ -43,6 +43,7 @@ import numpy as np
 
 from experiments import grpo
 from rlreason.train import flags as rr_flags
+from rlreason.train import preflight
 from rlreason.train import loop
 from rlreason.rl import objective
 from rlreason.train import sft
@@ -120,7 +121,7 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  loop.check(cfg, "simplerl_zoo")  # before its own warm start
+  preflight.check_run(cfg, "simplerl_zoo")  # before its own warm start
   cfg = sft.warm_started(cfg, data=cfg.warm_start_data or cfg.data)
   return loop.train_and_report(
     cfg,

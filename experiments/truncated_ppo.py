@@ -48,6 +48,7 @@ import numpy as np
 
 from experiments import ppo
 from rlreason.train import flags as rr_flags
+from rlreason.train import preflight
 from rlreason.train import loop
 from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
@@ -338,7 +339,9 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  loop.check(cfg, "truncated_ppo", needs_ref=False)  # before its warm start
+  preflight.check_run(
+    cfg, "truncated_ppo", needs_ref=False
+  )  # before its warm start
   # The warm start imitates whole responses, not single windows.
   cfg = sft.warm_started(cfg, max_new_tokens=cfg.max_response_len)
   slots = Slots(cfg.num_sequences)

@@ -42,6 +42,7 @@ import numpy as np
 
 from experiments import grpo
 from rlreason.train import flags as rr_flags
+from rlreason.train import preflight
 from rlreason.train import loop
 from rlreason.rl import objective
 from rlreason.train import sft
@@ -169,7 +170,7 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  loop.check(cfg, "ttrl")  # before its own warm start
+  preflight.check_run(cfg, "ttrl")  # before its own warm start
   # (3) Warm-start on the train split, never on the test prompts.
   cfg = sft.warm_started(cfg, data=cfg.warm_start_data or cfg.data)
   return loop.train_and_report(

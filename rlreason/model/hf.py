@@ -359,8 +359,9 @@ def save(
     tensors = {}
     for p in shard:
       hf_name, kind = names[p]
-      x = flat[p]
-      x = mesh_lib.to_host(lora.effective(x))  # every process: a collective
+      x = mesh_lib.to_host(
+        lora.effective(flat[p])
+      )  # every process: a collective
       if writes:
         tensors[hf_name] = np.ascontiguousarray(hf_layout.to_hf(x, kind))
       weight_map[hf_name], total = file, total + x.nbytes

@@ -40,7 +40,6 @@ from rlreason.train import preflight
 from rlreason.train import run_info
 from rlreason.train import context as context_lib
 from rlreason.train import loaders
-from rlreason.data import sources as data_lib
 from rlreason.data import iterator
 from rlreason import devices
 from rlreason import mesh as mesh_lib
@@ -89,33 +88,6 @@ def train(cfg, **kwargs) -> dict[str, Any]:
     return _train(cfg, preempt=preempt, closing=closing, **kwargs)
 
 
-def check(cfg, name: str, needs_ref: bool | None = None):
-  """Everything checkable before any compute (warm start, compilation):
-  the paths, the workdir's earlier run, the mesh, the memory, the data, its
-  prompts and the reward. Returns (cfg, its --init_from pinned, the
-  workdir, train examples, eval examples). An experiment that computes
-  before `train` (a warm start of its own, a reward model) calls it first.
-  """
-  if needs_ref is None:
-    needs_ref = getattr(cfg, "needs_ref", False)
-  workdir = run_info.workdir_for(cfg, name)
-  preflight.check_paths(cfg, workdir)
-  cfg = loaders.pinned(cfg, workdir)  # --init_from=<a run>: one step of it
-  run_info.use_compile_cache(cfg)
-  preflight.check_resume(cfg, workdir)
-  preflight.check_mesh(cfg)
-  preflight.check_batch_split(cfg)
-  preflight.check_memory(cfg, loaders.model_config(cfg), needs_ref=needs_ref)
-  eval_spec = context_lib.eval_spec(cfg)
-  train_examples = data_lib.load(cfg.data, "train")
-  eval_examples = data_lib.load(eval_spec, "eval")[: cfg.eval_size]
-  tok = loaders.load_tokenizer(cfg)
-  preflight.check_prompts(cfg, tok, train_examples, f"--data={cfg.data}")
-  preflight.check_prompts(cfg, tok, eval_examples, f"eval data {eval_spec}")
-  loaders.make_reward_fns(cfg)  # --reward is known
-  return cfg, workdir, train_examples, eval_examples
-
-
 def _train(
   cfg,
   *,
@@ -146,7 +118,9 @@ def _train(
   `params`, make_batch in `ctx.extra`; rollouts and evaluations see the
   policy's alone; checkpoints hold both.
   """
-  cfg, workdir, train_examples, eval_examples = check(cfg, name, needs_ref)
+  cfg, workdir, train_examples, eval_examples = preflight.check_run(
+    cfg, name, needs_ref
+  )
   reward_fn, correct_fn = loaders.make_reward_fns(cfg)
   scope = {  # what eval_before / eval_after.json and the eval lines say
     "problems": len(eval_examples),

@@ -7,6 +7,7 @@ prompts.
   preflight.check_batch_split(cfg)          # batches split over the mesh
   preflight.check_memory(cfg, model_cfg)    # the trained state can fit
   preflight.check_prompts(cfg, tok, examples, what="--data")
+  preflight.check_run(cfg, name)            # all of them, as loop.train does
 
 `BaseConfig.validate` checks each flag on its own; these check what needs
 the file system or the data. Each raises config.ConfigError with one line
@@ -27,9 +28,11 @@ from rlreason import config
 from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason import storage
+from rlreason.data import sources as data_lib
 from rlreason.model import presets
 from rlreason.model import transformer
 from rlreason.train import context as context_lib
+from rlreason.train import loaders
 from rlreason.train import run_info
 from rlreason.train import run_policy
 from rlreason.train import train_step as ts
@@ -359,3 +362,30 @@ def trained_on(cfg, train, evaluated) -> int:
       cfg.data,
     )
   return shared
+
+
+def check_run(cfg, name: str, needs_ref: bool | None = None):
+  """Everything checkable before any compute (warm start, compilation):
+  the paths, the workdir's earlier run, the mesh, the memory, the data, its
+  prompts and the reward. Returns (cfg, its --init_from pinned, the
+  workdir, train examples, eval examples). An experiment that computes
+  before `train` (a warm start of its own, a reward model) calls it first.
+  """
+  if needs_ref is None:
+    needs_ref = getattr(cfg, "needs_ref", False)
+  workdir = run_info.workdir_for(cfg, name)
+  check_paths(cfg, workdir)
+  cfg = loaders.pinned(cfg, workdir)  # --init_from=<a run>: one step of it
+  run_info.use_compile_cache(cfg)
+  check_resume(cfg, workdir)
+  check_mesh(cfg)
+  check_batch_split(cfg)
+  check_memory(cfg, loaders.model_config(cfg), needs_ref=needs_ref)
+  eval_spec = context_lib.eval_spec(cfg)
+  train_examples = data_lib.load(cfg.data, "train")
+  eval_examples = data_lib.load(eval_spec, "eval")[: cfg.eval_size]
+  tok = loaders.load_tokenizer(cfg)
+  check_prompts(cfg, tok, train_examples, f"--data={cfg.data}")
+  check_prompts(cfg, tok, eval_examples, f"eval data {eval_spec}")
+  loaders.make_reward_fns(cfg)  # --reward is known
+  return cfg, workdir, train_examples, eval_examples

@@ -204,10 +204,10 @@ def test_a_run_starts_from_another_runs_policy(run, tmp_path):
   )
   assert loaders.pinned(second, str(tmp_path / "third")).init_from == step_1
   assert loaders.pinned(second, str(tmp_path / "new")).init_from == step_2
+  (tmp_path / "third" / "config.json").write_text(  # a step since deleted
+    json.dumps({**recorded, "init_from": step_1.replace("/1", "/9")})
+  )
   with pytest.raises(config.ConfigError, match="started from its step 9"):
-    (tmp_path / "third" / "config.json").write_text(
-      json.dumps({**recorded, "init_from": step_1.replace("/1", "/9")})
-    )
     loaders.pinned(second, str(tmp_path / "third"))
 
 

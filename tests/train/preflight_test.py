@@ -242,7 +242,7 @@ def test_init_from_names_what_it_cannot_start_from(
     ("search_r1", dict(max_turns=0), "--max_turns=0 must be >= 1"),
     ("toolrl", dict(turn_tokens=0), "--turn_tokens=0 must be >= 1"),
     # Experiments that warm-start (or train a reward model) themselves
-    # before the loop check the loop's inputs first (loop.check).
+    # before the loop check the loop's inputs first (preflight.check_run).
     ("ttrl", dict(data="task:nosuch"), "unknown task 'nosuch'"),
     ("rm_grpo", dict(mesh_data=3), "--mesh_data=3"),
     ("truncated_ppo", dict(workdir="/proc/x"), "--workdir=/proc/x is not"),
