@@ -359,9 +359,8 @@ def save(
     tensors = {}
     for p in shard:
       hf_name, kind = names[p]
-      x = mesh_lib.to_host(
-        lora.effective(flat[p])
-      )  # every process: a collective
+      # Every process: a collective (a formed kernel is formed here).
+      x = mesh_lib.to_host(lora.effective(flat[p]))
       if writes:
         tensors[hf_name] = np.ascontiguousarray(hf_layout.to_hf(x, kind))
       weight_map[hf_name], total = file, total + x.nbytes
