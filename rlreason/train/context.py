@@ -63,6 +63,11 @@ class Context:
   # preemption.Preemption.interrupt: a stop does not wait for a rollout or
   # an evaluation to end.
   interrupt: Callable[[], None] | None = None
+  # A local directory where the single-turn sampler keeps the rows a
+  # rollout finished (rollout.generate's journal), set by the loop while
+  # a step samples (run_info.rollout_journal): a stopped step's rerun
+  # samples only the rest.
+  rollout_journal: str | None = None
 
   def encode_prompts(self, examples) -> list[list[int]]:
     cfg = self.cfg
@@ -131,6 +136,7 @@ class Context:
       row_offset=row_offset,
       progress=progress,
       interrupt=self.interrupt,
+      journal=self.rollout_journal,
       **self.sampler_kwargs(),
     )
 

@@ -296,6 +296,8 @@ def _train(
       break  # signalled before its first step: nothing new to save
     t0 = time.time()
     data = copy.deepcopy(prompts.state())  # the step's start
+    # A stop while the step samples keeps the rows finished (rerun: the rest).
+    ctx.rollout_journal = run_info.rollout_journal(workdir, cfg, step)
     try:
       rollout, examples, t1 = sample(step)
       ctx.extra = {k: state.params[k] for k in extra_keys}
@@ -305,10 +307,15 @@ def _train(
       batch, batch_metrics = make_batch(rollout, examples, ctx)
     except preemption.Interrupted:  # within the step's sampling
       stopping = True
-      _say(f"step {step + 1}/{cfg.steps} stopped during its sampling")
+      _say(
+        f"step {step + 1}/{cfg.steps} stopped during its sampling; a rerun "
+        "samples only what its journal does not hold"
+      )
       if ckpt.latest_step() != step:
         save(step, wait=True, data=data)  # its weights are the step's start
       break
+    run_info.remove_rollout_journal(ctx.rollout_journal)  # the batch holds it
+    ctx.rollout_journal = None
     if bad_rewards := ctx.take_nonfinite_rewards():
       # NaN and inf rewards alike: the train step skips its update.
       batch = {**batch, "skip": np.ones(len(batch["mask"]), np.float32)}

@@ -515,8 +515,9 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   (metrics.jsonl has no evaluation at 2). The next rerun finishes it from
   its journal first and is stopped in step 3's rollout; the next one does
   not evaluate at 2 again, and is stopped in the final evaluation; the
-  last finishes it. Metrics, final evaluation and weights are a run never
-  stopped's."""
+  last finishes it. A stopped rollout's finished call is kept (its
+  journal): the rerun samples the other. Metrics, final evaluation and
+  weights are a run never stopped's."""
   kw = dict(
     steps=3,
     eval_every=2,
@@ -550,13 +551,19 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   assert os.listdir(ckpts) == ["0"] and _train_steps(cfg.workdir) == []
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
   assert status == {"status": "stopped", "step": 0, "steps": 3}
-  # Resumed at 0, its evaluation done: calls 1-4 are the rollouts of steps
-  # 1 and 2, 5-6 the evaluation's first chunk.
+  # Step 1's first call is in its rollout journal.
+  (kept,) = os.listdir(os.path.join(cfg.workdir, "rollout_partial", "step_0"))
+  # Resumed at 0, its evaluation done: call 1 is the rest of step 1's
+  # rollout, 2-3 step 2's, 4-5 the evaluation's first chunk.
   calls.clear()
-  press_at[:] = [6]
+  press_at[:] = [5]
   assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
-  assert len(calls) == 6
+  assert len(calls) == 5
   err = capsys.readouterr().err
+  assert re.search(
+    rf"^rollout: 8 of 16 sequences from .*/step_0/{kept}$", err, re.M
+  ), err
+  assert not os.path.exists(os.path.join(cfg.workdir, "rollout_partial"))
   assert "eval at step 0/3" not in err
   assert "eval at step 2/3 stopped after" in err
   assert sorted(os.listdir(ckpts)) == ["0", "2"]
@@ -571,13 +578,14 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   ), err
   assert re.search(r"^eval at step 2/3 \| accuracy ", err, re.M), err
   assert "step 3/3 stopped during its sampling" in err
-  # Resumed at 2 again, its evaluation done (metrics.jsonl): calls 1-2 are
-  # step 3's rollout, 3-4 the final evaluation's first chunk.
+  # Resumed at 2 again, its evaluation done (metrics.jsonl): call 1 is the
+  # rest of step 3's rollout, 2-3 the final evaluation's first chunk.
   calls.clear()
-  press_at[:] = [4]
+  press_at[:] = [3]
   assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
   err = capsys.readouterr().err
-  assert "eval at step 2/3" not in err and len(calls) == 4
+  assert "eval at step 2/3" not in err and len(calls) == 3
+  assert "rollout: 8 of 16 sequences from" in err
   assert "eval at step 3/3 stopped after" in err
   assert not os.path.exists(os.path.join(cfg.workdir, "eval_after.json"))
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
@@ -590,6 +598,7 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
     re.M,
   )
   assert not os.path.exists(os.path.join(cfg.workdir, "eval_partial"))
+  assert not os.path.exists(os.path.join(cfg.workdir, "rollout_partial"))
 
   def rows(c):  # train and evaluation rows, without wall-clock fields
     out = metrics.read_jsonl(os.path.join(c.workdir, "metrics.jsonl"))

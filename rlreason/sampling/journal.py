@@ -1,0 +1,147 @@
+"""A rollout's finished rows on disk, so that a stopped rollout's rerun
+samples only the rest (rollout.generate's `journal`).
+
+  j = journal.RowJournal(directory, setting)   # setting: what samples depend on
+  ids, held = j.read()         # rows kept by an earlier, stopped call
+  j.write(ids, sample_output)  # as parts of the rollout finish
+
+The journal of one rollout is <directory>/<digest>/, the digest naming
+everything its samples depend on (`setting`: the prompts, keys, step,
+sampling, architecture and a digest of the parameters, params_digest), so a
+rerun with anything changed never takes another's rows. Each part is one
+.npz file (row indices, tokens, log-probs, lengths, finish reasons),
+written to a temporary name and renamed: a process killed mid-write leaves
+no torn file. Process 0 alone reads and writes it (local disk: the
+caller's directory); the others get its rows by broadcast, so every process
+of a multi-host run resumes after the same rows.
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlreason import mesh as mesh_lib
+
+# What a part holds: SampleOutput's fields less mask (lengths give it) and
+# logits (never journaled).
+FIELDS = ("tokens", "logp", "policy_logp", "lengths", "finish")
+
+
+@jax.jit
+def params_digest(params) -> jax.Array:
+  """[2] uint32: each leaf's bits summed, plainly and weighted by position
+  (wrapping), over all leaves. Integer sums are exact in any order, so the
+  digest does not depend on how the leaves are sharded; two policies that
+  differ in any weight differ here but for a 2^-64 chance."""
+
+  def leaf(x):
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      x = jax.random.key_data(x)
+    if x.dtype == jnp.bool_:
+      x = x.astype(jnp.uint8)
+    width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
+    bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32).ravel()
+    where = jnp.arange(bits.size, dtype=jnp.uint32) * np.uint32(2654435761)
+    return jnp.stack([bits.sum(dtype=jnp.uint32),
+                      (bits * (where + 1)).sum(dtype=jnp.uint32)])  # fmt: skip
+
+  total = jnp.zeros((2,), jnp.uint32)
+  for i, x in enumerate(jax.tree.leaves(params)):
+    total = total * np.uint32(31) + leaf(x) + np.uint32(i)
+  return total
+
+
+def array_digest(*arrays: np.ndarray) -> str:
+  """A host arrays' digest (shape, dtype and bytes), for a setting."""
+  h = hashlib.sha256()
+  for a in arrays:
+    a = np.ascontiguousarray(a)
+    h.update(f"{a.shape}{a.dtype}".encode())
+    h.update(a.tobytes())
+  return h.hexdigest()[:16]
+
+
+class RowJournal:
+  """The finished rows of one rollout (module docstring)."""
+
+  def __init__(self, directory: str, setting: dict):
+    key = json.dumps(setting, sort_keys=True, default=repr)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    self.path = os.path.join(directory, digest)
+    self._is_main = jax.process_index() == 0
+
+  def read(self, rows: int, width: int):
+    """(ids [k], {field: [k, ...]}) of the rows the journal holds, ids
+    sorted, on every process; (empty, None) where it holds none. A part
+    that cannot be read, or whose shapes are not `rows` rows of `width`
+    tokens, is skipped (and later overwritten)."""
+    parts = []
+    if self._is_main and os.path.isdir(self.path):
+      for name in sorted(os.listdir(self.path)):
+        if not name.endswith(".npz"):
+          continue
+        try:
+          with np.load(os.path.join(self.path, name)) as f:
+            part = {k: f[k] for k in ("ids", *FIELDS)}
+        except (OSError, ValueError, KeyError):
+          continue
+        ids = part["ids"]
+        ok = ids.ndim == 1 and part["tokens"].shape == (len(ids), width)
+        if ok and len(ids) and 0 <= ids.min() and ids.max() < rows:
+          parts.append(part)
+    held = None
+    if parts:
+      held = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+      _, first = np.unique(held["ids"], return_index=True)
+      held = {k: v[first] for k, v in held.items()}  # sorted by id
+    held = _from_process_0(held)
+    if held is None:
+      return np.zeros((0,), np.int64), None
+    if self._is_main:
+      print(
+        f"rollout: {len(held['ids'])} of {rows} sequences from {self.path}",
+        file=sys.stderr,
+        flush=True,
+      )
+    return held.pop("ids").astype(np.int64), held
+
+  def write(self, ids: np.ndarray, out) -> None:
+    """Keeps rows `ids` [k] of a finished part, `out` a host SampleOutput
+    (or any object with FIELDS) of those k rows."""
+    if not self._is_main or not len(ids):
+      return
+    os.makedirs(self.path, exist_ok=True)
+    ids = np.asarray(ids, np.int32)  # a part's rows: named by its first
+    name = os.path.join(self.path, f"part_{ids[0]:09d}_{len(ids)}")
+    with open(name + ".tmp", "wb") as f:
+      np.savez(
+        f,
+        ids=ids,
+        **{k: np.asarray(getattr(out, k)) for k in FIELDS},
+      )
+    os.replace(name + ".tmp", name + ".npz")
+
+
+def _from_process_0(held):
+  """Process 0's rows (a dict of arrays, or None) on every process."""
+  if jax.process_count() == 1:
+    return held
+  from jax.experimental import multihost_utils
+
+  spec = None
+  if held is not None:
+    spec = {k: [list(v.shape), v.dtype.str] for k, v in held.items()}
+  spec = mesh_lib.from_process_0(spec)
+  if spec is None:
+    return None
+  if held is None:
+    held = {k: np.zeros(s, np.dtype(d)) for k, (s, d) in spec.items()}
+  return {
+    k: np.asarray(multihost_utils.broadcast_one_to_all(v))
+    for k, v in held.items()
+  }
