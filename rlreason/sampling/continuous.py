@@ -88,8 +88,7 @@ def sample(
   compiler_options: dict | None = None,
   progress: Callable[[int], None] | None = None,
   interrupt: Callable[[], None] | None = None,
-  on_rows: Callable[[np.ndarray, sampler_lib.SampleOutput], None]
-  | None = None,
+  on_rows: Callable[[np.ndarray, sampler_lib.SampleOutput], None] | None = None,
 ) -> sampler_lib.SampleOutput | tuple[sampler_lib.SampleOutput, Stats]:
   """Samples up to `max_new_tokens` after each prompt, `slots` at a time.
 

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import sys
+import zipfile
 
 import jax
 import jax.numpy as jnp
@@ -88,7 +89,7 @@ class RowJournal:
         try:
           with np.load(os.path.join(self.path, name)) as f:
             part = {k: f[k] for k in ("ids", *FIELDS)}
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
           continue
         ids = part["ids"]
         ok = ids.ndim == 1 and part["tokens"].shape == (len(ids), width)

@@ -367,8 +367,9 @@ def _journal_setting(params, tokens, positions, rng, step, model_cfg,
     prompts=journal_lib.array_digest(tokens, positions),
     key=np.asarray(mesh_lib.to_host(jax.random.key_data(rng))).tolist(),
     step=int(np.asarray(mesh_lib.to_host(step))),
-    params=np.asarray(mesh_lib.to_host(journal_lib.params_digest(params)))
-    .tolist(),
+    params=np.asarray(
+      mesh_lib.to_host(journal_lib.params_digest(params))
+    ).tolist(),
     model=repr(model_cfg),
     max_new_tokens=int(max_new_tokens),
     sampling=repr(sampling),
