@@ -24,7 +24,11 @@ loop's default, config `--rollout_batching`) and more rows than that, they
 are the decode slots of one continuous.sample call, refilled as rows
 finish; otherwise the N rows go through the static sampler in calls of that
 many, every call padded to one shape so they share one compiled program.
-Per-row keys make the samples those of one static call either way.
+Per-row keys make the samples those of one static call either way. Given
+a `journal` directory, the rows finished between the calls (or continuous
+batching's host calls) are kept there (journal.py), and a call that finds
+them samples only the others: a stopped rollout's rerun loses only the
+rows under way.
 
 Shapes: B prompts, G completions per prompt, N = B * G sequences, P bucketed
 prompt length, T = max_new_tokens, V vocab (legend in types.py).

@@ -104,7 +104,9 @@ class Context:
     (rollout.generate; a custom generate_fn gets it as `progress`: the
     episodes finished after each turn, multiturn.py, or the trees' rows
     after each sampler call, tree_loop.py). `self.interrupt` may stop it
-    between those parts (a custom generate_fn calls it itself)."""
+    between those parts (a custom generate_fn calls it itself); the
+    single-turn sampler then keeps the rows it finished in
+    `self.rollout_journal`, where set, for the rerun."""
     other = model_cfg is not None and model_cfg != self.model_cfg
     if other and self.generate_fn is not None:
       raise ValueError(

@@ -70,7 +70,9 @@ def train(cfg, **kwargs) -> dict[str, Any]:
   SIGTERM or Ctrl-C, from its start on, or --stop_after_hours since it,
   stops it with a checkpoint: the warm start's step under way finishes;
   an RL step stops at its next sampler call (checkpointed as of the
-  step's start) or after its updates; an evaluation after its chunk under
+  step's start; the rows its rollouts finished kept in their journal,
+  run_info.rollout_journal, for the rerun) or after its updates; an
+  evaluation after its chunk under
   way (resumed from its journal by the rerun, before anything else). A
   second Ctrl-C stops it at once. A long compilation says so as it runs
   (metrics.compile_lines). Arguments: `_train`'s.
