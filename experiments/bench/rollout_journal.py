@@ -24,18 +24,18 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from experiments.bench import rollout_lengths
 from experiments.bench.rollout_lengths import small_model
 from experiments.bench.sampling import SHAPES
 from rlreason import devices
 from rlreason.sampling import engine
 from rlreason.sampling import rollout
 
-_ROWS = flags.DEFINE_integer("rows", 1024, "Sequences per rollout.")
-_SLOTS = flags.DEFINE_integer("slots", 64, "Continuous-batching slots.")
 _PROGRESS_STEPS = flags.DEFINE_integer(
   "progress_steps", 0, "Decode steps per host call (0: the loop's)."
 )
-# --repeats comes with bench.sampling (imported for its shapes).
+# --rows and --slots come with bench.rollout_lengths, --repeats with
+# bench.sampling (imported for the small model and its shape).
 
 
 class _Ids:
@@ -101,9 +101,9 @@ def main(argv):
   repeats = bench_sampling._REPEATS.value  # noqa: SLF001
   devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   print(f"device: {jax.devices()[0].device_kind}")
-  r = bench(_ROWS.value, _SLOTS.value, repeats)
+  r = bench(rollout_lengths._ROWS.value, rollout_lengths._SLOTS.value, repeats)
   print(
-    f"{_ROWS.value} rows, {_SLOTS.value} slots, host calls every "
+    f"{rollout_lengths._ROWS.value} rows, {rollout_lengths._SLOTS.value} slots, host calls every "
     f"{engine.PROGRESS_STEPS} decode steps, best of {repeats}: "
     f"without a journal {r['plain_s']:.3f} s, with {r['journal_s']:.3f} s "
     f"= {r['journal_s'] / r['plain_s']:.3f}x; the journal kept "

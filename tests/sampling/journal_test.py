@@ -245,3 +245,15 @@ def test_params_digest_names_the_weights_not_their_layout(params):
   assert digest({"q": jnp.zeros((2,), jnp.int8)}) != digest(
     {"q": jnp.ones((2,), jnp.int8)}
   )
+
+
+def test_the_journal_benchmark_runs(monkeypatch):
+  """bench.rollout_journal at 16 rows through 4 slots, host calls every 8
+  decode steps: both rollouts sample the same tokens (checked inside) and
+  the journal kept rows finished before the last host call."""
+  from experiments.bench import rollout_journal
+
+  monkeypatch.setattr(engine, "PROGRESS_STEPS", 8)
+  r = rollout_journal.bench(rows=16, slots=4, repeats=1)
+  assert 0 < r["rows"] < 16 and r["bytes"] > 0
+  assert r["plain_s"] > 0 and r["journal_s"] > 0
