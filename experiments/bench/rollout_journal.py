@@ -26,7 +26,7 @@ from absl import flags
 
 from experiments.bench import rollout_lengths
 from experiments.bench.rollout_lengths import small_model
-from experiments.bench.sampling import SHAPES
+from experiments.bench import sampling as bench_sampling
 from rlreason import devices
 from rlreason.sampling import engine
 from rlreason.sampling import rollout
@@ -48,7 +48,7 @@ class _Ids:
 
 
 def bench(rows: int, slots: int, repeats: int) -> dict:
-  shape = SHAPES["small"]
+  shape = bench_sampling.SHAPES["small"]
   model_cfg, params = small_model()
   rng = np.random.default_rng(0)
   prompts = rng.integers(2, model_cfg.vocab_size, (rows, shape.prompt_len))
@@ -94,16 +94,16 @@ def bench(rows: int, slots: int, repeats: int) -> dict:
 
 def main(argv):
   del argv
-  from experiments.bench import sampling as bench_sampling
-
   if _PROGRESS_STEPS.value:
     engine.PROGRESS_STEPS = _PROGRESS_STEPS.value
   repeats = bench_sampling._REPEATS.value  # noqa: SLF001
   devices.no_tpu_probe_without_tpus()  # libtpu's probe on a CPU host
   print(f"device: {jax.devices()[0].device_kind}")
-  r = bench(rollout_lengths._ROWS.value, rollout_lengths._SLOTS.value, repeats)
+  rows = rollout_lengths._ROWS.value  # noqa: SLF001
+  slots = rollout_lengths._SLOTS.value  # noqa: SLF001
+  r = bench(rows, slots, repeats)
   print(
-    f"{rollout_lengths._ROWS.value} rows, {rollout_lengths._SLOTS.value} slots, host calls every "
+    f"{rows} rows, {slots} slots, host calls every "
     f"{engine.PROGRESS_STEPS} decode steps, best of {repeats}: "
     f"without a journal {r['plain_s']:.3f} s, with {r['journal_s']:.3f} s "
     f"= {r['journal_s'] / r['plain_s']:.3f}x; the journal kept "
