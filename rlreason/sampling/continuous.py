@@ -115,9 +115,9 @@ def sample(
     interrupt: called after each of those host calls but the last (given
       alone, the loop runs in them as with `progress`); it raises to
       abandon the sampling there (rollout.generate's).
-    on_rows: called after each of those host calls but the last (given
-      alone, the loop runs in them as with `progress`) with the rows
-      finished since the previous one, if any: their indices [k] and
+    on_rows: called after each of those host calls, the last included
+      (given alone, the loop runs in them as with `progress`), with the
+      rows finished since the previous one, if any: their indices [k] and
       outputs on the host (numpy SampleOutput of k rows): a rollout's
       journal (rollout.generate).
 
@@ -180,7 +180,7 @@ def sample(
     while more:
       state, more, done = round_(state, params, rows, budget, **static)
       more = bool(more)  # waits for the call
-      if on_rows is not None and more:
+      if on_rows is not None:
         handed = _hand_over(state, handed, on_rows)
       if progress is not None and more:
         progress(int(done))

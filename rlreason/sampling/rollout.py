@@ -25,8 +25,8 @@ are the decode slots of one continuous.sample call, refilled as rows
 finish; otherwise the N rows go through the static sampler in calls of that
 many, every call padded to one shape so they share one compiled program.
 Per-row keys make the samples those of one static call either way. Given
-a `journal` directory, the rows finished between the calls (or continuous
-batching's host calls) are kept there (journal.py), and a call that finds
+a `journal` directory, the rows are kept there as the calls (or continuous
+batching's host calls) finish them (journal.py), and a call that finds
 them samples only the others: a stopped rollout's rerun loses only the
 rows under way.
 
@@ -195,14 +195,15 @@ def generate(
       `progress`); it raises to stop there (the loop's
       preemption.Preemption.interrupt). Every process calls it at the same
       points.
-    journal: a local directory that keeps the rows finished at those
-      points (journal.RowJournal, named by everything the samples depend
-      on, the parameters' digest included): a call that finds rows kept
-      there samples only the others, with their own keys, so a stopped
-      rollout's rerun loses at most the rows under way. Kept only where
-      the rollout has such points (several static calls, or continuous
-      batching over more rows than its slots); the caller removes it once
-      the rollout is used. Process 0 reads and writes it.
+    journal: a local directory that keeps the rows as they finish (after
+      each static call, or continuous batching's host calls: the points
+      of `interrupt`, and at the end), in journal.RowJournal's files
+      named by everything the samples depend on, the parameters' digest
+      included. A call that finds rows kept there samples only the
+      others, with their own keys: a stopped rollout's rerun loses at
+      most the rows under way, and one that ended (a stop in the work
+      after it) none. The caller removes it once the rollout is used.
+      Process 0 reads and writes it.
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -253,7 +254,7 @@ def generate(
   )
   n = len(tokens)
   rows_journal, held_ids, held = None, np.zeros((0,), np.int64), None
-  if journal and per_call < n:
+  if journal:
     rows_journal = journal_lib.RowJournal(
       journal,
       _journal_setting(
@@ -313,10 +314,10 @@ def generate(
           progress=within,
         )
       )
-      if lo + per_call < m and (progress or interrupt or rows_journal):
+      if rows_journal is not None:  # waits for the call
+        keep(np.arange(lo, lo + len(part)), mesh_lib.to_host(outs[-1]))
+      if lo + per_call < m and (progress or interrupt):
         jax.block_until_ready(outs[-1].lengths)  # one call at a time
-        if rows_journal is not None:
-          keep(np.arange(lo, lo + len(part)), mesh_lib.to_host(outs[-1]))
         report(lo + per_call)
         if interrupt is not None:
           interrupt()

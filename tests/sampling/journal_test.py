@@ -141,10 +141,14 @@ def test_scattered_kept_rows_leave_the_others_their_own_keys(
   _assert_same_rollout(resumed, whole)
 
 
-def test_a_single_call_keeps_no_journal(params, tmp_path):
-  """One sampler call has no point to stop at: nothing is written."""
-  _generate(params, 3, journal=str(tmp_path))
-  assert os.listdir(tmp_path) == []
+def test_a_finished_rollout_is_kept_whole(params, tmp_path, monkeypatch):
+  """A rollout that ended (in one call here) keeps every row: its rerun (a
+  stop came in the work after it) samples none, and gives its rollout."""
+  whole = _generate(params, 3, journal=str(tmp_path))
+  assert len(_parts(tmp_path)) == 1
+  rows = _rows_sampled(monkeypatch)
+  _assert_same_rollout(_generate(params, 3, journal=str(tmp_path)), whole)
+  assert rows == []
 
 
 def test_a_stopped_continuous_rollout_resumes_from_its_journal(
@@ -250,10 +254,10 @@ def test_params_digest_names_the_weights_not_their_layout(params):
 def test_the_journal_benchmark_runs(monkeypatch):
   """bench.rollout_journal at 16 rows through 4 slots, host calls every 8
   decode steps: both rollouts sample the same tokens (checked inside) and
-  the journal kept rows finished before the last host call."""
+  the journal kept every row."""
   from experiments.bench import rollout_journal
 
   monkeypatch.setattr(engine, "PROGRESS_STEPS", 8)
   r = rollout_journal.bench(rows=16, slots=4, repeats=1)
-  assert 0 < r["rows"] < 16 and r["bytes"] > 0
+  assert r["rows"] == 16 and r["files"] > 1 and r["bytes"] > 0
   assert r["plain_s"] > 0 and r["journal_s"] > 0

@@ -623,6 +623,57 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   )
 
 
+def test_a_stop_between_sampling_rounds_keeps_the_finished_rollout(
+  tmp_path, monkeypatch, capsys
+):
+  """DAPO's dynamic sampling with every reward 0 (no informative group:
+  3 rounds a step). Ctrl-C while step 1's first round is scored: the next
+  round does not start (stopped during its sampling); the first round's
+  rollout, ended, is kept whole, so the rerun samples none of its rows and
+  the run's metrics are a run never stopped's."""
+  from experiments import dapo
+
+  kw = dict(
+    steps=2,
+    eval_every=0,
+    warm_start_steps=0,
+    checkpoint_every=0,
+    overlong_penalty=0.0,  # (every reward 0)
+  )
+  press = []
+
+  def zero(call, rewards):
+    if call in press:
+      os.kill(os.getpid(), signal.SIGINT)
+    return np.zeros_like(rewards)
+
+  _hooked_rewards(monkeypatch, zero)
+  whole = dataclasses.replace(dapo.Config(), **{**vars(_cfg(tmp_path, "w"))})
+  whole = dataclasses.replace(whole, **kw)
+  dapo.run(whole)
+  cfg = dataclasses.replace(whole, workdir=str(tmp_path / "run"))
+  press[:] = [7]  # the hook counts on: 3 calls a step, then this run's
+  assert flags.run_checked(dapo.run, cfg) == flags.EXIT_STOPPED
+  assert "step 1/2 stopped during its sampling" in capsys.readouterr().err
+  (kept,) = os.listdir(os.path.join(cfg.workdir, "rollout_partial", "step_0"))
+  press[:] = []
+  assert flags.run_checked(dapo.run, cfg) == 0
+  err = capsys.readouterr().err
+  assert re.search(rf"^rollout: 16 of 16 sequences from .*/{kept}$", err, re.M)
+  assert not os.path.exists(os.path.join(cfg.workdir, "rollout_partial"))
+  clock = ("time", "tokens_per_sec")
+  rows = [
+    [
+      {k: v for k, v in r.items() if not k.startswith(clock)}
+      for r in metrics.read_jsonl(os.path.join(c.workdir, "metrics.jsonl"))
+    ]
+    for c in (cfg, whole)
+  ]
+  assert rows[0] == rows[1]
+  rounds = [r["dynamic/rounds"] for r in rows[0] if "dynamic/rounds" in r]
+  assert rounds == [3, 3]
+
+
 def test_an_accelerator_run_logs_the_updates_mfu(tmp_path, monkeypatch):
   """Where the devices' peak is known (a GPU or TPU: faked here), each
   step's row holds "mfu/update": the policy's model FLOPs over all the
