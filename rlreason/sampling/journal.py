@@ -75,6 +75,7 @@ class RowJournal:
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     self.path = os.path.join(directory, digest)
     self._is_main = jax.process_index() == 0
+    self._failed = False  # a write failed: no more are tried
 
   def read(self, rows: int, width: int):
     """(ids [k], {field: [k, ...]}) of the rows the journal holds, ids
@@ -113,19 +114,29 @@ class RowJournal:
 
   def write(self, ids: np.ndarray, out) -> None:
     """Keeps rows `ids` [k] of a finished part, `out` a host SampleOutput
-    (or any object with FIELDS) of those k rows."""
-    if not self._is_main or not len(ids):
+    (or any object with FIELDS) of those k rows. A write that fails (a
+    full disk) says so once and stops the journal, not the rollout."""
+    if not self._is_main or not len(ids) or self._failed:
       return
-    os.makedirs(self.path, exist_ok=True)
     ids = np.asarray(ids, np.int32)  # a part's rows: named by its first
     name = os.path.join(self.path, f"part_{ids[0]:09d}_{len(ids)}")
-    with open(name + ".tmp", "wb") as f:
-      np.savez(
-        f,
-        ids=ids,
-        **{k: np.asarray(getattr(out, k)) for k in FIELDS},
+    try:
+      os.makedirs(self.path, exist_ok=True)
+      with open(name + ".tmp", "wb") as f:
+        np.savez(
+          f,
+          ids=ids,
+          **{k: np.asarray(getattr(out, k)) for k in FIELDS},
+        )
+      os.replace(name + ".tmp", name + ".npz")
+    except OSError as e:
+      self._failed = True
+      print(
+        f"rollout: not kept in {self.path} ({e}); a stop now loses the "
+        "rollout's rows",
+        file=sys.stderr,
+        flush=True,
       )
-    os.replace(name + ".tmp", name + ".npz")
 
 
 def _from_process_0(held):

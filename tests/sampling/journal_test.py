@@ -228,6 +228,20 @@ def test_row_journal_reads_its_parts_in_row_order(tmp_path):
   assert len(ids) == 0 and held is None
 
 
+def test_a_journal_that_cannot_be_written_leaves_the_rollout_be(
+  params, tmp_path, capsys
+):
+  """The journal's directory under a file (as a full disk, an OSError):
+  one line says the rows are not kept; the rollout is sampled as without
+  a journal."""
+  blocked = tmp_path / "file"
+  blocked.write_text("")
+  got = _generate(params, 3, rows_per_call=3, journal=str(blocked / "j"))
+  err = capsys.readouterr().err
+  assert err.count("rollout: not kept in") == 1, err
+  _assert_same_rollout(got, _generate(params, 3, rows_per_call=3))
+
+
 def test_params_digest_names_the_weights_not_their_layout(params):
   """Equal on one device and split over 8; changed by one bit of one
   weight and by two weights swapped."""
