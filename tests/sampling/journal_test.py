@@ -2,6 +2,9 @@
 samples only the rest, as one uninterrupted rollout would have."""
 
 import os
+import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +12,7 @@ import numpy as np
 import pytest
 
 from rlreason import mesh as mesh_lib
+from rlreason import testing
 from rlreason.model import transformer
 from rlreason.sampling import draw
 from rlreason.sampling import engine
@@ -265,13 +269,24 @@ def test_params_digest_names_the_weights_not_their_layout(params):
   )
 
 
-def test_the_journal_benchmark_runs(monkeypatch):
-  """bench.rollout_journal at 16 rows through 4 slots, host calls every 8
-  decode steps: both rollouts sample the same tokens (checked inside) and
-  the journal kept every row."""
-  from experiments.bench import rollout_journal
-
-  monkeypatch.setattr(engine, "PROGRESS_STEPS", 8)
-  r = rollout_journal.bench(rows=16, slots=4, repeats=1)
-  assert r["rows"] == 16 and r["files"] > 1 and r["bytes"] > 0
-  assert r["plain_s"] > 0 and r["journal_s"] > 0
+def test_the_journal_benchmark_runs():
+  """python -m experiments.bench.rollout_journal at 16 rows through 4
+  slots, host calls every 8 decode steps (a process of its own: the bench
+  modules define absl flags): both rollouts sample the same tokens
+  (checked inside) and the journal kept every row, in several parts."""
+  root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+  proc = subprocess.run(
+    [
+      sys.executable, "-m", "experiments.bench.rollout_journal",
+      "--rows=16", "--slots=4", "--repeats=1", "--progress_steps=8",
+    ],
+    cwd=root, env={**os.environ, "XLA_FLAGS": testing.xla_flags()},
+    capture_output=True, text=True, timeout=600,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  line = proc.stdout.strip().splitlines()[-1]
+  kept = re.search(
+    r" = [\d.]+x; the journal kept (\d+) rows in (\d+) parts", line
+  )
+  assert kept and kept.groups()[0] == "16" and int(kept.groups()[1]) > 1, line
+  assert line.endswith("(same tokens)"), line
