@@ -73,8 +73,9 @@ def train(cfg, **kwargs) -> dict[str, Any]:
   step's start; the rows its rollouts finished kept in their journal,
   run_info.rollout_journal, for the rerun) or after its updates; an
   evaluation after its chunk under way (resumed from its journal by the
-  rerun, before anything else). A second Ctrl-C stops it at once. A long compilation says so as it runs
-  (metrics.compile_lines). Arguments: `_train`'s.
+  rerun, before anything else). A second Ctrl-C stops it at once. A long
+  compilation says so as it runs (metrics.compile_lines). Arguments:
+  `_train`'s.
   """
   cfg.validate()
   # Before the handlers: jax.distributed's own SIGTERM handler (its
