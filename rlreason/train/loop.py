@@ -70,12 +70,10 @@ def train(cfg, **kwargs) -> dict[str, Any]:
   SIGTERM or Ctrl-C, from its start on, or --stop_after_hours since it,
   stops it with a checkpoint: the warm start's step under way finishes;
   an RL step stops at its next sampler call (checkpointed as of the
-  step's start; the rows its rollouts finished kept in their journal,
-  run_info.rollout_journal, for the rerun) or after its updates; an
-  evaluation after its chunk under way (resumed from its journal by the
-  rerun, before anything else). A second Ctrl-C stops it at once. A long
-  compilation says so as it runs (metrics.compile_lines). Arguments:
-  `_train`'s.
+  step's start) or after its updates; an evaluation after its chunk under
+  way (resumed from its journal by the rerun, before anything else). A
+  second Ctrl-C stops it at once. A long compilation says so as it runs
+  (metrics.compile_lines). Arguments: `_train`'s.
   """
   cfg.validate()
   # Before the handlers: jax.distributed's own SIGTERM handler (its
@@ -298,8 +296,6 @@ def _train(
       break  # signalled before its first step: nothing new to save
     t0 = time.time()
     data = copy.deepcopy(prompts.state())  # the step's start
-    # A stop while the step samples keeps the rows finished (rerun: the rest).
-    ctx.rollout_journal = run_info.rollout_journal(workdir, cfg, step)
     try:
       rollout, examples, t1 = sample(step)
       ctx.extra = {k: state.params[k] for k in extra_keys}
@@ -309,15 +305,10 @@ def _train(
       batch, batch_metrics = make_batch(rollout, examples, ctx)
     except preemption.Interrupted:  # within the step's sampling
       stopping = True
-      _say(
-        f"step {step + 1}/{cfg.steps} stopped during its sampling; a rerun "
-        "samples only what its journal does not hold"
-      )
+      _say(f"step {step + 1}/{cfg.steps} stopped during its sampling")
       if ckpt.latest_step() != step:
         save(step, wait=True, data=data)  # its weights are the step's start
       break
-    run_info.remove_rollout_journal(ctx.rollout_journal)  # the batch holds it
-    ctx.rollout_journal = None
     if bad_rewards := ctx.take_nonfinite_rewards():
       # NaN and inf rewards alike: the train step skips its update.
       batch = {**batch, "skip": np.ones(len(batch["mask"]), np.float32)}

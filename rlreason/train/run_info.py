@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import os
 import pathlib
-import shutil
 import subprocess
 
 import jax
@@ -86,42 +85,22 @@ def _evaluated(workdir: str, step: int) -> bool:
   return bool(mesh_lib.from_process_0(found))
 
 
-def _partial(workdir: str, cfg, name: str) -> str:
-  """<workdir>/<name>, or on local disk (<cache_dir>/<name>/<bucket path>)
-  for a gs:// workdir: where unfinished work is kept (the journals)."""
-  if storage.is_local(workdir):
-    return os.path.join(workdir, name)
-  return os.path.join(cfg.cache_dir, name, workdir.replace("://", "/"))
-
-
 def eval_journal(workdir: str, cfg, step: int) -> str:
   """The journal of the run's evaluation at `step` (scoring.journal_path):
-  in <workdir>/eval_partial/ (_partial), named by the step and every
-  setting a resume may not change (config.RESUMABLE_CHANGES aside)."""
-  directory = _partial(workdir, cfg, "eval_partial")
+  <workdir>/eval_partial/, or on local disk (<cache_dir>/eval_partial/...)
+  for a gs:// workdir, named by the step and every setting a resume may
+  not change (config.RESUMABLE_CHANGES aside)."""
+  directory = os.path.join(workdir, "eval_partial")
+  if not storage.is_local(workdir):
+    directory = os.path.join(
+      cfg.cache_dir, "eval_partial", workdir.replace("://", "/")
+    )
   setting = {
     k: v
     for k, v in dataclasses.asdict(cfg).items()
     if k not in config.RESUMABLE_CHANGES
   }
   return scoring.journal_path(directory, f"step_{step}", setting)
-
-
-def rollout_journal(workdir: str, cfg, step: int) -> str:
-  """Where step `step`'s rollouts keep their finished rows
-  (rollout.generate's journal): <workdir>/rollout_partial/step_<step>
-  (_partial), one subdirectory per rollout, named by what its samples
-  depend on."""
-  return os.path.join(_partial(workdir, cfg, "rollout_partial"), f"step_{step}")
-
-
-def remove_rollout_journal(directory: str) -> None:
-  """Deletes a step's rollout journals, and rollout_partial/ once empty
-  (process 0, which alone writes them)."""
-  if jax.process_index() == 0:
-    shutil.rmtree(directory, ignore_errors=True)
-    with contextlib.suppress(OSError):  # another step's is in it
-      os.rmdir(os.path.dirname(directory))
 
 
 def remove_journal(path: str) -> None:
