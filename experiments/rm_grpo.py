@@ -79,7 +79,6 @@ from rlreason.data import sources as data_lib
 from rlreason.train import flags as rr_flags
 from rlreason.train import preflight
 from rlreason.train import loop
-from rlreason.train import run_info
 from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
 from rlreason.sampling import draw as sampling_lib
@@ -468,29 +467,27 @@ def make_batch(rollout, examples, ctx, *, reward_model):
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   cfg.validate()
-  preflight.check_run(
-    cfg, "rm_grpo"
-  )  # before the warm start and the reward model
+  # Before the warm start and the reward model.
+  checked = preflight.check_run(cfg, "rm_grpo")
   cfg = sft.warm_started(cfg)
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
   if cfg.rm_kind == "judge":
     reward_model, info = judge_reward(cfg, mesh), {"kind": "judge"}
   else:
     model_cfg, params = loaders.load_model(cfg, mesh)
-    reward_fn, correct_fn = loaders.make_reward_fns(cfg)
     ctx = context_lib.Context(
       cfg,
       model_cfg,
-      loaders.load_tokenizer(cfg),
+      checked.tokenizer,
       mesh,
-      reward_fn,
-      correct_fn,
+      checked.reward_fn,
+      checked.correct_fn,
     )
     rm_params, info = cached_reward_model(cfg, ctx, params)
     del params
     rm_params = rm.frozen_on_mesh(rm_params, model_cfg, mesh, cfg.dtype)
     reward_model = scalar_reward(rm_params, info, model_cfg)
-  workdir = epath.Path(run_info.workdir_for(cfg, "rm_grpo"))
+  workdir = epath.Path(checked.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   storage.write_json(workdir / "reward_model.json", info)
   out = loop.train_and_report(

@@ -339,9 +339,8 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  preflight.check_run(
-    cfg, "truncated_ppo", needs_ref=False
-  )  # before its warm start
+  # Before its warm start.
+  preflight.check_run(cfg, "truncated_ppo", needs_ref=False)
   # The warm start imitates whole responses, not single windows.
   cfg = sft.warm_started(cfg, max_new_tokens=cfg.max_response_len)
   slots = Slots(cfg.num_sequences)

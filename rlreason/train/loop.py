@@ -118,10 +118,9 @@ def _train(
   `params`, make_batch in `ctx.extra`; rollouts and evaluations see the
   policy's alone; checkpoints hold both.
   """
-  cfg, workdir, train_examples, eval_examples = preflight.check_run(
-    cfg, name, needs_ref
-  )
-  reward_fn, correct_fn = loaders.make_reward_fns(cfg)
+  checked = preflight.check_run(cfg, name, needs_ref)
+  cfg, workdir = checked.cfg, checked.workdir
+  train_examples, eval_examples = checked.train_examples, checked.eval_examples
   scope = {  # what eval_before / eval_after.json and the eval lines say
     "problems": len(eval_examples),
     "trained_on": preflight.trained_on(cfg, train_examples, eval_examples),
@@ -134,7 +133,7 @@ def _train(
 
   # --- Mesh, model, optimizer -------------------------------------------------
   mesh = mesh_lib.make_mesh(cfg.mesh_data, cfg.mesh_fsdp, cfg.mesh_tensor)
-  tok = loaders.load_tokenizer(cfg)
+  tok = checked.tokenizer  # a warm start's is --model's, as checked
   model_cfg, params = loaders.load_model(cfg, mesh)
   if tok.vocab_size > model_cfg.vocab_size:
     raise ValueError(
@@ -150,7 +149,13 @@ def _train(
   updates_per_step = cfg.ppo_epochs * cfg.minibatches
 
   ctx = context_lib.Context(
-    cfg, model_cfg, tok, mesh, reward_fn, correct_fn, run.ref_params
+    cfg,
+    model_cfg,
+    tok,
+    mesh,
+    checked.reward_fn,
+    checked.correct_fn,
+    run.ref_params,
   )
   ctx.generate_fn = generate_fn
   ctx.interrupt = preempt.interrupt  # a stop within a rollout / evaluation

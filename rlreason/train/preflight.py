@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import time
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -364,12 +365,24 @@ def trained_on(cfg, train, evaluated) -> int:
   return shared
 
 
-def check_run(cfg, name: str, needs_ref: bool | None = None):
+class Checked(NamedTuple):
+  """What check_run loaded to check a run, for the run to keep."""
+
+  cfg: Any  # --init_from pinned to one step of a run
+  workdir: str
+  train_examples: list
+  eval_examples: list
+  tokenizer: Any
+  reward_fn: Callable  # loaders.make_reward_fns's pair
+  correct_fn: Callable
+
+
+def check_run(cfg, name: str, needs_ref: bool | None = None) -> Checked:
   """Everything checkable before any compute (warm start, compilation):
   the paths, the workdir's earlier run, the mesh, the memory, the data, its
-  prompts and the reward. Returns (cfg, its --init_from pinned, the
-  workdir, train examples, eval examples). An experiment that computes
-  before `train` (a warm start of its own, a reward model) calls it first.
+  prompts and the reward. Returns what it loaded for that (Checked). An
+  experiment that computes before `train` (a warm start of its own, a
+  reward model) calls it first.
   """
   if needs_ref is None:
     needs_ref = getattr(cfg, "needs_ref", False)
@@ -387,5 +400,7 @@ def check_run(cfg, name: str, needs_ref: bool | None = None):
   tok = loaders.load_tokenizer(cfg)
   check_prompts(cfg, tok, train_examples, f"--data={cfg.data}")
   check_prompts(cfg, tok, eval_examples, f"eval data {eval_spec}")
-  loaders.make_reward_fns(cfg)  # --reward is known
-  return cfg, workdir, train_examples, eval_examples
+  reward_fn, correct_fn = loaders.make_reward_fns(cfg)  # --reward is known
+  return Checked(
+    cfg, workdir, train_examples, eval_examples, tok, reward_fn, correct_fn
+  )
