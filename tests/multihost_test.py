@@ -293,7 +293,9 @@ def test_a_sigterm_to_one_process_stops_both_at_the_same_point(runs):
   4: the evaluation at step 0 is the first), as when one host of a slice
   is preempted first: both processes agree on it between the sampler's
   host calls, checkpoint step 2 together (no periodic checkpoints) and
-  stop there (a save on one alone would hang)."""
+  stop there (a save on one alone would hang). The rerun, over both
+  processes, resumes step 3's rollout from process 0's journal and ends
+  where a run never stopped does."""
   workdir = runs / "stopped"
   cfg = dict(
     CONFIG,
@@ -302,7 +304,7 @@ def test_a_sigterm_to_one_process_stops_both_at_the_same_point(runs):
     cache_dir=str(runs / "cache"),
   )
   _run_two_processes(
-    runs, "stopped", "grpo", cfg, RLREASON_TEST_SIGTERM_AT="1:4"
+    runs, "stopped", "grpo", cfg, RLREASON_TEST_SIGTERM_AT="1:4:5"
   )
   for i in range(2):
     out = json.load(open(runs / f"stopped{i}.json"))
@@ -313,6 +315,22 @@ def test_a_sigterm_to_one_process_stops_both_at_the_same_point(runs):
   assert [r["step"] for r in _train_rows(workdir)] == [0, 1, 2]
   log = open(runs / "stopped0.log").read()
   assert "step 3/3 stopped during its sampling" in log, log
+  # The rows step 3's rollout finished are kept (process 0's disk): the
+  # rerun samples the rest; its rows are the run never stopped's.
+  (step_dir,) = os.listdir(workdir / "rollout_partial")
+  assert step_dir.startswith("step_2-"), step_dir
+  (kept,) = os.listdir(workdir / "rollout_partial" / step_dir)
+  _run_two_processes(runs, "resumed", "grpo", cfg)
+  log = open(runs / "resumed0.log").read()
+  assert re.search(rf"^rollout: \d+ of 16 sequences from .*{kept}$", log, re.M)
+  assert not (workdir / "rollout_partial").exists()
+  # The rerun's rows are sampled in other slots than the first time: the
+  # sampler's log-probs (so approx_kl, the loss) move at float rounding.
+  resumed, whole = _train_rows(workdir), _train_rows(runs / "multi")
+  assert [r.keys() for r in resumed] == [r.keys() for r in whole]
+  for r, w in zip(resumed, whole):
+    for k in r:
+      np.testing.assert_allclose(r[k], w[k], rtol=1e-3, atol=1e-6, err_msg=k)
 
 
 def _evaluate_2_processes(tmp, name, flags, **env):

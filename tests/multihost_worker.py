@@ -9,7 +9,8 @@ part) and OUT_PREFIX.json (the returned scalar metrics). evaluate runs
 experiments.evaluate.run with those flags and writes OUT_PREFIX.json: the
 row offset of each chunk's sampler call and whether the run stopped. With
 RLREASON_TEST_SIGTERM_AT=P:C, process P sends itself SIGTERM as its C-th
-sampler call starts, the others none (either mode). Multi-process settings come
+sampler call starts, the others none (either mode); with P:C:H, after that
+call's H-th host call. Multi-process settings come
 from the environment (RLREASON_MULTIHOST=1, JAX_COORDINATOR_ADDRESS,
 JAX_NUM_PROCESSES, JAX_PROCESS_ID), as in a real launch.
 """
@@ -61,18 +62,29 @@ def evaluate(flags: str, out_prefix: str) -> None:
     json.dump({"calls": calls, "stopped": bool(out.get("stopped"))}, f)
 
 
-def _sigterm_at(process: int, call: int) -> None:
+def _sigterm_at(process: int, call: int, host_call: int = 0) -> None:
   """This process sends itself SIGTERM as its call-th sampler call starts
   (rollout.generate's; each runs in host calls of 4 decode steps, between
-  which the run may stop)."""
+  which the run may stop), or after that call's host_call-th host call
+  (continuous batching's) where host_call > 0."""
   if int(os.environ["JAX_PROCESS_ID"]) != process:  # before the run's init
     return
   sample_rows, calls = context.rollout_lib._sample_rows, []  # noqa: SLF001
 
   def hooked(*args, **kwargs):
     calls.append(1)
-    if len(calls) == call:
+    if len(calls) == call and not host_call:
       os.kill(os.getpid(), signal.SIGTERM)
+    if len(calls) == call and host_call:
+      interrupt, seen = kwargs["interrupt"], []
+
+      def counted():
+        seen.append(1)
+        if len(seen) == host_call:
+          os.kill(os.getpid(), signal.SIGTERM)
+        interrupt()
+
+      kwargs = {**kwargs, "interrupt": counted}
     return sample_rows(*args, **kwargs)
 
   context.rollout_lib._sample_rows = hooked  # noqa: SLF001

@@ -88,6 +88,7 @@ def sample(
   compiler_options: dict | None = None,
   progress: Callable[[int], None] | None = None,
   interrupt: Callable[[], None] | None = None,
+  on_rows: Callable[[np.ndarray, sampler_lib.SampleOutput], None] | None = None,
 ) -> sampler_lib.SampleOutput | tuple[sampler_lib.SampleOutput, Stats]:
   """Samples up to `max_new_tokens` after each prompt, `slots` at a time.
 
@@ -114,6 +115,11 @@ def sample(
     interrupt: called after each of those host calls but the last (given
       alone, the loop runs in them as with `progress`); it raises to
       abandon the sampling there (rollout.generate's).
+    on_rows: called after each of those host calls, the last included
+      (given alone, the loop runs in them as with `progress`), with the
+      rows finished since the previous one, if any: their indices [k] and
+      outputs on the host (numpy SampleOutput of k rows): a rollout's
+      journal (rollout.generate).
 
   Returns:
     A sampler.SampleOutput for the M rows (logits are not recorded), and
@@ -160,7 +166,8 @@ def sample(
     else row_limits
   )
   args = (params, tokens, positions, rng, row_offset, limits)
-  if refill == "loop" and progress is None and interrupt is None:
+  hooks = (progress, interrupt, on_rows)
+  if refill == "loop" and all(h is None for h in hooks):
     run = engine.jitted(loop.run, compiler_options, **loop.RUN_JIT)
     state = run(*args, **static)
   else:
@@ -169,10 +176,12 @@ def sample(
     budget = np.int32(1 if refill == "host" else engine.PROGRESS_STEPS)
     if mesh is not None:
       budget = mesh_lib.put_global(budget, mesh_lib.replicated(mesh))
-    more = True
+    more, handed = True, np.zeros(m, bool)  # rows given to on_rows
     while more:
       state, more, done = round_(state, params, rows, budget, **static)
       more = bool(more)  # waits for the call
+      if on_rows is not None:
+        handed = _hand_over(state, handed, on_rows)
       if progress is not None and more:
         progress(int(done))
       if interrupt is not None and more:
@@ -184,6 +193,23 @@ def sample(
     (state.steps, state.busy, state.prefills)
   )
   return out, Stats(int(steps), int(busy), int(prefills), slots)
+
+
+def _hand_over(state, handed: np.ndarray, on_rows) -> np.ndarray:
+  """Calls on_rows with the rows finished and not yet handed over; returns
+  the rows handed over so far. The gather's row count is rounded up to a
+  power of two (copies of the last row, cut on the host), so a call
+  compiles it for a few shapes only."""
+  new = np.flatnonzero(mesh_lib.to_host(loop.finished(state)) & ~handed)
+  if not len(new):
+    return handed
+  ids = np.full(1 << (len(new) - 1).bit_length(), new[-1], np.int32)
+  ids[: len(new)] = new
+  out = mesh_lib.to_host(loop.rows_of(state, ids))
+  on_rows(new, jax.tree.map(lambda x: x[: len(new)], out))
+  handed = handed.copy()
+  handed[new] = True
+  return handed
 
 
 def default_refill_rows(slots: int, shards: int = 1) -> int:

@@ -378,3 +378,20 @@ def output(state: SlotState) -> sampler_lib.SampleOutput:
       state.eos, sampler_lib.FINISH_EOS, sampler_lib.FINISH_LENGTH
     ).astype(jnp.int32),
   )
+
+
+@jax.jit
+def finished(state: SlotState) -> jax.Array:
+  """[M] the row has been admitted and its slot freed: its outputs are
+  final."""
+  m = state.lengths.shape[0]
+  live = jnp.where(state.free, m, state.row)  # m: no row
+  in_slot = jnp.zeros((m + 1,), bool).at[live].set(True)[:m]
+  return (jnp.arange(m) < state.next_row) & ~in_slot
+
+
+@jax.jit
+def rows_of(state: SlotState, ids: jax.Array) -> sampler_lib.SampleOutput:
+  """output(state) at rows `ids` [k] (host-chosen, identical on every
+  process)."""
+  return jax.tree.map(lambda x: x[ids], output(state))

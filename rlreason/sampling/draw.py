@@ -149,8 +149,13 @@ class Sampling:
 
 def row_keys(rng: jax.Array, n: int, row_offset=0) -> jax.Array:
   """[n] keys fold_in(rng, row_offset + i): row i's key of `sample` (and
-  of segments.decode, offset 0)."""
-  rows = jnp.asarray(row_offset, jnp.uint32) + jnp.arange(n, dtype=jnp.uint32)
+  of segments.decode, offset 0). An [n] row_offset is each row's own index
+  instead (a resumed rollout's unfinished rows: rollout.generate)."""
+  rows = jnp.asarray(row_offset, jnp.uint32)
+  if rows.ndim == 0:
+    rows = rows + jnp.arange(n, dtype=jnp.uint32)
+  elif rows.shape != (n,):
+    raise ValueError(f"row_offset of shape {rows.shape}: expected () or ({n},)")
   return jax.vmap(jax.random.fold_in, (None, 0))(rng, rows)
 
 

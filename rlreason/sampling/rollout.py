@@ -24,7 +24,11 @@ loop's default, config `--rollout_batching`) and more rows than that, they
 are the decode slots of one continuous.sample call, refilled as rows
 finish; otherwise the N rows go through the static sampler in calls of that
 many, every call padded to one shape so they share one compiled program.
-Per-row keys make the samples those of one static call either way.
+Per-row keys make the samples those of one static call either way. Given
+a `journal` directory, the rows are kept there as the calls (or continuous
+batching's host calls) finish them (journal.py), and a call that finds
+them samples only the others: a stopped rollout's rerun loses only the
+rows under way.
 
 Shapes: B prompts, G completions per prompt, N = B * G sequences, P bucketed
 prompt length, T = max_new_tokens, V vocab (legend in types.py).
@@ -41,6 +45,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.sampling import continuous
 from rlreason.sampling import sampler as sampling_lib
 from rlreason.sampling import draw
+from rlreason.sampling import journal as journal_lib
 from rlreason.sampling import rollout_layout
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import stops
@@ -141,6 +146,7 @@ def generate(
   compiler_options: dict | None = None,
   progress: Callable[[int], None] | None = None,
   interrupt: Callable[[], None] | None = None,
+  journal: str | None = None,
 ) -> Rollout:
   """Samples `group_size` completions for each prompt.
 
@@ -189,6 +195,15 @@ def generate(
       `progress`); it raises to stop there (the loop's
       preemption.Preemption.interrupt). Every process calls it at the same
       points.
+    journal: a local directory, this `params`' own, that keeps the rows
+      as they finish (after each static call, or continuous batching's
+      host calls: the points of `interrupt`, and at the end), in
+      journal.RowJournal's files named by everything else the samples
+      depend on. A call that finds rows kept there samples only the
+      others, with their own keys: a stopped rollout's rerun loses at
+      most the rows under way, and one that ended (a stop in the work
+      after it) none. The caller removes it once the rollout is used.
+      Process 0 reads and writes it.
 
   Returns:
     A types.Rollout with N = B * G rows, each group of G contiguous.
@@ -237,6 +252,31 @@ def generate(
     params,
     batching,
   )
+  n = len(tokens)
+  rows_journal, held_ids, held = None, np.zeros((0,), np.int64), None
+  if journal:
+    rows_journal = journal_lib.RowJournal(
+      journal,
+      _journal_setting(
+        tokens, positions, rng, step, model_cfg, max_new_tokens, sampling,
+        stop_ids, stop_sequences, tokenizer.pad_id, row_offset,
+      ),
+    )  # fmt: skip
+    held_ids, held = rows_journal.read(n, int(max_new_tokens))
+  todo = np.setdiff1d(np.arange(n), held_ids)  # all rows but those kept
+  resumed = len(todo) < n
+
+  def keep(ids, out):  # a finished part's rows, in the journal
+    if rows_journal is not None:
+      rows_journal.write(todo[ids], out)
+
+  def ids_of(part):  # the rows' keys: the first's offset, or each row's
+    return row_offset + part if resumed else row_offset + int(part[0])
+
+  def report(done):  # rows sampled so far, the kept ones included
+    if progress is not None:
+      progress(len(held_ids) + done)
+
   call = functools.partial(
     _sample_rows,
     params,
@@ -250,29 +290,35 @@ def generate(
     stop_sequences=stop_sequences,
     compiler_options=compiler_options,
   )
-  if batching == "continuous" and per_call < len(tokens):
-    out = call(tokens, positions, rows=len(tokens), row_offset=row_offset,
-               slots=per_call, progress=progress,
-               interrupt=interrupt)  # fmt: skip
+  out, m = None, len(todo)
+  if not m:
+    pass  # every row was kept
+  elif batching == "continuous" and per_call < m:
+    out = call(tokens[todo], positions[todo], rows=m,
+               row_offset=ids_of(todo), slots=per_call,
+               progress=report if progress else None, interrupt=interrupt,
+               on_rows=keep if rows_journal else None)  # fmt: skip
   else:
     outs = []
-    for lo in range(0, len(tokens), per_call):
+    for lo in range(0, m, per_call):
+      part = todo[lo : lo + per_call]
       within = None
       if progress is not None:  # rows done within the call, as rollout's
-        within = offset_progress(progress, lo, min(per_call, len(tokens) - lo))
+        within = offset_progress(report, lo, len(part))
       outs.append(
         call(
-          tokens[lo : lo + per_call],
-          positions[lo : lo + per_call],
+          tokens[part],
+          positions[part],
           rows=per_call,
-          row_offset=row_offset + lo,
+          row_offset=ids_of(part),
           progress=within,
         )
       )
-      if lo + per_call < len(tokens) and (progress or interrupt):
+      if rows_journal is not None:  # waits for the call
+        keep(np.arange(lo, lo + len(part)), mesh_lib.to_host(outs[-1]))
+      if lo + per_call < m and (progress or interrupt):
         jax.block_until_ready(outs[-1].lengths)  # one call at a time
-        if progress is not None:
-          progress(lo + per_call)
+        report(lo + per_call)
         if interrupt is not None:
           interrupt()
     out = (
@@ -280,6 +326,8 @@ def generate(
       if len(outs) == 1
       else jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
     )
+  if resumed:  # the kept rows and the new ones, in row order
+    out = _merged(mesh, n, held_ids, held, todo, out)
   tokens, positions = _put_rows(mesh, (tokens, positions))
   full_tokens, full_positions = _concat_completion(
     tokens, positions, out.tokens, out.mask
@@ -313,17 +361,53 @@ def generate(
   )
 
 
+def _journal_setting(tokens, positions, rng, step, model_cfg,
+                     max_new_tokens, sampling, stop_ids, stop_sequences,
+                     pad_id, row_offset) -> dict:  # fmt: skip
+  """What a rollout's samples depend on beside the parameters (the
+  journal's directory is theirs), its journal's name: the prompts, the key
+  and step, the sampler's settings and architecture (not how the rows are
+  split into calls: each row has its own key)."""
+  return dict(
+    prompts=journal_lib.array_digest(tokens, positions),
+    key=np.asarray(mesh_lib.to_host(jax.random.key_data(rng))).tolist(),
+    step=int(np.asarray(mesh_lib.to_host(step))),
+    model=repr(model_cfg),
+    max_new_tokens=int(max_new_tokens),
+    sampling=repr(sampling),
+    stops=[list(stop_ids), [list(q) for q in stop_sequences]],
+    pad_id=int(pad_id),
+    row_offset=int(row_offset),
+  )
+
+
+def _merged(mesh, n, held_ids, held, todo, out):
+  """The N rows' SampleOutput from the journal's rows `held_ids` (host
+  arrays `held`) and those sampled now (`out`, rows `todo`; None where
+  every row was kept), on `mesh` in the rollout layout."""
+  new = mesh_lib.to_host(out) if out is not None else None
+  rows = {}
+  for k, v in held.items():
+    rows[k] = np.empty((n, *v.shape[1:]), v.dtype)
+    rows[k][held_ids] = v
+    if new is not None:
+      rows[k][todo] = getattr(new, k)
+  width = rows["tokens"].shape[1]
+  rows["mask"] = (np.arange(width) < rows["lengths"][:, None]).astype(np.int32)
+  return sampling_lib.SampleOutput(**_put_rows(mesh, rows))
+
+
 def _put_rows(mesh, tree):
   """Host [N, ...] arrays -> device, split by rows in the rollout layout."""
   if mesh is None:
     return jax.device_put(tree)
-  first = jax.tree.leaves(tree)[0]
-  batch = jax.sharding.NamedSharding(
-    mesh,
-    mesh_lib.spec(("batch", None), mesh_lib.ROLLOUT_RULES, first.shape, mesh),
-  )
-  # Every process holds the same global batch and places its own shards.
-  return mesh_lib.put_global(tree, batch)
+
+  def put(x):  # every process holds the same global rows, places its own
+    axes = ("batch",) + (None,) * (np.ndim(x) - 1)
+    spec = mesh_lib.spec(axes, mesh_lib.ROLLOUT_RULES, np.shape(x), mesh)
+    return mesh_lib.put_global(x, jax.sharding.NamedSharding(mesh, spec))
+
+  return jax.tree.map(put, tree)
 
 
 def _sample_rows(
@@ -338,21 +422,25 @@ def _sample_rows(
   slots=0,
   progress=None,
   interrupt=None,
+  on_rows=None,
   **kwargs,
 ) -> sampling_lib.SampleOutput:
   """One sampler call on host rows [n <= rows, P], padded to `rows` rows
   (copies of the last) so that every call of a chunked rollout shares one
   compiled program; outputs cut back to n. slots > 0: continuous batching
   over that many decode slots. `progress` gets the rows finished during
-  the call (sampler.sample, continuous.sample); `interrupt`, continuous
-  batching's (between its host calls)."""
+  the call (sampler.sample, continuous.sample); `interrupt` and `on_rows`,
+  continuous batching's (between its host calls). row_offset: the first
+  row's global index, or each row's [n]."""
   n = len(tokens)
+  offset = np.asarray(row_offset, np.uint32)  # [] or each row's [n]
   if n < rows:
     fill = np.repeat(np.arange(n - 1, n), rows - n)
     tokens = np.concatenate([tokens, tokens[fill]])
     positions = np.concatenate([positions, positions[fill]])
+    if offset.ndim:
+      offset = np.concatenate([offset, offset[fill]])
   tokens, positions = _put_rows(mesh, (tokens, positions))
-  offset = np.asarray(row_offset, np.uint32)
   if mesh is None:
     offset = jax.device_put(offset)
   else:
@@ -360,7 +448,11 @@ def _sample_rows(
   fn = functools.partial(sampling_lib.sample, progress=progress)
   if slots:
     fn = functools.partial(
-      continuous.sample, slots=slots, progress=progress, interrupt=interrupt
+      continuous.sample,
+      slots=slots,
+      progress=progress,
+      interrupt=interrupt,
+      on_rows=on_rows,
     )
   out = fn(
     params, tokens, positions, rng, mesh=mesh, row_offset=offset, **kwargs

@@ -17,7 +17,6 @@ evaluation of the same params sees the same randomness.
 
 import collections
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -30,6 +29,7 @@ import numpy as np
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.sampling import draw as sampling_lib
+from rlreason.sampling import journal as journal_lib
 
 # Offset of the evaluation key from the run's seed: evaluation randomness is
 # fixed and differs from the training rollouts'.
@@ -164,10 +164,9 @@ def journal_path(directory: str, name: str, setting: dict) -> str:
   by everything its samples depend on (`setting`, JSON-able or repr'd), so
   a changed setting never resumes another's. Process 0, its only reader
   and writer, makes the directory."""
-  key = json.dumps(setting, sort_keys=True, default=repr)
   if jax.process_index() == 0:
     os.makedirs(directory, exist_ok=True)
-  digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+  digest = journal_lib.setting_digest(setting)
   return os.path.join(directory, f"{name}-{digest}.jsonl")
 
 

@@ -63,6 +63,11 @@ class Context:
   # preemption.Preemption.interrupt: a stop does not wait for a rollout or
   # an evaluation to end.
   interrupt: Callable[[], None] | None = None
+  # A local directory where the single-turn sampler keeps the rows a
+  # rollout of `params` finished (rollout.generate's journal), set by the
+  # loop while a step samples (run_info.rollout_journal): a stopped step's
+  # rerun samples only the rest.
+  rollout_journal: str | None = None
 
   def encode_prompts(self, examples) -> list[list[int]]:
     cfg = self.cfg
@@ -99,7 +104,9 @@ class Context:
     (rollout.generate; a custom generate_fn gets it as `progress`: the
     episodes finished after each turn, multiturn.py, or the trees' rows
     after each sampler call, tree_loop.py). `self.interrupt` may stop it
-    between those parts (a custom generate_fn calls it itself)."""
+    between those parts (a custom generate_fn calls it itself); the
+    single-turn sampler then keeps the rows it finished in
+    `self.rollout_journal`, where set, for the rerun."""
     other = model_cfg is not None and model_cfg != self.model_cfg
     if other and self.generate_fn is not None:
       raise ValueError(
@@ -131,6 +138,8 @@ class Context:
       row_offset=row_offset,
       progress=progress,
       interrupt=self.interrupt,
+      # The policy's rollouts only: the journal is its weights' own.
+      journal=self.rollout_journal if params is self.params else None,
       **self.sampler_kwargs(),
     )
 

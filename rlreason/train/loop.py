@@ -70,10 +70,12 @@ def train(cfg, **kwargs) -> dict[str, Any]:
   SIGTERM or Ctrl-C, from its start on, or --stop_after_hours since it,
   stops it with a checkpoint: the warm start's step under way finishes;
   an RL step stops at its next sampler call (checkpointed as of the
-  step's start) or after its updates; an evaluation after its chunk under
-  way (resumed from its journal by the rerun, before anything else). A
-  second Ctrl-C stops it at once. A long compilation says so as it runs
-  (metrics.compile_lines). Arguments: `_train`'s.
+  step's start; the rows its rollouts finished kept in their journal,
+  run_info.rollout_journal, for the rerun) or after its updates; an
+  evaluation after its chunk under way (resumed from its journal by the
+  rerun, before anything else). A second Ctrl-C stops it at once. A long
+  compilation says so as it runs (metrics.compile_lines). Arguments:
+  `_train`'s.
   """
   cfg.validate()
   # Before the handlers: jax.distributed's own SIGTERM handler (its
@@ -179,6 +181,8 @@ def _train(
     state, start = restored, int(meta["step"])
     prompts.restore(meta["data"])
     _say(f"resuming {workdir} at step {start}/{cfg.steps} (its checkpoint)")
+  # Only the first step's rollout rows are of weights the run has.
+  run_info.clear_rollout_journals(workdir, cfg, start)
   # A rerun of a finished run scores nothing again (its weights are those
   # eval_after.json scored).
   finished = None
@@ -301,6 +305,8 @@ def _train(
       break  # signalled before its first step: nothing new to save
     t0 = time.time()
     data = copy.deepcopy(prompts.state())  # the step's start
+    # A stop while the step samples keeps the rows finished (rerun: the rest).
+    ctx.rollout_journal = run_info.rollout_journal(workdir, cfg, step)
     try:
       rollout, examples, t1 = sample(step)
       ctx.extra = {k: state.params[k] for k in extra_keys}
@@ -310,10 +316,15 @@ def _train(
       batch, batch_metrics = make_batch(rollout, examples, ctx)
     except preemption.Interrupted:  # within the step's sampling
       stopping = True
-      _say(f"step {step + 1}/{cfg.steps} stopped during its sampling")
+      _say(
+        f"step {step + 1}/{cfg.steps} stopped during its sampling; a rerun "
+        "samples only what its journal does not hold"
+      )
       if ckpt.latest_step() != step:
         save(step, wait=True, data=data)  # its weights are the step's start
       break
+    run_info.remove_rollout_journal(ctx.rollout_journal)  # the batch holds it
+    ctx.rollout_journal = None
     if bad_rewards := ctx.take_nonfinite_rewards():
       # NaN and inf rewards alike: the train step skips its update.
       batch = {**batch, "skip": np.ones(len(batch["mask"]), np.float32)}

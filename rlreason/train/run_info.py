@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import pathlib
+import shutil
 import subprocess
 
 import jax
@@ -22,6 +23,7 @@ from rlreason import config
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason import storage
+from rlreason.sampling import journal as journal_lib
 from rlreason.sampling import scoring
 
 
@@ -85,22 +87,65 @@ def _evaluated(workdir: str, step: int) -> bool:
   return bool(mesh_lib.from_process_0(found))
 
 
-def eval_journal(workdir: str, cfg, step: int) -> str:
-  """The journal of the run's evaluation at `step` (scoring.journal_path):
-  <workdir>/eval_partial/, or on local disk (<cache_dir>/eval_partial/...)
-  for a gs:// workdir, named by the step and every setting a resume may
-  not change (config.RESUMABLE_CHANGES aside)."""
-  directory = os.path.join(workdir, "eval_partial")
-  if not storage.is_local(workdir):
-    directory = os.path.join(
-      cfg.cache_dir, "eval_partial", workdir.replace("://", "/")
-    )
-  setting = {
+def _partial(workdir: str, cfg, name: str) -> str:
+  """<workdir>/<name>, or on local disk (<cache_dir>/<name>/<bucket path>)
+  for a gs:// workdir: where unfinished work is kept (the journals)."""
+  if storage.is_local(workdir):
+    return os.path.join(workdir, name)
+  return os.path.join(cfg.cache_dir, name, workdir.replace("://", "/"))
+
+
+def _resume_setting(cfg) -> dict:
+  """The settings a resume may not change (config.RESUMABLE_CHANGES
+  aside): what names a journal."""
+  return {
     k: v
     for k, v in dataclasses.asdict(cfg).items()
     if k not in config.RESUMABLE_CHANGES
   }
-  return scoring.journal_path(directory, f"step_{step}", setting)
+
+
+def eval_journal(workdir: str, cfg, step: int) -> str:
+  """The journal of the run's evaluation at `step` (scoring.journal_path):
+  in <workdir>/eval_partial/ (_partial), named by the step and every
+  setting a resume may not change."""
+  directory = _partial(workdir, cfg, "eval_partial")
+  return scoring.journal_path(directory, f"step_{step}", _resume_setting(cfg))
+
+
+def rollout_journal(workdir: str, cfg, step: int) -> str:
+  """Where step `step`'s policy rollouts keep their finished rows
+  (rollout.generate's journal): <workdir>/rollout_partial/step_<step>-
+  <digest of the settings a resume may not change>/ (_partial), one
+  subdirectory per rollout, named by what else its samples depend on.
+  The policy of a run's first step is its checkpoint's (or the initial
+  one): only that step's journal is kept at a resume
+  (clear_rollout_journals)."""
+  digest = journal_lib.setting_digest(_resume_setting(cfg))
+  partial = _partial(workdir, cfg, "rollout_partial")
+  return os.path.join(partial, f"step_{step}-{digest}")
+
+
+def clear_rollout_journals(workdir: str, cfg, start: int) -> None:
+  """Deletes the rollout journals but `start`'s (a run starting at step
+  `start`): any other step's rows came from weights the run does not
+  have (a step before the checkpoint, or one a killed run reached past
+  it). Process 0, which alone writes them."""
+  keep = rollout_journal(workdir, cfg, start)
+  partial = os.path.dirname(keep)
+  if jax.process_index() == 0 and os.path.isdir(partial):
+    for name in os.listdir(partial):
+      if os.path.join(partial, name) != keep:
+        shutil.rmtree(os.path.join(partial, name), ignore_errors=True)
+
+
+def remove_rollout_journal(directory: str) -> None:
+  """Deletes a step's rollout journals, and rollout_partial/ once empty
+  (process 0, which alone writes them)."""
+  if jax.process_index() == 0:
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError):  # another step's is in it
+      os.rmdir(os.path.dirname(directory))
 
 
 def remove_journal(path: str) -> None:

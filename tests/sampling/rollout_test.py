@@ -338,7 +338,8 @@ def test_chunked_calls_equal_one_call(params, ro, monkeypatch):
   chunked = _generate(
     params, step=3, rows_per_call=3, interrupt=lambda: checks.append(1)
   )
-  assert sampling.cache_size() == before + 1
+  # One program at most (another test of this process may have made it).
+  assert sampling.cache_size() <= before + 1
   _assert_same_rollout(chunked, ro)
   assert len(checks) == 2
 

@@ -515,8 +515,9 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   (metrics.jsonl has no evaluation at 2). The next rerun finishes it from
   its journal first and is stopped in step 3's rollout; the next one does
   not evaluate at 2 again, and is stopped in the final evaluation; the
-  last finishes it. Metrics, final evaluation and weights are a run never
-  stopped's."""
+  last finishes it. A stopped rollout's finished call is kept (its
+  journal): the rerun samples the other. Metrics, final evaluation and
+  weights are a run never stopped's."""
   kw = dict(
     steps=3,
     eval_every=2,
@@ -550,13 +551,26 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   assert os.listdir(ckpts) == ["0"] and _train_steps(cfg.workdir) == []
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
   assert status == {"status": "stopped", "step": 0, "steps": 3}
-  # Resumed at 0, its evaluation done: calls 1-4 are the rollouts of steps
-  # 1 and 2, 5-6 the evaluation's first chunk.
+  # Step 1's first call is in its rollout journal (named by the step and
+  # the settings).
+  partial = os.path.join(cfg.workdir, "rollout_partial")
+  (step_dir,) = os.listdir(partial)
+  assert re.fullmatch(r"step_0-\w{16}", step_dir), step_dir
+  (kept,) = os.listdir(os.path.join(partial, step_dir))
+  # A later step's (a killed run's past its checkpoint) is of weights the
+  # rerun does not have: removed as it starts.
+  os.makedirs(os.path.join(partial, "step_1" + step_dir[6:], "rollout"))
+  # Resumed at 0, its evaluation done: call 1 is the rest of step 1's
+  # rollout, 2-3 step 2's, 4-5 the evaluation's first chunk.
   calls.clear()
-  press_at[:] = [6]
+  press_at[:] = [5]
   assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
-  assert len(calls) == 6
+  assert len(calls) == 5
   err = capsys.readouterr().err
+  assert re.search(
+    rf"^rollout: 8 of 16 sequences from .*/{step_dir}/{kept}$", err, re.M
+  ), err
+  assert not os.path.exists(os.path.join(cfg.workdir, "rollout_partial"))
   assert "eval at step 0/3" not in err
   assert "eval at step 2/3 stopped after" in err
   assert sorted(os.listdir(ckpts)) == ["0", "2"]
@@ -571,13 +585,14 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   ), err
   assert re.search(r"^eval at step 2/3 \| accuracy ", err, re.M), err
   assert "step 3/3 stopped during its sampling" in err
-  # Resumed at 2 again, its evaluation done (metrics.jsonl): calls 1-2 are
-  # step 3's rollout, 3-4 the final evaluation's first chunk.
+  # Resumed at 2 again, its evaluation done (metrics.jsonl): call 1 is the
+  # rest of step 3's rollout, 2-3 the final evaluation's first chunk.
   calls.clear()
-  press_at[:] = [4]
+  press_at[:] = [3]
   assert flags.run_checked(grpo.run, cfg) == flags.EXIT_STOPPED
   err = capsys.readouterr().err
-  assert "eval at step 2/3" not in err and len(calls) == 4
+  assert "eval at step 2/3" not in err and len(calls) == 3
+  assert "rollout: 8 of 16 sequences from" in err
   assert "eval at step 3/3 stopped after" in err
   assert not os.path.exists(os.path.join(cfg.workdir, "eval_after.json"))
   status = json.load(open(os.path.join(cfg.workdir, "status.json")))
@@ -590,6 +605,7 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
     re.M,
   )
   assert not os.path.exists(os.path.join(cfg.workdir, "eval_partial"))
+  assert not os.path.exists(os.path.join(cfg.workdir, "rollout_partial"))
 
   def rows(c):  # train and evaluation rows, without wall-clock fields
     out = metrics.read_jsonl(os.path.join(c.workdir, "metrics.jsonl"))
@@ -612,6 +628,59 @@ def test_a_stop_within_a_rollout_or_an_evaluation_resumes_as_one_run(
   assert all(
     r["grad_norm"] > 0 for r in testing.train_rows(whole.workdir).values()
   )
+
+
+def test_a_stop_between_sampling_rounds_keeps_the_finished_rollout(
+  tmp_path, monkeypatch, capsys
+):
+  """DAPO's dynamic sampling with every reward 0 (no informative group:
+  3 rounds a step). Ctrl-C while step 1's first round is scored: the next
+  round does not start (stopped during its sampling); the first round's
+  rollout, ended, is kept whole, so the rerun samples none of its rows and
+  the run's metrics are a run never stopped's."""
+  from experiments import dapo
+
+  kw = dict(
+    steps=2,
+    eval_every=0,
+    warm_start_steps=0,
+    checkpoint_every=0,
+    overlong_penalty=0.0,  # (every reward 0)
+  )
+  press = []
+
+  def zero(call, rewards):
+    if call in press:
+      os.kill(os.getpid(), signal.SIGINT)
+    return np.zeros_like(rewards)
+
+  _hooked_rewards(monkeypatch, zero)
+  whole = dataclasses.replace(dapo.Config(), **{**vars(_cfg(tmp_path, "w"))})
+  whole = dataclasses.replace(whole, **kw)
+  dapo.run(whole)
+  cfg = dataclasses.replace(whole, workdir=str(tmp_path / "run"))
+  press[:] = [7]  # the hook counts on: 3 calls a step, then this run's
+  assert flags.run_checked(dapo.run, cfg) == flags.EXIT_STOPPED
+  assert "step 1/2 stopped during its sampling" in capsys.readouterr().err
+  (step_dir,) = os.listdir(os.path.join(cfg.workdir, "rollout_partial"))
+  assert step_dir.startswith("step_0-"), step_dir
+  (kept,) = os.listdir(os.path.join(cfg.workdir, "rollout_partial", step_dir))
+  press[:] = []
+  assert flags.run_checked(dapo.run, cfg) == 0
+  err = capsys.readouterr().err
+  assert re.search(rf"^rollout: 16 of 16 sequences from .*/{kept}$", err, re.M)
+  assert not os.path.exists(os.path.join(cfg.workdir, "rollout_partial"))
+  clock = ("time", "tokens_per_sec")
+  rows = [
+    [
+      {k: v for k, v in r.items() if not k.startswith(clock)}
+      for r in metrics.read_jsonl(os.path.join(c.workdir, "metrics.jsonl"))
+    ]
+    for c in (cfg, whole)
+  ]
+  assert rows[0] == rows[1]
+  rounds = [r["dynamic/rounds"] for r in rows[0] if "dynamic/rounds" in r]
+  assert rounds == [3, 3]
 
 
 def test_an_accelerator_run_logs_the_updates_mfu(tmp_path, monkeypatch):

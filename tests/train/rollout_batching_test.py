@@ -205,3 +205,22 @@ def test_rollout_tensor_reaches_the_runs_samplers():
   segments = ctx.segments_model_cfg
   assert (segments.rollout_tensor, segments.rollout_layout) == (2, "fsdp")
   assert segments.decode_attention == "dense"
+
+
+def test_the_rollout_journal_keeps_the_policys_rows_only(monkeypatch, tmp_path):
+  """Context.rollout_journal is the policy's (the loop's step directory,
+  whose weights are its checkpoint's): a rollout of other weights (a
+  teacher's, a copy of the policy's) is never journaled, so that it
+  cannot take the policy's rows."""
+  ctx = _context()
+  ctx.rollout_journal = str(tmp_path / "step_0")
+  seen = []
+  monkeypatch.setattr(
+    rollout_lib, "generate", lambda *a, **k: seen.append(k["journal"])
+  )
+  examples = data_lib.load(EXAMPLES, "train")
+  testing.tiny_rollout(ctx, examples)  # the policy's
+  ctx.generate(
+    dict(ctx.params), examples, None, 0, group_size=1, sampling=None
+  )  # equal weights, another object (a teacher's would be)
+  assert seen == [str(tmp_path / "step_0"), None]
