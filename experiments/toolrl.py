@@ -78,7 +78,7 @@ PAPER = dict(
   turn_tokens=1024,  # assumed
   obs_tokens=512,  # assumed
   # assumed: the tools' descriptions and the query (the laptop's 32 tokens
-  # would refuse any real prompt: rollout.pad_prompts)
+  # would refuse any real prompt: padding.pad_prompts)
   max_prompt_len=1024,
   # 16 rows of 1024 + 5632 tokens per micro-batch: one micro-batch of all
   # 2048 rows asked for 1.17 TB of temporaries per chip on v6e-4

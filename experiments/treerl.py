@@ -80,7 +80,7 @@ PAPER = dict(
   fork_levels=1,
   fork_branches=2,
   # assumed: a GSM8K question in the template (grpo.TinyConfig's 32 tokens
-  # would refuse any real one: rollout.pad_prompts)
+  # would refuse any real one: padding.pad_prompts)
   max_prompt_len=512,
   max_new_tokens=4096,  # assumed
   # 32 rows of 4k tokens per micro-batch (the planner's: with one micro-

@@ -62,6 +62,7 @@ import numpy as np
 from rlreason import config
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import padding
 from rlreason.sampling import rollout_layout
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import draw as sampling_lib
@@ -113,7 +114,7 @@ def generate(
     group_size: G.
     sampling: temperature / filters (default Sampling()).
     turn_stop_ids: ids that end a turn (besides EOS, which also does).
-    max_prompt_len, bucket: as rollout.pad_prompts.
+    max_prompt_len, bucket: as padding.pad_prompts.
     env_workers: threads stepping the environments of one turn.
     mesh: decode on this mesh: parameters in the rollout layout
       (mesh.ROLLOUT_RULES; regrouped to model_cfg.rollout_tensor,
@@ -141,7 +142,7 @@ def generate(
     stops.token_sequences(tokenizer, stop_strings),
   )
   stops.check_vocab(stop_ids, stop_seqs, model_cfg.vocab_size)
-  tokens, positions = rollout_lib.pad_prompts(
+  tokens, positions = padding.pad_prompts(
     prompts, tokenizer.pad_id, max_len=max_prompt_len, bucket=bucket
   )
   b, p = tokens.shape

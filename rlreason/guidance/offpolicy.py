@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason.rl import losses
-from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import padding
 
 
 def encode_traces(
@@ -43,11 +43,11 @@ def encode_traces(
 ) -> dict[str, np.ndarray]:
   """tokens, positions [N, P + T], mask [N, T] for given completions.
 
-  Prompts are left padded (rollout.pad_prompts); completions (ids ending
+  Prompts are left padded (padding.pad_prompts); completions (ids ending
   with EOS) are truncated to T = max_new_tokens and right padded with
   position -1, as a rollout.
   """
-  tokens, positions = rollout_lib.pad_prompts(
+  tokens, positions = padding.pad_prompts(
     prompts, pad_id, max_len=max_prompt_len
   )
   n, t = len(completions), max_new_tokens

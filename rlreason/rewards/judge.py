@@ -29,7 +29,7 @@ def prompt_len(question_tokens: int, response_tokens: int) -> int:
   """A bound on the judge's prompt length for questions and responses of
   at most these many tokens (the planner's): the template's own text at
   one token per character at most, rounded up to the sampler's bucket
-  of 32 (rollout.pad_prompts)."""
+  of 32 (padding.pad_prompts)."""
   own = len(JUDGE_TEMPLATE.format(question="", response=""))
   n = question_tokens + response_tokens + own
   return -(-n // 32) * 32

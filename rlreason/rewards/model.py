@@ -32,7 +32,7 @@ from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.model import policy
-from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import padding
 from rlreason.model import transformer
 from rlreason.rl import aggregation
 
@@ -384,9 +384,7 @@ def score_texts(
     tokenizer.encode(p + c) or [tokenizer.pad_id]
     for p, c in zip(prompts, completions, strict=True)
   ]
-  tokens, positions = rollout_lib.pad_prompts(
-    ids, tokenizer.pad_id, bucket=bucket
-  )
+  tokens, positions = padding.pad_prompts(ids, tokenizer.pad_id, bucket=bucket)
   return np.asarray(score(params, tokens, positions, model_cfg))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
-from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import padding
 from rlreason.data import extract
 
 
@@ -154,7 +154,7 @@ def reference_logprobs(
       and the answer opener, e.g. "...\\nanswer: "); may be empty.
     references: N reference answers (non-empty).
     temperature: score under softmax(logits / temperature).
-    max_prompt_len: prompt budget (rollout.pad_prompts).
+    max_prompt_len: prompt budget (padding.pad_prompts).
     bucket: the completion width is rounded up to a multiple of this, so
       that batches of similar lengths share one compiled forward.
     rows: sequences per forward (0 = all at once).
@@ -175,8 +175,8 @@ def reference_logprobs(
   if any(not r for r in ref):
     raise ValueError("every reference answer needs at least one token")
   completions = [p + r for p, r in zip(pre, ref, strict=True)]
-  width = rollout_lib.bucket_length(max(map(len, completions)), bucket)
-  batch = rollout_lib.pack(
+  width = padding.bucket_length(max(map(len, completions)), bucket)
+  batch = padding.pack(
     [list(p) for p in prompts],
     completions,
     tokenizer.pad_id,

@@ -15,7 +15,7 @@ Shapes: N rows, K max turns, T completion length (multiturn.py).
 
 import numpy as np
 
-from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import padding
 
 
 def turn_token_rewards(
@@ -69,7 +69,7 @@ def answer_prob_at_turns(
   if not seqs:
     return out
   # Right-aligned answers: left padding puts every answer at the end.
-  toks, pos = rollout_lib.pad_prompts(seqs, tokenizer.pad_id, bucket=16)
+  toks, pos = padding.pad_prompts(seqs, tokenizer.pad_id, bucket=16)
   a_max = max(a for _, _, a in where)
   logp = np.asarray(score(toks, pos, toks.shape[1] - a_max))
   for row, (i, k, a) in enumerate(where):

@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason import mesh as mesh_lib
-from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import padding
 from rlreason.sampling import rollout_layout
 from rlreason.sampling import draw
 from rlreason.sampling import engine
@@ -236,7 +236,7 @@ def generate(
     branches: T, chains sampled from each fork point.
     fork_at: "entropy" or "depth" (then `depths`).
     sampling: temperature / filters.
-    max_prompt_len, bucket: as rollout.pad_prompts.
+    max_prompt_len, bucket: as padding.pad_prompts.
     mesh: decode on this mesh: parameters in the rollout layout
       (mesh.ROLLOUT_RULES; regrouped to model_cfg.rollout_tensor,
       rollout_layout.sampling_mesh, the outputs back on `mesh`), rows
@@ -268,7 +268,7 @@ def generate(
     params, jax.random.fold_in(rng, step), mesh, model_cfg
   )
   t = int(max_new_tokens)
-  tokens, positions = rollout_lib.pad_prompts(
+  tokens, positions = padding.pad_prompts(
     prompts, tokenizer.pad_id, max_len=max_prompt_len, bucket=bucket
   )
   b, p = tokens.shape

@@ -29,6 +29,7 @@ import numpy as np
 
 from rlreason import mesh as mesh_lib
 from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import padding
 from rlreason.sampling import rollout_layout
 from rlreason.sampling import rollout_memory
 from rlreason.sampling import tree
@@ -153,10 +154,8 @@ def make_generate_fn(
     mesh = rollout_layout.sampling_mesh(ctx.mesh, model_cfg)
     if mesh is not None:  # placed once, for the sizing and every call
       params = rollout_layout.to_layout(params, mesh, model_cfg)
-    # One prompt length for every call: the batch's (rollout.pad_prompts).
-    p = rollout_lib.prompt_length(
-      max(map(len, prompts)), 32, cfg.max_prompt_len
-    )
+    # One prompt length for every call: the batch's (padding.pad_prompts).
+    p = padding.prompt_length(max(map(len, prompts)), 32, cfg.max_prompt_len)
     # Its leaves and its roots' copy, each (1 + L) T slots past the prompt.
     per_prompt, slots, _ = call_shape(cfg, group_size)
     rows = rollout_memory.call_rows(

@@ -24,7 +24,7 @@ from rlreason.guidance import hints as hints_lib
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason.model import policy
-from rlreason.sampling import rollout as rollout_lib
+from rlreason.sampling import padding
 from rlreason.train import checkpoint
 from rlreason.train import loaders
 from rlreason.train import train_step as ts
@@ -183,7 +183,7 @@ def train_on_pairs(
   Batches are drawn without replacement, epoch after epoch, deterministic in
   `seed`. With `length_groups` = k > 0, each epoch's draw order is sorted
   within windows of k batches (the batches then shuffled) by prompt width
-  (the longest prompt's multiple of 32, as `rollout.pack` pads it), then by
+  (the longest prompt's multiple of 32, as `padding.pack` pads it), then by
   completion length, and a batch is padded to its own longest completion
   rounded up to 32 tokens (at most max_new_tokens): less padding for
   corpora of mixed lengths (a few long hinted prompts no longer widen most
@@ -235,7 +235,7 @@ def train_on_pairs(
       width = max_new_tokens
       if length_groups:
         width = min(width, -(-max(lengths[i] for i in idx) // 32) * 32)
-      batch = rollout_lib.pack(
+      batch = padding.pack(
         [prompts[i] for i in idx],
         [completions[i] for i in idx],
         tok.pad_id,
@@ -259,7 +259,7 @@ def train_on_pairs(
 
 def _group_key(prompts, lengths, max_new_tokens: int) -> np.ndarray:
   """Sort key of length grouping: the prompt's width bucket (multiples of
-  32, as `rollout.pad_prompts` pads a batch), then the completion length."""
+  32, as `padding.pad_prompts` pads a batch), then the completion length."""
   width = np.asarray([-(-len(p) // 32) for p in prompts], np.int64)
   return width * (max_new_tokens + 1) + np.minimum(lengths, max_new_tokens)
 

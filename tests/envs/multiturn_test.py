@@ -378,7 +378,7 @@ def test_segments_run_split_over_the_mesh():
 
 def _prompt_rows(n):
   prompts = [TOK.encode(f"Q: {i}+{i}?\n"[: 5 + i % 4]) for i in range(n)]
-  return multiturn.rollout_lib.pad_prompts(prompts, TOK.pad_id, bucket=1)
+  return multiturn.padding.pad_prompts(prompts, TOK.pad_id, bucket=1)
 
 
 def test_segments_decode_stops_after_a_stop_sequence():

@@ -32,9 +32,9 @@ def test_bradley_terry_training_ranks_chosen_above_rejected():
   bad = [f"answer: x{i}" for i in range(4)]
 
   def enc(texts):
-    from rlreason.sampling import rollout
+    from rlreason.sampling import padding
 
-    return rollout.pad_prompts([TOK.encode(t) for t in texts], 0, bucket=1)
+    return padding.pad_prompts([TOK.encode(t) for t in texts], 0, bucket=1)
 
   chosen, rejected = enc(good), enc(bad)
   opt = optax.adam(1e-2)
@@ -129,9 +129,9 @@ def test_preference_pairs_hand_made_groups():
 
 
 def _pairs(good, bad):
-  from rlreason.sampling import rollout
+  from rlreason.sampling import padding
 
-  enc = lambda texts: rollout.pad_prompts(
+  enc = lambda texts: padding.pad_prompts(
     [TOK.encode(t) for t in texts], 0, bucket=1
   )
   return enc(good), enc(bad)
@@ -287,11 +287,11 @@ def test_bradley_terry_training_on_the_mesh_matches_one_device(monkeypatch):
   pairs split by rows, the activations laid out by batch (traced under
   the activation mesh); the same losses and weights as on one device."""
   from rlreason import mesh as mesh_lib
-  from rlreason.sampling import rollout
+  from rlreason.sampling import padding
 
   good = [f"answer: {i + 1}" for i in range(8)]
   bad = [f"answer: x{i}" for i in range(8)]
-  enc = lambda texts: rollout.pad_prompts([TOK.encode(t) for t in texts], 0)
+  enc = lambda texts: padding.pad_prompts([TOK.encode(t) for t in texts], 0)
   chosen, rejected = enc(good), enc(bad)
   params = rm.init(CFG, jax.random.key(0))
   kw = dict(steps=3, batch_size=8, lr=1e-2, seed=0)

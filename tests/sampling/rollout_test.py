@@ -80,31 +80,6 @@ def ro(params):
     return _generate(params, step=3, rng=rng)
 
 
-def test_pad_prompts_left_pads_to_a_bucket():
-  tokens, positions = rollout.pad_prompts([[5, 6, 7], [9]], pad_id=0, bucket=4)
-  np.testing.assert_array_equal(tokens, [[0, 5, 6, 7], [0, 0, 0, 9]])
-  np.testing.assert_array_equal(positions, [[-1, 0, 1, 2], [-1, -1, -1, 0]])
-  tokens, _ = rollout.pad_prompts([[1] * 17], pad_id=0, bucket=16)
-  assert tokens.shape == (1, 32)
-  tokens, _ = rollout.pad_prompts([[1] * 17], pad_id=0, bucket=16, max_len=20)
-  assert tokens.shape == (1, 20)  # the bucket is capped by the budget
-  tokens, _ = rollout.pad_prompts([[1] * 5], pad_id=0, bucket=1)
-  assert tokens.shape == (1, 5)
-
-
-@pytest.mark.parametrize(
-  "prompts,max_len,match",
-  [
-    ([[1, 2], []], None, r"Prompts \[1\] are empty"),
-    ([[1] * 9], 8, "more than the prompt budget"),
-    ([], None, "No prompts"),
-  ],
-)
-def test_pad_prompts_errors(prompts, max_len, match):
-  with pytest.raises(ValueError, match=match):
-    rollout.pad_prompts(prompts, pad_id=0, max_len=max_len)
-
-
 def test_rollout_fields(ro):
   n, p = len(TEXTS) * G, 8
   assert ro.prompt_len == p

@@ -47,14 +47,14 @@ def _hooked_rewards(monkeypatch, hook):
 def _hooked_sft_steps(monkeypatch, hook):
   """The warm start's steps as usual; hook(step) runs as each one starts
   (its batch is packed); returns the list of steps started."""
-  pack, calls = sft.rollout_lib.pack, []
+  pack, calls = sft.padding.pack, []
 
   def hooked(*args, **kwargs):
     calls.append(1)
     hook(len(calls))
     return pack(*args, **kwargs)
 
-  monkeypatch.setattr(sft.rollout_lib, "pack", hooked)
+  monkeypatch.setattr(sft.padding, "pack", hooked)
   return calls
 
 

@@ -106,7 +106,7 @@ def test_length_grouped_order_is_a_permutation_of_similar_lengths():
 
 def test_length_groups_keep_long_prompts_together():
   # 15% of prompts are long (hinted documents): grouped by prompt width
-  # first, few batches are widened by one (rollout.pad_prompts pads a batch
+  # first, few batches are widened by one (padding.pad_prompts pads a batch
   # to its longest prompt's multiple of 32).
   rng = np.random.default_rng(0)
   prompts = [[1] * (70 if rng.random() < 0.15 else 8) for _ in range(2048)]
