@@ -1,21 +1,21 @@
 """A rollout's finished rows on disk, so that a stopped rollout's rerun
 samples only the rest (rollout.generate's `journal`).
 
-  j = journal.RowJournal(directory, setting)   # setting: what samples depend on
-  ids, held = j.read()         # rows kept by an earlier, stopped call
-  j.write(ids, sample_output)  # as parts of the rollout finish
+  j = journal.RowJournal(directory, setting)  # setting: what rows depend on
+  ids, held = j.read(rows, width)  # rows kept by an earlier, stopped call
+  j.write(ids, sample_output)      # as parts of the rollout finish
 
 The journal of one rollout is <directory>/<digest>/, the digest naming
 everything else its samples depend on (`setting`: the prompts, keys, step,
 sampling and architecture), so a rerun with any of it changed never takes
 another's rows; `directory` is the parameters' own (the caller's to name:
 the loop's, run_info.rollout_journal, is a step's whose weights are its
-checkpoint's). Each part is one
-.npz file (row indices, tokens, log-probs, lengths, finish reasons),
-written to a temporary name and renamed: a process killed mid-write leaves
-no torn file. Process 0 alone reads and writes it (local disk: the
-caller's directory); the others get its rows by broadcast, so every process
-of a multi-host run resumes after the same rows.
+checkpoint's). Each part is one .npz file (row indices, tokens, log-probs,
+lengths, finish reasons), written to a temporary name and renamed: a
+process killed mid-write leaves no torn file. Process 0 alone reads and
+writes it (local disk: the caller's directory); the others get its rows by
+broadcast, so every process of a multi-host run resumes after the same
+rows.
 """
 
 import hashlib
