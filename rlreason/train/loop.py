@@ -47,6 +47,7 @@ from rlreason import metrics as metrics_lib
 from rlreason.train import report
 from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
+from rlreason.train import train_step as ts
 from rlreason import storage
 from rlreason.model import transformer
 
@@ -55,13 +56,6 @@ def _say(line: str) -> None:
   """A line on stderr from process 0 (the others keep quiet)."""
   if jax.process_index() == 0:
     print(line, file=sys.stderr, flush=True)
-
-
-def _minibatches(batch: dict, n_mb: int, rng: np.random.Generator):
-  n = len(batch["mask"])
-  order = rng.permutation(n) if n_mb > 1 else np.arange(n)
-  for part in np.split(order, n_mb):
-    yield {k: v[part] for k, v in batch.items()}
 
 
 def train(cfg, **kwargs) -> dict[str, Any]:
@@ -331,19 +325,18 @@ def _train(
       batch_metrics = {**batch_metrics, "reward_nonfinite": bad_rewards}
     ctx.params = ctx.extra = None  # `state` is donated by the updates below.
     t2 = time.time()
-    mb_rng = np.random.default_rng([cfg.seed, step])
-    update_metrics = []
-    updates = context_lib.step_progress(
-      step, cfg.steps, "updates", updates_per_step
+    state, update_metrics = ts.run_updates(
+      step_fn,
+      state,
+      batch,
+      batch_sh,
+      epochs=cfg.ppo_epochs,
+      minibatches=cfg.minibatches,
+      rng=np.random.default_rng([cfg.seed, step]),
+      progress=context_lib.step_progress(
+        step, cfg.steps, "updates", updates_per_step
+      ),
     )
-    for _ in range(cfg.ppo_epochs):
-      for mb in _minibatches(batch, cfg.minibatches, mb_rng):
-        state, m = step_fn(state, mesh_lib.put_global(mb, batch_sh))
-        update_metrics.append(m)
-        if len(update_metrics) < updates_per_step:
-          jax.block_until_ready(m)  # so that a line tells the device's pace
-          updates(len(update_metrics))
-    update_metrics = mesh_lib.to_host(update_metrics)
     t3 = time.time()
 
     update_flops = None

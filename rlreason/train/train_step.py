@@ -5,6 +5,8 @@
   step = make_train_step(loss_fn, optimizer, state_sharding=...,
                          batch_sharding=..., micro_batches=4)
   state, metrics = step(state, batch)   # `state` is donated
+  state, metrics = run_updates(step, state, host_batch, batch_sharding,
+                               epochs=1, minibatches=2, rng=rng)
 
 `loss_fn(params, batch, norm) -> (loss, metrics)` is pure with every method
 choice bound in. `batch` is a dict of [N, ...] arrays with at least "mask"
@@ -19,6 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from rlreason.rl import aggregation
@@ -261,6 +264,36 @@ def make_train_step(
   if options:  # compiler_options(): libtpu's flags for this program alone
     kwargs["compiler_options"] = options
   return jax.jit(step_on_mesh, donate_argnums=0 if donate else (), **kwargs)
+
+
+def run_updates(
+  step_fn,
+  state: TrainState,
+  batch: dict,
+  batch_sharding,
+  *,
+  epochs: int,
+  minibatches: int,
+  rng: np.random.Generator,
+  progress: Callable[[int], None] | None = None,
+) -> tuple[TrainState, list[dict]]:
+  """`epochs` passes over `batch` (host [N, ...] arrays), each in
+  `minibatches` minibatches of rows in `rng`'s order (in order for one),
+  one `step_fn` call each: (state, every call's metrics on the host).
+  `progress(updates done)` after each but the last, once it has run (so
+  that a line tells the device's pace)."""
+  metrics, total = [], epochs * minibatches
+  n = len(batch["mask"])
+  for _ in range(epochs):
+    order = rng.permutation(n) if minibatches > 1 else np.arange(n)
+    for part in np.split(order, minibatches):
+      mb = {k: v[part] for k, v in batch.items()}
+      state, m = step_fn(state, mesh_lib.put_global(mb, batch_sharding))
+      metrics.append(m)
+      if progress is not None and len(metrics) < total:
+        jax.block_until_ready(m)
+        progress(len(metrics))
+  return state, mesh_lib.to_host(metrics)
 
 
 def setup(

@@ -215,3 +215,39 @@ def test_the_temporaries_budget_is_a_tpu_only_compile_option():
   for name in ("train_temp_budget_mib", "rollout_temp_budget_mib"):
     with pytest.raises(ValueError, match=f"--{name}=-1"):
       config_lib.BaseConfig(**{name: -1}).validate()
+
+
+def test_run_updates_passes_over_the_batch_in_shuffled_minibatches():
+  """2 epochs x 2 minibatches of 6 rows: four calls of 3 rows, each epoch
+  every row once, in the generator's order; the state threads through
+  the calls, the metrics come back on the host, progress after each
+  call but the last. One minibatch keeps the rows in order."""
+  batch = {"mask": np.ones((6, 2), np.float32), "row": np.arange(6)}
+  seen, done = [], []
+
+  def step_fn(state, mb):
+    seen.append(np.asarray(mb["row"]).tolist())
+    return state + 1, {"rows": jnp.asarray(mb["row"]).sum()}
+
+  one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  state, metrics = ts.run_updates(
+    step_fn,
+    0,
+    batch,
+    one,
+    epochs=2,
+    minibatches=2,
+    rng=np.random.default_rng(7),
+    progress=done.append,
+  )
+  rng = np.random.default_rng(7)
+  want = [p.tolist() for _ in range(2) for p in np.split(rng.permutation(6), 2)]
+  assert seen == want and state == 4 and done == [1, 2, 3]
+  assert (
+    sorted(seen[0] + seen[1]) == sorted(seen[2] + seen[3]) == list(range(6))
+  )
+  assert [type(m["rows"]) for m in metrics] == [np.ndarray] * 4
+  assert [int(m["rows"]) for m in metrics] == [sum(p) for p in want]
+  seen.clear()
+  ts.run_updates(step_fn, 0, batch, one, epochs=1, minibatches=1, rng=None)
+  assert seen == [list(range(6))]
