@@ -88,6 +88,37 @@ def test_a_run_starts_from_a_lora_runs_merged_policy(run, tmp_path):
   assert not jax.tree.all(jax.tree.map(np.array_equal, params, base))
 
 
+def test_a_lora_run_starts_from_a_lora_runs_merged_policy(run, tmp_path):
+  """A LoRA run with --init_from=<a LoRA run>: its adapters go on top of
+  that run's merged policy, which is its reference too (KL 0 at step 1,
+  B moved by it); loaded, it is that policy plus its own adapters (at 0
+  steps: exactly that policy)."""
+  cfg, _ = run
+  first = trained.load(cfg.workdir)
+  on_top = dataclasses.replace(
+    cfg, init_from=cfg.workdir, steps=1, workdir=str(tmp_path / "b")
+  )
+  out = grpo.run(on_top)
+  params = out["state"].params
+  assert all(p[-1] in ("a", "b") for p in _paths(params))
+  assert any(float(jnp.abs(x).max()) > 0 for x in jax.tree.leaves(params))
+  assert abs(testing.train_rows(on_top.workdir)[1]["kl"]) < 1e-6
+  second = trained.load(on_top.workdir)
+  # Pinned to the run's last checkpoint.
+  pinned = os.path.join(cfg.workdir, "checkpoints", str(cfg.steps))
+  assert second.run_cfg.init_from == pinned
+  assert not jax.tree.all(
+    jax.tree.map(np.array_equal, second.params, first.params)
+  )
+  unmoved = dataclasses.replace(on_top, steps=0, workdir=str(tmp_path / "c"))
+  grpo.run(unmoved)
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    trained.load(unmoved.workdir).params,
+    first.params,
+  )
+
+
 def _ours(params, model_cfg, tokens):
   positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
   return np.asarray(transformer.apply(params, tokens, positions, model_cfg)[0])
