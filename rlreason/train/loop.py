@@ -199,24 +199,26 @@ def _train(
     temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k
   )
 
+  def rollout_of(examples, key, step):
+    """The policy's samples of `examples`, as the loop samples a step."""
+    return ctx.generate(
+      ctx.params,
+      examples,
+      key,
+      step,
+      group_size=cfg.group_size,
+      sampling=sampling,
+      progress=context_lib.step_progress(
+        step, cfg.steps, "rollout sequences", len(examples) * cfg.group_size
+      ),
+    )
+
   def sample_more(step, round_):
     # The prompts advance the checkpointed iterator; the key is a function
     # of (seed, step, round), so a resumed run draws the same samples.
     preempt.interrupt()  # a stop is not kept waiting for more rounds
     more = next(prompts)
-    rows = len(more) * cfg.group_size
-    rollout = ctx.generate(
-      ctx.params,
-      more,
-      jax.random.fold_in(rng, round_),
-      step,
-      group_size=cfg.group_size,
-      sampling=sampling,
-      progress=context_lib.step_progress(
-        step, cfg.steps, "rollout sequences", rows
-      ),
-    )
-    return rollout, more
+    return rollout_of(more, jax.random.fold_in(rng, round_), step), more
 
   def save(step, wait=False, data=None):
     # In the background mode the write goes on during the next steps (a
@@ -275,18 +277,7 @@ def _train(
     """The step's rollout, its examples and when it was ready."""
     examples = next(prompts)
     ctx.params = policy_of(state.params)  # merged once per step with LoRA
-    rows = len(examples) * cfg.group_size  # sequences sampled
-    rollout = ctx.generate(
-      ctx.params,
-      examples,
-      rng,
-      step,
-      group_size=cfg.group_size,
-      sampling=sampling,
-      progress=context_lib.step_progress(
-        step, cfg.steps, "rollout sequences", rows
-      ),
-    )
+    rollout = rollout_of(examples, rng, step)
     jax.block_until_ready(rollout.mask)
     return rollout, examples, time.time()
 
