@@ -248,8 +248,9 @@ def generate(
           progress=within,
         )
       )
-      if rows_journal is not None:  # waits for the call
-        keep(np.arange(lo, lo + len(part)), mesh_lib.to_host(outs[-1]))
+      if rows_journal is not None:  # waits for the call; no mask kept
+        host = mesh_lib.to_host(outs[-1]._replace(mask=None))
+        keep(np.arange(lo, lo + len(part)), host)
       if lo + per_call < m and (progress or interrupt):
         jax.block_until_ready(outs[-1].lengths)  # one call at a time
         report(lo + per_call)
