@@ -24,17 +24,16 @@ import copy
 import dataclasses
 import functools
 import os
-import sys
 import time
 from typing import Any, Callable
 
 import jax
 import numpy as np
 from absl import logging
-from etils import epath
 
 from rlreason.train import adapters as adapters_lib
 from rlreason.train import checkpoint
+from rlreason.train import evaluations
 from rlreason.train import preemption
 from rlreason.train import preflight
 from rlreason.train import run_info
@@ -48,14 +47,7 @@ from rlreason.train import report
 from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
 from rlreason.train import train_step as ts
-from rlreason import storage
 from rlreason.model import transformer
-
-
-def _say(line: str) -> None:
-  """A line on stderr from process 0 (the others keep quiet)."""
-  if jax.process_index() == 0:
-    print(line, file=sys.stderr, flush=True)
 
 
 def train(cfg, **kwargs) -> dict[str, Any]:
@@ -117,11 +109,7 @@ def _train(
   checked = preflight.check_run(cfg, name, needs_ref)
   cfg, workdir = checked.cfg, checked.workdir
   train_examples, eval_examples = checked.train_examples, checked.eval_examples
-  scope = {  # what eval_before / eval_after.json and the eval lines say
-    "problems": len(eval_examples),
-    "trained_on": preflight.trained_on(cfg, train_examples, eval_examples),
-    "samples": cfg.eval_samples,
-  }
+  scope = evaluations.scope(cfg, train_examples, eval_examples)
   cfg = sft.warm_started(cfg)
   is_main = jax.process_index() == 0
   if is_main:
@@ -174,7 +162,9 @@ def _train(
   if restored is not None:
     state, start = restored, int(meta["step"])
     prompts.restore(meta["data"])
-    _say(f"resuming {workdir} at step {start}/{cfg.steps} (its checkpoint)")
+    evaluations.say(
+      f"resuming {workdir} at step {start}/{cfg.steps} (its checkpoint)"
+    )
   # Only the first step's rollout rows are of weights the run has.
   run_info.clear_rollout_journals(workdir, cfg, start)
   # A rerun of a finished run scores nothing again (its weights are those
@@ -229,49 +219,12 @@ def _train(
     ckpt.save(step, state, meta, wait=wait)
     if (seconds := time.time() - t0) >= context_lib.PROGRESS_SECONDS:
       how = "copied to the host" if cfg.async_checkpoint else "saved"
-      _say(f"checkpoint {step} {how} in {seconds:.0f} s")
+      evaluations.say(f"checkpoint {step} {how} in {seconds:.0f} s")
 
-  def evaluate(step):
-    """The evaluation's metrics, or None where a stop came first."""
-    t0 = time.time()
-    # Interrupted, it resumes after the problems its journal holds.
-    journal = run_info.eval_journal(workdir, cfg, step)
-    try:
-      out = context_lib.run_eval(
-        ctx,
-        policy_of(state.params),
-        eval_examples,
-        step=step,
-        samples=cfg.eval_samples,
-        temperature=cfg.temperature,
-        ks=sorted({1, cfg.eval_samples}),
-        journal=journal,
-      )
-    except preemption.Interrupted:
-      _say(
-        f"eval at step {step}/{cfg.steps} stopped after "
-        f"{time.time() - t0:.1f} s; a rerun resumes it from its journal"
-      )
-      return None
-    if is_main:  # its numbers are in the metrics now
-      run_info.remove_journal(journal)
-    writer.write(step, out)
-    _say(
-      f"eval at step {step}/{cfg.steps} | "
-      f"{report.eval_line({**out, **scope})} | {time.time() - t0:.1f} s"
-    )
-    return out
-
-  first_eval = None
-  if start == 0 and restored is None:
-    first_eval = evaluate(0)
-    stopping = first_eval is None
-    if is_main and not stopping:
-      storage.write_json(
-        epath.Path(workdir) / "eval_before.json", {**first_eval, **scope}
-      )
-  elif run_info.evaluation_missing(workdir, cfg, start):
-    stopping = evaluate(start) is None  # a stopped evaluation's, first
+  evaluate = evaluations.Evaluations(
+    ctx, eval_examples, scope, workdir, writer, lambda: policy_of(state.params)
+  )
+  first_eval, stopping = evaluate.at_start(start, restored is not None)
 
   def sample(step):
     """The step's rollout, its examples and when it was ready."""
@@ -301,7 +254,7 @@ def _train(
       batch, batch_metrics = make_batch(rollout, examples, ctx)
     except preemption.Interrupted:  # within the step's sampling
       stopping = True
-      _say(
+      evaluations.say(
         f"step {step + 1}/{cfg.steps} stopped during its sampling; a rerun "
         "samples only what its journal does not hold"
       )
@@ -366,21 +319,7 @@ def _train(
   if not stopping:
     if ckpt.latest_step() != cfg.steps:
       save(cfg.steps)
-    if cfg.steps == 0 and first_eval is not None:
-      final = first_eval  # no step: the weights it scored
-    elif start == cfg.steps and finished:
-      final = finished
-      _say(
-        f"eval at step {start}/{cfg.steps} | {report.eval_line(final)} | "
-        "the finished run's (eval_after.json)"
-      )
-    else:
-      final = evaluate(cfg.steps)
-      stopping, final = final is None, final or {}
-    if is_main and not stopping:
-      storage.write_json(
-        epath.Path(workdir) / "eval_after.json", {**final, **scope}
-      )
+    final, stopping = evaluate.at_end(start, first_eval, finished)
   writer.close()
   ckpt.close()
   if is_main:
@@ -422,5 +361,5 @@ def train_and_report(
     **train_kwargs,
   )
   path = report.write(out["workdir"], title=title)
-  _say(f"report: {path}")
+  evaluations.say(f"report: {path}")
   return out
