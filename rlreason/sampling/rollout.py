@@ -199,10 +199,14 @@ def generate(
     held_ids, held = rows_journal.read(n, int(max_new_tokens))
   todo = np.setdiff1d(np.arange(n), held_ids)  # all rows but those kept
   resumed = len(todo) < n
+  # With a journal, every row's host copy, (row ids, {field: rows}) a part,
+  # of the fields the end needs: the texts', or all to place the rows.
+  on_host = [] if held is None else [(held_ids, held)]
+  needed = journal_lib.FIELDS if resumed else ("tokens", "lengths", "finish")
 
-  def keep(ids, out):  # a finished part's rows, in the journal
-    if rows_journal is not None:
-      rows_journal.write(todo[ids], out)
+  def keep(ids, out):  # a finished part's rows (host), in the journal
+    rows_journal.write(todo[ids], out)
+    on_host.append((todo[ids], {k: getattr(out, k) for k in needed}))
 
   def ids_of(part):  # the rows' keys: the first's offset, or each row's
     return row_offset + part if resumed else row_offset + int(part[0])
@@ -249,8 +253,8 @@ def generate(
         )
       )
       if rows_journal is not None:  # waits for the call; no mask kept
-        host = mesh_lib.to_host(outs[-1]._replace(mask=None))
-        keep(np.arange(lo, lo + len(part)), host)
+        done = mesh_lib.to_host(outs[-1]._replace(mask=None))
+        keep(np.arange(lo, lo + len(part)), done)
       if lo + per_call < m and (progress or interrupt):
         jax.block_until_ready(outs[-1].lengths)  # one call at a time
         report(lo + per_call)
@@ -261,8 +265,11 @@ def generate(
       if len(outs) == 1
       else jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
     )
-  if resumed:  # the kept rows and the new ones, in row order
-    out = _merged(mesh, n, held_ids, held, todo, out)
+  host = None
+  if rows_journal is not None:  # every row is on the host already
+    host = _rows_on_host(n, on_host)
+    if resumed:  # the kept rows and the new ones, in row order
+      out = _on_device(mesh, host)
   tokens, positions = _put_rows(mesh, (tokens, positions))
   full_tokens, full_positions = _concat_completion(
     tokens, positions, out.tokens, out.mask
@@ -273,10 +280,10 @@ def generate(
       run_mesh, (full_tokens, full_positions, logp, policy_logp, mask)
     )
 
-  # Device -> host, for detokenizing and rewards.
-  completions, lengths, finish = mesh_lib.to_host(
-    (out.tokens, out.lengths, out.finish)
-  )
+  if host is None:  # device -> host, for detokenizing and rewards
+    fields = ("tokens", "lengths", "finish")
+    host = mesh_lib.to_host({k: getattr(out, k) for k in fields})
+  completions, lengths, finish = host["tokens"], host["lengths"], host["finish"]
   texts = [
     tokenizer.decode(row[:n].tolist())
     for row, n in zip(completions, lengths, strict=True)
@@ -316,20 +323,24 @@ def _journal_setting(tokens, positions, rng, step, model_cfg,
   )
 
 
-def _merged(mesh, n, held_ids, held, todo, out):
-  """The N rows' SampleOutput from the journal's rows `held_ids` (host
-  arrays `held`) and those sampled now (`out`, rows `todo`; None where
-  every row was kept), on `mesh` in the rollout layout."""
-  new = mesh_lib.to_host(out) if out is not None else None
+def _rows_on_host(n: int, parts) -> dict[str, np.ndarray]:
+  """The N rows as host arrays [N, ...] from `parts`, whose (row ids [k],
+  {field: those k rows}) hold every row between them: the journal's and
+  the rows kept as they finished. The fields are the last part's."""
   rows = {}
-  for k, v in held.items():
-    rows[k] = np.empty((n, *v.shape[1:]), v.dtype)
-    rows[k][held_ids] = v
-    if new is not None:
-      rows[k][todo] = getattr(new, k)
+  for ids, part in parts:
+    for k in parts[-1][1]:
+      rows.setdefault(k, np.empty((n, *part[k].shape[1:]), part[k].dtype))
+      rows[k][ids] = part[k]
+  return rows
+
+
+def _on_device(mesh, rows) -> sampling_lib.SampleOutput:
+  """Host rows (_rows_on_host) as a SampleOutput on `mesh` in the rollout
+  layout, the mask given by the lengths."""
   width = rows["tokens"].shape[1]
-  rows["mask"] = (np.arange(width) < rows["lengths"][:, None]).astype(np.int32)
-  return sampling_lib.SampleOutput(**_put_rows(mesh, rows))
+  mask = (np.arange(width) < rows["lengths"][:, None]).astype(np.int32)
+  return sampling_lib.SampleOutput(**_put_rows(mesh, {**rows, "mask": mask}))
 
 
 def _put_rows(mesh, tree):

@@ -234,6 +234,34 @@ def test_row_journal_reads_its_parts_in_row_order(tmp_path):
   assert len(ids) == 0 and held is None
 
 
+def test_a_journaled_rollout_copies_its_rows_to_the_host_once(
+  params, tmp_path, monkeypatch
+):
+  """Without a journal a rollout copies its sampled tokens to the host once,
+  at its end; with one, each sampler call's (the journal's copy), and those
+  copies give the texts: nothing is copied again at the end."""
+  whole = _generate(params, 3, rows_per_call=3)
+  copies, real = [], mesh_lib.to_host
+
+  def spy(tree):  # the rows of each copy of sampled tokens: int [rows, T]
+    for x in jax.tree.leaves(tree):
+      if np.ndim(x) == 2 and np.issubdtype(x.dtype, np.integer):
+        copies.append(len(x))
+    return real(tree)
+
+  monkeypatch.setattr(mesh_lib, "to_host", spy)
+  _assert_same_rollout(_generate(params, 3, rows_per_call=3), whole)
+  assert copies == [8]
+  copies.clear()
+  got = _generate(params, 3, rows_per_call=3, journal=str(tmp_path))
+  _assert_same_rollout(got, whole)
+  assert copies == [3, 3, 2]  # 8 rows in calls of 3
+  copies.clear()
+  resumed = _generate(params, 3, rows_per_call=3, journal=str(tmp_path))
+  _assert_same_rollout(resumed, whole)
+  assert copies == []  # every row from the journal
+
+
 def test_a_journal_that_cannot_be_written_leaves_the_rollout_be(
   params, tmp_path, capsys
 ):
