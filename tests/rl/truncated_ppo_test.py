@@ -5,6 +5,7 @@ import jax
 import numpy as np
 from absl.testing import absltest
 
+from experiments import ppo
 from experiments import truncated_ppo
 from rlreason.data import sources as data_lib
 from rlreason.model import policy
@@ -16,7 +17,7 @@ WINDOW, BUDGET = 4, 12
 
 def _setup(**overrides):
   """(cfg, ctx, train examples) of a random tiny policy and critic."""
-  cfg = truncated_ppo.Config(
+  fields = dict(
     max_new_tokens=WINDOW,
     max_response_len=BUDGET,
     eval_max_new_tokens=BUDGET,
@@ -24,8 +25,8 @@ def _setup(**overrides):
     group_size=2,
     mesh_fsdp=1,
     whiten_advantages=False,
-    **overrides,
   )
+  cfg = truncated_ppo.Config(**{**fields, **overrides})
   ctx = testing.tiny_context(cfg)
   critic = value.init(
     ctx.model_cfg, jax.random.key(1), policy_params=ctx.params
@@ -157,6 +158,38 @@ class WindowedBatchTest(absltest.TestCase):
       assert 0 <= metrics["tppo/in_flight"] <= 1
     assert finished >= cfg.num_sequences  # every first-round slot ended
     assert longest > 2 * WINDOW  # responses spanned 3 windows
+
+  def test_one_window_of_the_whole_budget_is_ppo(self):
+    """Nothing cut (--max_new_tokens = --max_response_len): every response
+    ends in its window, and T-PPO's batch is PPO's on the same rollout: the
+    same advantages, and the critic learns the same returns against the
+    same rollout-time values (experiments/README.md: trained so, it
+    learns as PPO does)."""
+    cfg, ctx, examples = _setup(max_new_tokens=BUDGET)
+    slots = truncated_ppo.Slots(cfg.num_sequences)
+    ctx.step = 0
+    rollout = testing.tiny_rollout(ctx, examples[: cfg.batch_size], 0)
+    got, metrics = truncated_ppo.make_batch(
+      rollout, examples[: cfg.batch_size], ctx, slots=slots
+    )
+    want, _ = ppo.make_batch(rollout, examples[: cfg.batch_size], ctx)
+    assert metrics["tppo/ended"] == 1.0
+    np.testing.assert_array_equal(got["tokens"], want["tokens"])
+    np.testing.assert_array_equal(got["mask"], want["mask"])
+    np.testing.assert_allclose(got["adv"], want["adv"], rtol=1e-5, atol=1e-6)
+    assert np.abs(want["adv"]).sum() > 0
+    p = rollout.prompt_len  # column c of the critic's fields: token c + 1
+    completion = slice(p - 1, p - 1 + BUDGET)
+    vmask = got["value_mask"][:, completion]
+    np.testing.assert_array_equal(vmask, want["mask"])
+    for field, ppo_field in (("value_returns", "returns"),
+                             ("value_old", "old_values")):  # fmt: skip
+      np.testing.assert_allclose(
+        got[field][:, completion] * vmask,
+        want[ppo_field] * want["mask"],
+        rtol=1e-5,
+        atol=1e-6,
+      )
 
   def test_critic_warmup_validation(self):
     truncated_ppo.Config(steps=0).validate()  # no RL steps: nothing to warm
