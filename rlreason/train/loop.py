@@ -12,8 +12,8 @@ An experiment supplies two functions:
       Pure; `norm` holds the whole minibatch's normalisers
       (aggregation.normalizers). Bound with functools.partial and jitted.
 
-Everything else (mesh, model, data, checkpoints, metrics, evaluation,
-preemption, resume) lives here, once. An experiment's `run(cfg)` is
+Everything else (mesh, model, data, checkpoints, metrics, evaluations:
+evaluations.py, preemption, resume) is run from here, once. An experiment's `run(cfg)` is
 `train_and_report`: `train`, then the run's report.md
 (rlreason/train/report.py).
 The workdir may be local or gs:// (rlreason/storage.py).
@@ -221,10 +221,10 @@ def _train(
       how = "copied to the host" if cfg.async_checkpoint else "saved"
       evaluations.say(f"checkpoint {step} {how} in {seconds:.0f} s")
 
-  evaluate = evaluations.Evaluations(
+  evals = evaluations.Evaluations(
     ctx, eval_examples, scope, workdir, writer, lambda: policy_of(state.params)
   )
-  first_eval, stopping = evaluate.at_start(start, restored is not None)
+  first_eval, stopping = evals.at_start(start, restored is not None)
 
   def sample(step):
     """The step's rollout, its examples and when it was ready."""
@@ -305,7 +305,7 @@ def _train(
       and (step + 1) % cfg.eval_every == 0
       and step + 1 < cfg.steps
     ):
-      unscored = evaluate(step + 1) is None
+      unscored = evals(step + 1) is None
     # Alike on every process:
     stopping, done = preempt.agreed() or unscored, step + 1
     if stopping or (
@@ -319,7 +319,7 @@ def _train(
   if not stopping:
     if ckpt.latest_step() != cfg.steps:
       save(cfg.steps)
-    final, stopping = evaluate.at_end(start, first_eval, finished)
+    final, stopping = evals.at_end(start, first_eval, finished)
   writer.close()
   ckpt.close()
   if is_main:
