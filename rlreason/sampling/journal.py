@@ -1,9 +1,11 @@
 """A rollout's finished rows on disk, so that a stopped rollout's rerun
 samples only the rest (rollout.generate's `journal`).
 
-  j = journal.RowJournal(directory, setting)  # setting: what rows depend on
+  setting = journal.rollout_setting(tokens, ...)  # what rows depend on
+  j = journal.RowJournal(directory, setting)
   ids, held = j.read(rows, width)  # rows kept by an earlier, stopped call
   j.write(ids, sample_output)      # as parts of the rollout finish
+  out = journal.in_row_order(rows, [(ids, held), ...])  # [rows, ...] arrays
 
 The journal of one rollout is <directory>/<digest>/, the digest naming
 everything else its samples depend on (`setting`: the prompts, keys, step,
@@ -49,6 +51,39 @@ def array_digest(*arrays: np.ndarray) -> str:
     h.update(f"{a.shape}{a.dtype}".encode())
     h.update(a.tobytes())
   return h.hexdigest()[:16]
+
+
+def rollout_setting(tokens, positions, rng, step, model_cfg,
+                    max_new_tokens, sampling, stop_ids, stop_sequences,
+                    pad_id, row_offset) -> dict:  # fmt: skip
+  """What a rollout's samples depend on beside the parameters (the
+  journal's directory is theirs), its journal's name: the prompts, the key
+  and step, the sampler's settings and architecture (not how the rows are
+  split into calls: each row has its own key)."""
+  return dict(
+    prompts=array_digest(tokens, positions),
+    key=np.asarray(mesh_lib.to_host(jax.random.key_data(rng))).tolist(),
+    step=int(np.asarray(mesh_lib.to_host(step))),
+    model=repr(model_cfg),
+    max_new_tokens=int(max_new_tokens),
+    sampling=repr(sampling),
+    stops=[list(stop_ids), [list(q) for q in stop_sequences]],
+    pad_id=int(pad_id),
+    row_offset=int(row_offset),
+  )
+
+
+def in_row_order(n: int, parts) -> dict[str, np.ndarray]:
+  """The N rows as host arrays [N, ...] from `parts`, whose (row ids [k],
+  {field: those k rows}) hold every row between them (a rollout's: the
+  rows its journal held and those kept as they finished). The fields are
+  the last part's."""
+  rows = {}
+  for ids, part in parts:
+    for k in parts[-1][1]:
+      rows.setdefault(k, np.empty((n, *part[k].shape[1:]), part[k].dtype))
+      rows[k][ids] = part[k]
+  return rows
 
 
 class RowJournal:

@@ -191,7 +191,7 @@ def generate(
   if journal:
     rows_journal = journal_lib.RowJournal(
       journal,
-      _journal_setting(
+      journal_lib.rollout_setting(
         tokens, positions, rng, step, model_cfg, max_new_tokens, sampling,
         stop_ids, stop_sequences, tokenizer.pad_id, row_offset,
       ),
@@ -267,7 +267,7 @@ def generate(
     )
   host = None
   if rows_journal is not None:  # every row is on the host already
-    host = _rows_on_host(n, on_host)
+    host = journal_lib.in_row_order(n, on_host)
     if resumed:  # the kept rows and the new ones, in row order
       out = _on_device(mesh, host)
   tokens, positions = _put_rows(mesh, (tokens, positions))
@@ -303,40 +303,8 @@ def generate(
   )
 
 
-def _journal_setting(tokens, positions, rng, step, model_cfg,
-                     max_new_tokens, sampling, stop_ids, stop_sequences,
-                     pad_id, row_offset) -> dict:  # fmt: skip
-  """What a rollout's samples depend on beside the parameters (the
-  journal's directory is theirs), its journal's name: the prompts, the key
-  and step, the sampler's settings and architecture (not how the rows are
-  split into calls: each row has its own key)."""
-  return dict(
-    prompts=journal_lib.array_digest(tokens, positions),
-    key=np.asarray(mesh_lib.to_host(jax.random.key_data(rng))).tolist(),
-    step=int(np.asarray(mesh_lib.to_host(step))),
-    model=repr(model_cfg),
-    max_new_tokens=int(max_new_tokens),
-    sampling=repr(sampling),
-    stops=[list(stop_ids), [list(q) for q in stop_sequences]],
-    pad_id=int(pad_id),
-    row_offset=int(row_offset),
-  )
-
-
-def _rows_on_host(n: int, parts) -> dict[str, np.ndarray]:
-  """The N rows as host arrays [N, ...] from `parts`, whose (row ids [k],
-  {field: those k rows}) hold every row between them: the journal's and
-  the rows kept as they finished. The fields are the last part's."""
-  rows = {}
-  for ids, part in parts:
-    for k in parts[-1][1]:
-      rows.setdefault(k, np.empty((n, *part[k].shape[1:]), part[k].dtype))
-      rows[k][ids] = part[k]
-  return rows
-
-
 def _on_device(mesh, rows) -> sampling_lib.SampleOutput:
-  """Host rows (_rows_on_host) as a SampleOutput on `mesh` in the rollout
+  """Host rows (journal.in_row_order) as a SampleOutput on `mesh` in the rollout
   layout, the mask given by the lengths."""
   width = rows["tokens"].shape[1]
   mask = (np.arange(width) < rows["lengths"][:, None]).astype(np.int32)
