@@ -13,9 +13,9 @@ An experiment supplies two functions:
       (aggregation.normalizers). Bound with functools.partial and jitted.
 
 Everything else (mesh, model, data, checkpoints, metrics, evaluations:
-evaluations.py, preemption, resume) is run from here, once. An experiment's `run(cfg)` is
-`train_and_report`: `train`, then the run's report.md
-(rlreason/train/report.py).
+evaluations.py, preemption, resume) is run from here, once. An
+experiment's `run(cfg)` is `train_and_report`: `train`, then the run's
+report.md (rlreason/train/report.py).
 The workdir may be local or gs:// (rlreason/storage.py).
 """
 
