@@ -75,14 +75,13 @@ def rollout_setting(tokens, positions, rng, step, model_cfg,
 
 def in_row_order(n: int, parts) -> dict[str, np.ndarray]:
   """The N rows as host arrays [N, ...] from `parts`, whose (row ids [k],
-  {field: those k rows}) hold every row between them (a rollout's: the
-  rows its journal held and those kept as they finished). The fields are
-  the last part's."""
+  {field: those k rows}, the same fields in each) hold every row between
+  them (a rollout's: the rows its journal held and those kept as they
+  finished)."""
   rows = {}
   for ids, part in parts:
-    for k in parts[-1][1]:
-      rows.setdefault(k, np.empty((n, *part[k].shape[1:]), part[k].dtype))
-      rows[k][ids] = part[k]
+    for k, v in part.items():
+      rows.setdefault(k, np.empty((n, *v.shape[1:]), v.dtype))[ids] = v
   return rows
 
 
