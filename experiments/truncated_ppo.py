@@ -30,7 +30,9 @@ training efficiency of PPO at equal or better accuracy (abstract; the
 window and length settings are not restated here). Expected at laptop
 scale: held-out accuracy rising as with experiments/ppo.py, with
 tppo/in_flight > 0 (responses spanning windows) and the critic's
-explained variance rising.
+explained variance rising. tppo/outcome_tokens is the share of a step's
+window tokens credited with an outcome; the rest learn only through the
+critic (on the shipped base they do not: experiments/README.md).
 
 CPU:  python -m experiments.truncated_ppo
 TPU:  launch/tpu.sh run experiments.truncated_ppo --scale=paper \
@@ -278,6 +280,9 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
     "tppo/ended": float(ended.mean()),
     "tppo/in_flight": float((~ended).mean()),
     "tppo/ended_length": float(total_len[ended].mean()) if ended.any() else 0,
+    # The window's tokens whose advantage holds the outcome (the ended
+    # responses'); the rest learn only through the critic, V(cut) - V(s_t).
+    "tppo/outcome_tokens": float(mask[ended].sum() / max(mask.sum(), 1.0)),
   }
   metrics["value/explained_var"] = ppo.explained_variance(
     batch["value_returns"], batch["value_old"], vmask

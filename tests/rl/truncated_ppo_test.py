@@ -156,6 +156,13 @@ class WindowedBatchTest(absltest.TestCase):
         # gamma = 1
         np.testing.assert_allclose(returns, reward, rtol=1e-6, atol=1e-6)
       assert 0 <= metrics["tppo/in_flight"] <= 1
+      ended = batch["value_mask"].any(-1)
+      np.testing.assert_allclose(
+        metrics["tppo/outcome_tokens"],
+        batch["mask"][ended].sum() / batch["mask"].sum(),
+        rtol=1e-6,
+        atol=0,
+      )
     assert finished >= cfg.num_sequences  # every first-round slot ended
     assert longest > 2 * WINDOW  # responses spanned 3 windows
 
