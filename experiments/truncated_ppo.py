@@ -22,8 +22,8 @@ it in exactly:
 Laptop deviations: the shared loop samples a fresh batch every step and
 this file refills empty slots from it, discarding the rows of slots still
 in flight, so it reproduces T-PPO's updates, not its wall-clock savings;
-in-flight slots live on the host, checkpointed with the prompt
-iterator's state (SlotPrompts): a resumed run continues them.
+in-flight slots live on the host, checkpointed with the data's position
+(Slots.state): a resumed run continues them.
 With --micro_batches > 1 the critic's loss is normalised per micro-batch.
 
 Reproduces (paper scale): AIME 2024 with a 32B base model, up to 2.5x the
@@ -60,7 +60,8 @@ from rlreason.rl import returns as returns_lib
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
-from rlreason.data import iterator
+from rlreason.data import difficulty
+from rlreason.data.sources import Example
 from rlreason.rl import value
 
 
@@ -144,31 +145,31 @@ class Slots:
     self.done = [[] for _ in range(self.n)]  # its earlier windows' ids
 
   def state(self) -> dict:
-    """The slots as JSON data for the checkpoint: examples by uid, token
-    ids as base64 int32 text (at paper scale up to 24k ids a slot, which
-    the loop copies every step: strings copy for free)."""
+    """The slots as JSON data for the checkpoint (difficulty.
+    tracked_iterator keeps it with the data's position): token ids as
+    base64 int32 text (at paper scale up to 24k ids a slot, which the loop
+    copies every step: strings copy for free)."""
     return {
       "calls": self.calls,
-      "uid": [e.uid if e is not None else None for e in self.example],
+      "example": [
+        dataclasses.asdict(e) if e is not None else None for e in self.example
+      ],
       "context": [_ids_text(c) for c in self.context],
       "done": [_ids_text(d) for d in self.done],
     }
 
-  def restore(self, state: dict, examples: dict) -> None:
-    """`state`'s slots; `examples` maps uids to the run's Examples."""
-    if len(state["uid"]) != self.n:
+  def restore(self, state: dict) -> None:
+    if len(state["example"]) != self.n:
       raise ValueError(
-        f"the checkpoint holds {len(state['uid'])} T-PPO slots, the run "
-        f"{self.n} (--batch_size x --group_size)"
-      )
-    if missing := {u for u in state["uid"] if u is not None} - set(examples):
-      raise ValueError(
-        f"the checkpoint's T-PPO slots hold prompts the run's data does "
-        f"not: uids {sorted(missing)[:5]}"
+        f"the checkpoint holds {len(state['example'])} T-PPO slots, the "
+        f"run {self.n} (--batch_size x --group_size)"
       )
     self.calls = int(state["calls"])
     self.example = [
-      examples[u] if u is not None else None for u in state["uid"]
+      None
+      if e is None
+      else Example(**{**e, "knowledge": tuple(e["knowledge"])})
+      for e in state["example"]
     ]
     self.context = [_ids(c) for c in state["context"]]
     self.done = [_ids(d) for d in state["done"]]
@@ -180,34 +181,6 @@ def _ids_text(ids) -> str:
 
 def _ids(text: str) -> list[int]:
   return np.frombuffer(base64.b64decode(text), np.int32).tolist()
-
-
-class SlotPrompts:
-  """The run's prompt iterator, its state holding the in-flight slots: a
-  resumed run continues the responses its checkpoint left unfinished."""
-
-  def __init__(self, cfg: Config, examples, slots: Slots):
-    self.prompts = iterator.PromptIterator(
-      examples, cfg.batch_size, seed=cfg.seed
-    )
-    self.slots = slots
-    self.by_uid = {e.uid: e for e in examples}
-
-  def __iter__(self):
-    return self
-
-  def __next__(self):
-    return next(self.prompts)
-
-  def state(self) -> dict:
-    return {"prompts": self.prompts.state(), "slots": self.slots.state()}
-
-  def restore(self, state: dict) -> None:
-    if "slots" not in state:  # a checkpoint from before the slots were kept
-      self.prompts.restore(state)  # (its slots start afresh, as it did)
-      return
-    self.prompts.restore(state["prompts"])
-    self.slots.restore(state["slots"], self.by_uid)
 
 
 def _left_pad(r, p: int, pad_id: int):
@@ -426,7 +399,7 @@ def run(cfg: Config) -> dict:
     loss_fn=loss_fn,
     needs_ref=False,
     extra_params=critic(cfg),
-    prompt_iterator=lambda cfg, examples: SlotPrompts(cfg, examples, slots),
+    prompt_iterator=difficulty.tracked_iterator(slots),
   )
 
 

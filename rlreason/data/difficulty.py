@@ -349,7 +349,9 @@ def prompts(tracker: Tracker, weights: Callable) -> Callable:
 
 def tracked_iterator(tracker: Tracker, base: Callable | None = None):
   """A prompt_iterator factory that keeps `base`'s order (default: the
-  loop's iterator.PromptIterator) and checkpoints `tracker` with it."""
+  loop's iterator.PromptIterator) and checkpoints `tracker` with it (any
+  host state with state() -> JSON data and restore(state), e.g. T-PPO's
+  in-flight slots)."""
   from rlreason.data import iterator
 
   def factory(cfg, examples):
@@ -377,5 +379,8 @@ class _WithTracker:
     return {"inner": self.inner.state(), "tracker": self.tracker.state()}
 
   def restore(self, state: dict) -> None:
+    if "inner" not in state:  # from before the tracker was kept: it starts
+      self.inner.restore(state)  # afresh (an experiment that added one)
+      return
     self.inner.restore(state["inner"])
     self.tracker.restore(state["tracker"])

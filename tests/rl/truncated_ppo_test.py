@@ -4,7 +4,6 @@ its in-flight responses survive a stop (the checkpointed slots)."""
 
 import dataclasses
 import json
-import re
 
 import jax
 import numpy as np
@@ -13,6 +12,7 @@ from absl.testing import absltest
 
 from experiments import ppo
 from experiments import truncated_ppo
+from rlreason.data import difficulty
 from rlreason.data import sources as data_lib
 from rlreason.model import policy
 from rlreason import testing
@@ -223,33 +223,32 @@ class WindowedBatchTest(absltest.TestCase):
 def test_slots_state_round_trips_through_json():
   cfg = truncated_ppo.Config(batch_size=2, group_size=2)
   examples = data_lib.load(cfg.data, "train")[:3]
-  prompts = truncated_ppo.SlotPrompts(cfg, examples, truncated_ppo.Slots(4))
+  prompts = difficulty.tracked_iterator(truncated_ppo.Slots(4))(cfg, examples)
   next(prompts)
-  slots = prompts.slots
+  slots = prompts.tracker
   slots.calls = 3
-  slots.example[1], slots.example[3] = examples[2], examples[0]
+  hinted = dataclasses.replace(examples[0], knowledge=("a", "b"), hint="h")
+  slots.example[1], slots.example[3] = examples[2], hinted
   slots.context[1], slots.done[1] = [5, 6, 2**31 - 1], [7]
   slots.context[3], slots.done[3] = [8], [9, 10, 0]
   state = json.loads(json.dumps(prompts.state()))
-  again = truncated_ppo.SlotPrompts(cfg, examples, truncated_ppo.Slots(4))
+  again = difficulty.tracked_iterator(truncated_ppo.Slots(4))(cfg, examples)
   again.restore(state)
   for field in ("n", "calls", "example", "context", "done"):
-    assert getattr(again.slots, field) == getattr(slots, field), field
-  assert again.prompts.state() == prompts.prompts.state()
+    assert getattr(again.tracker, field) == getattr(slots, field), field
+  assert again.inner.state() == prompts.inner.state()
   # A checkpoint from before the slots were kept: the iterator's position,
   # the slots free.
-  old = truncated_ppo.SlotPrompts(cfg, examples, truncated_ppo.Slots(4))
-  old.restore(prompts.prompts.state())
-  assert old.prompts.state() == prompts.prompts.state()
-  assert old.slots.example == [None] * 4
+  old = difficulty.tracked_iterator(truncated_ppo.Slots(4))(cfg, examples)
+  old.restore(prompts.inner.state())
+  assert old.inner.state() == prompts.inner.state()
+  assert old.tracker.example == [None] * 4
   with pytest.raises(ValueError, match="holds 4 T-PPO slots, the run 2"):
-    truncated_ppo.Slots(2).restore(state["slots"], again.by_uid)
-  with pytest.raises(ValueError, match=re.escape(examples[2].uid)):
-    truncated_ppo.Slots(4).restore(state["slots"], {})
+    truncated_ppo.Slots(2).restore(state["tracker"])
 
 
 def test_a_resumed_run_continues_its_unfinished_responses(tmp_path):
-  """The slots ride in the checkpoint (SlotPrompts' state): 2 steps, then
+  """The slots ride in the checkpoint (Slots.state): 2 steps, then
   a rerun to 4, train as 4 steps in one go, though responses were in
   flight at the stop (the smoke budget of 3 windows)."""
   cfg = dataclasses.replace(
@@ -260,9 +259,9 @@ def test_a_resumed_run_continues_its_unfinished_responses(tmp_path):
   first = dataclasses.replace(cfg, steps=2, workdir=str(tmp_path / "b"))
   truncated_ppo.run(first)
   meta, _ = testing.checkpoints(first.workdir)[2]
-  slots = meta["data"]["slots"]
-  busy = [i for i, uid in enumerate(slots["uid"]) if uid is not None]
-  assert busy and all(slots["done"][i] for i in busy), slots["uid"]
+  slots = meta["data"]["tracker"]
+  busy = [i for i, e in enumerate(slots["example"]) if e is not None]
+  assert busy and all(slots["done"][i] for i in busy), slots["example"]
   truncated_ppo.run(dataclasses.replace(first, steps=4))
   a, b = testing.train_rows(whole.workdir), testing.train_rows(first.workdir)
   assert sorted(a) == [1, 2, 3, 4] and a == b
