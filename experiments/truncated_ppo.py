@@ -145,10 +145,10 @@ class Slots:
     self.done = [[] for _ in range(self.n)]  # its earlier windows' ids
 
   def state(self) -> dict:
-    """The slots as JSON data for the checkpoint (difficulty.
-    tracked_iterator keeps it with the data's position): token ids as
-    base64 int32 text (at paper scale up to 24k ids a slot, which the loop
-    copies every step: strings copy for free)."""
+    """The slots as JSON data, checkpointed with the data's position
+    (difficulty.tracked_iterator). Token ids are base64 int32 text: up to
+    24k ids a slot at paper scale, and the loop copies the state every
+    step (strings copy for free)."""
     return {
       "calls": self.calls,
       "example": [
