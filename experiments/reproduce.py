@@ -52,11 +52,11 @@ from absl import logging
 
 from experiments.claims import CLAIMS
 from experiments.claims import Claim
-from rlreason import config
 from rlreason import devices
 from rlreason.model import presets
 from rlreason.train import checkpoint
 from rlreason.train import flags as rr_flags
+from rlreason.train import run_info
 from rlreason.eval import reproduction
 
 # ----------------------------------------------------------------------------
@@ -125,7 +125,7 @@ _SAME_RUN_IGNORES = ("init_from", "steps", "workdir")
 
 def _differences(saved: dict, cfg) -> list[str]:
   """Config keys in which a saved config.json differs from cfg."""
-  return config.differences(saved, cfg, ignore=_SAME_RUN_IGNORES)
+  return run_info.differences(saved, cfg, ignore=_SAME_RUN_IGNORES)
 
 
 def _finished(cfg) -> bool:
@@ -138,7 +138,7 @@ def _finished(cfg) -> bool:
   diff = _differences(saved, cfg)
   if diff or saved["steps"] > cfg.steps:
     diff = diff or ["steps"]
-    want = {**dataclasses.asdict(cfg), "class": config.class_name(cfg)}
+    want = {**dataclasses.asdict(cfg), "class": run_info.class_name(cfg)}
     raise ValueError(
       f"{cfg.workdir} holds a run with a different config ("
       + ", ".join(f"{k}: {saved.get(k)!r} != {want[k]!r}" for k in diff)

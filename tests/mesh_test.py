@@ -11,6 +11,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason import testing
 from rlreason.model import transformer
+from rlreason.train import run_info
 
 CFG = testing.tiny_model_config(vocab_size=64, qkv_bias=True)
 
@@ -134,7 +135,7 @@ def test_sequence_parallel_needs_a_tensor_axis():
   config.BaseConfig(sequence_parallel=True, rollout_tensor=4).validate()
   # Layout and compilation only (the same numbers): a resumed run may
   # change them; each reaches the model's config.
-  assert {"sequence_parallel", "scan_layers"} <= set(config.RESUMABLE_CHANGES)
+  assert {"sequence_parallel", "scan_layers"} <= set(run_info.RESUMABLE_CHANGES)
   settings = config.BaseConfig(sequence_parallel=True, remat=True)
   assert settings.model_settings() == {
     "remat": True, "remat_policy": "full", "sequence_parallel": True,

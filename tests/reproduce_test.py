@@ -10,8 +10,8 @@ import types
 import pytest
 
 from experiments import reproduce
-from rlreason import config
 from rlreason import testing
+from rlreason.train import run_info
 
 # testing.SMOKE but its step count (reproduce's runs set their own).
 TINY = {k: v for k, v in testing.SMOKE.items() if k != "steps"}
@@ -243,7 +243,7 @@ def test_a_field_added_later_at_its_default_is_the_same_run():
 
   cfg = Hinted()
   saved = dataclasses.asdict(cfg)
-  saved["class"] = config.class_name(cfg)
+  saved["class"] = run_info.class_name(cfg)
   del saved["warm_start_hints"]
   assert reproduce._differences(saved, cfg) == ["warm_start_hints"]
   assert reproduce._differences(saved, Hinted(warm_start_hints=0.0)) == []

@@ -266,20 +266,20 @@ def check_memory(
 def check_resume(cfg, workdir: str) -> None:
   """A workdir that holds a run continues only that run.
 
-  Fields outside config.RESUMABLE_CHANGES must match its config.json;
+  Fields outside run_info.RESUMABLE_CHANGES must match its config.json;
   --allow_config_change lets them differ and appends the change to
   config_changes.jsonl.
   """
   saved = storage.read_json(os.path.join(workdir, "config.json"))
   if not saved:
     return
-  ignore = config.RESUMABLE_CHANGES
+  ignore = run_info.RESUMABLE_CHANGES
   if not cfg.init_from and cfg.warm_start_steps:
     ignore += ("init_from",)  # the warm start's cache, set later
-  diff = config.differences(saved, cfg, ignore=ignore)
+  diff = run_info.differences(saved, cfg, ignore=ignore)
   if not diff:
     return
-  now = {"class": config.class_name(cfg), **vars_of(cfg)}
+  now = {"class": run_info.class_name(cfg), **vars_of(cfg)}
   lines = [f"--{k}: {saved.get(k)!r} -> {now[k]!r}" for k in diff]
   if not cfg.allow_config_change:
     raise config.ConfigError(

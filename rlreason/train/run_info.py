@@ -4,8 +4,11 @@
   run_info.use_compile_cache(cfg)              # --compile_cache
   workdir = run_info.workdir_for(cfg, "grpo")
   run_info.write_run_info(workdir, cfg)        # config.json + COMMIT
+  run_info.differences(saved, cfg)             # vs a saved config.json
 
 status.json (STATUS) is written by the loop when `train` returns.
+RESUMABLE_CHANGES are the fields a resume may change without
+--allow_config_change (preflight.check_resume).
 """
 
 import contextlib
@@ -14,12 +17,12 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import jax
 from etils import epath
 from jax.experimental.compilation_cache import compilation_cache
 
-from rlreason import config
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
 from rlreason import storage
@@ -28,6 +31,70 @@ from rlreason.sampling import scoring
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Fields a resumed run may change without --allow_config_change. None of
+# them changes what the run computes (up to numerics): how long it goes on
+# and what it records; how the rollout is batched and laid out (samples
+# draw per-row keys); how the updates fit the devices (what an
+# out-of-memory error says to turn before a rerun resumes, and a run moved
+# to another slice). A test keeps every name a BaseConfig field.
+RESUMABLE_CHANGES = tuple(
+  "steps workdir log_every eval_every checkpoint_every keep_checkpoints "
+  "stop_after_hours "
+  "async_checkpoint tensorboard wandb_project cache_dir compile_cache "
+  "multihost validate_rows allow_config_change "
+  "rollout_rows rollout_batching decode_attention rollout_layout "
+  "rollout_tensor sequence_parallel scan_layers "
+  "micro_batches remat remat_policy train_temp_budget_mib "
+  "rollout_temp_budget_mib score_temp_budget_mib "
+  "mesh_data mesh_fsdp mesh_tensor".split()
+)
+
+
+def differences(saved: dict, cfg, ignore=()) -> list[str]:
+  """Fields in which a saved config.json (a dict) differs from `cfg`.
+
+  A field added to the Config after the run was made counts as unchanged if
+  `cfg` has the default it was introduced with (in the most basic Config
+  that has it: the behaviour of the code before it existed), not a
+  subclass's (e.g. a method that turns a new base option on). "class" is
+  compared too: `module.Class` as the loop saves it.
+  """
+  want = dataclasses.asdict(cfg)
+  defaults = {}
+  for klass in type(cfg).__mro__[::-1]:
+    if dataclasses.is_dataclass(klass):
+      for f in dataclasses.fields(klass):
+        defaults.setdefault(f.name, f.default)
+  diff = [
+    k for k in want if k not in ignore and saved.get(k, defaults[k]) != want[k]
+  ]
+  if not same_class(saved.get("class", class_name(cfg)), class_name(cfg)):
+    diff.append("class")
+  return sorted(diff)
+
+
+def same_class(a: str, b: str) -> bool:
+  """Whether two recorded class names are one class: an experiment run as
+  `python -m experiments.grpo` records `__main__.Config`, imported it
+  records `experiments.grpo.Config`."""
+  if a == b:
+    return True
+  (ma, _, ca), (mb, _, cb) = a.rpartition("."), b.rpartition(".")
+  return ca == cb and "__main__" in (ma, mb)
+
+
+def class_name(cfg) -> str:
+  """`module.Class` of a config, as config.json records it: the module's
+  import name also where it runs as the program (`python -m
+  experiments.grpo` records experiments.grpo.Config; records made before
+  this say __main__.Config, which same_class matches)."""
+  module = type(cfg).__module__
+  if module == "__main__":
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    module = getattr(spec, "name", None) or module
+  return f"{module}.{type(cfg).__name__}"
+
 
 # status.json: {"status": "finished" | "stopped", "step", "steps"}, written
 # when train returns; absent while a run is going on (or was killed).
@@ -96,12 +163,12 @@ def _partial(workdir: str, cfg, name: str) -> str:
 
 
 def _resume_setting(cfg) -> dict:
-  """The settings a resume may not change (config.RESUMABLE_CHANGES
+  """The settings a resume may not change (RESUMABLE_CHANGES
   aside): what names a journal."""
   return {
     k: v
     for k, v in dataclasses.asdict(cfg).items()
-    if k not in config.RESUMABLE_CHANGES
+    if k not in RESUMABLE_CHANGES
   }
 
 
@@ -269,7 +336,7 @@ def write_run_info(workdir: str, cfg) -> None:
   storage.write_json(
     workdir / "config.json",
     {
-      "class": config.class_name(cfg),
+      "class": class_name(cfg),
       **dataclasses.asdict(cfg),
     },
   )

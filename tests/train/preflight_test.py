@@ -20,6 +20,7 @@ from rlreason.train import context
 from rlreason.train import flags
 from rlreason.train import loaders
 from rlreason.train import preflight
+from rlreason.train import run_info
 from rlreason.train import sft
 
 
@@ -449,7 +450,7 @@ def test_an_unknown_reward_or_task(
 def test_resuming_with_other_settings_is_refused(tmp_path, capsys, no_compute):
   cfg = _cfg(tmp_path)
   os.makedirs(cfg.workdir)
-  saved = {"class": config.class_name(cfg), **dataclasses.asdict(cfg)}
+  saved = {"class": run_info.class_name(cfg), **dataclasses.asdict(cfg)}
   with open(os.path.join(cfg.workdir, "config.json"), "w") as f:
     json.dump(saved, f)
   err = _fails(
@@ -465,15 +466,15 @@ def test_resuming_with_other_settings_is_refused(tmp_path, capsys, no_compute):
 
 def test_every_resumable_change_is_a_field():
   fields = {f.name for f in dataclasses.fields(config.BaseConfig)}
-  missing = set(config.RESUMABLE_CHANGES) - fields
+  missing = set(run_info.RESUMABLE_CHANGES) - fields
   assert not missing, missing
-  assert len(set(config.RESUMABLE_CHANGES)) == len(config.RESUMABLE_CHANGES)
+  assert len(set(run_info.RESUMABLE_CHANGES)) == len(run_info.RESUMABLE_CHANGES)
 
 
 def test_allow_config_change_records_it(tmp_path):
   cfg = _cfg(tmp_path)
   os.makedirs(cfg.workdir)
-  saved = {"class": config.class_name(cfg), **dataclasses.asdict(cfg)}
+  saved = {"class": run_info.class_name(cfg), **dataclasses.asdict(cfg)}
   with open(os.path.join(cfg.workdir, "config.json"), "w") as f:
     json.dump(saved, f)
   preflight.check_resume(
@@ -517,17 +518,17 @@ def test_a_cli_run_records_its_module_by_name(monkeypatch):
   cls.__module__ = "__main__"
   spec = importlib.machinery.ModuleSpec("experiments.grpo", None)
   monkeypatch.setattr(sys.modules["__main__"], "__spec__", spec)
-  assert config.class_name(cls()) == "experiments.grpo.Config"
+  assert run_info.class_name(cls()) == "experiments.grpo.Config"
   monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)
-  assert config.class_name(cls()) == "__main__.Config"  # python grpo.py
+  assert run_info.class_name(cls()) == "__main__.Config"  # python grpo.py
 
 
 def test_a_cli_run_and_an_imported_run_are_the_same_class():
-  assert config.same_class("__main__.Config", "experiments.grpo.Config")
-  assert not config.same_class(
+  assert run_info.same_class("__main__.Config", "experiments.grpo.Config")
+  assert not run_info.same_class(
     "experiments.dapo.Config", "experiments.grpo.Config"
   )
-  assert not config.same_class("__main__.Config", "experiments.grpo.Other")
+  assert not run_info.same_class("__main__.Config", "experiments.grpo.Other")
 
 
 def test_running_out_of_device_memory_says_what_to_turn(tmp_path, capsys):
