@@ -61,6 +61,7 @@ TPU:  launch/tpu.sh run experiments.adacl --scale=paper \
 
 import dataclasses
 
+from experiments import claims
 from experiments import grpo
 from rlreason.data import difficulty
 from rlreason.train import flags as rr_flags
@@ -105,6 +106,12 @@ class Config(grpo.TinyConfig):
         f"Invalid config: --egsr_rows={self.egsr_rows} not in "
         f"[1, group_size={self.group_size}]"
       )
+
+
+# The shipped-base testbed (reproduce.py --testbed=base): the base's own
+# levels, one source each; the arithmetic mixture above is outside its
+# pretraining.
+BASE = dict(data=claims.BASE_MIXTURE)
 
 
 # Qwen2.5-7B base, Zero-RL on math (abstract); the rest assumed.

@@ -24,7 +24,12 @@ class Claim:
       which needs --eval_samples >= 16 in the variants).
     base: label -> Config overrides that replace the variant's on the
       shipped-base testbed (reproduce.py --testbed=base), where a value
-      chosen for the tiny testbed does not carry over (a token budget).
+      chosen for the tiny testbed does not carry over (a token budget,
+      the mixture a control arm shares with its experiment's BASE).
+    testbeds: where the claim runs: ("tiny",) where its experiments need
+      a task, format or warm start of their own that the shipped base,
+      pretrained on addsub5 alone, never saw (knowledge-base search, tool
+      calls, tags, knights-and-knaves).
   """
 
   claim: str
@@ -34,14 +39,30 @@ class Claim:
   extra: tuple[str, ...] = ()
   evals: tuple[str, ...] = ()
   base: dict[str, dict] = dataclasses.field(default_factory=dict)
+  testbeds: tuple[str, ...] = ("base", "tiny")
 
   def overrides(self, label: str, testbed: str) -> tuple[str, dict]:
-    """(module name, Config overrides) of a variant on a testbed."""
+    """(module name, Config overrides) of a variant on a testbed; raises
+    ValueError for a testbed the claim does not run on."""
+    if testbed not in self.testbeds:
+      raise ValueError(
+        f"--testbed={testbed}: this claim runs only on "
+        f"--testbed={' or '.join(self.testbeds)} (its experiments need a "
+        "task or warm start of their own that the shipped base, pretrained "
+        "on addsub5 alone, never saw; experiments/claims.py)"
+      )
     module_name, overrides = self.variants[label]
     if testbed == "base" and label in self.base:
       overrides = self.base[label]
     return module_name, overrides
 
+
+# The mixture the curriculum claims (adacl, dump) draw from on the shipped
+# base: the three addsub5 levels it was pretrained on (its card: pass@1
+# 59 / 33 / 20%), one source per level: their experiments' BASE dicts and
+# their uniform arms' base overrides (tests/reproduce_test.py checks the
+# arms of a claim draw from the same data).
+BASE_MIXTURE = "task:addsub5:difficulty=1-3,n=3000"
 
 CLAIMS: dict[str, Claim] = {
   "dr_grpo": Claim(
@@ -314,6 +335,7 @@ CLAIMS: dict[str, Claim] = {
       "format_only's"
     ),
     extra=("length", "reward"),
+    testbeds=("tiny",),
   ),
   "logic_rl": Claim(
     claim=(
@@ -327,6 +349,7 @@ CLAIMS: dict[str, Claim] = {
     metric="accuracy",
     expected="curriculum's accuracy and held-out accuracy at least shuffled's",
     extra=("reward/format", "length"),
+    testbeds=("tiny",),
   ),
   "dler": Claim(
     claim=(
@@ -383,6 +406,7 @@ CLAIMS: dict[str, Claim] = {
     metric="accuracy",
     expected="matched's held-out accuracy after RL above too_hard's",
     extra=("reward",),
+    testbeds=("tiny",),
   ),
   "empo": Claim(
     claim=(
@@ -493,6 +517,7 @@ CLAIMS: dict[str, Claim] = {
         {"data": "task:arithmetic:difficulty=1-4,n=4000", "max_new_tokens": 56},
       ),
     },
+    base={"uniform": {"data": BASE_MIXTURE}},
     metric="accuracy",
     expected="dump's held-out accuracy >= uniform's",
     extra=("adv_abs",),
@@ -533,6 +558,7 @@ CLAIMS: dict[str, Claim] = {
         },
       ),
     },
+    base={"uniform": {"data": BASE_MIXTURE, "max_prompt_len": 128}},
     metric="accuracy",
     expected="adacl's held-out accuracy >= adcl_only's >= uniform's",
     extra=("difficulty/mean_accuracy", "guided/groups"),
@@ -579,6 +605,7 @@ CLAIMS: dict[str, Claim] = {
     metric="accuracy",
     expected="masked's accuracy rises and ends at or above unmasked's",
     extra=("turns", "searches"),
+    testbeds=("tiny",),
   ),
   "toolrl": Claim(
     claim=(
@@ -596,6 +623,7 @@ CLAIMS: dict[str, Claim] = {
     metric="reward/answer",
     expected="toolrl's answer accuracy at or above answer_only's",
     extra=("reward/tool_call", "reward/format", "turns"),
+    testbeds=("tiny",),
   ),
   "treerl": Claim(
     claim=(
@@ -620,6 +648,7 @@ CLAIMS: dict[str, Claim] = {
     metric="accuracy",
     expected="igpo's held-out accuracy at or above search_r1's (2-hop)",
     extra=("igpo/info_gain", "turns"),
+    testbeds=("tiny",),
   ),
   "ettrl": Claim(
     claim=(

@@ -30,6 +30,7 @@ TPU:  launch/tpu.sh run experiments.dump --scale=paper \
 
 import dataclasses
 
+from experiments import claims
 from experiments import grpo
 from rlreason import config
 from rlreason.data import difficulty
@@ -59,6 +60,12 @@ class Config(grpo.TinyConfig):
       f"--source_temperature={self.source_temperature} must be > 0",
     )
     config.require(self.ucb_c >= 0, f"--ucb_c={self.ucb_c} must be >= 0")
+
+
+# The shipped-base testbed (reproduce.py --testbed=base): the base's own
+# levels, one source each; the arithmetic mixture above is outside its
+# pretraining.
+BASE = dict(data=claims.BASE_MIXTURE)
 
 
 # The paper trains Qwen2.5-7B-Instruct-1M on K&K logic puzzles of 3-8

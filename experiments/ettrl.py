@@ -64,6 +64,10 @@ class Config(ttrl.Config):
     tree_loop.check_shape(self)
 
 
+# The shipped-base testbed: ttrl's (its test prompts and held-out set).
+BASE = ttrl.BASE
+
+
 PAPER = dict(
   ttrl.PAPER,
   model="llama-3.1-8b",

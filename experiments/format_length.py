@@ -27,7 +27,8 @@ length, as p * 3072 sits near the 7B model's.
 
 Reproduces:
   laptop: the surrogate rewards train as well as the correctness reward:
-      python -m experiments.reproduce --method=format_length --seeds=0,1,2
+      python -m experiments.reproduce --method=format_length --seeds=0,1,2 \
+        --testbed=tiny
     (format-only, format-length, and GRPO on the verifier with the same
     tagged task). Expected: format_length's accuracy close to grpo's and
     at least format_only's; measured numbers in experiments/README.md.

@@ -29,7 +29,8 @@ completion from its own opening <think>.
 
 Reproduces:
   laptop: the curriculum beats the shuffled mix on the same puzzles:
-      python -m experiments.reproduce --method=logic_rl --seeds=0,1,2
+      python -m experiments.reproduce --method=logic_rl --seeds=0,1,2 \
+        --testbed=tiny
     Expected: accuracy (and the held-out accuracy over difficulties 1-2) of
     the curriculum run at least the shuffled run's; measured numbers in
     experiments/README.md.

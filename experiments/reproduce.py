@@ -17,10 +17,15 @@ Testbeds. `base` (the default): the shipped pretrained base, as the main job
 (grpo.Config's settings where they differ from grpo.TinyConfig, without its
 in-run evals), then the experiment's `BASE` dict where its tiny values do not
 carry over (dler's token limit, laser's targets, ttrl's prompts,
-entropy_advantage's level), then the claim's variant overrides (or its
-`base` ones). `tiny`: the experiments'
-laptop defaults on the 0.4M-parameter model with a warm start, where the
-claims were first run (experiments/README.md's older rows).
+entropy_advantage's level, dump's and adacl's mixture of the base's addsub5
+levels), then the claim's variant overrides (or its `base` ones). So an
+experiment's own data becomes the main job's unless its BASE says otherwise;
+claims whose experiments need a task, format or warm start the base never
+saw (igpo, search_r1, toolrl, logic_rl, format_length, simplerl_zoo: their
+`testbeds`) run only on `tiny`, and --testbed=base names that before any
+run. `tiny`: the experiments' laptop defaults on the 0.4M-parameter model
+with a warm start, where the claims were first run (experiments/README.md's
+older rows).
 
 Rerunning the command reuses finished runs and resumes unfinished ones from
 their checkpoints (each run is an ordinary experiment workdir). The warm
@@ -321,6 +326,10 @@ def main(argv) -> None:
       f"--method={f.method!r}; registered: {', '.join(sorted(CLAIMS))}"
     )
   claim = CLAIMS[f.method]
+  try:  # a claim the shipped base cannot run: before any run starts
+    claim.overrides(next(iter(claim.variants)), f.testbed)
+  except ValueError as e:
+    raise app.UsageError(f"--method={f.method}: {e}") from None
   modules = [m for m, _ in claim.variants.values()]
   try:  # the flags, before any run starts
     seeds = [int(s) for s in f.seeds.split(",") if s]

@@ -23,7 +23,8 @@ shared by every lever setting; the levers then change only the RL phase.
 Reproduces:
   laptop: matched query difficulty trains better than too-hard queries;
     the strict format reward is a separate variant:
-      python -m experiments.reproduce --method=simplerl_zoo --seeds=0,1,2
+      python -m experiments.reproduce --method=simplerl_zoo --seeds=0,1,2 \
+        --testbed=tiny
     Expected: held-out accuracy (difficulties 1-2) of difficulty 1 above
     that of difficulty 3; measured numbers in experiments/README.md.
   paper: the per-model tables (10 base models, Llama3-8B to Qwen2.5-32B):

@@ -22,11 +22,53 @@ def test_every_claim_names_valid_configs(name):
   claim = reproduce.CLAIMS[name]
   assert len(claim.variants) >= 2
   assert set(claim.base) <= set(claim.variants), claim.base
+  assert "tiny" in claim.testbeds and set(claim.testbeds) <= set(
+    reproduce.TESTBEDS
+  )
+  assert not claim.base or "base" in claim.testbeds, claim.base
   for testbed in reproduce.TESTBEDS:
     for label in claim.variants:
+      if testbed not in claim.testbeds:
+        with pytest.raises(ValueError, match="runs only on --testbed=tiny"):
+          claim.overrides(label, testbed)
+        continue
       module_name, overrides = claim.overrides(label, testbed)
       _, cfg = reproduce._config(module_name, overrides, 0, 0, testbed)
       cfg.validate()
+
+
+# Settings a claim's arms differ in by design: the claim's subject.
+ARMS_DIFFER_IN = {
+  "dler": ("max_new_tokens",),  # its length limit
+  "truncated_ppo": ("max_new_tokens",),  # its window, vs PPO's budget
+  "simplerl_zoo": ("data",),  # too_hard's level
+}
+
+
+@pytest.mark.parametrize("name", sorted(reproduce.CLAIMS))
+def test_the_arms_of_a_claim_draw_from_the_same_data(name):
+  # dump's uniform arm once drew from the tiny testbed's arithmetic mixture
+  # on the base, while dump's own data became the main job's one level.
+  claim = reproduce.CLAIMS[name]
+  keys = ("model", "data", "eval_data", "eval_size", "max_new_tokens")
+  keys = [k for k in keys if k not in ARMS_DIFFER_IN.get(name, ())]
+  for testbed in claim.testbeds:
+    got = {}
+    for label in claim.variants:
+      module_name, overrides = claim.overrides(label, testbed)
+      _, cfg = reproduce._config(module_name, overrides, 0, 0, testbed)
+      got[label] = {k: getattr(cfg, k) for k in keys}
+    first = next(iter(got.values()))
+    assert all(g == first for g in got.values()), (testbed, got)
+
+
+def test_the_curriculum_claims_draw_from_the_bases_own_levels_on_it():
+  for name in ("dump", "adacl"):
+    claim = reproduce.CLAIMS[name]
+    for label in claim.variants:
+      module_name, overrides = claim.overrides(label, "base")
+      _, cfg = reproduce._config(module_name, overrides, 0, 0, "base")
+      assert cfg.data == "task:addsub5:difficulty=1-3,n=3000", (name, label)
 
 
 def test_the_base_testbed_is_the_main_job_with_the_experiments_own_fixes():
@@ -117,6 +159,8 @@ def test_the_cli_names_a_bad_flag_before_any_run():
     (["--method=dr_grpo", "--set=steps=x"], "--set: steps='x' is not of"),
     # --experiment, as experiments.plan names it, is --method here.
     (["--experiment=nosuch"], "--method='nosuch'; registered: adacl,"),
+    # A claim the shipped base cannot run, on the default testbed.
+    (["--method=igpo"], "--testbed=base: this claim runs only on"),
   ):
     proc = subprocess.run(
       [sys.executable, "-m", "experiments.reproduce", *flags],
