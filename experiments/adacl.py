@@ -111,7 +111,7 @@ class Config(grpo.TinyConfig):
 # The shipped-base testbed (reproduce.py --testbed=base): the base's own
 # levels, one source each; the arithmetic mixture above is outside its
 # pretraining.
-BASE = dict(data=claims.BASE_MIXTURE)
+BASE = claims.BASE_MIXTURE
 
 
 # Qwen2.5-7B base, Zero-RL on math (abstract); the rest assumed.

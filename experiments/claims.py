@@ -61,8 +61,13 @@ class Claim:
 # base: the three addsub5 levels it was pretrained on (its card: pass@1
 # 59 / 33 / 20%), one source per level: their experiments' BASE dicts and
 # their uniform arms' base overrides (tests/reproduce_test.py checks the
-# arms of a claim draw from the same data).
-BASE_MIXTURE = "task:addsub5:difficulty=1-3,n=3000"
+# arms of a claim draw from the same data). 300 train prompts a level
+# (level 1 has 301 distinct ones) and 34 held-out (all of level 1's).
+BASE_MIXTURE = dict(
+  data="task:addsub5:difficulty=1-3,n=900",
+  eval_data="task:addsub5:difficulty=1-3,n=102,split=eval",
+  eval_size=102,
+)
 
 CLAIMS: dict[str, Claim] = {
   "dr_grpo": Claim(
@@ -517,7 +522,7 @@ CLAIMS: dict[str, Claim] = {
         {"data": "task:arithmetic:difficulty=1-4,n=4000", "max_new_tokens": 56},
       ),
     },
-    base={"uniform": {"data": BASE_MIXTURE}},
+    base={"uniform": BASE_MIXTURE},
     metric="accuracy",
     expected="dump's held-out accuracy >= uniform's",
     extra=("adv_abs",),
@@ -558,7 +563,7 @@ CLAIMS: dict[str, Claim] = {
         },
       ),
     },
-    base={"uniform": {"data": BASE_MIXTURE, "max_prompt_len": 128}},
+    base={"uniform": {**BASE_MIXTURE, "max_prompt_len": 128}},
     metric="accuracy",
     expected="adacl's held-out accuracy >= adcl_only's >= uniform's",
     extra=("difficulty/mean_accuracy", "guided/groups"),

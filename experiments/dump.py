@@ -65,7 +65,7 @@ class Config(grpo.TinyConfig):
 # The shipped-base testbed (reproduce.py --testbed=base): the base's own
 # levels, one source each; the arithmetic mixture above is outside its
 # pretraining.
-BASE = dict(data=claims.BASE_MIXTURE)
+BASE = claims.BASE_MIXTURE
 
 
 # The paper trains Qwen2.5-7B-Instruct-1M on K&K logic puzzles of 3-8
