@@ -41,9 +41,8 @@ class Claim:
   base: dict[str, dict] = dataclasses.field(default_factory=dict)
   testbeds: tuple[str, ...] = ("base", "tiny")
 
-  def overrides(self, label: str, testbed: str) -> tuple[str, dict]:
-    """(module name, Config overrides) of a variant on a testbed; raises
-    ValueError for a testbed the claim does not run on."""
+  def check_testbed(self, testbed: str) -> None:
+    """Raises ValueError for a testbed the claim does not run on."""
     if testbed not in self.testbeds:
       raise ValueError(
         f"--testbed={testbed}: this claim runs only on "
@@ -51,6 +50,11 @@ class Claim:
         "task or warm start of their own that the shipped base, pretrained "
         "on addsub5 alone, never saw; experiments/claims.py)"
       )
+
+  def overrides(self, label: str, testbed: str) -> tuple[str, dict]:
+    """(module name, Config overrides) of a variant on a testbed (one it
+    runs on: check_testbed)."""
+    self.check_testbed(testbed)
     module_name, overrides = self.variants[label]
     if testbed == "base" and label in self.base:
       overrides = self.base[label]

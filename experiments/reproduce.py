@@ -327,7 +327,7 @@ def main(argv) -> None:
     )
   claim = CLAIMS[f.method]
   try:  # a claim the shipped base cannot run: before any run starts
-    claim.overrides(next(iter(claim.variants)), f.testbed)
+    claim.check_testbed(f.testbed)
   except ValueError as e:
     raise app.UsageError(f"--method={f.method}: {e}") from None
   modules = [m for m, _ in claim.variants.values()]
