@@ -33,6 +33,7 @@ TPU:  launch/tpu.sh run experiments.entropy_advantage --scale=paper \
 
 import dataclasses
 
+from experiments import claims
 from experiments import grpo
 from rlreason.rl import aggregation
 from rlreason import config
@@ -67,7 +68,7 @@ class Config(grpo.TinyConfig):
 # addsub5_order, where the base's pass@16 has room to move (84%, its card;
 # 98% at the main job's level 2, where base v1's run found both arms at the
 # ceiling).
-BASE = dict(data="task:addsub5_order:difficulty=3,n=1000")
+BASE = claims.BASE_LEVEL3
 
 
 # The paper's GRPO setting: Qwen2.5-Math-7B, lr 1e-6, 8 responses per

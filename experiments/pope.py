@@ -37,6 +37,7 @@ TPU:  launch/tpu.sh run experiments.pope --scale=paper \
 import dataclasses
 from typing import ClassVar
 
+from experiments import claims
 from experiments import grpo
 from rlreason import config
 from rlreason.data import difficulty
@@ -66,6 +67,11 @@ class Config(grpo.TinyConfig):
     for name in ("prefix_fraction", "solved_threshold", "tracker_decay"):
       value = getattr(self, name)
       config.require(0 <= value <= 1, f"--{name}={value} not in [0, 1]")
+
+
+# The shipped-base testbed (reproduce.py --testbed=base): the hard
+# level-3 problems (claims.BASE_LEVEL3), where all-wrong groups stay common.
+BASE = claims.BASE_LEVEL3
 
 
 # The paper's model, data and budgets are not in our sources: assumed.

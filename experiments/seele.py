@@ -37,6 +37,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from experiments import claims
 from experiments import grpo
 from rlreason import config
 from rlreason.data import difficulty
@@ -71,6 +72,11 @@ class Config(grpo.TinyConfig):
     )
     config.require(self.rounds >= 0, f"--rounds={self.rounds} must be >= 0")
     config.require(self.history >= 1, f"--history={self.history} must be >= 1")
+
+
+# The shipped-base testbed (reproduce.py --testbed=base): the hard
+# level-3 problems (claims.BASE_LEVEL3), where all-wrong groups stay common.
+BASE = claims.BASE_LEVEL3
 
 
 # The paper's model and data are not in our sources: assumed.
