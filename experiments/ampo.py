@@ -38,6 +38,7 @@ import functools
 import jax
 import numpy as np
 
+from experiments import claims
 from experiments import grpo
 from rlreason import config
 from rlreason.train import flags as rr_flags
@@ -82,6 +83,9 @@ class Config(grpo.TinyConfig):
     for name in ("replace", "teacher_steps"):
       value = getattr(self, name)
       config.require(value >= 0, f"--{name}={value} must be >= 0")
+    for source in self.sources():
+      if source != "reference":
+        teacher_lib.check(source, self.teacher_steps, self.warm_start_steps)
     config.require(
       self.teacher_samples >= 1,
       f"--teacher_samples={self.teacher_samples} must be >= 1",
@@ -90,6 +94,12 @@ class Config(grpo.TinyConfig):
       self.shaping_gamma > 0,
       f"--shaping_gamma={self.shaping_gamma} must be > 0",
     )
+
+
+# The shipped-base testbed (reproduce.py --testbed=base): the hard
+# level-3 problems, where all-wrong groups stay common (claims.BASE_LEVEL3),
+# and a teacher SFT'd on the base (claims.BASE_TEACHER), not the base itself.
+BASE = {**claims.BASE_LEVEL3, **claims.BASE_TEACHER}
 
 
 # Four peer-sized teachers (abstract); models and budgets assumed.

@@ -39,6 +39,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import claims
 from experiments import grpo
 from rlreason.train import flags as rr_flags
 from rlreason.rl import kl
@@ -67,8 +68,14 @@ class Config(grpo.TinyConfig):
   def validate(self) -> None:
     super().validate()
     kl.get(self.kd_estimator)
+    teacher_lib.check(self.teacher, self.teacher_steps, self.warm_start_steps)
     if self.kd_on not in ("all", "incorrect"):
       raise ValueError(f"--kd_on={self.kd_on!r}: all or incorrect")
+
+
+# The shipped-base testbed (reproduce.py --testbed=base): a teacher SFT'd
+# on the base (claims.BASE_TEACHER), not the base itself.
+BASE = claims.BASE_TEACHER
 
 
 # Sec. 4 (as we read it): a 1.5B student distilled from a 7B R1-distilled

@@ -25,6 +25,19 @@ import dataclasses
 from rlreason.sampling import draw as sampling_lib
 
 
+def check(spec: str, steps: int, warm_start_steps: int) -> None:
+  """A teacher spec's usage errors, for an experiment's validate() (before
+  any compute): the "warm_start" teacher with no SFT steps (`steps` and the
+  policy's `warm_start_steps` both 0, as on the shipped base) is the
+  untrained model, the policy's own start, not a stronger model."""
+  if spec == "warm_start" and not (steps or warm_start_steps):
+    raise ValueError(
+      "Invalid config: --teacher=warm_start with 0 SFT steps "
+      "(--teacher_steps=0 and --warm_start_steps=0) is the policy's own "
+      "starting model; give it --teacher_steps > 0 or name a checkpoint"
+    )
+
+
 class Teacher:
   """A lazily loaded frozen model.
 

@@ -129,3 +129,12 @@ def test_unhinted_batch_rebases_to_the_plain_prompt():
   assert out["tokens"].tolist() == [tok.encode("1+2=") + comp]
   assert out["positions"].tolist() == [[0, 1, 2, 3, 4]]
   assert out["old_logp"] is batch["old_logp"]
+
+
+def test_a_warm_start_teacher_needs_sft_steps():
+  # 0 and 0: the untrained model, the policy's own start (the shipped base).
+  with pytest.raises(ValueError, match="--teacher_steps"):
+    teacher_lib.check("warm_start", 0, 0)
+  teacher_lib.check("warm_start", 200, 0)
+  teacher_lib.check("warm_start", 0, 600)
+  teacher_lib.check("/ckpt/a_teacher", 0, 0)
