@@ -83,7 +83,9 @@ class Config:
   )
   data: str = _field("", "data spec; '' = the run's held-out data")
   split: str = _field("eval", "split to load (task eval splits are held out)")
-  num_problems: int = _field(-1, "first N; 0 = all, -1 = the run's eval_size")
+  num_problems: int = _field(
+    -1, "first N; 0 = all, -1 = a task --data's n= or the run's eval_size"
+  )
   samples: int = _field(1, "samples per problem; 1 = greedy only")
   ks: str = _field("", "comma-separated k for pass@k etc; '' = 1,2,4..n")
   temperature: float = _field(1.0, "sampling temperature (samples > 1)")

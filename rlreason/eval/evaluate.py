@@ -107,8 +107,8 @@ def evaluate(
     policy: from trained.load.
     data: a data spec ("" = the run's held-out data, as the loop evaluates).
     split: the split to load (task eval splits never overlap train).
-    num_problems: the first N problems; 0 = all; None = the run's
-      eval_size (BaseConfig's without a run).
+    num_problems: the first N problems; 0 = all; None = the n= that
+      `data` names, else the run's eval_size (BaseConfig's without a run).
     samples: n samples per problem; 1 = greedy only.
     temperature: sampling temperature of the n samples.
     ks: k values (each <= samples); () = default_ks(samples).
@@ -128,8 +128,10 @@ def evaluate(
   ks = tuple(ks) or default_ks(samples)
   if samples < 1 or any(not 1 <= k <= samples for k in ks):
     raise ValueError(f"Need 1 <= k <= samples={samples}, got ks={ks}")
-  if num_problems is None:
-    num_problems = policy.run_cfg.eval_size
+  if num_problems is None:  # 0: as many as a task spec's own n= loads
+    kind, _, options = data_lib.parse_spec(data) if data else ("", "", {})
+    named = kind == "task" and "n" in options
+    num_problems = 0 if named else policy.run_cfg.eval_size
   spec = data_spec(policy, data, num_problems)
   overrides = {k: v for k, v in overrides.items() if v is not None}
   cfg = dataclasses.replace(policy.run_cfg, **overrides)

@@ -56,8 +56,9 @@ def as_path(source: str) -> epath.Path:
 def locate(source: str) -> tuple[str, str, int | None]:
   """(kind, path, step): what `source` names, or a CheckpointError. An RL
   workdir (or one of its checkpoints) may be on gs://; an HF directory
-  is local."""
-  path = source.rstrip("/") or source
+  is local; a shipped checkpoint's name (presets.SHIPPED: laptop-base) is
+  its directory."""
+  path = presets.checkpoint_dir(source.rstrip("/") or source)
   here = as_path(path)
   if not here.is_dir():
     if source.lower() in presets.PRESETS:
@@ -69,7 +70,8 @@ def locate(source: str) -> tuple[str, str, int | None]:
         f"Checkpoint {source}: no such step; saved steps: {steps}"
       )
     raise CheckpointError(
-      f"Checkpoint {source!r}: no such directory, and not a model preset "
+      f"Checkpoint {source!r}: no such directory, not a shipped checkpoint "
+      f"({', '.join(sorted(presets.SHIPPED))}) and not a model preset "
       f"({', '.join(sorted(presets.PRESETS))})"
     )
   parent = here.parent

@@ -25,6 +25,8 @@ from rlreason import config
 from rlreason import metrics as metrics_lib
 from rlreason import testing
 from rlreason.eval import trained
+from rlreason.model import presets
+from rlreason.train import run_policy
 from rlreason.model import hf
 
 # One worker runs the module (--dist=loadgroup, pyproject.toml): the module
@@ -265,6 +267,29 @@ def test_preset(tmp_path):
   assert res["policy"].kind == "preset" and summary["step"] is None
   assert summary["data"] == "task:arithmetic:difficulty=1,n=4"
   assert len(samples) == 4 and 0 <= summary["accuracy"] <= 1
+
+  # Without --num_problems, a task spec's own n= counts, not eval_size.
+  evaluate_cli.run(
+    evaluate_cli.Config(
+      checkpoint="tiny",
+      data="task:arithmetic:difficulty=1,n=3",
+      out=str(tmp_path / "eval_n"),
+      max_prompt_len=32,
+      max_new_tokens=16,
+      sequences_per_call=16,
+      **EVAL,
+    )
+  )
+  summary, samples = _read(tmp_path / "eval_n")
+  assert summary["data"] == "task:arithmetic:difficulty=1,n=3"
+  assert summary["problems"] == len(samples) == 3
+
+
+def test_a_shipped_checkpoint_is_named_as_the_run_flags_name_it():
+  kind, path, step = run_policy.locate("laptop-base")
+  assert (kind, path, step) == ("hf", presets.SHIPPED["laptop-base"], None)
+  with pytest.raises(trained.CheckpointError, match="laptop-base"):
+    run_policy.locate("no-such-model")
 
 
 def test_a_model_too_large_for_the_devices_stops_before_loading(
