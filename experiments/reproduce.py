@@ -16,9 +16,11 @@ then writes (rlreason/eval/reproduction.py)
 Testbeds. `base` (the default): the shipped pretrained base, as the main job
 (grpo.Config's settings where they differ from grpo.TinyConfig, without its
 in-run evals), then the experiment's `BASE` dict where its tiny values do not
-carry over (dler's token limit, laser's targets, ttrl's prompts,
-entropy_advantage's level, dump's and adacl's mixture of the base's addsub5
-levels), then the claim's variant overrides (or its `base` ones). So an
+carry over (dler's token limit, laser's targets, ttrl's prompts, the
+hard level 3 of entropy_advantage, pope, seele and ampo, dump's and adacl's
+mixture of the base's addsub5 levels, kdrl's and ampo's teacher SFT steps:
+claims.py's BASE_* dicts), then the claim's variant overrides (or its
+`base` ones). So an
 experiment's own data becomes the main job's unless its BASE says otherwise;
 claims whose experiments need a task, format or warm start the base never
 saw (igpo, search_r1, toolrl, logic_rl, format_length, simplerl_zoo: their
