@@ -74,8 +74,8 @@ BASE_MIXTURE = dict(
 )
 
 # The hard-problem claims' data on the shipped base (entropy_advantage,
-# pope, seele: their experiments' BASE dicts): level-3 addsub5_order, where
-# the base's pass@16 is 84% and its pass@1 13% (its card), so all-wrong
+# pope, seele, ampo: their experiments' BASE dicts): level-3 addsub5_order,
+# where the base's pass@16 is 84% and its pass@1 14% (its card), so all-wrong
 # groups, which these methods act on, stay common; at the main job's level 2
 # (pass@16 98%) hints and prefixes reach few groups (ghpo's and guide's base
 # rows).
