@@ -226,6 +226,21 @@ def test_init_from_names_what_it_cannot_start_from(
   assert preflight.init_from_problem(str(hf_dir)) is None
 
 
+def test_an_empty_model_list_names_no_model(tmp_path):
+  """ampo's --teachers= (its claim's grpo arm) loads no teacher: nothing
+  to check (it once stopped that arm as "--teachers=: no such directory")."""
+  from experiments import ampo
+
+  for teachers in ("", "reference,"):
+    cfg = dataclasses.replace(
+      ampo.Config(),
+      teachers=teachers,
+      workdir=str(tmp_path / "run"),
+      cache_dir=str(tmp_path / "cache"),
+    )
+    preflight.check_paths(cfg, cfg.workdir)
+
+
 @pytest.mark.parametrize(
   "module, overrides, message",
   [
