@@ -80,10 +80,13 @@ def check_paths(cfg, workdir: str) -> None:
   for name, (keywords, runs) in cfg.model_fields.items():
     for item in getattr(cfg, name).split(","):
       item = item.strip()
-      if not item or item in keywords or item.lower() in presets.PRESETS:
+      if (
+        not item
+        or item in keywords
+        or item.lower() in presets.PRESETS
+        or "://" in item
+      ):
         continue  # "" names none (ampo's --teachers= arm: plain GRPO)
-      if "://" in item:
-        continue
       problems.append(init_from_problem(item, name, runs))
   problems += package_problems(cfg, workdir)
   _raise(problems)
