@@ -1,7 +1,7 @@
 r"""Laptop-scale mini-reproductions of each method's central claim.
 
   python -m experiments.reproduce --method=dr_grpo --seeds=0,1,2 [--steps=N]
-      [--testbed=base|tiny]
+      [--testbed=base|tiny] [--variants=a,b]
 
 runs every variant of the method's `Claim` for every seed, each in its own
 workdir (<root>/<method>/<variant>/seed<k>, root workdirs/reproduce/<testbed>),
@@ -41,6 +41,8 @@ naming experiment modules (experiments/<module>.py) and Config overrides per
 variant, and the per-step metric of metrics.jsonl that carries the claim.
 --set applies overrides to every variant (e.g. --set=batch_size=8,eval_size=50;
 a string value may hold commas: --set=data=task:addsub5:difficulty=3,n=200).
+--variants=a,b runs and reports those arms alone (a costly arm left out, one
+rerun), in the claim's order; the command in results.md records it.
 """
 
 import dataclasses
@@ -211,6 +213,20 @@ def _check_weights(cfg, root: str) -> None:
       json.dump({**seen, cfg.model: digest}, f, indent=1)
 
 
+def select_variants(name: str, claim: Claim, variants: Sequence[str]) -> Claim:
+  """The claim with only the arms labelled `variants` (all for ()), in its
+  own order; ValueError names a label it does not have."""
+  if unknown := [v for v in variants if v not in claim.variants]:
+    raise ValueError(
+      f"--variants: {', '.join(map(repr, unknown))} not among {name}'s "
+      f"arms: {', '.join(claim.variants)}"
+    )
+  if not variants:
+    return claim
+  kept = {k: v for k, v in claim.variants.items() if k in variants}
+  return dataclasses.replace(claim, variants=kept)
+
+
 def run_all(
   name: str,
   claim: Claim,
@@ -220,6 +236,7 @@ def run_all(
   root: str | None = None,
   common: dict | None = None,
   testbed_name: str = "base",
+  variants: Sequence[str] = (),
 ) -> str:
   """Runs (or reuses) every variant x seed, then writes the report.
 
@@ -232,10 +249,16 @@ def run_all(
       workdirs/reproduce/<testbed_name>.
     common: Config overrides for every run (applied after the variant's).
     testbed_name: one of TESTBEDS.
+    variants: the labels to run and report, in the claim's order; () =
+      all (a costly arm left out, one arm rerun).
 
   Returns:
     The path of results.md.
+
+  Raises:
+    ValueError: a label of `variants` the claim does not have.
   """
+  claim = select_variants(name, claim, variants)
   root = root or os.path.join("workdirs", "reproduce", testbed_name)
   for seed in seeds:  # Seed-major: the variants share the seed's warm start.
     for label in claim.variants:
@@ -262,13 +285,15 @@ def run_all(
       if not _finished(cfg):  # SIGTERM or Ctrl-C: checkpointed, returned
         raise Interrupted(
           f"{workdir} stopped before step {cfg.steps} (SIGTERM or Ctrl-C); no "
-          "report written. Rerun the same command to resume."
+          "report written"  # main adds: rerun the same command to resume
         )
   command = [
     f"--method={name}",
     f"--seeds={','.join(map(str, seeds))}",
     f"--testbed={testbed_name}",
   ]
+  if variants:
+    command.append(f"--variants={','.join(claim.variants)}")
   if steps:
     command.append(f"--steps={steps}")
   if common:
@@ -351,6 +376,11 @@ def main(argv) -> None:
       os.path.join("workdirs", "reproduce", ".jax_cache"),
     )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  variants = [v for v in f.variants.split(",") if v]
+  try:  # before any run starts
+    select_variants(f.method, claim, variants)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   try:
     path = run_all(
       f.method,
@@ -360,6 +390,7 @@ def main(argv) -> None:
       root=f.root or None,
       common=common,
       testbed_name=f.testbed,
+      variants=variants,
     )
   except (Interrupted, checkpoint.Stopped) as e:
     print(f"[reproduce] {e}; rerun the same command to resume", file=sys.stderr)
@@ -378,5 +409,8 @@ if __name__ == "__main__":
     "root", "", "where runs go; default workdirs/reproduce/<testbed>"
   )
   flags.DEFINE_string("set", "", "k=v,... Config overrides for every run")
+  flags.DEFINE_string(
+    "variants", "", "comma-separated arms to run and report; default all"
+  )
   logging.set_verbosity(logging.WARNING)
   app.run(main)

@@ -170,6 +170,12 @@ def test_the_cli_names_a_bad_flag_before_any_run():
     (["--experiment=nosuch"], "--method='nosuch'; registered: adacl,"),
     # A claim the shipped base cannot run, on the default testbed.
     (["--method=igpo"], "--testbed=base: this claim runs only on"),
+    # An arm the claim does not have, named with the ones it has.
+    (
+      ["--method=dars", "--variants=dars,dars_c"],
+      "--variants: 'dars_c' not among dars's arms: dars, grpo_matched, "
+      "brorl, dars_b",
+    ),
   ):
     proc = subprocess.run(
       [sys.executable, "-m", "experiments.reproduce", *flags],
@@ -272,6 +278,58 @@ def test_a_run_stopped_by_sigterm_stops_the_reproduction(tmp_path, monkeypatch):
     )
   assert len(ran) == 1  # b did not start, and no partial table was written
   assert not os.path.exists(tmp_path / "runs/tiny/results.md")
+
+
+def test_variants_runs_and_reports_those_arms_alone(tmp_path, monkeypatch):
+  """--variants=c,a: arms a and c in the claim's order, b never configured
+  or run, the table and its command naming only them."""
+  from experiments import grpo
+
+  ran = []
+
+  def finished(cfg):  # a run that reached its last step, as _finished reads
+    ran.append(os.path.basename(os.path.dirname(cfg.workdir)))
+    os.makedirs(cfg.workdir)
+    saved = {**dataclasses.asdict(cfg), "class": run_info.class_name(cfg)}
+    for name, value in (("config", saved), ("eval_after", {})):
+      with open(os.path.join(cfg.workdir, f"{name}.json"), "w") as f:
+        json.dump(value, f)
+    with open(os.path.join(cfg.workdir, "metrics.jsonl"), "w") as f:
+      for step in (1, 2):
+        f.write(json.dumps({"step": step, "loss": 0.0, "accuracy": 0.5}))
+        f.write("\n")
+
+  monkeypatch.setattr(grpo, "run", finished)
+  claim = reproduce.Claim(
+    claim="tiny",
+    variants={
+      "a": ("grpo", {}),
+      "b": ("nosuch_module", {}),  # configuring it would fail
+      "c": ("grpo", {"lr": 1.0}),
+    },
+    metric="accuracy",
+    expected="anything",
+  )
+
+  def run_all(variants):
+    return reproduce.run_all(
+      "tiny",
+      claim,
+      [0],
+      steps=2,
+      root=str(tmp_path),
+      common=TINY,
+      testbed_name="tiny",
+      variants=variants,
+    )
+
+  text = open(run_all(["c", "a"])).read()
+  assert ran == ["a", "c"]
+  assert "| a |" in text and "| c |" in text and "| b |" not in text
+  assert "--variants=a,c " in text
+  with pytest.raises(ValueError, match="'d' not among tiny's arms: a, b, c"):
+    run_all(["a", "d"])
+  assert ran == ["a", "c"]  # refused before any run
 
 
 def test_a_field_added_later_at_its_default_is_the_same_run():
