@@ -368,6 +368,11 @@ def main(argv) -> None:
     common = parse_overrides(f.set, modules)
   except ValueError as e:  # names the --set item
     raise app.UsageError(str(e)) from None
+  variants = [v for v in f.variants.split(",") if v]
+  try:
+    select_variants(f.method, claim, variants)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
   # Every run compiles the same sampler / train-step / eval programs: keep
   # them on disk across runs, methods and testbeds.
   if not jax.config.jax_compilation_cache_dir:
@@ -376,11 +381,6 @@ def main(argv) -> None:
       os.path.join("workdirs", "reproduce", ".jax_cache"),
     )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-  variants = [v for v in f.variants.split(",") if v]
-  try:  # before any run starts
-    select_variants(f.method, claim, variants)
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
   try:
     path = run_all(
       f.method,
