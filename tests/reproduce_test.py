@@ -329,7 +329,6 @@ def test_variants_runs_and_reports_those_arms_alone(tmp_path, monkeypatch):
   assert "--variants=a,c " in text
   with pytest.raises(ValueError, match="'d' not among tiny's arms: a, b, c"):
     run_all(["a", "d"])
-  assert ran == ["a", "c"]  # refused before any run
 
 
 def test_a_field_added_later_at_its_default_is_the_same_run():
