@@ -11,6 +11,10 @@ Perspective", arXiv:2503.20783. Authors' code: sail-sg/understand-r1-zero
       1/|o_i| penalises long wrong answers less per token than short ones,
       so GRPO grows the length of incorrect responses;
   (3) no KL term (--beta 0 in every authors' command).
+The authors' code (train_zero_math.py, not the paper) also gives a
+completion cut off at the length limit, without EOS, reward 0, for GRPO
+and Dr. GRPO alike: --zero_truncated, on in PAPER, off on the laptop,
+whose reproduction compares the two objectives alone.
 
 Reproduces:
   laptop: the paper's Fig. 1 (right) claim, the length of incorrect
@@ -32,6 +36,8 @@ TPU:  launch/tpu.sh run experiments.dr_grpo --scale=paper \
 
 import dataclasses
 
+import numpy as np
+
 from experiments import grpo
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
@@ -43,8 +49,12 @@ class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with Dr. GRPO's objective; paper: PAPER."""
 
   advantage: str = "dr_grpo"  # (1) r - mean(r), no std
-  aggregation: str = "seq-mean-token-sum-norm"  # (2) / (B * max_new_tokens)
+  # (2) each completion's token sum / max_new_tokens, averaged over them
+  aggregation: str = "seq-mean-token-sum-norm"
   kl_coef: float = 0.0  # (3) --beta 0
+  # Reward 0 for completions that end at max_new_tokens without EOS (the
+  # authors' "Set zero reward for truncated outputs").
+  zero_truncated: bool = False
 
 
 # The authors' examples/qwen2.5-math-7b.sh, "Qwen-Math template" command
@@ -61,6 +71,7 @@ PAPER = dict(
   eval_size=30,
   template="boxed",  # --prompt_template qwen_math (boxed system prompt)
   reward="math",  # --oracle math --verifier_version math_verify
+  zero_truncated=True,  # their actor's step: no EOS -> reward 0
   # 128 prompts x 8 samples per rollout (--rollout_batch_size 128,
   # --num_samples 8), updates on 128 sequences (--train_batch_size 128):
   # 8 optimizer steps per rollout, one pass (--num_ppo_epochs 1).
@@ -85,13 +96,24 @@ PAPER = dict(
 )
 
 
+def make_batch(rollout, examples, ctx):
+  """objective.make_batch, with a cut-off completion's reward 0 when
+  --zero_truncated (the `reward/` parts keep the verifier's scores)."""
+  if not ctx.cfg.zero_truncated:
+    return objective.make_batch(rollout, examples, ctx)
+  total, parts = ctx.score(rollout, examples)
+  cut = np.asarray(rollout.finish_reasons) != "eos"
+  total = np.where(cut, 0.0, np.asarray(total, np.float32))
+  return objective.outcome_batch(rollout, examples, ctx, rewards=(total, parts))
+
+
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   return loop.train_and_report(
     cfg,
     name="dr_grpo",
     title="Dr. GRPO (arXiv:2503.20783)",
-    make_batch=objective.make_batch,  # (1)
+    make_batch=make_batch,  # (1)
     loss_fn=objective.loss_fn,  # (2), (3)
   )
 

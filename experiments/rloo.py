@@ -2,7 +2,8 @@ r"""RLOO: REINFORCE with a leave-one-out baseline.
 
 Paper: Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style
 Optimization for Learning from Human Feedback in LLMs", arXiv:2402.14740.
-Parent: PPO (as used for RLHF). Differs from it in exactly:
+Parent: PPO as used for RLHF (the paper's frame; the code starts from
+experiments/grpo.py's config). Differs from PPO in exactly:
   (1) no value model: the baseline of completion i is the mean reward of
       the other k - 1 completions of its prompt,
       A_i = r_i - 1/(k - 1) sum_{j != i} r_j (advantages.leave_one_out);
@@ -11,9 +12,10 @@ Parent: PPO (as used for RLHF). Differs from it in exactly:
       ("seq-mean-token-sum"), with no per-token credit assignment;
   (3) no clipping and no importance ratio: plain on-policy policy gradient
       (losses.policy_gradient), one update per batch;
-  (4) the KL to the reference is a penalty in the (sequence) reward,
-      r_i - beta * sum_t log(pi_old / pi_ref) (k1), not a loss term
-      (objective.PGConfig.kl_reward_coef).
+  (4) the KL to the reference stays a penalty in the reward, as in PPO,
+      but summed into the one sequence reward, r_i - beta * sum_t
+      log(pi_old / pi_ref) (k1), not given per token
+      (objective.PGConfig.kl_reward_coef; GRPO's is a loss term).
 
 Reproduces:
   laptop: the paper's ranking of REINFORCE-style methods against RAFT

@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import json
 import os
+import types
 
 import jax
 import jax.numpy as jnp
@@ -170,6 +171,43 @@ def test_rm_grpo_rejects_micro_batches_that_do_not_divide_its_pairs():
   ):
     bad.validate()
   dataclasses.replace(bad, rm_batch_size=33).validate()
+
+
+@pytest.mark.parametrize("zero_truncated", [False, True])
+def test_dr_grpo_zero_truncated_gives_cut_off_completions_reward_0(
+  zero_truncated,
+):
+  from experiments import dr_grpo
+  from rlreason.data.sources import Example
+
+  cfg = dr_grpo.Config(group_size=2, zero_truncated=zero_truncated)
+  rollout = types.SimpleNamespace(
+    texts=["1", "1", "1", "2"],
+    lengths=np.array([3, 5, 2, 5]),
+    finish_reasons=np.array(["eos", "length", "eos", "eos"]),
+    prompt_ids=np.array([0, 0, 1, 1]),
+  )
+  examples = [Example("0", "q", "1"), Example("1", "q", "1")]
+  scores = np.array([1.0, 1.0, 1.0, 0.0], np.float32)  # the verifier's
+  ctx = types.SimpleNamespace(
+    cfg=cfg,
+    correct_fn=lambda texts, gold: scores,
+    score=lambda r, ex: (scores, {"math": scores}),
+    batch_from_rollout=lambda r: {
+      "mask": np.ones((4, 5), np.float32),
+      "old_logp": np.zeros((4, 5), np.float32),
+    },
+  )
+  batch, m = dr_grpo.make_batch(rollout, examples, ctx)
+  # Dr. GRPO: A = r - mean(group). Row 1 ran out of tokens: with the flag
+  # its reward is 0, so r = [1, 0 | 1, 0]; without, r = [1, 1 | 1, 0].
+  want = [0.5, -0.5, 0.5, -0.5] if zero_truncated else [0.0, 0.0, 0.5, -0.5]
+  np.testing.assert_allclose(batch["adv"], want, rtol=1e-6, atol=1e-6)
+  assert m["reward"] == pytest.approx(
+    0.5 if zero_truncated else 0.75, rel=1e-6, abs=1e-6
+  )
+  assert m["reward/math"] == pytest.approx(0.75, rel=1e-6, abs=1e-6)
+  assert dr_grpo.PAPER["zero_truncated"]  # the authors' code does it
 
 
 def test_dars_b_smoke(tmp_path):

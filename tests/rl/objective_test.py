@@ -149,3 +149,26 @@ def test_validate_names_the_flag(override, message):
   cfg = dataclasses.replace(objective.PGConfig(), **override)
   with pytest.raises(ValueError, match=message.replace("(", r"\(")):
     cfg.validate()
+
+
+def test_dr_grpo_aggregation_divides_by_the_generation_budget():
+  # seq-mean-token-sum-norm: sum_i sum_t l_it / (N * T), with T the padded
+  # completion width (the rollout's max_new_tokens) whatever the lengths.
+  cfg = objective.PGConfig(aggregation="seq-mean-token-sum-norm")
+  params = transformer.init(MODEL, jax.random.key(2))
+  batch = _batch(2)
+  norm = aggregation.normalizers(batch["mask"])
+  loss, _ = objective.pg_loss(params, batch, norm, cfg=cfg, model_cfg=MODEL)
+  logp = policy.completion_logprobs(
+    params, batch["tokens"], batch["positions"], MODEL, P
+  )
+  surrogate, _ = losses.clipped_surrogate(
+    logp,
+    batch["old_logp"],
+    batch["adv"],
+    batch["mask"],
+    clip_eps_low=0.2,
+    clip_eps_high=0.2,
+  )
+  expected = jnp.sum(surrogate * batch["mask"]) / (N * T)
+  np.testing.assert_allclose(loss, expected, rtol=1e-5, atol=1e-6)
