@@ -7,11 +7,18 @@ Differs from DAPO in exactly:
   (1) the per-token policy-gradient loss is multiplied by a mask that keeps
       only the top rho = 20% entropy tokens of the batch ("forking tokens",
       token_weights.top_entropy_mask; entropy of the current policy, no gradient
-      through the mask); the loss is still divided by ALL the batch's
-      tokens (token-mean), so the kept tokens' gradients are unchanged.
+      through the mask), and the token-mean loss is divided by the kept
+      tokens, not all of them: the paper's Eq. (6) has the indicator in
+      its normaliser too, and the authors' code aggregates over
+      response_mask * entropy_top_mask. The count is the minibatch's,
+      ceil(rho * its tokens) (token_weights.top_entropy_count), so the
+      micro-batch losses still add up; with --micro_batches > 1 each keeps
+      its own top rho and the sum of their counts can differ from it by
+      less than one token per micro-batch.
   Ablation (--token_selection=bottom): train only on the other 80%, the
-  lowest-entropy tokens, which the paper reports to degrade performance
-  markedly; --token_selection=all is the full-gradient DAPO baseline.
+  lowest-entropy tokens (divided by their count), which the paper reports
+  to degrade performance markedly; --token_selection=all is the
+  full-gradient DAPO baseline.
 DAPO's loss-side choices are kept: clip-higher (0.2 / 0.28), token-level
 aggregation, no KL term. Its data-side ones (dynamic sampling, overlong
 reward shaping) are not applied here (experiments/dapo.py has them); the
@@ -116,12 +123,22 @@ def token_weight(cfg: Config):
   return weight
 
 
+def kept_norm(norm: dict, cfg: Config) -> dict:
+  """The minibatch's normalisers with num_tokens = the tokens the mask of
+  cfg.token_selection keeps (1): ceil(rho * n) for top, the rest for
+  bottom, all n for all."""
+  n = norm["num_tokens"]
+  top = token_weights.top_entropy_count(n, cfg.top_frac)
+  kept = {"top": top, "bottom": n - top, "all": n}[cfg.token_selection]
+  return {**norm, "num_tokens": kept}
+
+
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
-  """DAPO's objective with the forking-token mask (1)."""
+  """DAPO's objective with the forking-token mask and its normaliser (1)."""
   return objective.pg_loss(
     params,
     batch,
-    norm,
+    kept_norm(norm, cfg),
     cfg=cfg,
     model_cfg=model_cfg,
     token_weight=token_weight(cfg),

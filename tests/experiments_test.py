@@ -210,6 +210,56 @@ def test_dr_grpo_zero_truncated_gives_cut_off_completions_reward_0(
   assert dr_grpo.PAPER["zero_truncated"]  # the authors' code does it
 
 
+@pytest.mark.parametrize("selection", ["top", "bottom", "all"])
+def test_forking_tokens_divides_by_the_tokens_it_keeps(selection):
+  from experiments import forking_tokens
+  from rlreason.model import policy
+  from rlreason.model import transformer
+  from rlreason.rl import aggregation
+  from rlreason.rl import losses
+
+  cfg = forking_tokens.Config(token_selection=selection, top_frac=0.2)
+  model_cfg = testing.tiny_model_config()
+  params = transformer.init(model_cfg, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  n, p, t = 3, 2, 4
+  mask = np.ones((n, t), np.float32)
+  mask[1, 2:] = 0  # 10 valid tokens: top keeps ceil(0.2 * 10) = 2
+  batch = {
+    "tokens": jnp.asarray(rng.integers(3, model_cfg.vocab_size, (n, p + t))),
+    "positions": jnp.broadcast_to(jnp.arange(p + t), (n, p + t)),
+    "mask": jnp.asarray(mask),
+    "old_logp": jnp.asarray(rng.normal(-2.0, 0.3, (n, t)), jnp.float32),
+    "adv": jnp.asarray([1.0, -0.5, 0.25]),
+  }
+  loss, _ = forking_tokens.loss_fn(
+    params,
+    batch,
+    aggregation.normalizers(batch["mask"]),
+    cfg=cfg,
+    model_cfg=model_cfg,
+  )
+  logp, entropy = policy.completion_logprobs(
+    params, batch["tokens"], batch["positions"], model_cfg, p, with_entropy=True
+  )
+  per_token, _ = losses.clipped_surrogate(
+    logp,
+    batch["old_logp"],
+    batch["adv"],
+    batch["mask"],
+    clip_eps_low=0.2,
+    clip_eps_high=0.28,
+  )
+  # The 2 highest-entropy valid tokens, by numpy.
+  h = np.where(mask > 0, np.asarray(entropy), -np.inf).reshape(-1)
+  top = np.zeros(n * t, bool)
+  top[np.argsort(-h, kind="stable")[:2]] = True
+  top = top.reshape(n, t)
+  kept = {"top": top, "bottom": (mask > 0) & ~top, "all": mask > 0}[selection]
+  want = np.sum(np.asarray(per_token)[kept]) / kept.sum()  # 2, 8 or 10
+  np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
+
+
 def test_dars_b_smoke(tmp_path):
   from experiments import dars
 

@@ -9,8 +9,9 @@ hook of objective.pg_loss), l'_t = w_t * l_t, and is stop-gradient:
   truncated_is_weight  w_t = min(pi_old(y_t) / pi_sampler(y_t), C)  (TIS)
   masked_is_weight     w_t = r_t if 1/C <= r_t <= C else 0            (MIS)
 and mismatch_metrics reports how far the sampler and the trainer disagree.
-Keep `mask` (and its normaliser) in aggregation.aggregate: the weights do
-not change the denominator.
+Keep `mask` in aggregation.aggregate; the weights do not change its
+denominator, except where a method says so (forking tokens divide by the
+kept tokens: `top_entropy_count`).
 """
 
 import chex
@@ -28,9 +29,11 @@ def top_entropy_mask(
 
   Beyond the 80/20 Rule (Wang et al. 2025, arXiv:2506.01939): the policy
   gradient is applied only to the top-rho entropy tokens of the batch
-  (rho = 0.2), ceil(top_frac * num_valid) tokens here. Multiply the per-token
-  loss by the result and keep `mask` (and its normaliser) in
-  aggregation.aggregate: the paper still divides by all the batch's tokens.
+  (rho = 0.2), `top_entropy_count(num_valid)` = ceil(rho * num_valid)
+  tokens here. Multiply the per-token loss by the result; the paper's
+  Eq. (6) and the authors' code (verl agg_loss over response_mask *
+  entropy_top_mask) divide by the kept tokens, so pass that count as
+  aggregation.aggregate's num_tokens.
 
   Args:
     entropy: [N, T] per-token entropy (policy.entropy_from_logits).
@@ -42,12 +45,18 @@ def top_entropy_mask(
   """
   chex.assert_equal_shape([entropy, mask])
   m = mask > 0
-  # top_frac * n in float32 can land a hair above an integer (0.2 * 5).
-  k = jnp.ceil(top_frac * m.sum() - 1e-4)
+  k = top_entropy_count(m.sum(), top_frac)
   key = jnp.where(m, sg(entropy), -jnp.inf).reshape(-1)
   order = jnp.argsort(-key, stable=True)  # ties: the earlier token first
   rank = jnp.zeros_like(order).at[order].set(jnp.arange(key.size))
   return (m & (rank.reshape(mask.shape) < k)).astype(jnp.float32)
+
+
+def top_entropy_count(num_valid, top_frac: float = 0.2):
+  """ceil(top_frac * num_valid): how many tokens `top_entropy_mask` keeps
+  of num_valid (a count or an array of counts)."""
+  # top_frac * n in float32 can land a hair above an integer (0.2 * 5).
+  return jnp.ceil(top_frac * jnp.asarray(num_valid, jnp.float32) - 1e-4)
 
 
 def truncated_is_weight(

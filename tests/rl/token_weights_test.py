@@ -27,6 +27,13 @@ class TokenWeightsTest(parameterized.TestCase):
     )
     np.testing.assert_array_equal(fn(entropy, mask), [[0, 1, 0], [1, 0, 0]])
 
+  def test_top_entropy_count(self):
+    # ceil(0.2 * n): 5 -> 1 (0.2 * 5 is a hair above 1 in float32),
+    # 10 -> 2, 11 -> 3, 0 -> 0.
+    np.testing.assert_array_equal(
+      token_weights.top_entropy_count(np.array([5, 10, 11, 0])), [1, 2, 3, 0]
+    )
+
   @chex.variants(with_jit=True, without_jit=True)
   def test_truncated_is_weight(self):
     sampler_logp = np.array([[-1.0, -1.0, -1.0, -1.0]])
