@@ -14,8 +14,11 @@ from experiments/grpo.py in exactly:
       verifier pool), not an NLI model (the paper's choice for free-form
       text);
   (3) entropy thresholding: prompts whose semantic entropy is at or above
-      --entropy_max (too uncertain for a reliable target) are dropped from
-      the update (mask and advantage zeroed); 0 = off.
+      --entropy_max (too uncertain for a reliable target) or below
+      --entropy_min (too sure to teach anything) are dropped from the
+      update (mask and advantage zeroed); 0 = off. The authors' math
+      reward (src/open_r1/rewards.py) keeps H < ln G: it drops a group
+      only when its G answers all differ; PAPER does the same.
 The gold answers are read only for the logged `accuracy`. The logged
 empo/semantic_entropy is the mean H of the batch's prompts.
 
@@ -36,7 +39,9 @@ TPU:  launch/tpu.sh run experiments.empo --scale=paper \
 """
 
 import dataclasses
+import math
 
+import numpy as np
 
 from experiments import grpo
 from rlreason.train import flags as rr_flags
@@ -52,6 +57,7 @@ class Config(grpo.TinyConfig):
 
   equivalence: str = "exact"  # (2) exact | math
   entropy_max: float = 0.0  # (3) drop prompts with H >= this; 0 = off
+  entropy_min: float = 0.0  # (3) drop prompts with H < this; 0 = off
 
   def validate(self) -> None:
     super().validate()
@@ -60,14 +66,23 @@ class Config(grpo.TinyConfig):
         f"Invalid config: --equivalence={self.equivalence!r}; expected "
         "exact or math"
       )
-    if self.entropy_max < 0:
-      raise ValueError("Invalid config: --entropy_max must be >= 0")
+    if self.entropy_max < 0 or self.entropy_min < 0:
+      raise ValueError(
+        "Invalid config: --entropy_max and --entropy_min must be >= 0"
+      )
+    if self.entropy_max and self.entropy_min >= self.entropy_max:
+      raise ValueError(
+        f"Invalid config: --entropy_min={self.entropy_min} keeps no prompt "
+        f"below --entropy_max={self.entropy_max}"
+      )
 
 
 # What the abstract states: Qwen2.5-Math-7B base, unlabeled math prompts,
 # GRPO. Not restated here, so assumptions: the prompt set (a 20K
-# NuminaMath-CoT subset is assumed), batch, samples, lr, the entropy
-# threshold and the response length.
+# NuminaMath-CoT subset is assumed), batch, samples, lr and the response
+# length. The KL term is grpo.PAPER's (0.04, k3, in the loss); the
+# authors' later configs (TRL config_EMPO_NM_COT_20K_1.5B.yaml, the
+# verl-empo scripts) set it to 0: pass --kl_coef=0 to follow them.
 PAPER = dict(
   grpo.PAPER,
   model="qwen2.5-math-7b",
@@ -77,7 +92,9 @@ PAPER = dict(
   template="boxed",
   reward="math",  # only for the logged accuracy
   equivalence="math",  # (2)
-  entropy_max=0.0,  # (3) the paper's threshold is not restated here
+  # (3) ln G for G = 8: the authors' code's bound (set it again with
+  # another --group_size).
+  entropy_max=math.log(8),
   batch_size=128,  # assumption
   group_size=8,  # assumption
   minibatches=2,
@@ -104,8 +121,10 @@ def make_batch(rollout, examples, ctx):
     rollout, examples, ctx, rewards=(r, {"semantic_cluster": r})
   )
   metrics["empo/semantic_entropy"] = float(entropy.mean())
-  if cfg.entropy_max > 0:
-    keep = semantic.entropy_band(entropy, high=cfg.entropy_max)
+  if cfg.entropy_max > 0 or cfg.entropy_min > 0:
+    # 1e-6: a float32 H of G distinct answers may round a hair below ln G.
+    high = cfg.entropy_max - 1e-6 if cfg.entropy_max else np.inf
+    keep = semantic.entropy_band(entropy, low=cfg.entropy_min, high=high)
     batch = objective.drop_groups(batch, keep, g)
     metrics["empo/kept"] = float(keep.mean())
   return batch, metrics

@@ -22,9 +22,9 @@ with k > 1 samples per prompt). OpenRLHF's reasoning examples of that variant
 move the KL into the loss with the k2 estimator: add --kl_reward_coef=0
 --kl_coef=1e-3 --kl_estimator=k2.
 Deviation: the paper samples one completion per prompt for REINFORCE++
-(k = 1); the laptop default keeps grpo's 16 prompts x 8 samples so the two
-variants and GRPO see the same batches (--group_size=1 --batch_size=128 is
-the k = 1 shape).
+(k = 1); the laptop default and PAPER keep grpo's prompts x 8 samples so
+the two variants and GRPO see the same batches (--group_size=1
+--batch_size=128 is the laptop's k = 1 shape).
 
 Reproduces:
   laptop: the paper's claim that global normalisation trains at least as
@@ -69,12 +69,16 @@ class Config(grpo.TinyConfig):
   aggregation: str = "token-mean"  # (3)
 
 
-# OpenRLHF's documented REINFORCE++ hyperparameters (--init_kl_coef 0.01,
-# --actor_learning_rate 1e-6) on grpo.PAPER's model and data (GSM8K).
+# OpenRLHF's REINFORCE++ example (examples/scripts/
+# train_reinforce_llama_ray.sh: --init_kl_coef 0.01, --actor_learning_rate
+# 5e-7) on grpo.PAPER's model and data (GSM8K). Its batch shape is not
+# kept: 1024 prompts x 1 sample, 1024-token prompts, 8 updates of 128 per
+# rollout there; here grpo's 128 x 8 = the same 1024 sequences in one
+# update, so the two variants and GRPO share batches (as on the laptop).
 PAPER = dict(
   grpo.PAPER,
   kl_reward_coef=0.01,
-  lr=1e-6,
+  lr=5e-7,
   group_size=8,
   batch_size=128,
   micro_batches=8,

@@ -260,6 +260,61 @@ def test_forking_tokens_divides_by_the_tokens_it_keeps(selection):
   np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+  "bounds, kept",
+  [
+    ({}, [1, 1, 1]),
+    ({"entropy_max": np.log(4)}, [1, 1, 0]),  # ln G: all 4 answers differ
+    ({"entropy_min": 0.6}, [0, 0, 1]),
+    ({"entropy_min": 0.5, "entropy_max": np.log(4)}, [0, 1, 0]),
+  ],
+)
+def test_empo_drops_prompts_outside_its_entropy_band(bounds, kept):
+  from experiments import empo
+  from rlreason.data.sources import Example
+
+  cfg = empo.Config(group_size=4, **bounds)
+  cfg.validate()
+  # Prompt 0: one answer (H = 0); 1: three and one (H = -(0.75 ln 0.75 +
+  # 0.25 ln 0.25) = 0.562); 2: four different answers (H = ln 4).
+  answers = ["1", "1", "1", "1", "2", "2", "2", "3", "4", "5", "6", "7"]
+  rollout = types.SimpleNamespace(
+    texts=[f"answer: {a}" for a in answers],
+    lengths=np.full(12, 3),
+    finish_reasons=np.full(12, "eos"),
+    prompt_ids=np.repeat(np.arange(3), 4),
+  )
+  examples = [Example(str(i), "q", "1") for i in range(3)]
+  ctx = types.SimpleNamespace(
+    cfg=cfg,
+    correct_fn=lambda t, gold: np.array([a == b for a, b in zip(t, gold)]),
+    batch_from_rollout=lambda r: {
+      "mask": np.ones((12, 3), np.float32),
+      "old_logp": np.zeros((12, 3), np.float32),
+    },
+    ref_logp=lambda r: np.zeros((12, 3), np.float32),
+  )
+  batch, m = empo.make_batch(rollout, examples, ctx)
+  assert m["empo/semantic_entropy"] == pytest.approx(
+    (-(0.75 * np.log(0.75) + 0.25 * np.log(0.25)) + np.log(4)) / 3,
+    rel=1e-5,
+    abs=1e-6,
+  )
+  rows = np.repeat(kept, 4)
+  np.testing.assert_array_equal(batch["mask"].max(-1), rows)
+  # Prompt 1's rewards [0.75, 0.75, 0.75, 0.25] give nonzero advantages
+  # where it is kept, zero where dropped.
+  assert (np.abs(batch["adv"][4:8]) > 0.1).all() == bool(kept[1])
+  assert np.all(batch["adv"][rows == 0] == 0)
+
+
+def test_empo_rejects_an_empty_entropy_band():
+  from experiments import empo
+
+  with pytest.raises(ValueError, match="keeps no prompt"):
+    empo.Config(entropy_min=1.0, entropy_max=0.5).validate()
+
+
 def test_dars_b_smoke(tmp_path):
   from experiments import dars
 
