@@ -210,15 +210,19 @@ def test_dr_grpo_zero_truncated_gives_cut_off_completions_reward_0(
   assert dr_grpo.PAPER["zero_truncated"]  # the authors' code does it
 
 
-@pytest.mark.parametrize("selection", ["top", "bottom", "all"])
-def test_forking_tokens_divides_by_the_tokens_it_keeps(selection):
+@pytest.mark.parametrize(
+  "selection, dual_clip", [("top", 0.0), ("bottom", 0.0), ("all", 1.5)]
+)
+def test_forking_tokens_divides_by_the_tokens_it_keeps(selection, dual_clip):
   from experiments import forking_tokens
   from rlreason.model import policy
   from rlreason.model import transformer
   from rlreason.rl import aggregation
   from rlreason.rl import losses
 
-  cfg = forking_tokens.Config(token_selection=selection, top_frac=0.2)
+  cfg = forking_tokens.Config(
+    token_selection=selection, top_frac=0.2, dual_clip=dual_clip
+  )
   model_cfg = testing.tiny_model_config()
   params = transformer.init(model_cfg, jax.random.key(0))
   rng = np.random.default_rng(0)
@@ -229,18 +233,21 @@ def test_forking_tokens_divides_by_the_tokens_it_keeps(selection):
     "tokens": jnp.asarray(rng.integers(3, model_cfg.vocab_size, (n, p + t))),
     "positions": jnp.broadcast_to(jnp.arange(p + t), (n, p + t)),
     "mask": jnp.asarray(mask),
+    # Row 1's ratios are e^1.5 = 4.5 > 1.5: its negative advantage's loss
+    # is capped at -adv * 1.5 by the dual clip (when on).
     "old_logp": jnp.asarray(rng.normal(-2.0, 0.3, (n, t)), jnp.float32),
     "adv": jnp.asarray([1.0, -0.5, 0.25]),
   }
+  logp, entropy = policy.completion_logprobs(
+    params, batch["tokens"], batch["positions"], model_cfg, p, with_entropy=True
+  )
+  batch["old_logp"] = batch["old_logp"].at[1].set(logp[1] - 1.5)
   loss, _ = forking_tokens.loss_fn(
     params,
     batch,
     aggregation.normalizers(batch["mask"]),
     cfg=cfg,
     model_cfg=model_cfg,
-  )
-  logp, entropy = policy.completion_logprobs(
-    params, batch["tokens"], batch["positions"], model_cfg, p, with_entropy=True
   )
   per_token, _ = losses.clipped_surrogate(
     logp,
@@ -250,6 +257,9 @@ def test_forking_tokens_divides_by_the_tokens_it_keeps(selection):
     clip_eps_low=0.2,
     clip_eps_high=0.28,
   )
+  if dual_clip:  # min(clipped loss, -adv * c) where adv < 0, by hand
+    per_token = per_token.at[1].set(jnp.minimum(per_token[1], 0.5 * 1.5))
+    assert float(per_token[1, 0]) == pytest.approx(0.75, rel=1e-6, abs=1e-6)
   # The 2 highest-entropy valid tokens, by numpy.
   h = np.where(mask > 0, np.asarray(entropy), -np.inf).reshape(-1)
   top = np.zeros(n * t, bool)
