@@ -123,7 +123,9 @@ PAPER = dict(
   max_sample_rounds=30,
   temperature=1.0,
   lr=1e-6,  # AdamW, constant (Sec. 4.1)
-  warmup_steps=20,  # linear warm-up over 20 rollout steps (Sec. 4.1)
+  # Linear warm-up over 20 rollout steps (Sec. 4.1); warmup_steps counts
+  # optimizer updates, 16 a step here.
+  warmup_steps=20 * 16,
   weight_decay=0.1,  # recipe value (not in the paper)
   # Not stated as a number in the text; Fig. 1 spans several thousand steps.
   steps=5000,

@@ -113,7 +113,9 @@ PAPER = dict(
   max_prompt_len=2048,
   max_new_tokens=20480,
   lr=1e-6,
-  warmup_steps=10,  # DAPO: 10 warmup steps
+  # The script's 10 warm-up rollout steps (lr_warmup_steps, which verl
+  # counts per step); warmup_steps counts optimizer updates, 16 a step.
+  warmup_steps=10 * 16,
   weight_decay=0.1,  # DAPO's AdamW weight decay
   eval_size=30,
   eval_samples=32,  # avg@32 on AIME (the authors' repeated-32x file)

@@ -11,19 +11,21 @@ hkust-nlp/Laser. Differs from experiments/grpo.py in exactly:
       difficulty, bucketed by its group accuracy (>= 2/3 easy, >= 1/3
       medium, else hard), and adapts during training: each bucket's
       target is the shortest candidate length (--target_lower ..
-      --target_upper by --target_interval) that keeps at least one
-      expected correct response under truncation
-      (length.laser_d_adaptive_targets, the authors'
-      _choose_target_length); --variant=laser uses the fixed
+      --target_upper by --target_interval, below the batch's longest
+      response) at which the share of the bucket's responses no longer
+      than it, times the fewest correct responses a prompt of the bucket
+      has, keeps at least one (length.laser_d_adaptive_targets, the
+      authors' _choose_target_length); --variant=laser uses the fixed
       --target_length;
   (3) the authors' verl settings: clip 0.2 / 0.28, a k3 KL loss of 0.001,
-      an entropy bonus of 0.001, temperature 0.6, two updates per batch.
+      an entropy bonus of 0.001, temperature 0.6, two updates per batch,
+      token-mean loss aggregation (their verl's compute_policy_loss).
   Deviations: the authors measure the adaptive targets' coverage on a
   500-prompt monitoring set every 20 steps; here on each training batch.
-  The correctness reward is the task's 0/1 (the authors' scorer may
-  penalise wrong answers; not restated here). The LASER-DE variant
-  (an extra bonus for wrong, non-repetitive long answers) is not
-  implemented.
+  The correctness reward is the task's 0/1 (the authors' scorer gives a
+  wrong answer -0.5: their LASER-DE code tests score == -0.5). The
+  LASER-DE variant (an extra bonus for wrong, non-repetitive long
+  answers) is not implemented.
 
 Reproduces:
   laptop: the length reward shortens responses, LASER-D at least as well
@@ -68,6 +70,7 @@ class Config(grpo.TinyConfig):
   entropy_coef: float = 0.001  # (3)
   temperature: float = 0.6  # (3)
   minibatches: int = 2  # (3) ppo_mini_batch_size 64 of 128 prompts
+  aggregation: str = "token-mean"  # (3)
 
   def validate(self) -> None:
     super().validate()
@@ -151,7 +154,6 @@ def make_batch(rollout, examples, ctx):
       correct,
       cfg.group_size,
       cfg.thresholds,
-      max_length=cfg.max_new_tokens,
     )
     target = length.laser_d_bucket_targets(correct, cfg.group_size, targets)
     extra = {f"laser/target_{k}": v for k, v in targets.items()}

@@ -148,7 +148,9 @@ class BaseConfig:
 
   # Optimisation.
   lr: float = 1e-3  # peak learning rate (AdamW)
-  warmup_steps: int = 0  # linear learning-rate warm-up over these steps
+  # Linear learning-rate warm-up over this many optimizer updates (a step
+  # makes ppo_epochs x minibatches); verl's lr_warmup_steps count steps.
+  warmup_steps: int = 0
   schedule: str = "constant"  # constant | cosine (decay after the warm-up)
   weight_decay: float = 0.0  # AdamW's decoupled weight decay
   adam_b1: float = 0.9  # Adam's first-moment decay

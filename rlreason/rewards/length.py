@@ -178,21 +178,24 @@ def laser_d_adaptive_targets(
   group_size: int,
   thresholds,
   *,
-  max_length: float,
   expected_correct: int = 1,
 ) -> dict[str, float]:
   """LASER-D's adaptive target length of each difficulty bucket.
 
   hkust-nlp/Laser `_choose_target_length` (round_method="floor"): for
   bucket l with n_l = floor(2G/3) (easy), floor(G/3) (medium) or 1 (hard),
-  the target is the smallest threshold L such that
+  the target is the smallest threshold L below the batch's longest
+  response such that
 
       floor(coverage_l(L) * n_l) >= expected_correct,
 
-  where coverage_l(L) is the fraction of bucket-l responses that are
-  correct AND at most L tokens long (the bucket's accuracy if longer
-  responses were cut at L); `max_length` when no threshold qualifies or
-  the bucket is empty. Easy prompts thus get tight targets and hard ones
+  where coverage_l(L) is the fraction of bucket-l responses, right or
+  wrong, at most L tokens long (their monitor's
+  `_calculate_length_coverage_statistics`): n_l is the fewest correct
+  responses a bucket-l prompt has, so coverage * n_l estimates how many of
+  them a cut at L keeps. The batch's longest response is the target when
+  no threshold qualifies or the bucket is empty (their
+  max_response_length). Easy prompts thus get tight targets and hard ones
   keep the budget. The authors measure coverage on a monitoring set every
   few steps; here it is measured on whatever batch is passed.
 
@@ -201,7 +204,6 @@ def laser_d_adaptive_targets(
     correct: [N] 0/1.
     group_size: G.
     thresholds: candidate target lengths (any order).
-    max_length: the target when none qualifies.
     expected_correct: the expected correct responses a target must keep.
 
   Returns:
@@ -212,16 +214,17 @@ def laser_d_adaptive_targets(
   acc = correct.mean(-1)
   bucket = np.where(acc >= 2 / 3, 0, np.where(acc >= 1 / 3, 1, 2))
   lower_n = (int(group_size * 2 / 3), int(group_size / 3), 1)
+  longest = float(lengths.max())
   targets = {}
   for k, name in enumerate(LASER_D_BUCKETS):
     sel = bucket == k
-    targets[name] = float(max_length)
+    targets[name] = longest
     if not sel.any():
       continue
-    for length in sorted(thresholds):
-      coverage = (correct[sel] & (lengths[sel] <= length)).mean()
+    for length in sorted(t for t in thresholds if t < longest):
+      coverage = (lengths[sel] <= length).mean()
       if int(coverage * lower_n[k]) >= expected_correct:
-        targets[name] = float(min(length, max_length))
+        targets[name] = float(length)
         break
   return targets
 

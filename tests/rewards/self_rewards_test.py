@@ -179,21 +179,30 @@ def test_format_gated():
 
 
 def test_laser_d_adaptive_targets():
-  lengths = [10, 20, 30, 15, 5, 5, 7, 7, 7]
+  lengths = [10, 20, 30, 15, 5, 5, 7, 7, 45]
   correct = [1, 1, 1, 1, 0, 0, 0, 0, 0]
-  # G = 3: n_easy = 2, n_medium = 1, n_hard = 1. Easy prompt: coverage at
-  # 10 is 1/3 (floor(2/3) = 0), at 20 it is 2/3 (floor(4/3) = 1): 20.
-  # Medium: coverage <= 1/3 at every L, floor(1/3) = 0: the budget.
+  # G = 3: n_easy = 2, n_medium = 1, n_hard = 1; the longest response is
+  # 45. Easy prompt (lengths 10, 20, 30): coverage at 10 is 1/3
+  # (floor(2/3) = 0), at 20 it is 2/3 (floor(4/3) = 1): 20. Medium (15, 5,
+  # 5): coverage at 10 is 2/3, floor(2/3 * 1) = 0; at 20 all: 20. Hard (7,
+  # 7, 45): coverage at 10 is 2/3, floor = 0; 20 and 30 the same; 50 is
+  # not below the longest response: the target stays 45.
   targets = length.laser_d_adaptive_targets(
-    lengths, correct, 3, [30, 10, 20], max_length=40
+    lengths, correct, 3, [30, 10, 20, 50]
   )
-  assert targets == {"easy": 20.0, "medium": 40.0, "hard": 40.0}
+  assert targets == {"easy": 20.0, "medium": 20.0, "hard": 45.0}
   np.testing.assert_array_equal(
     length.laser_d_bucket_targets(correct, 3, targets),
-    [20, 20, 20, 40, 40, 40, 40, 40, 40],
+    [20, 20, 20, 20, 20, 20, 45, 45, 45],
   )
-  empty = length.laser_d_adaptive_targets([1, 2], [0, 0], 2, [1], max_length=9)
-  assert empty == {"easy": 9.0, "medium": 9.0, "hard": 9.0}
+  # Wrong responses count in the coverage: an all-wrong hard prompt whose
+  # responses are all short gets a tight target (coverage 1 at 5), the
+  # easy one the longest response, 10.
+  assert length.laser_d_adaptive_targets(
+    [3, 4, 4, 10, 10, 10], [0, 0, 0, 1, 1, 1], 3, [5]
+  ) == {"easy": 10.0, "medium": 10.0, "hard": 5.0}
+  empty = length.laser_d_adaptive_targets([1, 2], [0, 0], 2, [1])
+  assert empty == {"easy": 2.0, "medium": 2.0, "hard": 2.0}
 
 
 # ---------------------------------------------------------------- curriculum
