@@ -9,21 +9,28 @@ Differs from experiments/grpo.py in exactly:
       earns its 0/1 correctness (rewards/length.py `truncation`;
       --truncation_length below max_new_tokens also zeroes finished
       responses longer than it);
-  (2) batch-wise reward normalisation: A_i = (r_i - mean_group(r)) /
-      std_batch(r) (advantage "lite_ppo", advantages.batch_std_normalized),
-      the paper's fix for the biased advantages that truncation causes
-      under GRPO's per-group normalisation;
+  (2) batch-wise reward normalisation, the paper's fix for the biased
+      advantages that truncation causes under GRPO's per-group
+      normalisation, as the authors' script runs it (verl-dler/dler.sh:
+      adv_estimator=reinforce_plus_plus_baseline): each reward minus its
+      group's mean, then whitened over all the batch's completion tokens
+      (returns.reinforce_plus_plus_baseline; --advantage=lite_ppo divides
+      by the batch's sequence-level std instead);
   (3) higher clipping: epsilon_high 0.28 (DAPO's clip-higher), so the
       low-probability tokens that would shorten a response can grow;
   (4) dynamic sampling (rlreason/rl/dynamic_sampling.py): groups whose G
       rewards are all equal are dropped and refilled (at most
       --max_sample_rounds rollouts per step);
-  (5) no KL term; token-mean aggregation as DAPO (an assumption).
+  (5) no KL term; token-mean aggregation (the script's loss_agg_mode).
   Deviations: the batch std of (2) is over each sampled round (before the
   filter of (4)), and (4) keeps groups by their 0/1 correctness, which
   equals the truncated reward except for an answer that ends exactly at
   the limit (or, with --truncation_length, for finished responses past
-  it). Not implemented: the difficulty-aware limit (DA-DLER) and the
+  it). The script also has a k3 KL loss of 5e-4, verl's dual clip at 10,
+  weight decay 0.01, +0.1 on the advantage of correct responses
+  (correct_sample_advantage_boost_value) and a cut-off response's reward
+  times 0.1 (stop_properly_penalty) where (1) gives 0: not here. Not
+  implemented: the difficulty-aware limit (DA-DLER) and the
   update-selective weight merging.
 After training, accuracy_vs_tokens.png in the workdir plots the train
 accuracy against the mean response length, step by step.
@@ -73,7 +80,7 @@ class Config(grpo.TinyConfig):
   truncation_length: int = 0  # (1) 0 = max_new_tokens
   # The warm start sees whole solutions (grpo.py's, whose cache it shares).
   warm_start_max_new_tokens: int = grpo.TinyConfig.max_new_tokens
-  advantage: str = "lite_ppo"  # (2) group mean, batch std
+  advantage: str = "reinforce_plus_plus_baseline"  # (2)
   clip_eps_high: float = 0.28  # (3)
   dynamic_sampling: bool = True  # (4) drop all-equal groups, sample more
   max_sample_rounds: int = 3  # (4) a budget, as dapo.py's
@@ -97,9 +104,11 @@ class Config(grpo.TinyConfig):
 BASE = dict(max_new_tokens=72)
 
 
-# DeepSeek-R1-Distill-Qwen-7B trained with the truncation penalty. Not
-# restated here, so assumptions: the training data (DeepScaleR-Preview's
-# 40K math problems), the 4000-token limit, batch, samples and lr.
+# DeepSeek-R1-Distill-Qwen-7B trained with the truncation penalty. The
+# authors' verl-dler/dler.sh (for the 1.5B model) gives the data
+# (DeepScaleR's train.parquet), the 4000-token limit, 256 prompts x 16,
+# mini-batch 64 and lr 1e-6, and trains one epoch; the step count here is
+# an assumption.
 PAPER = dict(
   grpo.PAPER,
   model="/ckpt/DeepSeek-R1-Distill-Qwen-7B",  # a local HF dir
@@ -109,17 +118,17 @@ PAPER = dict(
   eval_samples=16,
   template="chat",
   reward="math",
-  batch_size=256,  # assumption
-  group_size=16,  # assumption
-  minibatches=4,
+  batch_size=256,
+  group_size=16,
+  minibatches=4,  # ppo_mini_batch_size 64
   # 32 rows of 1024 + 4000 tokens per micro-batch: the planner's (16 left
   # 89.8 GiB of train-step temporaries per chip on v5p-16).
   micro_batches=32,
   max_prompt_len=1024,
-  max_new_tokens=4000,  # (1) the limit (assumption)
+  max_new_tokens=4000,  # (1) the limit
   max_sample_rounds=10,
   temperature=1.0,
-  lr=1e-6,  # assumption
+  lr=1e-6,
   steps=1000,  # assumption
   eval_every=50,
 )

@@ -325,6 +325,37 @@ def test_empo_rejects_an_empty_entropy_band():
     empo.Config(entropy_min=1.0, entropy_max=0.5).validate()
 
 
+def test_dler_truncates_then_whitens_group_centred_rewards_over_tokens():
+  from experiments import dler
+  from rlreason.data.sources import Example
+
+  cfg = dler.Config(group_size=2, max_new_tokens=2)
+  correct = np.array([1.0, 0.0, 1.0, 1.0], np.float32)
+  rollout = types.SimpleNamespace(
+    texts=["a"] * 4,
+    lengths=np.array([2, 1, 2, 2]),
+    finish_reasons=np.array(["eos", "eos", "length", "eos"]),
+    prompt_ids=np.array([0, 0, 1, 1]),
+  )
+  ctx = types.SimpleNamespace(
+    cfg=cfg,
+    correct_fn=lambda texts, gold: correct,
+    batch_from_rollout=lambda r: {
+      "mask": np.ones((4, 2), np.float32),
+      "old_logp": np.zeros((4, 2), np.float32),
+    },
+  )
+  examples = [Example("0", "q", "1"), Example("1", "q", "1")]
+  batch, _ = dler.make_batch(rollout, examples, ctx)
+  # Row 2 is right but cut off: reward 0, so r = [1, 0 | 0, 1], centred
+  # [0.5, -0.5 | -0.5, 0.5]. Every token carries its row's return; over
+  # the 8 tokens the mean is 0 and the variance (ddof 1) 8 * 0.25 / 7.
+  a = 0.5 / np.sqrt(2 / 7 + 1e-8)
+  np.testing.assert_allclose(
+    batch["adv"], [[a, a], [-a, -a], [-a, -a], [a, a]], rtol=1e-5, atol=1e-6
+  )
+
+
 def test_dars_b_smoke(tmp_path):
   from experiments import dars
 
