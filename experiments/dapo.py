@@ -127,6 +127,7 @@ PAPER = dict(
   # optimizer updates, 16 a step here.
   warmup_steps=20 * 16,
   weight_decay=0.1,  # recipe value (not in the paper)
+  dual_clip=10.0,  # recipe clip_ratio_c (verl's dual clip)
   # Not stated as a number in the text; Fig. 1 spans several thousand steps.
   steps=5000,
   eval_every=50,  # our choice

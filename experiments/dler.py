@@ -26,8 +26,8 @@ Differs from experiments/grpo.py in exactly:
   filter of (4)), and (4) keeps groups by their 0/1 correctness, which
   equals the truncated reward except for an answer that ends exactly at
   the limit (or, with --truncation_length, for finished responses past
-  it). The script also has a k3 KL loss of 5e-4, verl's dual clip at 10,
-  weight decay 0.01, +0.1 on the advantage of correct responses
+  it). PAPER has the script's dual clip at 10 and weight decay 0.01; it
+  also has a k3 KL loss of 5e-4, +0.1 on the advantage of correct responses
   (correct_sample_advantage_boost_value) and a cut-off response's reward
   times 0.1 (stop_properly_penalty) where (1) gives 0: not here. Not
   implemented: the difficulty-aware limit (DA-DLER) and the
@@ -129,6 +129,8 @@ PAPER = dict(
   max_sample_rounds=10,
   temperature=1.0,
   lr=1e-6,
+  weight_decay=0.01,
+  dual_clip=10.0,  # clip_ratio_c
   steps=1000,  # assumption
   eval_every=50,
 )

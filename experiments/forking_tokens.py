@@ -44,7 +44,6 @@ TPU:  launch/tpu.sh run experiments.forking_tokens --scale=paper \
 """
 
 import dataclasses
-import functools
 
 import jax.numpy as jnp
 
@@ -52,7 +51,6 @@ from experiments import grpo
 from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
-from rlreason.rl import losses
 from rlreason.rl import objective
 from rlreason.rl import token_weights
 
@@ -71,8 +69,6 @@ class Config(grpo.TinyConfig):
   # (1) the forking-token mask.
   token_selection: str = "top"  # top | bottom (ablation) | all (DAPO)
   top_frac: float = 0.2  # rho: "the top 20% high-entropy tokens"
-  # verl's dual clip of negative advantages (clip_ratio_c, > 1); 0 = off.
-  dual_clip: float = 0.0
 
   def validate(self) -> None:
     super().validate()
@@ -83,13 +79,6 @@ class Config(grpo.TinyConfig):
       )
     if not 0 < self.top_frac <= 1:
       raise ValueError(f"Invalid config: --top_frac={self.top_frac}")
-    if self.dual_clip and self.dual_clip <= 1:
-      raise ValueError("Invalid config: --dual_clip must be > 1 (or 0: off)")
-    if self.dual_clip and self.policy_loss != "ppo":
-      raise ValueError(
-        f"Invalid config: --dual_clip clips PPO's surrogate, not "
-        f"--policy_loss={self.policy_loss}"
-      )
 
 
 # The paper trains with DAPO's recipe: Qwen3 base models, DAPO-Math-17k,
@@ -119,7 +108,7 @@ PAPER = dict(
   weight_decay=0.1,  # DAPO's AdamW weight decay
   eval_size=30,
   eval_samples=32,  # avg@32 on AIME (the authors' repeated-32x file)
-  dual_clip=10.0,  # clip_ratio_c
+  dual_clip=10.0,  # verl's clip_ratio_c
   checkpoint_every=20,
 )
 
@@ -159,20 +148,6 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     cfg=cfg,
     model_cfg=model_cfg,
     token_weight=token_weight(cfg),
-    policy_loss=dual_clipped(cfg),
-  )
-
-
-def dual_clipped(cfg: Config):
-  """PPO's clipped surrogate with cfg.dual_clip, or None (cfg.policy_loss
-  as objective.policy_loss_fn binds it) when it is off."""
-  if not cfg.dual_clip:
-    return None
-  return functools.partial(
-    losses.clipped_surrogate,
-    clip_eps_low=cfg.clip_eps_low,
-    clip_eps_high=cfg.clip_eps_high,
-    dual_clip=cfg.dual_clip,
   )
 
 

@@ -66,8 +66,6 @@ class Config(grpo.TinyConfig):
       config.require(0 <= value <= 1, f"--{name}={value} not in [0, 1]")
     if not 0 < self.minp_kappa < 1:
       raise ValueError(f"Invalid config: --minp_kappa={self.minp_kappa}")
-    if self.dual_clip and self.dual_clip <= 1:
-      raise ValueError("Invalid config: --dual_clip must be > 1 (or 0: off)")
 
 
 # recipe/lp_reg/Qwen3_14b_lp_reg_onpolicy_64gpu.sh: Qwen3-14B base on

@@ -79,6 +79,9 @@ class PGConfig(config.BaseConfig):
   # The ratio's clip range: up to 1 + this (above --clip_eps_low: DAPO's
   # clip-higher).
   clip_eps_high: float = 0.2
+  # Dual clip of "ppo" (verl's clip_ratio_c, its recipes' 10): a negative
+  # advantage's loss is at most -A * this (> 1); 0 = off.
+  dual_clip: float = 0.0
   kl_coef: float = 0.0  # beta of the KL-to-reference loss term; 0 = off
   kl_estimator: str = "k3"  # that term's estimator: k1 k2 k3 k3+ abs (kl.py)
   # beta of a per-token KL penalty in the REWARD (InstructGPT, RLOO,
@@ -122,6 +125,11 @@ class PGConfig(config.BaseConfig):
         f"{aggregation.AGGREGATION_MODES}"
       )
     self.validate_rollout_correction()
+    if self.dual_clip and (self.dual_clip <= 1 or self.policy_loss != "ppo"):
+      raise ValueError(
+        f"Invalid config: --dual_clip={self.dual_clip} must be > 1 (or 0: "
+        f"off) and clips --policy_loss=ppo, not {self.policy_loss}"
+      )
     if self.group_size < 2 and self.advantage not in _GROUP_FREE:
       raise ValueError(
         f"Invalid config: --advantage={self.advantage} compares the "
@@ -351,6 +359,8 @@ def policy_loss_fn(cfg) -> losses.PolicyLoss:
     fn = functools.partial(
       fn, clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high
     )
+  if getattr(cfg, "dual_clip", 0.0):
+    fn = functools.partial(fn, dual_clip=cfg.dual_clip)
   return fn
 
 

@@ -172,3 +172,37 @@ def test_dr_grpo_aggregation_divides_by_the_generation_budget():
   )
   expected = jnp.sum(surrogate * batch["mask"]) / (N * T)
   np.testing.assert_allclose(loss, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_dual_clip_caps_a_negative_advantages_loss():
+  # verl's clip_ratio_c: with A < 0 and ratio r above c, the PPO loss
+  # -A * r is capped at -A * c. Here logp - old_logp = 1.5 on row 1
+  # (r = e^1.5 = 4.48 > c = 1.5), A = -0.5: each of its tokens costs 0.75.
+  cfg = objective.PGConfig(aggregation="token-sum", dual_clip=1.5)
+  cfg.validate()
+  params = transformer.init(MODEL, jax.random.key(3))
+  batch = _batch(3)
+  logp = policy.completion_logprobs(
+    params, batch["tokens"], batch["positions"], MODEL, P
+  )
+  batch["old_logp"] = batch["old_logp"].at[1].set(logp[1] - 1.5)
+  norm = aggregation.normalizers(batch["mask"])
+  plain, _ = objective.pg_loss(
+    params,
+    batch,
+    norm,
+    cfg=dataclasses.replace(cfg, dual_clip=0.0),
+    model_cfg=MODEL,
+  )
+  capped, _ = objective.pg_loss(params, batch, norm, cfg=cfg, model_cfg=MODEL)
+  row1 = batch["mask"][1]
+  # Row 1 alone changes: from 0.5 * e^1.5 per token to 0.75.
+  np.testing.assert_allclose(
+    plain - capped,
+    (0.5 * np.exp(1.5) - 0.75) * row1.sum(),
+    rtol=1e-4,
+    atol=1e-5,
+  )
+  for bad in (dict(dual_clip=1.0), dict(dual_clip=3.0, policy_loss="gspo")):
+    with pytest.raises(ValueError, match="dual_clip"):
+      objective.PGConfig(**bad).validate()
