@@ -324,7 +324,7 @@ CLAIMS: dict[str, Claim] = {
   ),
   "rent": Claim(
     claim=(
-      "Minimising the entropy of the answer tokens, with no labels, "
+      "Minimising the entropy of the responses' tokens, with no labels, "
       "improves accuracy (arXiv:2505.22660); grpo uses the verifier."
     ),
     variants={"rent": ("rent", {}), "grpo": ("grpo", {})},

@@ -14,12 +14,15 @@ exactly:
       rollout policy, minp_old_log_prob=True);
   (2) among each batch's negative-advantage tokens, the 1% of lowest
       probability whose proxy probability is above it (the proxy keeps
-      them) are shielded: their loss is -A rho + coef * KL(pi_proxy ||
-      pi_theta) (sampled-token k3, coef = 1) instead of PPO's, which
+      them) are shielded: their loss is -A rho + coef * k3(pi_theta,
+      pi_proxy) (verl's low_var_kl on the sampled token, coef = 1)
+      instead of PPO's, which
       raises them toward the proxy rather than pushing them to zero
       (entropy_reg.lp_reg);
-  (3) the authors' wide trust region: clip 1.0 / 9.0 and dual clip 10 (on
-      policy the ratio is 1, so it only matters with --minibatches > 1).
+  (3) the authors' wide trust region: clip 1.0 / 9.0 (on policy the ratio
+      is 1, so it only matters with --minibatches > 1). Their recipe
+      passes clip_ratio_c=10, but their compute_policy_loss_lp_reg takes
+      no dual clip, so none is applied (--dual_clip stays 0).
 
 Reproduces (paper scale): 60.17% average accuracy on five math benchmarks,
 +2.66 over the best prior entropy-control method, with stable on-policy
@@ -53,7 +56,6 @@ class Config(grpo.TinyConfig):
   aggregation: str = "token-mean"
   clip_eps_low: float = 1.0  # (3) clip_ratio_low
   clip_eps_high: float = 9.0  # (3) clip_ratio_high
-  dual_clip: float = 10.0  # (3) dual clip of negative advantages: clip_ratio_c
   minp_kappa: float = 0.02  # (1) the proxy's min-p kappa: minp_p_threshold
   lp_neg_frac: float = 0.01  # (2) logp_neg_k_percent
   lp_pos_frac: float = 0.0  # (2) logp_pos_k_percent

@@ -9,14 +9,15 @@ experiments/grpo.py in exactly:
       H under the policy that sampled the rollout (softmax(logits / T);
       Context.completion_scores, one extra forward in make_batch) and
       rewards/label_free.py `neg_entropy`;
-  (2) the selected tokens s are the final answer's tokens
-      (--token_selection=answer; self_scoring.answer_token_mask): the
-      paper reinforces "chains of thought that yield high model confidence
-      on its generated answers". A completion without an extractable
-      answer is scored on its last third instead (the project page: the
-      entropy of tokens near the end correlates best with accuracy), so
-      that not answering never earns the empty-mask reward 0, the maximum.
-      --token_selection=last_fraction (last --last_fraction) or all are the
+  (2) the selected tokens s are all the response's tokens
+      (--token_selection=all): the paper's reward averages the entropy
+      over every token, as the authors' code does (entropys[i,
+      :valid_response_length].mean() in its ray_trainer.py). The paper's
+      analysis finds the last tokens' entropy tracks accuracy best:
+      --token_selection=last_fraction (the last --last_fraction) and
+      answer (the final answer's tokens, self_scoring.answer_token_mask;
+      a completion without one is scored on its last fraction, so that
+      not answering never earns the empty-mask reward 0) are the
       ablations.
 The gold answers are read only for the logged `accuracy`.
 
@@ -49,14 +50,14 @@ from rlreason.rl import objective
 from rlreason.rewards import self_scoring
 from rlreason.rewards import label_free
 
-SELECTIONS = ("answer", "last_fraction", "all")
+SELECTIONS = ("all", "last_fraction", "answer")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with the entropy reward; paper: PAPER."""
 
-  token_selection: str = "answer"  # (2) answer | last_fraction | all
+  token_selection: str = "all"  # (2) all | last_fraction | answer
   last_fraction: float = 1 / 3  # (2) the "last chunk" (and the fallback)
 
   def validate(self) -> None:
@@ -74,8 +75,12 @@ class Config(grpo.TinyConfig):
 
 # What the paper and its project page state: GRPO, Qwen2.5-Math and Mistral
 # models, training on the benchmark's prompts without answers, 5 rollouts
-# per prompt, temperature 1.0, 3072 new tokens. Batch size, learning rate
-# and KL are not restated here: grpo.py's paper values are kept (lr 1e-6).
+# per prompt, temperature 1.0, 3072 new tokens. The authors' configs (as a
+# mirror of their release carries them: exps/grpo.yaml, ppo_trainer.yaml)
+# add lr 1e-6, a k3 KL loss of 0.001, token-mean loss, weight decay 0.01
+# and verl's dual clip 3; their 500 prompts a step (mini-batch 256),
+# 1024-token prompts and sampled evaluation (temperature 0.8, top-p 0.5)
+# are not taken here.
 _MATH500 = "hf:HuggingFaceH4/MATH-500:split=test"
 PAPER = dict(
   grpo.PAPER,
@@ -92,6 +97,10 @@ PAPER = dict(
   max_new_tokens=3072,
   temperature=1.0,
   lr=1e-6,
+  kl_coef=0.001,
+  aggregation="token-mean",
+  weight_decay=0.01,
+  dual_clip=3.0,
   steps=300,  # assumption
   eval_every=25,
 )
@@ -112,7 +121,8 @@ def select_tokens(rollout, ctx):
 
 
 def make_batch(rollout, examples, ctx):
-  """Negative answer-token entropy as the reward (1, 2); GRPO advantages."""
+  """Negative entropy of the selected tokens as the reward (1, 2); GRPO
+  advantages."""
   _, entropy = ctx.completion_scores(
     ctx.params,
     rollout.tokens,

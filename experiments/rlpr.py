@@ -12,10 +12,18 @@ experiments/grpo.py in exactly:
   (2) debiasing: r_hat = clip(r - r', 0, 1), r' the same score with no
       reasoning (prompt + answer opener + y*), so only what the reasoning
       adds is rewarded (--debias);
-  (3) std filtering: prompts whose G rewards have a std below beta, an
-      exponential moving average of the batch's mean group std, are dropped
-      from the update (mask and advantage zeroed; likelihood.StdFilter,
-      --std_filter_momentum; its state restarts with a resumed run).
+  (3) std filtering: prompts whose G rewards have a std below beta times
+      an exponential moving average of the batch's mean group std are
+      dropped from the update (mask and advantage zeroed;
+      likelihood.StdFilter with the authors' script's values: momentum
+      0.99, beta 0.5, the average from step 6, filtering from step 11; its
+      state restarts with a resumed run).
+  Deviations from the authors' code (OpenBMB/RLPR, as its forks carry
+  it): their reward adds 0.1 x an R1 format score to 0.9 x r_hat and a
+  repetition penalty; r' is scored once per prompt by the initial policy
+  (prompt + " " + y*, no opener), not each step by the current one;
+  completions failing their format check score 0; dropped prompts are
+  replaced by fresh ones (filter_cache_regenerate), not zeroed.
 The gold answers are read for the reward (as references) and for the
 logged `accuracy`; the verifier itself is never used in the reward.
 
@@ -60,7 +68,10 @@ class Config(grpo.TinyConfig):
   answer_opener: str = "\nanswer: "
   debias: bool = True  # (2) subtract the no-reasoning score
   std_filter: bool = True  # (3) drop prompts of low reward std
-  std_filter_momentum: float = 0.99  # (3) the EMA of beta (assumption)
+  std_filter_momentum: float = 0.99  # (3) the EMA's (filter_ema_ratio)
+  std_filter_beta: float = 0.5  # (3) threshold / EMA (std_filter_beta)
+  std_filter_ema_start: int = 6  # (3) filter_ema_start_step
+  std_filter_start: int = 11  # (3) filter_start_step
 
   def validate(self) -> None:
     super().validate()
@@ -68,12 +79,22 @@ class Config(grpo.TinyConfig):
       0 <= self.std_filter_momentum < 1,
       f"--std_filter_momentum={self.std_filter_momentum} not in [0, 1)",
     )
+    config.require(
+      self.std_filter_beta >= 0
+      and self.std_filter_ema_start >= 1
+      and self.std_filter_start >= 1,
+      "--std_filter_beta must be >= 0 and --std_filter_ema_start, "
+      "--std_filter_start >= 1",
+    )
 
 
 # What the abstract states: Gemma, Llama and Qwen base models on general-
-# domain data with reference answers. Not restated here, so assumptions:
-# the training set (the authors' RLPR-train WebInstruct subset), batch,
-# samples, lr, response length and the EMA momentum.
+# domain data with reference answers. The authors' script (as their forks
+# carry it) has lr 1e-6, KL 0, 3072 new tokens and clip-high 0.27; its
+# 768 prompts a step (mini-batch 192), 2048-token prompts, token-mean loss
+# and entropy bonus 0.001 are not taken here; the training set (the
+# authors' RLPR-train WebInstruct subset), batch and samples are
+# assumptions.
 PAPER = dict(
   grpo.PAPER,
   model="/ckpt/Qwen2.5-7B",  # a local HF dir
@@ -88,8 +109,9 @@ PAPER = dict(
   minibatches=2,
   micro_batches=16,
   max_new_tokens=3072,
-  lr=1e-6,  # assumption
-  kl_coef=0.0,  # assumption
+  lr=1e-6,
+  kl_coef=0.0,
+  clip_eps_high=0.27,
   steps=500,  # assumption
   eval_every=25,
 )
@@ -151,7 +173,7 @@ def make_batch(rollout, examples, ctx, *, std_filter=None):
     keep = std_filter(r, g)
     batch = objective.drop_groups(batch, keep, g)
     metrics["rlpr/kept"] = float(keep.mean())
-    metrics["rlpr/std_threshold"] = std_filter.beta
+    metrics["rlpr/std_threshold"] = std_filter.threshold
   return batch, metrics
 
 
@@ -159,7 +181,12 @@ def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   std_filter = None
   if cfg.std_filter:  # (3)
-    std_filter = likelihood.StdFilter(momentum=cfg.std_filter_momentum)
+    std_filter = likelihood.StdFilter(
+      momentum=cfg.std_filter_momentum,
+      scale=cfg.std_filter_beta,
+      ema_start=cfg.std_filter_ema_start,
+      filter_start=cfg.std_filter_start,
+    )
   return loop.train_and_report(
     cfg,
     name="rlpr",

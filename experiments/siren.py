@@ -20,7 +20,8 @@ from that baseline in exactly:
 Ablations: --siren_top_p=1.0 (no top-p mask), --siren_quantile=0 (every
 token but each sequence's lowest), --self_anchored=false (plain bonus
 -coef * Hbar on the masked nucleus entropy, the authors' abla_wo_anchor).
-The regulariser's statistics are per micro-batch (as the authors').
+The regulariser's statistics are per micro-batch (as the authors'), each
+micro-batch adding its share of the minibatch's sequences of the term.
 
 Reproduces (paper scale): Qwen2.5-Math-7B, +6.6 maj@k on AIME24/25 over
 prior entropy-regularised RLVR (abstract), with entropy held near its
@@ -102,6 +103,8 @@ PAPER = dict(
   lr=1e-6,
   warmup_steps=5 * 16,  # 5 rollout steps of 16 updates (verl counts steps)
   weight_decay=0.1,
+  # verl's compute_policy_loss applies its default clip_ratio_c of 3.
+  dual_clip=3.0,
   eval_size=30,
   eval_samples=16,
   checkpoint_every=20,
@@ -169,7 +172,11 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     _, h_bar = entropy_reg.anchored_entropy_penalty(h, peak, 0.0, coef=0.0)
     reg = -cfg.siren_coef * h_bar
   metrics.update({"siren/h_bar": h_bar, "siren/reg": reg})
-  return loss + reg, metrics
+  # The micro-batches' losses are summed: each adds its share of the
+  # minibatch's sequences of the term (the authors weight each micro-batch
+  # by len(data) / ppo_mini_batch_size), so the term counts once.
+  share = jnp.sum(jnp.any(mask > 0, -1)) / jnp.maximum(norm["num_seqs"], 1.0)
+  return loss + share * reg, metrics
 
 
 def run(cfg: Config) -> dict:

@@ -356,6 +356,51 @@ def test_dler_truncates_then_whitens_group_centred_rewards_over_tokens():
   )
 
 
+def test_siren_counts_its_entropy_term_once_over_micro_batches():
+  """Each micro-batch adds its share of the minibatch's sequences of the
+  regulariser, so the summed micro-batch losses hold it once (not once
+  per micro-batch)."""
+  from experiments import siren
+  from rlreason.model import transformer
+  from rlreason.rl import aggregation
+
+  cfg = siren.Config(siren_coef=5.0)  # large: the term dominates
+  model_cfg = testing.tiny_model_config()
+  params = transformer.init(model_cfg, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  n, p, t = 4, 2, 4
+  batch = {
+    "tokens": jnp.asarray(rng.integers(3, model_cfg.vocab_size, (n, p + t))),
+    "positions": jnp.broadcast_to(jnp.arange(p + t), (n, p + t)),
+    "mask": jnp.ones((n, t), jnp.float32),
+    "old_logp": jnp.asarray(rng.normal(-2.0, 0.3, (n, t)), jnp.float32),
+    "adv": jnp.asarray([1.0, -0.5, 0.25, -0.75]),
+    "entropy_anchor": jnp.full((n,), 9.0),  # far from the entropy
+  }
+  whole = aggregation.normalizers(batch["mask"])
+
+  def term(rows, norm):  # the loss minus the policy loss: share * reg
+    part = {k: v[rows] for k, v in batch.items()}
+    loss, m = siren.loss_fn(params, part, norm, cfg=cfg, model_cfg=model_cfg)
+    return float(loss) - float(
+      siren.loss_fn(
+        params,
+        part,
+        norm,
+        cfg=dataclasses.replace(cfg, siren_coef=0.0),
+        model_cfg=model_cfg,
+      )[0]
+    ), float(m["siren/reg"])
+
+  half, reg = term(slice(0, 2), whole)  # one of two micro-batches
+  assert reg > 1.0
+  np.testing.assert_allclose(half, 0.5 * reg, rtol=1e-4, atol=1e-5)
+  alone, reg_alone = term(
+    slice(0, 2), aggregation.normalizers(batch["mask"][:2])
+  )
+  np.testing.assert_allclose(alone, reg_alone, rtol=1e-4, atol=1e-5)
+
+
 def test_dars_b_smoke(tmp_path):
   from experiments import dars
 

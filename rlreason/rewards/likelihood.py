@@ -15,7 +15,7 @@ credits what the reasoning adds:
     r_hat = clip(r - r', 0, 1)
 
 Std filtering: prompts whose G rewards barely differ carry
-little signal and are dropped; the threshold beta follows an exponential
+little signal and are dropped; the threshold is half an exponential
 moving average of the batch's mean group std (`StdFilter`).
 
 The log-probs come from self_scoring.reference_logprobs (host side).
@@ -50,33 +50,58 @@ def debiased(prob: np.ndarray, baseline: np.ndarray) -> np.ndarray:
 class StdFilter:
   """RLPR std filtering with an EMA threshold (stateful, host side).
 
-      keep_b = std_b >= beta,   then   beta <- m * beta + (1 - m) * mean_b std_b
-
-  The first call keeps every group with std > 0 (beta starts at `init`
-  unless given) and seeds the average with that batch's mean std.
-  The state is in memory: a resumed run restarts the average.
+  On step t (the t-th call):
+      keep_b = std_b > 0,  and from t = filter_start on std_b >= scale * ema
+      ema <- m * ema + (1 - m) * mean_b std_b    from t = ema_start on
+  (the first such step seeds ema with its mean std); the threshold a step
+  applies comes from the steps before it. The authors' defaults
+  (OpenBMB/RLPR's script: filter_ema_ratio 0.99, std_filter_beta 0.5,
+  filter_ema_start_step 6, filter_start_step 11). Groups with std 0 have
+  zero advantages anyway. The state is in memory: a resumed run restarts
+  the count and the average.
 
   Args:
     momentum: m.
-    init: the threshold before any batch (None: the first batch's mean
-      std seeds the average; that batch is filtered at 0).
+    scale: the threshold's fraction of the average.
+    ema_start: the first step whose stds enter the average.
+    filter_start: the first step filtered by the threshold.
   """
 
-  def __init__(self, momentum: float = 0.99, init: float | None = None):
+  def __init__(
+    self,
+    momentum: float = 0.99,
+    scale: float = 0.5,
+    ema_start: int = 6,
+    filter_start: int = 11,
+  ):
     if not 0 <= momentum < 1:
       raise ValueError(f"momentum={momentum} not in [0, 1)")
-    self.momentum = momentum
-    self.beta = init
+    if not scale >= 0 or ema_start < 1 or filter_start < 1:
+      raise ValueError(
+        f"need scale >= 0 and starts >= 1: {scale}, {ema_start}, {filter_start}"
+      )
+    self.momentum, self.scale = momentum, scale
+    self.ema_start, self.filter_start = ema_start, filter_start
+    self.step = 0
+    self.ema = None
+
+  @property
+  def threshold(self) -> float:
+    """The std a group needs on the next step (0 before filtering)."""
+    if self.ema is None or self.step + 1 < self.filter_start:
+      return 0.0
+    return self.scale * self.ema
 
   def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
     """[B] bool: groups to keep. rewards [N], N = B * G prompt-major."""
     std = np.asarray(rewards, np.float64).reshape(-1, group_size).std(-1)
-    if self.beta is None:
-      keep = std > 0
-      self.beta = float(std.mean())
-    else:
-      keep = (std >= self.beta) & (std > 0)
-      self.beta = float(
-        self.momentum * self.beta + (1 - self.momentum) * std.mean()
+    keep = (std > 0) & (std >= self.threshold)
+    self.step += 1
+    if self.step >= self.ema_start:
+      mean = float(std.mean())
+      self.ema = (
+        mean
+        if self.ema is None
+        else self.momentum * self.ema + (1 - self.momentum) * mean
       )
     return keep

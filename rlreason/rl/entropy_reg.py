@@ -27,7 +27,7 @@ code CarlanLark/Lp-Reg-dev):
              ("reasoning sparks") get more mass than under pi;
   L          PPO, except on the lowest-probability tokens of the negative-
              advantage samples that the proxy keeps, where the loss is
-             -A rho + coef * KL(pi_proxy || pi_theta) (`lp_reg`): those
+             -A rho + coef * k3(pi_theta, pi_proxy) (`lp_reg`): those
              tokens are shielded from being pushed to zero.
 """
 
@@ -230,8 +230,9 @@ def lp_reg(
     l_t = -A_t rho_t + coef * k3(logp_t, log pi_proxy(y_t))   t in S
     l_t = PPO's clipped surrogate                             otherwise
   with k3 = exp(-delta) + delta - 1, delta = logp - log pi_proxy (verl's
-  low_var_kl, value clamped to +-10), a sampled-token estimate of
-  KL(pi_proxy || pi_theta) whose gradient raises logp_t toward the proxy.
+  low_var_kl, value clamped to +-10) on tokens sampled from pi_theta, the
+  authors' KL term (an estimate of KL(pi_theta || pi_proxy)), whose
+  gradient raises logp_t toward the proxy.
   Deviation: the authors skip the selection when floor(frac * n) <= 1.
   Statistics are over the batch passed in (as verl: the micro-batch).
 
@@ -240,7 +241,8 @@ def lp_reg(
     proxy_logp: [N, T] log pi_proxy(y_t) (`minp_proxy_logprobs` of the
       rollout policy; -inf where filtered).
     clip_eps_low, clip_eps_high, dual_clip: PPO's clipping (the authors'
-      scripts: 1.0, 9.0 and c = 10, a very wide trust region).
+      scripts: 1.0 and 9.0, a very wide trust region; their loss applies
+      no dual clip).
     neg_frac: fraction of negative-advantage tokens considered (0.01).
     pos_frac: the same for positive advantages (0 = none, the authors').
     coef: KL coefficient (ppo_kl_coef = 1).

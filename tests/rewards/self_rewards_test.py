@@ -122,13 +122,18 @@ def test_reference_probability_reward_and_std_filter():
     rtol=1e-6,
     atol=1e-7,
   )
-  f = likelihood.StdFilter(momentum=0.5)
-  # Stds (population) 0.5, 0, 0.25: the first batch keeps std > 0.
+  f = likelihood.StdFilter(momentum=0.5, scale=0.5, ema_start=2, filter_start=3)
+  # Step 1: stds (population) 0.5, 0, 0.25: keeps std > 0; no average yet.
   np.testing.assert_array_equal(f([0, 1, 1, 1, 0, 0.5], 2), [True, False, True])
-  assert f.beta == pytest.approx(0.25, rel=1e-6, abs=1e-6)
-  # Stds 0.2, 0.1 < 0.25: both dropped; beta = .5 * .25 + .5 * .15.
-  np.testing.assert_array_equal(f([0, 0.4, 0, 0.2], 2), [False, False])
-  assert f.beta == pytest.approx(0.2, rel=1e-6, abs=1e-6)
+  assert f.ema is None and f.threshold == 0.0
+  # Step 2: stds 0.2, 0.1 seed the average (0.15) but do not filter yet.
+  np.testing.assert_array_equal(f([0, 0.4, 0, 0.2], 2), [True, True])
+  assert f.ema == pytest.approx(0.15, rel=1e-6, abs=1e-6)
+  assert f.threshold == pytest.approx(0.075, rel=1e-6, abs=1e-6)
+  # Step 3: threshold 0.5 * 0.15 = 0.075: std 0.05 dropped, 0.1 kept;
+  # ema = 0.5 * 0.15 + 0.5 * 0.075.
+  np.testing.assert_array_equal(f([0, 0.1, 0, 0.2], 2), [False, True])
+  assert f.ema == pytest.approx(0.1125, rel=1e-6, abs=1e-6)
 
 
 # ---------------------------------------------------------------- format
