@@ -89,11 +89,14 @@ class Config(grpo.TinyConfig):
       )
 
 
-# The authors' verl scripts as we read them (verify before quoting):
-# Qwen2.5-7B base (32B: --model=/ckpt/Qwen2.5-32B with kl_cov_ratio=2e-4),
-# 256 prompts x 8 responses, max response 8192, temperature 1; lr 1e-6 is
-# assumed (verl's default). Training data: the paper trains on math RL data
-# (DAPO-Math-17k here; the exact mix is not restated here).
+# The authors' verl scripts (recipe/dapo/7b_kl_cov.sh, 7b_clip_cov.sh, as
+# a fork carries them): Qwen2.5-7B base (32B: --model=/ckpt/Qwen2.5-32B
+# with kl_cov_ratio=2e-4), 256 prompts x 8 responses, max response 8192,
+# temperature 1, lr 1e-6. Not taken here: their 2048-token prompts,
+# KL-Cov's one update a step (mini-batch 256; Clip-Cov's is 32, the 8
+# updates here), Clip-Cov's clip range 1 / 1 and dynamic sampling.
+# Training data: the paper trains on math RL data (DAPO-Math-17k here; the
+# exact mix is not restated here).
 PAPER = dict(
   config.PAPER_COMMON,
   model="/ckpt/Qwen2.5-7B",  # no preset; a local HF checkpoint
