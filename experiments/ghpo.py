@@ -7,8 +7,11 @@ experiments/grpo.py in exactly:
       beyond the policy's reach; the others are trained with plain
       on-policy GRPO;
   (2) adaptive prompt refinement: such a prompt is sampled again with a
-      growing part of its ground-truth solution in the prompt ("the
-      beginning part of the answer", hints.solution_prefix): stage s uses
+      growing part of its ground-truth solution as the start of its answer
+      (hints.solution_prefix; the authors' hkgc-1/GHPO puts it in the user
+      message after the question, introduced as "the beginning part of
+      the answer, which you can refer to", and cuts it by characters
+      where this cuts whole lines): stage s uses
       ratio --hint_ratios[s] (0.25, 0.5, 0.75), stopping at the first
       stage that yields a correct answer (rlreason/guidance/resampling.py);
   (3) the guided groups replace the all-wrong ones and are trained

@@ -1,7 +1,8 @@
 r"""Guide-GRPO: adaptive in-context hints with an off-policy correction.
 
 Paper: Nath et al. 2025, "Adaptive Guidance Accelerates Reinforcement
-Learning of Reasoning Models", arXiv:2506.13923. Differs from
+Learning of Reasoning Models", arXiv:2506.13923. Authors' code:
+vaskar-open-source-research/guide_rl. Differs from
 experiments/grpo.py in exactly:
   (1) adaptive guidance: a prompt whose G rollouts are all incorrect is
       sampled again with a natural-language hint in its context (here the

@@ -29,6 +29,7 @@ CPU:  python -m experiments.tricks_or_traps                    # Lite PPO
       python -m experiments.tricks_or_traps --adv_norm=group \
           --aggregation=seq-mean-token-mean                    # GRPO, no KL
 TPU:  launch/tpu.sh run experiments.tricks_or_traps --scale=paper \
+        --model=/ckpt/Qwen3-8B-Base \
         --workdir=gs://$BUCKET/tricks_or_traps/$(date +%m%d_%H%M)
 """
 

@@ -1,6 +1,7 @@
 r"""T-PPO: PPO updates on truncated responses, with Extended GAE.
 
-Paper: 2025, "Truncated Proximal Policy Optimization",
+Paper: Fan et al. 2025 (ByteDance Seed), "Truncated Proximal Policy
+Optimization",
 arXiv:2506.15050. Built on experiments/ppo.py (critic + GAE). Differs from
 it in exactly:
   (1) successive batched generation: the batch is a fixed set of N slots.
