@@ -10,9 +10,13 @@ experiments/grpo.py in exactly:
       the rule used and the first intermediate result), and the hinted
       group replaces the all-wrong one (rlreason/guidance/resampling.py);
   (2) off-policy correction: the hinted completions are scored under the
-      hint-free prompt (hints.unhinted_batch), so the clipped ratio is
-      pi_theta(o | q) / pi_old(o | q, h) and the update optimises the
-      policy for contexts without the hint;
+      hint-free prompt (hints.unhinted_batch), so their ratio is
+      r = pi_theta(o | q) / pi_old(o | q, h) and the update optimises the
+      policy for contexts without the hint. As the authors' code
+      (compute_policy_loss, gamma_strategy "percentile", gamma 0.9) those
+      rows are not clipped: their loss is -A r / (r + gamma), gamma the
+      0.9-quantile of their ratios (no gradient;
+      offpolicy.mixed_policy_loss); the other rows keep PPO's clip;
   (3) evaluation is hint-free.
 
 Reproduces:
@@ -30,6 +34,7 @@ TPU:  launch/tpu.sh run experiments.guide --scale=paper \
 """
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 from experiments import grpo
@@ -37,6 +42,7 @@ from rlreason import config
 from rlreason.data import difficulty
 from rlreason.train import flags as rr_flags
 from rlreason.guidance import resampling as guided
+from rlreason.guidance import offpolicy
 from rlreason.guidance import hints
 from rlreason.train import loop
 from rlreason.rl import objective
@@ -60,11 +66,17 @@ class Config(grpo.TinyConfig):
   warm_start_hints: float = 0.5
   hint_points: int = 2  # (1) knowledge points in the hint (laptop choice)
   unhinted_context: bool = True  # (2) False: train in the hinted context
+  # (2) q of the hinted rows' shaping gamma (the authors' gamma_value).
+  gamma_quantile: float = 0.9
 
   def validate(self) -> None:
     super().validate()
     config.require(
       self.hint_points >= 0, f"--hint_points={self.hint_points} must be >= 0"
+    )
+    config.require(
+      0 < self.gamma_quantile <= 1,
+      f"--gamma_quantile={self.gamma_quantile} not in (0, 1]",
     )
 
 
@@ -91,6 +103,27 @@ def hint_fn(cfg):
   return fn
 
 
+def train_fields(cfg) -> dict:
+  """Per-row shapes of the batch fields the loss reads beyond
+  objective.loss_fn's (the planner's abstract batch, experiments/plan.py)."""
+  del cfg
+  return {"off_policy": ()}
+
+
+def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
+  """(2) PPO on the model's own rows, the shaped ratio on hinted ones."""
+  policy_loss = functools.partial(
+    offpolicy.mixed_policy_loss,
+    off_policy=batch["off_policy"],
+    clip_eps_low=cfg.clip_eps_low,
+    clip_eps_high=cfg.clip_eps_high,
+    gamma_quantile=cfg.gamma_quantile,
+  )
+  return objective.pg_loss(
+    params, batch, norm, cfg=cfg, model_cfg=model_cfg, policy_loss=policy_loss
+  )
+
+
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   tracker = difficulty.Tracker()
@@ -102,7 +135,7 @@ def run(cfg: Config) -> dict:
     name="guide",
     title="Guide-GRPO (arXiv:2506.13923)",
     make_batch=difficulty.tracking(make_batch, tracker),
-    loss_fn=objective.loss_fn,
+    loss_fn=loss_fn,
     prompt_iterator=difficulty.tracked_iterator(tracker),
   )
 

@@ -161,12 +161,16 @@ def mixed_policy_loss(
   clip_eps_high: float = 0.2,
   shaping_gamma: float = 0.0,
   max_ratio: float = 1.0,
+  gamma_quantile: float = 0.0,
 ):
   """PPO on on-policy rows, importance-weighted PG on off-policy rows.
 
   On-policy rows: losses.clipped_surrogate. Off-policy rows, with
   r = exp(logp - old_logp) (old_logp: the behaviour policy's):
     shaping_gamma > 0:  l = -A * r / (r + gamma)  (LUFFY Eq. 6)
+    gamma_quantile > 0: the same with gamma = the gamma_quantile-quantile
+                        of r over the off-policy tokens, no gradient, at
+                        least 1e-4 (Guide's "percentile" strategy)
     else:               l = -A * min(r, max_ratio)  (truncated IS)
   The weight keeps its gradient (no stop-gradient): d l / d logp =
   -A * f'(r) r.
@@ -179,6 +183,7 @@ def mixed_policy_loss(
     clip_eps_low, clip_eps_high: PPO's clip range (on-policy rows).
     shaping_gamma: gamma of the shaping; 0 = capped ratio.
     max_ratio: cap of the ratio without shaping.
+    gamma_quantile: q of the quantile gamma (in (0, 1]); 0 = off.
 
   Returns:
     (per-token loss [N, T], metrics [N, T]: clipfrac, approx_kl,
@@ -194,12 +199,19 @@ def mixed_policy_loss(
   )
   a = adv if adv.ndim == 2 else adv[:, None]
   r = jnp.exp(jnp.clip(logp - old_logp, -20.0, 20.0))
-  if shaping_gamma > 0:
+  off = off_policy[:, None] > 0
+  if gamma_quantile > 0:
+    sel = off & (mask > 0)
+    q = jnp.nanquantile(jnp.where(sel, r, jnp.nan), gamma_quantile)
+    gamma = jax.lax.stop_gradient(
+      jnp.where(sel.any(), jnp.maximum(q, 1e-4), 1.0)
+    )
+    w = r / (r + gamma)
+  elif shaping_gamma > 0:
     w = r / (r + shaping_gamma)
   else:
     w = jnp.minimum(r, max_ratio)
   off_tok = -a * w
-  off = off_policy[:, None] > 0
   per_token = jnp.where(off, off_tok, on_tok) * mask
   metrics = {
     "clipfrac": jnp.where(off, 0.0, m["clipfrac"]),

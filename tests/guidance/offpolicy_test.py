@@ -82,6 +82,35 @@ def test_mixed_policy_loss(jit, gamma):
   np.testing.assert_allclose(grad[0], [-1.0, -1.0], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_mixed_policy_loss_quantile_gamma(jit):
+  # Guide's "percentile" gamma: the q-quantile of the off-policy rows'
+  # valid-token ratios, no gradient. Off rows' ratios 1, 2, 4 (the masked
+  # 100 is ignored): the median is 2, so w = r / (r + 2) = 1/3, 1/2, 2/3;
+  # the on-policy row is PPO's (r = e^1 = 2.72 clipped at 1.2).
+  logp = jnp.log(jnp.array([[1.0, 2.0], [4.0, 100.0], [np.e, np.e]]))
+  old = jnp.zeros((3, 2))
+  adv = jnp.array([1.0, 1.0, 1.0])
+  mask = jnp.array([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+  off = jnp.array([1.0, 1.0, 0.0])
+
+  def f(lp):
+    return guidance.mixed_policy_loss(
+      lp, old, adv, mask, off_policy=off, gamma_quantile=0.5
+    )[0]
+
+  fn = jax.jit(f) if jit else f
+  np.testing.assert_allclose(
+    fn(logp),
+    [[-1 / 3, -1 / 2], [-2 / 3, 0.0], [-1.2, -1.2]],
+    rtol=1e-6,
+    atol=1e-6,
+  )
+  # d/dlogp of -r / (r + gamma) with gamma held: -gamma r / (r + gamma)^2.
+  grad = jax.grad(lambda lp: f(lp).sum())(logp)
+  np.testing.assert_allclose(grad[0], [-2 / 9, -4 / 16], rtol=1e-5, atol=1e-7)
+
+
 def test_replacement_rows():
   take = np.array([True, False, True])
   correct = np.array([0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 1])
