@@ -106,7 +106,10 @@ class Config(grpo.TinyConfig):
 # Sec. 5 and the official 1.5B / 7B scripts (github.com/yangzhch6/DARS,
 # scripts/train/DARS-*-bs128-pp2.sh): Qwen2.5-Math-1.5B / 7B, 128 prompts
 # x 8 first-stage rollouts, PPO mini-batch 64 (2 per batch) x 2 epochs,
-# lr 1e-6, no KL, no std scaling, responses up to 3072 tokens.
+# lr 1e-6, no KL, no std scaling, responses up to 3072 tokens, and verl's
+# default entropy bonus 0.001 (ppo_trainer.yaml; no script overrides it).
+# Their trainer's fit() updates on the whole batch each epoch
+# (update_actor_full_ministep), whatever the mini-batch: not taken here.
 PAPER = dict(
   grpo.PAPER,
   model="qwen2.5-math-7b",
@@ -118,6 +121,7 @@ PAPER = dict(
   ppo_epochs=2,
   lr=1e-6,
   kl_coef=0.0,
+  entropy_coef=0.001,
   pooled_std=False,
   max_prompt_len=1024,
   max_new_tokens=3072,
@@ -140,6 +144,7 @@ DARS_B_PAPER = dict(
   ppo_epochs=2,
   lr=5e-6,
   micro_batches=768,  # assumed: 48 sequences per micro-batch, as PAPER
+  steps=86,  # the Breadth scripts' total_training_steps
 )
 
 # BroRL: no adaptive stage, very wide groups (paper: N = 512 rollouts per

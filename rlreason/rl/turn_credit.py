@@ -103,7 +103,9 @@ def turn_advantages(
   """Group-normalised turn rewards, discounted-summed from each turn on.
 
   IGPO: the mean / std run over every taken turn of every row of the
-  group (Bessel std); A_k = sum_{j >= k} gamma^(j - k) norm(r_j).
+  group, norm(r) = (r - mean) / (std + eps) with the authors' std (their
+  core_algos.py, "joint" mode): sqrt(population variance + 1e-8), 1 for
+  a group with one taken turn; A_k = sum_{j >= k} gamma^(j - k) norm(r_j).
   """
   n, k_max = turn_rewards.shape
   taken = np.arange(k_max)[None] < num_turns[:, None]
@@ -113,7 +115,7 @@ def turn_advantages(
     vals = turn_rewards[rows][taken[rows]]
     if vals.size == 0:
       continue
-    std = vals.std(ddof=1) if vals.size > 1 else 0.0
+    std = np.sqrt(vals.var() + 1e-8) if vals.size > 1 else 1.0
     norm[rows] = np.where(
       taken[rows], (turn_rewards[rows] - vals.mean()) / (std + eps), 0.0
     )

@@ -208,7 +208,8 @@ def test_information_gain_and_turn_advantages_hand_computed():
   )
   adv = turn_credit.turn_advantages(r, np.array([2, 1]), 2, gamma=0.5)
   vals = np.array([0.3, 1.0, 0.0])  # the group's taken turns
-  z = (vals - vals.mean()) / (vals.std(ddof=1) + 1e-6)
+  # Population variance 0.1756: std sqrt(0.1756 + 1e-8), plus eps 1e-6.
+  z = (vals - vals.mean()) / (np.sqrt(vals.var() + 1e-8) + 1e-6)
   np.testing.assert_allclose(
     adv, [[z[0] + 0.5 * z[1], z[1], 0], [z[2], 0, 0]], rtol=1e-5, atol=1e-5
   )
