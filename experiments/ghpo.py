@@ -72,14 +72,23 @@ class Config(grpo.TinyConfig):
     self.ratios()
 
 
-# Qwen2.5-Math-7B (as we read the paper); the rest assumed.
+# Qwen2.5-Math-7B. The authors' recipes/Qwen2.5-Math-7B/ghpo/
+# config_ghpo.yaml (hkgc-1/GHPO): data hkgc/math3to5_olympiads_aime, a
+# cosine schedule with 10% warm-up, token-mean loss (TRL's "bnpo"); not
+# taken here: beta 0 (grpo.PAPER's KL kept), 2048-token responses and a
+# 0.5 x format term in the reward.
 PAPER = dict(
   grpo.PAPER,
   model="qwen2.5-math-7b",
-  data="/data/math_with_solutions.jsonl",  # assumed: needs solutions
+  data="hf:hkgc/math3to5_olympiads_aime",  # needs worked solutions
+  eval_data="hf:HuggingFaceH4/MATH-500:split=test",
+  eval_size=500,
   group_size=8,  # assumed
   max_new_tokens=4096,  # assumed
   max_prompt_len=2048,
+  schedule="cosine",
+  warmup_steps=50,  # 10% of grpo.PAPER's 500 one-update steps
+  aggregation="token-mean",
 )
 
 

@@ -85,15 +85,22 @@ class Config(grpo.TinyConfig):
     )
 
 
-# OpenMath-Nemotron-1.5B (abstract); data and budgets assumed.
+# OpenMath-Nemotron-1.5B (abstract). The authors train with verl's DAPO
+# recipe (Hasuer/KnowRL train/knowrl.sh): clip-high 0.28 (0.26 after step
+# 2590), token-mean loss, KL 0, dynamic sampling, 256 prompts, 4
+# mini-batches, 8192 / 32768 tokens, 2960 steps. Taken here: the clip and
+# the aggregation; the rest (grpo.PAPER's KL, batch and budgets below) is
+# not, and this file has no dynamic sampling.
 PAPER = dict(
   grpo.PAPER,
   model="/ckpt/OpenMath-Nemotron-1.5B",
-  data="/data/knowrl_kp.jsonl",  # assumed: problems with KP lists
+  data="/data/knowrl_kp.jsonl",  # problems with KP lists (local copy)
   group_size=8,  # assumed
-  max_new_tokens=16384,  # assumed
+  max_new_tokens=16384,
   max_prompt_len=4096,
   prompt_pool=0,
+  clip_eps_high=0.28,
+  aggregation="token-mean",
 )
 
 
