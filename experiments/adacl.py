@@ -60,6 +60,7 @@ TPU:  launch/tpu.sh run experiments.adacl --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 
 from experiments import claims
 from experiments import grpo
@@ -74,6 +75,10 @@ from rlreason.rl import objective
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale on a mixture of levels; paper: PAPER."""
+
+  # EGSR's make_batch (guidance.resampling) does not apply
+  # --rollout_correction: the flag is an error here, not a no-op.
+  corrects_rollouts: ClassVar[bool] = False
 
   data: str = "task:arithmetic:difficulty=1-4,n=4000"  # (1)
   max_prompt_len: int = 128  # (4) room for the expert solution (<= 104)

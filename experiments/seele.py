@@ -111,7 +111,8 @@ class Scheduler:
 
   def hint_fn(self, example, ctx):
     r = self.choose(example.uid)
-    self.ratio[example.uid] = r
+    # The IRT fit learns from the share actually shown (whole lines).
+    self.ratio[example.uid] = hints.shown_fraction(example.solution, r)
     prefix = hints.solution_prefix(example.solution, r)
     return hints.with_hint(example, prefix=prefix)  # (1)
 

@@ -56,10 +56,25 @@ def solution_prefix(solution: str, fraction: float) -> str:
 
   solution_prefix("a\\nb\\nc\\nanswer: 1", 0.5) == "a\\nb\\n"
   """
+  body = _body(solution)
+  return "".join(line + "\n" for line in body[: _shown(body, fraction)])
+
+
+def shown_fraction(solution: str, fraction: float) -> float:
+  """The share of the solution's lines before its answer that
+  `solution_prefix(solution, fraction)` shows (whole lines round up):
+  shown_fraction("a\nb\nanswer: 1", 0.05) == 0.5; 0 without such lines."""
+  body = _body(solution)
+  return _shown(body, fraction) / len(body) if body else 0.0
+
+
+def _body(solution: str) -> list[str]:
   lines = solution.split("\n")
-  body = lines[:-1] if len(lines) > 1 else []
-  n = min(len(body), math.ceil(max(fraction, 0.0) * len(body) - 1e-9))
-  return "".join(line + "\n" for line in body[:n])
+  return lines[:-1] if len(lines) > 1 else []
+
+
+def _shown(body: list[str], fraction: float) -> int:
+  return min(len(body), math.ceil(max(fraction, 0.0) * len(body) - 1e-9))
 
 
 def expert_hint(solution: str, instruction: str = "") -> str:

@@ -28,6 +28,15 @@ def test_solution_prefix_whole_lines_never_the_answer(fraction, expected):
   assert hints.solution_prefix(EX.solution, fraction) == expected
 
 
+@pytest.mark.parametrize(
+  "fraction, shown", [(0.0, 0.0), (0.05, 0.5), (0.5, 0.5), (0.7, 1.0)]
+)
+def test_shown_fraction_counts_whole_lines(fraction, shown):
+  # 2 lines before the answer: any fraction up to 0.5 shows one of them.
+  assert hints.shown_fraction(EX.solution, fraction) == shown
+  assert hints.shown_fraction("answer: 1", 0.5) == 0.0
+
+
 def test_expert_hint_whole_solution_with_answer():
   assert hints.expert_hint(EX.solution) == "expert: 3+8; =11; answer: 11"
   assert hints.expert_hint("a\n\n b ", "redo") == "expert: a; b\nredo"
