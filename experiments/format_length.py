@@ -102,6 +102,7 @@ PAPER = dict(
   lr=1e-6,
   kl_coef=0.001,
   kl_estimator="k3",
+  format_only_steps=0,  # (2) the released reward: format + length from step 0
   steps=100,
   eval_every=5,
   checkpoint_every=20,

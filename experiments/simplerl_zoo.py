@@ -88,14 +88,18 @@ PAPER = dict(
   warm_start_steps=0,  # (1)
   template="boxed",
   reward="math",
+  # App. B.5 and the README's 7B command: 1024 prompts a step; kept at 128
+  # here (the planned programs' batch), so 4 updates of 256 sequences.
   batch_size=128,
   group_size=8,
-  minibatches=4,  # assumption: mini-batch 256 sequences
+  minibatches=4,
   micro_batches=16,
   max_prompt_len=1024,
-  max_new_tokens=8192,  # assumption (set per model in the paper)
+  max_new_tokens=8192,  # App. B.5, every model
   temperature=1.0,
-  lr=1e-6,
+  lr=5e-7,  # train_grpo_math_tune_ray.sh's LEARNING_RATE
+  entropy_coef=0.001,  # the README command's --entropy_coeffient
+  aggregation="token-mean",  # App. A: 1 / sum |o_i| over all tokens
   kl_coef=1e-4,
   steps=100,  # assumption
   eval_every=10,

@@ -92,7 +92,9 @@ def logic_rl(
       S = S_format + S_answer
       S_format = +1 if `format_strict` holds, else -1
       S_answer = +2 if the answer tag's value is correct, -1.5 if it is
-                 wrong, -2 if there is no (non-empty) answer tag
+                 wrong, -2 if there is no (non-empty) answer tag or the
+                 format fails (the answer is checked only "once the format
+                 is validated", Sec. 2.2; the authors' kk.py)
 
   The strict format penalises the shortcuts the paper saw (skipping the
   think block, answering outside the tags, several answer blocks).
@@ -110,7 +112,7 @@ def logic_rl(
   out = np.where(fmt, format_ok, format_bad).astype(np.float32)
   for i, (c, gold) in enumerate(zip(completions, answers, strict=True)):
     value = extract.answer_tag(c)
-    if not value:
+    if not fmt[i] or not value:
       out[i] += missing
       continue
     try:

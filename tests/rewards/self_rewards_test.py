@@ -146,12 +146,12 @@ def test_logic_rl_reward():
     good,  # format +1, right +2
     "<think>x</think> <answer>A=N</answer>",  # +1, wrong -1.5
     "A=K",  # -1, missing -2
-    "so " + good,  # text before <think>: -1, right +2
+    "so " + good,  # text before <think>: -1, unchecked -2
     "<think>x</think> <answer> </answer>",  # empty answer: -1 - 2
   ]
   r = rewards.get("logic_rl", check=check)(completions, ["A=K"] * 5)
   np.testing.assert_allclose(
-    r, [3.0, -0.5, -3.0, 1.0, -3.0], rtol=1e-6, atol=1e-6
+    r, [3.0, -0.5, -3.0, -3.0, -3.0], rtol=1e-6, atol=1e-6
   )
   r = format_lib.logic_rl(
     ["x</think> <answer>A=K</answer>"],
