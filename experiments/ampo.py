@@ -33,7 +33,6 @@ TPU:  launch/tpu.sh run experiments.ampo --scale=paper \
 
 import dataclasses
 from typing import ClassVar
-import functools
 
 import jax
 import numpy as np
@@ -225,15 +224,13 @@ def train_fields(cfg) -> dict:
 
 def loss_fn(params, batch, norm, *, cfg, model_cfg):
   """(4) pg_loss with the mixed-policy surrogate."""
-  policy_loss = functools.partial(
-    guidance.mixed_policy_loss,
-    off_policy=batch["off_policy"],
-    clip_eps_low=cfg.clip_eps_low,
-    clip_eps_high=cfg.clip_eps_high,
+  return guidance.mixed_pg_loss(
+    params,
+    batch,
+    norm,
+    cfg=cfg,
+    model_cfg=model_cfg,
     shaping_gamma=cfg.shaping_gamma,
-  )
-  return objective.pg_loss(
-    params, batch, norm, cfg=cfg, model_cfg=model_cfg, policy_loss=policy_loss
   )
 
 

@@ -34,7 +34,6 @@ TPU:  launch/tpu.sh run experiments.guide --scale=paper \
 """
 
 import dataclasses
-import functools
 from typing import ClassVar
 
 from experiments import grpo
@@ -45,7 +44,6 @@ from rlreason.guidance import resampling as guided
 from rlreason.guidance import offpolicy
 from rlreason.guidance import hints
 from rlreason.train import loop
-from rlreason.rl import objective
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,15 +113,13 @@ def train_fields(cfg) -> dict:
 
 def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
   """(2) PPO on the model's own rows, the shaped ratio on hinted ones."""
-  policy_loss = functools.partial(
-    offpolicy.mixed_policy_loss,
-    off_policy=batch["off_policy"],
-    clip_eps_low=cfg.clip_eps_low,
-    clip_eps_high=cfg.clip_eps_high,
+  return offpolicy.mixed_pg_loss(
+    params,
+    batch,
+    norm,
+    cfg=cfg,
+    model_cfg=model_cfg,
     gamma_quantile=cfg.gamma_quantile,
-  )
-  return objective.pg_loss(
-    params, batch, norm, cfg=cfg, model_cfg=model_cfg, policy_loss=policy_loss
   )
 
 

@@ -23,6 +23,7 @@ that keeps gradients on low-probability tokens), never PPO-clipped (the
 behaviour policy is not the old policy).
 """
 
+import functools
 from typing import Sequence
 
 import jax
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlreason.rl import losses
+from rlreason.rl import objective
 from rlreason.sampling import padding
 
 
@@ -219,6 +221,22 @@ def mixed_policy_loss(
     "offpolicy_ratio": jnp.where(off, r, 0.0),
   }
   return per_token, metrics
+
+
+def mixed_pg_loss(params, batch, norm, *, cfg, model_cfg, **shaping):
+  """objective.pg_loss with `mixed_policy_loss`: batch["off_policy"]'s
+  rows importance-weighted, the others PPO-clipped at cfg's range;
+  `shaping`: shaping_gamma, gamma_quantile or max_ratio."""
+  policy_loss = functools.partial(
+    mixed_policy_loss,
+    off_policy=batch["off_policy"],
+    clip_eps_low=cfg.clip_eps_low,
+    clip_eps_high=cfg.clip_eps_high,
+    **shaping,
+  )
+  return objective.pg_loss(
+    params, batch, norm, cfg=cfg, model_cfg=model_cfg, policy_loss=policy_loss
+  )
 
 
 def comprehension(logp: np.ndarray, mask: np.ndarray) -> np.ndarray:
