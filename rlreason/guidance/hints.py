@@ -63,7 +63,7 @@ def solution_prefix(solution: str, fraction: float) -> str:
 def shown_fraction(solution: str, fraction: float) -> float:
   """The share of the solution's lines before its answer that
   `solution_prefix(solution, fraction)` shows (whole lines round up):
-  shown_fraction("a\nb\nanswer: 1", 0.05) == 0.5; 0 without such lines."""
+  shown_fraction("a\\nb\\nanswer: 1", 0.05) == 0.5; 0 without such lines."""
   body = _body(solution)
   return _shown(body, fraction) / len(body) if body else 0.0
 
