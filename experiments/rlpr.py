@@ -70,8 +70,10 @@ class Config(grpo.TinyConfig):
   std_filter: bool = True  # (3) drop prompts of low reward std
   std_filter_momentum: float = 0.99  # (3) the EMA's (filter_ema_ratio)
   std_filter_beta: float = 0.5  # (3) threshold / EMA (std_filter_beta)
-  std_filter_ema_start: int = 6  # (3) filter_ema_start_step
-  std_filter_start: int = 11  # (3) filter_start_step
+  # (3) first step whose stds enter the EMA (filter_ema_start_step)
+  std_filter_ema_start: int = 6
+  # (3) first step the threshold drops prompts on (filter_start_step)
+  std_filter_start: int = 11
 
   def validate(self) -> None:
     super().validate()
