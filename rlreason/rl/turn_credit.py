@@ -43,9 +43,11 @@ def answer_prob_at_turns(
   """p(answer | prompt + completion up to the start of turn k), [N, K].
 
   Column k conditions on everything before turn k's action (k = 0: the
-  prompt alone). p is the geometric-mean token probability of
-  `answer_format.format(answer)`, exp(mean log-prob) (assumed: the paper's
-  per-token normalisation is not restated here). Turns not taken are 0.
+  prompt alone), followed by `answer_format.format(answer)`. p is the
+  geometric-mean probability of the gold answer's own tokens,
+  exp(mean log-prob) over them: the format's words around the answer are
+  context, not scored (the authors' generation.py scores the tokens that
+  cover the ground truth's characters; gold_span). Turns not taken are 0.
 
   `score(tokens, positions, prompt_len)` is the policy's [M, T] log-probs
   of the M <= N * K sequences' last T tokens on the host: at scale, one
@@ -59,22 +61,52 @@ def answer_prob_at_turns(
   turn = rollout.turn
   seqs, where = [], []
   for i in range(n):
-    ans = tokenizer.encode(answer_format.format(answers[i]))
+    ans, (lo, hi) = gold_span(tokenizer, answer_format, answers[i])
     real = tokens[i, :p][positions[i, :p] >= 0].tolist()
     for k in range(int(rollout.num_turns[i])):
       cut = int(np.argmax(turn[i] == k))  # first column of turn k
       seqs.append(real + tokens[i, p : p + cut].tolist() + ans)
-      where.append((i, k, len(ans)))
+      # The gold tokens, counted from the sequence's end.
+      where.append((i, k, len(ans) - lo, len(ans) - hi))
   out = np.zeros((n, k_max), np.float32)
   if not seqs:
     return out
   # Right-aligned answers: left padding puts every answer at the end.
   toks, pos = padding.pad_prompts(seqs, tokenizer.pad_id, bucket=16)
-  a_max = max(a for _, _, a in where)
+  a_max = max(a for _, _, a, _ in where)
   logp = np.asarray(score(toks, pos, toks.shape[1] - a_max))
-  for row, (i, k, a) in enumerate(where):
-    out[i, k] = np.exp(logp[row, a_max - a :].mean())
+  for row, (i, k, a, b) in enumerate(where):
+    if a > b:  # an empty gold answer has no probability to gain
+      out[i, k] = np.exp(logp[row, a_max - a : a_max - b].mean())
   return out
+
+
+def gold_span(tokenizer, answer_format: str, answer: str):
+  """(tokens of answer_format.format(answer), (lo, hi)): tokens[lo:hi] are
+  the ones that cover the answer's characters.
+
+  The whole text is encoded at once (a BPE token may join the format's
+  space to the answer's first word); the span is what is left after the
+  longest common start with the format's text before the answer and the
+  longest common end with the text after it: a token that merges format
+  and answer characters counts as the answer's, as an offset mapping would
+  place it.
+  """
+  before, _, after = answer_format.partition("{}")
+  ids = tokenizer.encode(answer_format.format(answer))
+  lo = _common(ids, tokenizer.encode(before) if before else [])
+  hi = len(ids) - _common(
+    ids[lo:][::-1], tokenizer.encode(after)[::-1] if after else []
+  )
+  return ids, (lo, hi)
+
+
+def _common(a, b) -> int:
+  """Length of the longest common start of two token lists."""
+  n = 0
+  while n < min(len(a), len(b)) and a[n] == b[n]:
+    n += 1
+  return n
 
 
 def information_gain_rewards(

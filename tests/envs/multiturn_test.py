@@ -243,9 +243,43 @@ def test_answer_prob_at_turn_zero_is_the_prompt_alone(rollout):
     CFG,
     len(ids) - len("answer: 3"),
   )
+  # Only the gold answer's token is scored; "answer: " is its context.
   np.testing.assert_allclose(
-    probs[0, 0], np.exp(np.mean(lp)), rtol=1e-4, atol=1e-6
+    probs[0, 0], np.exp(lp[0, -1]), rtol=1e-4, atol=1e-6
   )
+  assert not np.isclose(probs[0, 0], np.exp(np.mean(lp)), rtol=1e-3, atol=0)
+
+
+class _GreedyBPE:
+  """Longest-match tokenizer over a fixed vocabulary: " Paris" is one
+  token, so "answer: Paris" joins the format's space to the answer."""
+
+  VOCAB = ["answer", ":", " ", " Paris", "<a>", "</a>", "P", "a", "r", "i", "s"]
+
+  def encode(self, text):
+    ids = []
+    while text:
+      tok = max((v for v in self.VOCAB if text.startswith(v)), key=len)
+      ids.append(self.VOCAB.index(tok))
+      text = text[len(tok) :]
+    return ids
+
+
+@pytest.mark.parametrize(
+  "fmt, answer, want",
+  [
+    ("answer: {}", "Paris", [" Paris"]),  # the merged space is the answer's
+    ("answer: {}", "Pairs", ["P", "a", "i", "r", "s"]),
+    ("<a>{}</a>", "Paris", ["P", "a", "r", "i", "s"]),  # text after it too
+    ("{}", "Paris", ["P", "a", "r", "i", "s"]),
+    ("answer: {}", "", []),
+  ],
+)
+def test_gold_span_is_the_tokens_that_cover_the_answer(fmt, answer, want):
+  tok = _GreedyBPE()
+  ids, (lo, hi) = turn_credit.gold_span(tok, fmt, answer)
+  assert ids == tok.encode(fmt.format(answer))
+  assert [tok.VOCAB[t] for t in ids[lo:hi]] == want
 
 
 @pytest.mark.parametrize("rollout_tensor", [0, 4])
