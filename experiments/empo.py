@@ -5,7 +5,8 @@ Unsupervised LLM Reasoning Incentivization", arXiv:2504.05812. Differs
 from experiments/grpo.py in exactly:
   (1) no labels: the G answers of a prompt are clustered by meaning and a
       completion's reward is the frequency of its cluster, r_i = |c(i)| /
-      G (0 without an answer), so the policy is pushed to concentrate on
+      G (a completion without an answer is a cluster of its own, 1 / G,
+      as in the authors' code), so the policy is pushed to concentrate on
       its most common meaning: minimising the semantic entropy
       H = -sum_k p(c_k) log p(c_k) (rewards/semantic.py);
   (2) meaning = equivalence of final answers: exact after normalisation

@@ -10,11 +10,14 @@ p(c_k) = |c_k| / G, and
     r_i = p(c(i))                           (reward of completion i)
 
 so maximising the expected reward pushes probability mass into the largest
-meaning cluster, lowering H. A completion without an answer is in no
-cluster and gets 0 (it still counts in G). Equivalence decides "same
-meaning": exact match after `extract.normalize` (procedural tasks), or
-Math-Verify equivalence for math answers (`math_equivalence`, pairs of
-distinct strings checked in the verifier pool).
+meaning cluster, lowering H. A completion without an answer is a cluster
+of its own, as in the authors' code (their TRL reward names it 'no answer
+{i}', their verl one keeps each '' apart): reward 1/G, and it adds
+(1/G) ln G to H, so a group without answers has the largest H, ln G.
+Equivalence decides "same meaning": exact match after `extract.normalize`
+(procedural tasks), or Math-Verify equivalence for math answers
+(`math_equivalence`, pairs of distinct strings checked in the verifier
+pool).
 
 Completions are grouped prompt-major: N = B * G.
 """
@@ -52,13 +55,13 @@ def cluster_ids(
   group_size: int,
   equivalent: PairsEquivalent = exact_equivalence,
 ) -> np.ndarray:
-  """Cluster index of every answer within its group; -1 for no answer.
+  """Cluster index of every answer within its group.
 
   Identical normalised strings share a cluster without a check; the
   distinct strings of a group are then compared pairwise (one batched
   `equivalent` call for the whole batch) and merged transitively
-  (union-find). Clusters are numbered per group in order of first
-  appearance.
+  (union-find). A missing answer (None) is a cluster of its own. Clusters
+  are numbered per group in order of first appearance.
 
   Args:
     answers: N extracted answers (None = none), groups contiguous.
@@ -103,29 +106,26 @@ def cluster_ids(
     index = {k: j for j, k in enumerate(r)}
     roots = {}
     for i in range(g * group_size, (g + 1) * group_size):
-      if keys[i] is not None:
-        root = find(g, index[keys[i]])
-        out[i] = roots.setdefault(root, len(roots))
+      # A missing answer's key is its own index: no other shares it.
+      root = ("none", i) if keys[i] is None else find(g, index[keys[i]])
+      out[i] = roots.setdefault(root, len(roots))
   return out
 
 
 def cluster_probabilities(ids: np.ndarray, group_size: int) -> np.ndarray:
-  """[N] p(c(i)) = |cluster of i| / G; 0 for no answer (id -1)."""
+  """[N] p(c(i)) = |cluster of i| / G."""
   ids = np.asarray(ids).reshape(-1, group_size)
-  same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
+  same = ids[:, :, None] == ids[:, None, :]
   return (same.sum(-1) / group_size).reshape(-1).astype(np.float32)
 
 
 def semantic_entropy(ids: np.ndarray, group_size: int) -> np.ndarray:
-  """[B] -sum_k p_k log p_k over each group's answer clusters.
-
-  p_k = |c_k| / G, so completions without an answer lower the total mass
-  instead of forming a cluster (an all-unanswered group has H = 0).
-  """
+  """[B] -sum_k p_k log p_k over each group's answer clusters, p_k =
+  |c_k| / G."""
   ids = np.asarray(ids).reshape(-1, group_size)
   out = np.zeros(len(ids), np.float32)
   for b, row in enumerate(ids):
-    _, counts = np.unique(row[row >= 0], return_counts=True)
+    _, counts = np.unique(row, return_counts=True)
     p = counts / group_size
     out[b] = -(p * np.log(p)).sum()
   return out

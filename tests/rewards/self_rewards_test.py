@@ -51,29 +51,39 @@ def test_vote_metrics():
 def test_semantic_clusters_exact_and_custom_equivalence():
   answers = ["2", " 2 ", None, "3"]
   ids = semantic.cluster_ids(answers, 4)
-  np.testing.assert_array_equal(ids, [0, 0, -1, 1])
+  # The missing answer is a cluster of its own (the authors' code).
+  np.testing.assert_array_equal(ids, [0, 0, 1, 2])
   np.testing.assert_allclose(
     semantic.cluster_probabilities(ids, 4),
-    [0.5, 0.5, 0, 0.25],
+    [0.5, 0.5, 0.25, 0.25],
     rtol=1e-6,
     atol=1e-6,
   )
-  # p = (1/2, 1/4): H = -(.5 ln .5 + .25 ln .25) = ln 2.
+  # p = (1/2, 1/4, 1/4): H = -(.5 ln .5 + 2 * .25 ln .25) = 1.5 ln 2.
   np.testing.assert_allclose(
-    semantic.semantic_entropy(ids, 4), [np.log(2)], rtol=1e-6, atol=1e-6
+    semantic.semantic_entropy(ids, 4),
+    [1.5 * np.log(2)],
+    rtol=1e-6,
+    atol=1e-6,
   )
 
   def all_same(pairs):
     return np.ones(len(pairs), bool)
 
   ids = semantic.cluster_ids(answers, 4, all_same)
-  np.testing.assert_array_equal(ids, [0, 0, -1, 0])
-  # One cluster of mass 3/4 (the unanswered quarter is no cluster).
+  np.testing.assert_array_equal(ids, [0, 0, 1, 0])
+  # Clusters of mass 3/4 and 1/4: no equivalence merges a missing answer.
   np.testing.assert_allclose(
     semantic.semantic_entropy(ids, 4),
-    [-0.75 * np.log(0.75)],
+    [-0.75 * np.log(0.75) - 0.25 * np.log(0.25)],
     rtol=1e-6,
     atol=1e-6,
+  )
+  # Two missing answers are two clusters; a group of them has H = ln G.
+  ids = semantic.cluster_ids([None, None, "2", None], 4, all_same)
+  np.testing.assert_array_equal(ids, [0, 1, 2, 3])
+  np.testing.assert_allclose(
+    semantic.semantic_entropy(ids, 4), [np.log(4)], rtol=1e-6, atol=1e-6
   )
 
 
@@ -91,7 +101,7 @@ def test_semantic_clusters_merge_transitively_per_group():
   r = rewards.get("semantic_cluster", group_size=2)(
     ["\\boxed{1}", "\\boxed{1}", "\\boxed{1}", "none"], None
   )
-  np.testing.assert_allclose(r, [1.0, 1.0, 0.5, 0.0], rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(r, [1.0, 1.0, 0.5, 0.5], rtol=1e-6, atol=1e-6)
   np.testing.assert_array_equal(
     semantic.entropy_band([0.0, 0.5, 1.0], low=0.1, high=1.0),
     [False, True, False],
