@@ -25,7 +25,6 @@ this file refills empty slots from it, discarding the rows of slots still
 in flight, so it reproduces T-PPO's updates, not its wall-clock savings;
 in-flight slots live on the host, checkpointed with the data's position
 (Slots.state): a resumed run continues them.
-With --micro_batches > 1 the critic's loss is normalised per micro-batch.
 
 Reproduces (paper scale): AIME 2024 with a 32B base model, up to 2.5x the
 training efficiency of PPO at equal or better accuracy (abstract; the
@@ -381,6 +380,7 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     model_cfg=model_cfg,
     clip_eps=cfg.value_clip or None,
     mask=batch["value_mask"],
+    num_tokens=norm["value_mask_tokens"],  # the whole minibatch's
   )
   return pg + v_loss, {**metrics, "pg_loss": pg, **v_metrics}
 

@@ -25,7 +25,7 @@ AGGREGATION_MODES = (
 )
 
 
-def normalizers(mask: jax.Array) -> dict[str, jax.Array]:
+def normalizers(mask: jax.Array, **masks: jax.Array) -> dict[str, jax.Array]:
   """The batch-level denominators `aggregate` uses by default.
 
   Compute them once on the whole batch (before splitting it into micro-
@@ -33,16 +33,22 @@ def normalizers(mask: jax.Array) -> dict[str, jax.Array]:
 
   Args:
     mask: [N, T] completion-token mask.
+    **masks: other token masks of the batch (T-PPO's critic's
+      value_mask=...): each adds its count, "<name>_tokens".
 
   Returns:
     {"num_tokens": number of mask = 1 tokens,
-     "num_seqs": number of sequences with at least one such token}.
+     "num_seqs": number of sequences with at least one such token,
+     "<name>_tokens": the count of each of `masks`}.
   """
   m = mask > 0
-  return {
+  out = {
     "num_tokens": m.sum().astype(jnp.float32),
     "num_seqs": m.any(-1).sum().astype(jnp.float32),
   }
+  for name, other in masks.items():
+    out[f"{name}_tokens"] = (other > 0).sum().astype(jnp.float32)
+  return out
 
 
 def aggregate(
@@ -53,6 +59,7 @@ def aggregate(
   num_tokens: jax.Array | float | None = None,
   num_seqs: jax.Array | float | None = None,
   max_len: int | None = None,
+  **other_counts: jax.Array,
 ) -> jax.Array:
   """Reduces a per-token loss to a scalar with an explicit normaliser.
 
@@ -78,10 +85,15 @@ def aggregate(
     num_tokens: global number of valid tokens (token-mean).
     num_seqs: global number of non-empty sequences (seq-mean-* modes).
     max_len: Dr. GRPO's constant (seq-mean-token-sum-norm).
+    **other_counts: `normalizers`' counts of other masks ("<name>_tokens"),
+      accepted so its whole dict can be passed; not used here.
 
   Returns:
     Scalar loss. Empty batches give 0.
   """
+  unknown = [k for k in other_counts if not k.endswith("_tokens")]
+  if unknown:
+    raise TypeError(f"aggregate() got unexpected keyword arguments {unknown}")
   chex.assert_equal_shape([per_token, mask])
   masked = jnp.where(mask > 0, per_token, 0.0)
   m = jnp.asarray(mask > 0, masked.dtype)

@@ -217,7 +217,9 @@ def make_train_step(
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
   def step(state: TrainState, batch: dict, *frozen):
-    norm = aggregation.normalizers(batch["mask"])
+    # The whole minibatch's counts of its masks (a critic's value_mask too).
+    masks = {k: v for k, v in batch.items() if k.endswith("_mask")}
+    norm = aggregation.normalizers(batch["mask"], **masks)
     (loss, metrics), grads = aggregation.accumulate(
       grad_fn, state.params, batch, micro_batches, norm, *frozen
     )

@@ -97,6 +97,21 @@ class AggregateTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "valid modes.*token-mean"):
       aggregation.aggregate(np.zeros((1, 1)), np.ones((1, 1)), "mean")
 
+  def test_other_masks_are_counted_and_passed_through(self):
+    mask = np.array([[1, 1, 0], [0, 0, 0]], np.float32)
+    value_mask = np.array([[1, 0, 0, 1], [1, 1, 1, 0]], np.float32)
+    norm = aggregation.normalizers(mask, value_mask=value_mask)
+    self.assertEqual(
+      {k: float(v) for k, v in norm.items()},
+      {"num_tokens": 2.0, "num_seqs": 1.0, "value_mask_tokens": 5.0},
+    )
+    per_token = np.array([[1.0, 3.0, 9.0], [5.0, 5.0, 5.0]], np.float32)
+    # The extra count rides along in **norm; the mean stays 4 / 2.
+    out = aggregation.aggregate(per_token, mask, "token-mean", **norm)
+    np.testing.assert_allclose(out, 2.0, rtol=1e-6, atol=1e-6)
+    with self.assertRaisesRegex(TypeError, "num_token"):
+      aggregation.aggregate(per_token, mask, num_token=2.0)  # a typo
+
 
 class SplitInvarianceTest(parameterized.TestCase):
   """Summing micro-batch losses (global normalisers) == full-batch loss."""

@@ -204,6 +204,48 @@ class WindowedBatchTest(absltest.TestCase):
         atol=1e-6,
       )
 
+  def test_micro_batches_sum_to_the_whole_minibatchs_loss(self):
+    """The critic's tokens are normalised by the whole minibatch's count of
+    value_mask tokens (train_step's norm["value_mask_tokens"]), so two
+    micro-batches holding 1 and 6 of its rows' critic tokens give the one
+    micro-batch's loss and gradient."""
+    import functools
+
+    import optax
+
+    from rlreason.train import train_step as ts
+
+    cfg, ctx, examples = _setup(max_new_tokens=BUDGET)
+    batch, _ = _step(ctx, examples, truncated_ppo.Slots(cfg.num_sequences), 0)
+    batch = {k: v for k, v in batch.items() if np.ndim(v) >= 1}
+    vmask = np.array(batch["value_mask"])
+    assert vmask.any(-1).all()  # every response ended in its window
+    # Uneven halves: row 0 keeps one critic token, rows 2-3 all theirs.
+    keep = np.flatnonzero(vmask[0])[:1]
+    vmask[0] = 0
+    vmask[0, keep] = 1
+    vmask[1] = 0
+    batch["value_mask"] = vmask
+    params = {**ctx.params, value.KEY: ctx.extra[value.KEY]}
+    fn = functools.partial(
+      truncated_ppo.loss_fn, cfg=cfg, model_cfg=ctx.model_cfg
+    )
+    out = []
+    for micro in (1, 2):
+      step = ts.make_train_step(
+        fn, optax.sgd(1.0), micro_batches=micro, donate=False
+      )
+      state = ts.TrainState(params, optax.sgd(1.0).init(params), 0)
+      new, metrics = step(state, batch)
+      out.append((new.params[value.KEY], metrics))
+    (one, m1), (two, m2) = out
+    np.testing.assert_allclose(m1["loss"], m2["loss"], rtol=1e-5, atol=1e-6)
+    assert float(m1["value_loss"]) > 0
+    # The critic's gradients (SGD at lr 1: the update is -grad).
+    old = jax.tree.leaves(params[value.KEY])
+    for p0, a, b in zip(old, jax.tree.leaves(one), jax.tree.leaves(two)):
+      np.testing.assert_allclose(a - p0, b - p0, rtol=1e-3, atol=1e-5)
+
   def test_critic_warmup_validation(self):
     truncated_ppo.Config(steps=0).validate()  # no RL steps: nothing to warm
     truncated_ppo.Config(steps=5, critic_warmup=4).validate()
