@@ -13,8 +13,14 @@ Differs from experiments/grpo.py in exactly:
       A(s) = [(V(s) - V(root)) + (V(s) - V(parent))] / sqrt(|L(s)|),
       V = mean verifier reward of the leaves below s
       (tree_credit.tree_advantages), no std normalisation;
-  (3) every token is trained once: a branch's shared prefix is masked in
-      the branch row (its owner is the parent chain);
+  (3) every leaf's root-to-leaf path counts as a row, as in the authors'
+      code (THUDM/TreeRL: each path a row, averaged over its tokens):
+      here a token is trained once, in the row that sampled it (a branch's
+      shared prefix is masked in the branch row), weighted by
+      sum_{l in L(s)} 1 / |path_l|, and the loss sums tokens over rows
+      (aggregation seq-mean-token-sum): the same loss as the leaf rows'
+      (tree_credit.tree_advantages' path_lengths). The authors train a
+      random 16 of the 30 leaves per prompt; all are trained here;
   (4) no KL term (assumed, as the authors' GRPO-style baseline without KL).
 `--fork_at=depth --fork_depths=...` forks at fixed depths instead (the
 paper's random / fixed-position ablation).
@@ -56,6 +62,8 @@ class Config(grpo.TinyConfig):
   fork_at: str = "entropy"  # (1) entropy | depth
   fork_depths: str = "8"  # comma-separated depths for --fork_at=depth
   kl_coef: float = 0.0  # (4)
+  # (3) sum over tokens / rows: with the path weights, the leaf rows' mean
+  aggregation: str = "seq-mean-token-sum"
 
   def validate(self) -> None:
     super().validate()
@@ -90,6 +98,7 @@ PAPER = dict(
   # scripts/treerl-qw14b.sh (as a fork carries it): lr 1.5e-6 cosine,
   # weight decay 0.1, temperature 1.2, top-p 0.95, no KL; its 8192-token
   # responses and 16 of 30 leaves trained are not taken here.
+  aggregation="seq-mean-token-sum",  # (3)
   lr=1.5e-6,
   schedule="cosine",
   weight_decay=0.1,
@@ -114,6 +123,7 @@ def make_batch(rollout, examples, ctx):
       rollout.fork_col,
       np.asarray(rollout.mask),
       rollout.prompt_ids,
+      path_lengths=np.asarray(rollout.mask_full).sum(-1),  # (3)
     )
 
   batch, metrics = objective.outcome_batch(

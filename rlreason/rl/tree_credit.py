@@ -12,7 +12,10 @@ leaves (rows) below s and r the leaves' outcome rewards,
   A(s) = [(V(s) - V(root)) + (V(s) - V(parent(s)))] / sqrt(|L(s)|)
 
 global + local advantage, every token of s gets A(s); the 1/sqrt(|L(s)|)
-keeps shared prefixes, which many leaves vote on, from dominating.
+keeps shared prefixes, which many leaves vote on, from dominating. The
+authors (THUDM/TreeRL) train every leaf's root-to-leaf path as a row, so
+a token of s is in |L(s)| rows; here each token is in one row (its
+owner's), and `path_lengths` weights it by the rows it stands for.
 V(root) is the prompt's mean reward over all its trees (the virtual root
 above the M chains), so a root's first node has local = global advantage.
 No std normalisation (the paper's).
@@ -36,6 +39,7 @@ def tree_advantages(
   prompt_ids: np.ndarray,
   *,
   scale_by_leaves: bool = True,
+  path_lengths: np.ndarray | None = None,
 ) -> np.ndarray:
   """TreeRL's process advantages A(s) (module docstring), per token.
 
@@ -50,6 +54,14 @@ def tree_advantages(
     mask: [N, T] owned tokens (TreeRollout.mask).
     prompt_ids: [N] prompt of each row.
     scale_by_leaves: divide by sqrt(|L(s)|) (TreeRL); False: not.
+    path_lengths: [N] completion tokens of each leaf's whole path (shared
+      prefix included, TreeRollout.mask_full's row sums), or None. Given,
+      a token of node s is weighted by sum_{l in L(s)} 1 / path_lengths[l]:
+      trained once, it carries what the authors' update gives it, where
+      every leaf's whole path is a row and each row is averaged over its
+      tokens. With aggregation "seq-mean-token-sum" (sum over tokens /
+      rows) the loss is then theirs: mean over leaves of the mean of A
+      along the leaf's path (`test_path_weights_are_the_leaf_rows_loss`).
 
   Returns:
     [N, T] float32 advantages, 0 where mask = 0.
@@ -91,6 +103,8 @@ def tree_advantages(
       a_s = (v - vr) + (v - vp)
       if scale_by_leaves:
         a_s /= np.sqrt(len(lv))
+      if path_lengths is not None:
+        a_s *= np.sum(1.0 / np.maximum(np.asarray(path_lengths)[lv], 1))
       adv[r, a:b] = a_s
       prev_v = v
   return adv * (np.asarray(mask) > 0)

@@ -76,3 +76,42 @@ def test_tree_advantages_fork_at_a_branch_start_is_the_parents_fork():
   flat = tree_credit.tree_advantages(r, np.array([-1, 0, 0]), fork, mask, ids)
   np.testing.assert_allclose(nested, flat, rtol=1e-6, atol=1e-6)
   np.testing.assert_array_equal(nested.sum(-1) != 0, [True, True, True])
+
+
+def test_path_weights_are_the_leaf_rows_loss():
+  """Each token trained once, weighted by sum_{l in L(s)} 1 / |path_l|,
+  summed and divided by the rows, is the authors' loss: every leaf's whole
+  path a row, A averaged along each row, then over the rows."""
+  parent = np.array([-1, 0, 0, 1, 0, -1])  # the two-level tree above
+  fork = np.array([0, 2, 5, 4, 6, 0])
+  r = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+  lengths = np.array([8, 7, 6, 8, 7, 5])  # whole paths end at their length
+  cols = np.arange(8)[None]
+  mask = ((cols >= fork[:, None]) & (cols < lengths[:, None])).astype(int)
+  ids = np.zeros(6, int)
+  plain = tree_credit.tree_advantages(r, parent, fork, mask, ids)
+  weighted = tree_credit.tree_advantages(
+    r, parent, fork, mask, ids, path_lengths=lengths
+  )
+
+  def owner(leaf, c):  # the row that sampled column c of the leaf's path
+    while fork[leaf] > c:
+      leaf = parent[leaf]
+    return leaf
+
+  rows = [
+    np.mean([plain[owner(leaf, c), c] for c in range(lengths[leaf])])
+    for leaf in range(6)
+  ]
+  np.testing.assert_allclose(
+    (weighted * mask).sum() / 6, np.mean(rows), rtol=1e-5, atol=1e-6
+  )
+  # By hand: row 0's first node [0, 2) stands for leaves {0, 1, 3, 2, 4}.
+  w = 1 / 8 + 1 / 7 + 1 / 8 + 1 / 6 + 1 / 7
+  np.testing.assert_allclose(
+    weighted[0, :2], plain[0, :2] * w, rtol=1e-6, atol=1e-6
+  )
+  # Row 5 (no branches) stands for itself alone.
+  np.testing.assert_allclose(
+    weighted[5, :5], plain[5, :5] / 5, rtol=1e-6, atol=1e-6
+  )
