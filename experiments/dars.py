@@ -4,18 +4,22 @@ Paper: Yang et al. 2025, "Depth-Breadth Synergy in RLVR: Unlocking LLM
 Reasoning Gains with Adaptive Exploration", arXiv:2508.13755; official
 code github.com/yangzhch6/DARS. Differs from experiments/grpo.py in
 exactly:
-  (1) multi-stage rollouts: after the first G rollouts per prompt, K =
-      --extra_groups more groups of G are sampled for the prompts whose
-      accuracy is below --hard_threshold (rlreason/data/allocation.py), shared
-      equally ("equal treatment") or by 1 - accuracy ("hardness
-      weighted", --extra_schedule=hardness); the budget is fixed per step, so
-      shapes stay (B + K) * G;
-  (2) a prompt's extra groups join its first group for the advantage:
+  (1) multi-stage rollouts: after the first G rollouts per prompt, K * G
+      more rollouts (K = --extra_groups) are sampled for the prompts whose
+      accuracy is below --hard_threshold, shared in proportion to the
+      authors' per-accuracy extra counts (rlreason/data/allocation.py:
+      "equal treatment", 24 / 10 / 3 / 1 extra at accuracy 0 / 1/8 / 2/8 /
+      3/8 of 8, or "hardness weighted", 40 / 16 / 4 / 1,
+      --extra_schedule=hardness); the budget is fixed per step, so shapes
+      stay (B + K) * G;
+  (2) a prompt's extra rollouts join its first group for the advantage:
       rewards are normalised over all its samples (allocation.
       pooled_advantages), which raises the cumulative advantage of hard
       prompts that GRPO's per-group normalisation under-weights;
       --pooled_std=false drops the std scaling, as the official scripts
-      (grpo_use_std=False; PAPER).
+      (grpo_use_std=False; PAPER). Prompts whose pooled accuracy is 0 or 1
+      are dropped from the update (mask zeroed: out of the normalisers
+      too), as the authors' trainer does after pooling.
   (3) DARS-B, "DARS-Breadth" (--variant=dars_b, DARS_B below): DARS plus
       large breadth: a much larger batch of prompts per step (official
       README / experiments/DARS-*-Breadth.sh: 3072 prompts instead of
@@ -27,11 +31,13 @@ exactly:
       laptop: 2e-4 -> 4e-4, the same square-root rule for 4x, assumed).
       The paper: breadth raises Pass@1 and keeps token entropy high;
       DARS-B gains in Pass@1 and Pass@K together.
-  Deviation: the official DARS schedules set a per-prompt rollout count
-  from the first-stage accuracy (32 at accuracy 0, up to 8 at >= 1/2);
-  here a fixed budget of K extra groups per step is shared (fixed shapes).
-  The laptop DARS already makes one full-batch update per step (grpo.py's
-  setting), where the paper's DARS makes 2 mini-batches x 2 epochs (PAPER).
+  Deviation: the official DARS schedules give each prompt its count
+  outright (32 rollouts in all at accuracy 0, ..., 8 at >= 1/2), so the
+  step's total varies; here a fixed budget of K * G extra rollouts per step
+  is shared in the same proportions (fixed shapes), and goes to the
+  lowest-accuracy prompts when none is below the threshold. The laptop
+  DARS makes one full-batch update per step (grpo.py's setting), as the
+  authors' trainer does each epoch (PAPER keeps 2 mini-batches).
 
 BroRL (Hu et al. 2025, "BroRL: Scaling Reinforcement Learning via
 Broadened Exploration", arXiv:2510.01180) is this file with
@@ -83,7 +89,7 @@ class Config(grpo.TinyConfig):
   corrects_rollouts: ClassVar[bool] = False
 
   data: str = "task:arithmetic:difficulty=1-2,n=4000"
-  extra_groups: int = 8  # (1) K extra groups per step (laptop: B / 2)
+  extra_groups: int = 8  # (1) K: K * G extra rollouts per step (laptop B / 2)
   hard_threshold: float = 0.5  # (1) accuracy below which a prompt is hard
   extra_schedule: str = "equal"  # (1) "equal" or "hardness"
   pooled_std: bool = True  # (2) laptop: GRPO's std scaling, as grpo.py
@@ -197,28 +203,35 @@ def make_batch(rollout, examples, ctx):
   if cfg.extra_groups:
     correct = objective.correctness(rollout, examples, ctx)
     acc = correct.reshape(-1, g).mean(-1)
-    counts = allocation.extra_groups(
+    counts = allocation.extra_rollouts(
       acc,
-      cfg.extra_groups,
+      cfg.extra_groups * g,
+      group_size=g,
       threshold=cfg.hard_threshold,
       schedule=cfg.extra_schedule,
     )
     more = allocation.repeat_for(examples, counts)
-    ro = allocation.sample_again(ctx, more, 0)
+    ro = allocation.sample_again(ctx, more, 0, group_size=1)
     extra_total, _ = ctx.score(ro, more)
     batch = dynamic_sampling.concat(
       [batch, ctx.batch_from_rollout(ro)], ctx.tokenizer.pad_id
     )
     rewards.append(np.asarray(extra_total, np.float32))
     uids += [more[i].uid for i in ro.prompt_ids]
+    extra_correct = objective.correctness(ro, more, ctx)
     metrics["dars/hard_prompts"] = float((acc < cfg.hard_threshold).mean())
-    metrics["dars/extra_accuracy"] = float(
-      objective.correctness(ro, more, ctx).mean()
-    )
+    metrics["dars/extra_accuracy"] = float(extra_correct.mean())
   reward = np.concatenate(rewards)
   batch["adv"] = allocation.pooled_advantages(
     reward, uids, eps=cfg.std_eps, scale=cfg.pooled_std
   )
+  if cfg.extra_groups:  # (2) pooled accuracy 0 or 1: out of the update
+    pooled = allocation.pooled_means(
+      np.concatenate([correct, extra_correct]), uids
+    )
+    keep = (pooled > 0) & (pooled < 1)
+    batch = objective.drop_groups(batch, keep, 1)
+    metrics["dars/kept"] = float(keep.mean())
   if cfg.needs_ref:
     batch["ref_logp"] = guided.batch_ref_logp(batch, ctx)
   metrics["adv_abs"] = float(np.abs(batch["adv"]).mean())

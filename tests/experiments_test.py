@@ -401,6 +401,76 @@ def test_siren_counts_its_entropy_term_once_over_micro_batches():
   np.testing.assert_allclose(alone, reg_alone, rtol=1e-4, atol=1e-5)
 
 
+def test_dars_shares_extra_rollouts_by_the_authors_table_and_drops_solved():
+  """(1) K * G extra rollouts, one at a time, in proportion to the
+  authors' ET counts; (2) pooled advantages; prompts whose pooled
+  accuracy is 0 or 1 leave the update."""
+  from experiments import dars
+  from rlreason.data.sources import Example
+
+  cfg = dars.Config(group_size=8, batch_size=4, extra_groups=2, kl_coef=0.0)
+  cfg.validate()
+  examples = [Example(str(i), "q", "1") for i in range(4)]
+  # First round: accuracies 0, 1/8, 1 and 2/8 (ET weights 24, 10, 0, 3).
+  first = [0] * 8 + [1] + [0] * 7 + [1] * 8 + [1, 1] + [0] * 6
+  # Extra rollouts: prompt 0 stays unsolved, the others all right.
+  extra_right = {0: 0, 1: 1, 3: 1}
+  drawn = []
+
+  def rollout_of(prompt_ids, right):
+    n = len(prompt_ids)
+    return types.SimpleNamespace(
+      texts=[str(x) for x in right],
+      lengths=np.full(n, 2),
+      finish_reasons=np.full(n, "eos"),
+      prompt_ids=np.asarray(prompt_ids),
+    )
+
+  def generate(params, more, key, step, *, group_size, sampling):
+    assert group_size == 1  # single rollouts
+    drawn.append([e.uid for e in more])
+    return rollout_of(
+      np.arange(len(more)), [extra_right[int(e.uid)] for e in more]
+    )
+
+  def score(ro, exs):
+    r = np.asarray([float(t) for t in ro.texts], np.float32)
+    return r, {}
+
+  ctx = types.SimpleNamespace(
+    cfg=cfg,
+    params=None,
+    step=0,
+    generate=generate,
+    score=score,
+    correct_fn=lambda t, gold: np.asarray([float(x) for x in t]),
+    batch_from_rollout=lambda r: {
+      "tokens": np.zeros((len(r.texts), 4), np.int32),
+      "positions": np.zeros((len(r.texts), 4), np.int32),
+      "mask": np.ones((len(r.texts), 2), np.float32),
+    },
+    tokenizer=types.SimpleNamespace(pad_id=0),
+  )
+  batch, m = dars.make_batch(rollout_of(np.repeat(np.arange(4), 8), first),
+                             examples, ctx)  # fmt: skip
+  # 16 extra rollouts: 16 * (24, 10, 0, 3) / 37 = 10.38, 4.32, 0, 1.30,
+  # floors 15, the largest remainder (prompt 0's) takes the 16th.
+  assert sorted(drawn[0]) == ["0"] * 11 + ["1"] * 4 + ["3"]
+  assert batch["mask"].shape == (48, 2)
+  pooled_1 = (1 + 4) / 12  # prompt 1: 1 of 8, then 4 of 4
+  uids = [str(i) for i in np.repeat(np.arange(4), 8)] + drawn[0]
+  for row, uid in enumerate(uids):
+    # Prompt 0 (0 of 19) and prompt 2 (8 of 8) leave the update.
+    assert batch["mask"][row].any() == (uid in ("1", "3")), row
+  r1 = np.asarray([1] + [0] * 7 + [1] * 4, np.float64)
+  want = (r1 - pooled_1) / (r1.std(ddof=1) + cfg.std_eps)
+  rows_1 = [i for i, u in enumerate(uids) if u == "1"]
+  np.testing.assert_allclose(batch["adv"][rows_1], want, rtol=1e-5, atol=1e-6)
+  assert m["dars/kept"] == pytest.approx(
+    (8 + 4 + 8 + 1) / 48, rel=1e-6, abs=1e-9
+  )
+
+
 def test_dars_b_smoke(tmp_path):
   from experiments import dars
 

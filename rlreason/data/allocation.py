@@ -3,14 +3,21 @@
 DARS (Depth-Breadth Synergy in RLVR, arXiv:2508.13755) observes that
 GRPO's cumulative advantage sum_i |A_i| peaks at medium-accuracy prompts,
 so hard prompts get little gradient; it re-samples low-accuracy prompts in
-a second stage. With a fixed budget of K extra groups of G per step (fixed
-shapes: N = (B + K) * G), `extra_groups` spreads them over the prompts
-whose first-stage accuracy is below a threshold:
+a second stage. The authors' trainer (github.com/yangzhch6/DARS,
+ray_dars_trainer.py's resample_func1 / resample_func2) sets a prompt's
+total rollouts from its first-stage accuracy p over k = 8 samples:
 
-  equal     (DARS "equal treatment") the same share for every hard prompt;
-  hardness  (DARS "hardness weighted") a share proportional to 1 - acc.
+  p              0    <= 1/8  <= 2/8  <= 3/8  else
+  equal (ET)     32   18      11      9       8     (~ k / (4 p (1 - p)))
+  hardness (HW)  48   24      12      9       8
 
-The extra groups of a prompt join its first group for the advantage:
+so 24 / 10 / 3 / 1 / 0 extra rollouts (ET) or 40 / 16 / 4 / 1 / 0 (HW),
+a total that varies with the batch. Here the extra rollouts per step are
+a fixed budget (fixed shapes: N = (B + K) * G), and `extra_rollouts`
+shares it among the prompts in proportion to those extra counts (scaled
+by G / 8 for other group sizes), one rollout at a time.
+
+The extra rollouts of a prompt join its first group for the advantage:
 `pooled_advantages` normalises each reward by the mean / std over all the
 samples of the same prompt (keys), whatever their number. BroRL
 (arXiv:2510.01180) is the other axis: a much larger G for every prompt.
@@ -32,35 +39,52 @@ from rlreason.sampling import draw as sampling_lib
 _ROUND_BASE = 1 << 20
 
 
-def extra_groups(
+# The authors' total rollouts per prompt at k = 8 first-stage samples, by
+# first-stage accuracy bucket: p = 0, <= 1/8, <= 2/8, <= 3/8, above.
+DARS_TOTALS = {"equal": (32, 18, 11, 9, 8), "hardness": (48, 24, 12, 9, 8)}
+_BUCKETS = (1e-6, 1 / 8 + 1e-6, 2 / 8 + 1e-6, 3 / 8 + 1e-6)
+
+
+def dars_extra(accuracy: np.ndarray, group_size: int, schedule: str):
+  """[B] the authors' extra rollouts per prompt (module docstring's table,
+  minus the k first-stage ones), scaled by group_size / 8.
+
+  Example: accuracy [0, 1/8, 2/8, 3/8, 1/2], G 8, equal -> [24, 10, 3, 1, 0].
+  """
+  if schedule not in DARS_TOTALS:
+    raise ValueError(
+      f"schedule={schedule!r}: expected one of {sorted(DARS_TOTALS)}"
+    )
+  totals = np.asarray(DARS_TOTALS[schedule], np.float64) - 8
+  bucket = np.searchsorted(_BUCKETS, np.asarray(accuracy, np.float64))
+  return totals[bucket] * group_size / 8
+
+
+def extra_rollouts(
   accuracy: np.ndarray,
   budget: int,
   *,
+  group_size: int = 8,
   threshold: float = 0.5,
   schedule: str = "equal",
 ) -> np.ndarray:
-  """[B] int extra groups per prompt, summing to `budget`.
+  """[B] int extra rollouts per prompt, summing to `budget`.
 
-  Prompts with accuracy < threshold share the budget by the schedule
-  (equal, or hardness: weight 1 - acc), largest remainders rounded up
-  (ties to the lower index). If no prompt is below the threshold, the
-  budget goes to the lowest-accuracy prompts in the same way (the shapes
-  stay fixed).
+  Prompts with accuracy < threshold share the budget in proportion to the
+  authors' extra counts (`dars_extra`: 24 / 10 / 3 / 1 at 0, 1/8, 2/8, 3/8
+  for ET), largest remainders rounded up (ties to the lower index). If no
+  prompt has a share, the budget goes to the lowest-accuracy prompts
+  equally (the shapes stay fixed; the authors sample nothing then).
 
-  Example: accuracy [0, 0.25, 1, 0.75], budget 3, equal -> [2, 1, 0, 0].
+  Example: accuracy [0, 0.25, 1, 0.125], budget 12, G 8, equal: weights
+  24, 3, 0, 10 -> shares 7.78, 0.97, 0, 3.24 -> [8, 1, 0, 3].
   """
   acc = np.asarray(accuracy, np.float64)
+  w = np.where(acc < threshold, dars_extra(acc, group_size, schedule), 0.0)
   if budget <= 0:
     return np.zeros(len(acc), np.int64)
-  hard = acc < threshold
-  if not hard.any():
-    hard = acc <= acc.min()
-  if schedule == "equal":
-    w = hard.astype(np.float64)
-  elif schedule == "hardness":
-    w = np.where(hard, 1.0 - acc + 1e-9, 0.0)
-  else:
-    raise ValueError(f"schedule={schedule!r}: expected equal or hardness")
+  if not w.sum() > 0:
+    w = (acc <= acc.min()).astype(np.float64)
   share = budget * w / w.sum()
   out = np.floor(share).astype(np.int64)
   rest = share - out
@@ -104,6 +128,17 @@ def pooled_advantages(
     if scale:
       out[rows] /= x.std(ddof=1) + eps
   return out.astype(np.float32)
+
+
+def pooled_means(values: np.ndarray, keys: Sequence) -> np.ndarray:
+  """[N] the mean of `values` over all samples with the same key, per
+  sample (a prompt's pooled accuracy, first and extra rollouts)."""
+  v = np.asarray(values, np.float64)
+  sums: dict = {}
+  for k, x in zip(keys, v, strict=True):
+    n, total = sums.get(k, (0, 0.0))
+    sums[k] = (n + 1, total + x)
+  return np.array([sums[k][1] / sums[k][0] for k in keys])
 
 
 def repeat_for(examples: Sequence, counts: np.ndarray) -> list:

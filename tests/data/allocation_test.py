@@ -6,29 +6,45 @@ import pytest
 from rlreason.data import allocation
 
 
-def test_extra_groups_equal():
-  acc = [0.0, 0.25, 1.0, 0.75]
-  np.testing.assert_array_equal(allocation.extra_groups(acc, 3), [2, 1, 0, 0])
-  np.testing.assert_array_equal(allocation.extra_groups(acc, 4), [2, 2, 0, 0])
-
-
-def test_extra_groups_hardness():
-  # Weights 1 and 0.5 -> shares 2 and 1 of 3.
+def test_dars_extra_is_the_authors_table():
+  acc = [0.0, 1 / 8, 2 / 8, 3 / 8, 4 / 8, 1.0]
   np.testing.assert_array_equal(
-    allocation.extra_groups(
-      [0.0, 0.5, 1.0], 3, threshold=0.6, schedule="hardness"
-    ),
-    [2, 1, 0],
+    allocation.dars_extra(acc, 8, "equal"), [24, 10, 3, 1, 0, 0]
+  )
+  np.testing.assert_array_equal(
+    allocation.dars_extra(acc, 8, "hardness"), [40, 16, 4, 1, 0, 0]
+  )
+  # G = 4 halves them; 1/4 is in the <= 2/8 bucket.
+  np.testing.assert_array_equal(
+    allocation.dars_extra([0.0, 0.25], 4, "equal"), [12, 1.5]
+  )
+  with pytest.raises(ValueError, match="schedule='other'"):
+    allocation.dars_extra([0.0], 8, "other")
+
+
+def test_extra_rollouts_share_the_budget_by_the_table():
+  acc = [0.0, 0.25, 1.0, 0.125]
+  # Weights 24, 3, 0, 10 of 37: 12 * w / 37 = 7.78, 0.97, 0, 3.24.
+  np.testing.assert_array_equal(
+    allocation.extra_rollouts(acc, 12), [8, 1, 0, 3]
+  )
+  # HW: weights 40, 4, 0, 16 of 60: 6 * w / 60 = 4, 0.4, 0, 1.6.
+  np.testing.assert_array_equal(
+    allocation.extra_rollouts(acc, 6, schedule="hardness"), [4, 0, 0, 2]
+  )
+  # The threshold cuts: below 0.2 only.
+  np.testing.assert_array_equal(
+    allocation.extra_rollouts(acc, 34, threshold=0.2), [24, 0, 0, 10]
   )
 
 
-def test_extra_groups_no_hard_prompt_goes_to_the_lowest():
+def test_extra_rollouts_without_a_hard_prompt_go_to_the_lowest():
   np.testing.assert_array_equal(
-    allocation.extra_groups([0.75, 1.0, 0.75], 2), [1, 0, 1]
+    allocation.extra_rollouts([0.75, 1.0, 0.75], 2), [1, 0, 1]
   )
-  assert allocation.extra_groups([0.0], 0).tolist() == [0]
+  assert allocation.extra_rollouts([0.0], 0).tolist() == [0]
   with pytest.raises(ValueError):
-    allocation.extra_groups([0.0], 1, schedule="other")
+    allocation.extra_rollouts([0.0], 1, schedule="other")
 
 
 def test_pooled_advantages():
