@@ -18,10 +18,13 @@ experiments/grpo.py in exactly:
       likelihood.StdFilter with the authors' script's values: momentum
       0.99, beta 0.5, the average from step 6, filtering from step 11; its
       state restarts with a resumed run).
+  r' is the initial policy's, as the authors' (scored once per prompt
+  before training): the whole training set is scored at the run's first
+  step, before any update, and kept in <workdir>/rlpr_no_reasoning.json,
+  which a resumed run reads (InitialScores).
   Deviations from the authors' code (OpenBMB/RLPR, as its forks carry
   it): their reward adds 0.1 x an R1 format score to 0.9 x r_hat and a
-  repetition penalty; r' is scored once per prompt by the initial policy
-  (prompt + " " + y*, no opener), not each step by the current one;
+  repetition penalty; their r' scores prompt + " " + y* (no opener);
   completions failing their format check score 0; dropped prompts are
   replaced by fresh ones (filter_cache_regenerate), not zeroed.
 The gold answers are read for the reward (as references) and for the
@@ -46,11 +49,17 @@ TPU:  launch/tpu.sh run experiments.rlpr --scale=paper \
 
 import dataclasses
 import functools
+import os
 
+import jax
 import numpy as np
+from absl import logging
 
 from experiments import grpo
 from rlreason import config
+from rlreason import storage
+from rlreason.data import iterator
+from rlreason.train import run_info
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason.rl import objective
@@ -128,11 +137,69 @@ def reasoning_prefixes(texts, opener: str) -> list[str]:
   ]
 
 
-def make_batch(rollout, examples, ctx, *, std_filter=None):
+class InitialScores:
+  """(2) r' of every training prompt by the initial policy.
+
+  `prompts` is the loop's prompt_iterator hook: it keeps the training set
+  and returns the default iterator. The first call (the run's first step,
+  before any update) scores every training prompt with ctx.params and
+  writes {uid: r'} to `path`; later calls, and a resumed run, read them.
+  A prompt missing from a saved file (a resumed run with other data) is
+  scored by the current policy, with a warning.
+  """
+
+  def __init__(self, path: str):
+    self.path = path
+    self.examples = None
+    self.scores = None
+
+  def prompts(self, cfg, train_examples):
+    self.examples = train_examples
+    return iterator.PromptIterator(
+      train_examples, cfg.batch_size, seed=cfg.seed
+    )
+
+  def __call__(self, ctx, examples, score) -> np.ndarray:
+    """[B] r' of `examples`; `score(prompt_ids, prefixes, references)`."""
+    if self.scores is None:
+      self.scores = storage.read_json(self.path)
+      if self.scores is None:
+        if ctx.step:
+          logging.warning(
+            "%s is missing at step %d: r' is scored by the current policy",
+            self.path,
+            ctx.step,
+          )
+        self.scores = self._score(ctx, self.examples or examples, score)
+        if jax.process_index() == 0:
+          storage.write_json(self.path, self.scores)
+    missing = [e for e in examples if e.uid not in self.scores]
+    if missing:
+      logging.warning(
+        "%d prompts have no r' in %s: scored by the current policy",
+        len(missing),
+        self.path,
+      )
+      self.scores.update(self._score(ctx, missing, score))
+    return np.asarray([self.scores[e.uid] for e in examples], np.float32)
+
+  @staticmethod
+  def _score(ctx, examples, score) -> dict:
+    opener = ctx.cfg.answer_opener.lstrip()
+    values = score(
+      ctx.encode_prompts(examples),
+      [opener] * len(examples),
+      [e.answer for e in examples],
+    )
+    return {e.uid: float(v) for e, v in zip(examples, values, strict=True)}
+
+
+def make_batch(rollout, examples, ctx, *, std_filter=None, initial=None):
   """Reference-answer probability (1), debiased (2), std-filtered (3).
 
   `std_filter` is the run's likelihood.StdFilter (state across steps);
-  None skips (3).
+  None skips (3). `initial` is the run's InitialScores (r' by the initial
+  policy); None scores r' with the current policy (ctx.params).
   """
   cfg = ctx.cfg
   g = cfg.group_size
@@ -162,10 +229,11 @@ def make_batch(rollout, examples, ctx, *, std_filter=None):
   )
   r, parts = prob, {"ref_prob": prob}
   if cfg.debias:  # (2) once per prompt, broadcast to its G completions
-    opener = cfg.answer_opener.lstrip()
-    base = score(
-      prompts, [opener] * len(examples), [e.answer for e in examples]
-    )
+    if initial is None:
+      base = InitialScores._score(ctx, examples, score)
+      base = np.asarray([base[e.uid] for e in examples], np.float32)
+    else:
+      base = initial(ctx, examples, score)
     r = likelihood.debiased(prob, np.repeat(base, g))
     parts["ref_prob_no_reasoning"] = np.repeat(base, g)
   batch, metrics = objective.outcome_batch(
@@ -189,12 +257,18 @@ def run(cfg: Config) -> dict:
       ema_start=cfg.std_filter_ema_start,
       filter_start=cfg.std_filter_start,
     )
+  initial = InitialScores(
+    os.path.join(run_info.workdir_for(cfg, "rlpr"), "rlpr_no_reasoning.json")
+  )
   return loop.train_and_report(
     cfg,
     name="rlpr",
     title="RLPR (arXiv:2506.18254)",
-    make_batch=functools.partial(make_batch, std_filter=std_filter),
+    make_batch=functools.partial(
+      make_batch, std_filter=std_filter, initial=initial
+    ),
     loss_fn=objective.loss_fn,
+    prompt_iterator=initial.prompts,
   )
 
 

@@ -401,6 +401,47 @@ def test_siren_counts_its_entropy_term_once_over_micro_batches():
   np.testing.assert_allclose(alone, reg_alone, rtol=1e-4, atol=1e-5)
 
 
+def test_rlpr_debiases_with_the_initial_policys_scores(tmp_path):
+  """(2) r' is scored once for the whole training set by the policy of
+  the run's first step and kept in the workdir: a later policy, and a
+  resumed run, reuse those scores; without InitialScores make_batch scores
+  r' with the current policy."""
+  from experiments import rlpr
+  from rlreason.data import sources as data_lib
+
+  sizes = dict(batch_size=2, group_size=2, max_new_tokens=8, max_prompt_len=64)
+  ctx = testing.tiny_context(
+    rlpr.Config(**sizes, kl_coef=0.0, std_filter=False)
+  )
+  train = data_lib.load(ctx.cfg.data, "train")[:6]
+  examples = train[:2]
+  rollout = testing.tiny_rollout(ctx, examples)
+  path = str(tmp_path / "rlpr_no_reasoning.json")
+  initial = rlpr.InitialScores(path)
+  initial.prompts(ctx.cfg, train)  # the loop's prompt_iterator hook
+  ctx.step = 0
+  first, _ = rlpr.make_batch(rollout, examples, ctx, initial=initial)
+  saved = json.load(open(path))
+  assert sorted(saved) == sorted(e.uid for e in train)  # all, at step 0
+  now, _ = rlpr.make_batch(rollout, examples, ctx)  # the current policy's
+  np.testing.assert_allclose(first["adv"], now["adv"], rtol=1e-5, atol=1e-6)
+  # A later policy: r' stays the first policy's, in this run and resumed.
+  ctx.params = jax.tree.map(lambda x: x * 1.5, ctx.params)
+  ctx.step = 3
+  for init in (initial, rlpr.InitialScores(path)):
+    m = rlpr.make_batch(rollout, examples, ctx, initial=init)[1]
+    base = np.asarray(
+      [saved[examples[i].uid] for i in rollout.prompt_ids], np.float32
+    )
+    np.testing.assert_allclose(
+      m["reward/ref_prob_no_reasoning"], base.mean(), rtol=1e-5, atol=1e-7
+    )
+  m_changed = rlpr.make_batch(rollout, examples, ctx)[1]
+  assert not np.isclose(
+    m_changed["reward/ref_prob_no_reasoning"], base.mean(), rtol=1e-3, atol=0
+  )
+
+
 def test_dars_shares_extra_rollouts_by_the_authors_table_and_drops_solved():
   """(1) K * G extra rollouts, one at a time, in proportion to the
   authors' ET counts; (2) pooled advantages; prompts whose pooled
