@@ -72,7 +72,7 @@ def test_fields_are_grouped_by_the_module_that_sets_them():
   assert modules["overlong_buffer"] == "experiments.dapo"  # its own field
   assert modules["clip_eps_high"] == "experiments.dapo"  # a value it sets
   assert modules["lr"] == "rlreason.config"  # set by grpo, declared there
-  assert modules["advantage"] == "rlreason.rl.objective"
+  assert modules["advantage"] == "rlreason.rl.pg_config"
 
 
 def test_defined_flags_parse_into_the_config():
