@@ -12,7 +12,10 @@ Differs from experiments/grpo.py in exactly:
   (2) advantages are per segment, from subtree outcomes (Sec. 3.2):
       A(s) = [(V(s) - V(root)) + (V(s) - V(parent))] / sqrt(|L(s)|),
       V = mean verifier reward of the leaves below s
-      (tree_credit.tree_advantages), no std normalisation;
+      (tree_credit.tree_advantages), no std normalisation (the paper's
+      form; the authors' code divides each node's value by the root of its
+      own leaf count, 2 V(s) / sqrt|L(s)| - V(parent) / sqrt|L(parent)|,
+      with leave-one-out centred V, which this does not follow);
   (3) every leaf's root-to-leaf path counts as a row, as in the authors'
       code (THUDM/TreeRL: each path a row, averaged over its tokens):
       here a token is trained once, in the row that sampled it (a branch's
