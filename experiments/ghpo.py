@@ -7,13 +7,17 @@ experiments/grpo.py in exactly:
       beyond the policy's reach; the others are trained with plain
       on-policy GRPO;
   (2) adaptive prompt refinement: such a prompt is sampled again with a
-      growing part of its ground-truth solution as the start of its answer
-      (hints.solution_prefix; the authors' hkgc-1/GHPO puts it in the user
-      message after the question, introduced as "the beginning part of
-      the answer, which you can refer to", and cuts it by characters
-      where this cuts whole lines): stage s uses
-      ratio --hint_ratios[s] (0.25, 0.5, 0.75), stopping at the first
-      stage that yields a correct answer (rlreason/guidance/resampling.py);
+      growing part of its ground-truth solution (hints.solution_prefix):
+      --hint_placement=question (PAPER) puts it in the user message after
+      the question, introduced by the authors' sentence (hkgc-1/GHPO's
+      ghpo_trainer.py: "The following text is the beginning part of the
+      answer, which you can refer to for solving the problem:"), so the
+      policy writes the whole solution; =answer (the laptop default: the
+      shipped base never saw that sentence) makes it the start of the
+      answer, which the policy continues. Stage s uses ratio
+      --hint_ratios[s] (0.25, 0.5, 0.75) of the solution's lines (the
+      authors cut characters), stopping at the first stage that yields a
+      correct answer (rlreason/guidance/resampling.py);
   (3) the guided groups replace the all-wrong ones and are trained
       on-policy in their guided context (imitation-like on hard prompts).
 
@@ -55,6 +59,9 @@ class Config(grpo.TinyConfig):
   max_prompt_len: int = 64
   max_new_tokens: int = 48
   hint_ratios: str = "0.25,0.5,0.75"  # (2) one stage per ratio
+  # (2) where the solution part goes: "question" (after it, the authors')
+  # or "answer" (the answer's start)
+  hint_placement: str = "answer"
 
   def ratios(self) -> list[float]:
     try:  # "" (no hinted stages: the GRPO control) is allowed
@@ -70,6 +77,10 @@ class Config(grpo.TinyConfig):
   def validate(self) -> None:
     super().validate()
     self.ratios()
+    config.require(
+      self.hint_placement in ("question", "answer"),
+      f"--hint_placement={self.hint_placement!r}; expected question or answer",
+    )
 
 
 # Qwen2.5-Math-7B. The authors' recipes/Qwen2.5-Math-7B/ghpo/
@@ -89,13 +100,24 @@ PAPER = dict(
   schedule="cosine",
   warmup_steps=50,  # 10% of grpo.PAPER's 500 one-update steps
   aggregation="token-mean",
+  hint_placement="question",  # (2) the authors'
+)
+
+# (2) The authors' words between the question and the solution's start.
+REFERENCE_INTRO = (
+  "\n The following text is the beginning part of the answer, which you "
+  "can refer to for solving the problem:\n"
 )
 
 
-def stage_fn(ratio: float):
+def stage_fn(ratio: float, placement: str = "answer"):
   def fn(example, ctx):
     prefix = hints.solution_prefix(example.solution, ratio)
-    return hints.with_hint(example, prefix=prefix) if prefix else None
+    if not prefix:
+      return None
+    if placement == "question":
+      return hints.with_hint(example, hint_after=REFERENCE_INTRO + prefix)
+    return hints.with_hint(example, prefix=prefix)
 
   return fn
 
@@ -103,7 +125,9 @@ def stage_fn(ratio: float):
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   tracker = difficulty.Tracker()
-  make_batch = guided.make_batch([stage_fn(r) for r in cfg.ratios()])
+  make_batch = guided.make_batch(
+    [stage_fn(r, cfg.hint_placement) for r in cfg.ratios()]
+  )
   return loop.train_and_report(
     cfg,
     name="ghpo",

@@ -24,8 +24,9 @@ class Example:
 
   For hint-guided methods (rlreason/guidance/hints.py): `knowledge` holds atomic
   knowledge points (procedural tasks supply them), `hint` is guidance shown
-  with the question and `prefix` a partial solution the response starts
-  from; both are "" for an ordinary prompt.
+  before the question, `hint_after` guidance shown after it (GHPO's
+  partial solution in the user message) and `prefix` a partial solution
+  the response starts from; all are "" for an ordinary prompt.
   """
 
   uid: str
@@ -36,6 +37,7 @@ class Example:
   knowledge: tuple[str, ...] = ()
   hint: str = ""
   prefix: str = ""
+  hint_after: str = ""
 
 
 def _get(record: Any, path: str) -> Any:

@@ -95,25 +95,33 @@ def expert_hint(solution: str, instruction: str = "") -> str:
   return f"{text}\n{instruction}" if instruction else text
 
 
-def with_hint(example, *, hint: str = "", prefix: str = ""):
-  """A copy of `example` that carries `hint` and / or `prefix`."""
-  return dataclasses.replace(example, hint=hint, prefix=prefix)
+def with_hint(
+  example, *, hint: str = "", prefix: str = "", hint_after: str = ""
+):
+  """A copy of `example` that carries `hint`, `prefix` and / or
+  `hint_after` (records.Example)."""
+  return dataclasses.replace(
+    example, hint=hint, prefix=prefix, hint_after=hint_after
+  )
 
 
 def unhinted(example):
   """The hint-free copy of `example`."""
-  return dataclasses.replace(example, hint="", prefix="")
+  return with_hint(example)
 
 
 def is_hinted(example) -> bool:
-  return bool(example.hint or example.prefix)
+  return bool(example.hint or example.prefix or example.hint_after)
 
 
 def prompt_text(tokenizer, example, template: str, *, hinted=True) -> str:
-  """The model input of `example`: template(hint + question) + prefix."""
+  """The model input of `example`:
+  template(hint + question + hint_after) + prefix."""
   question = example.question
   if hinted and example.hint:
     question = f"{example.hint}\n{question}"
+  if hinted and example.hint_after:
+    question += example.hint_after
   text = tokenizer_lib.apply_template(tokenizer, question, template)
   return text + example.prefix if hinted else text
 

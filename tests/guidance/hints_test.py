@@ -57,6 +57,40 @@ def test_prompt_text_hint_before_question_prefix_after():
   assert hints.unhinted(ex) == EX
 
 
+def test_hint_after_follows_the_question_inside_the_template():
+  tok = tokenizer_lib.load("char")
+  ex = hints.with_hint(EX, hint_after="\nref: 3+8")
+  assert hints.prompt_text(tok, ex, "plain") == "3+4*2=\nref: 3+8"
+  assert hints.prompt_text(tok, ex, "plain", hinted=False) == "3+4*2="
+  assert hints.is_hinted(ex) and hints.unhinted(ex) == EX
+  # A template wraps question and hint_after together (a chat template:
+  # the user's turn, as the authors' GHPO).
+  assert hints.prompt_text(tok, ex, "r1") == tokenizer_lib.apply_template(
+    tok, "3+4*2=\nref: 3+8", "r1"
+  )
+
+
+def test_ghpo_places_the_solution_part_where_its_flag_says():
+  from experiments import ghpo
+
+  ex = hints.with_hint(EX)  # solution "3+8\n=11\nanswer: 11"
+  tok = tokenizer_lib.load("char")
+  after = ghpo.stage_fn(0.5, "question")(ex, None)
+  assert (
+    after.prefix == "" and after.hint_after == ghpo.REFERENCE_INTRO + "3+8\n"
+  )
+  assert hints.prompt_text(tok, after, "plain") == (
+    "3+4*2=\n The following text is the beginning part of the answer, which"
+    " you can refer to for solving the problem:\n3+8\n"
+  )
+  start = ghpo.stage_fn(0.5)(ex, None)
+  assert start.hint_after == "" and start.prefix == "3+8\n"
+  assert hints.prompt_text(tok, start, "plain") == "3+4*2=3+8\n"
+  assert ghpo.PAPER["hint_placement"] == "question"
+  with pytest.raises(ValueError, match="--hint_placement='x'"):
+    ghpo.Config(hint_placement="x").validate()
+
+
 def test_rebase_moves_completion_to_new_prompt():
   pad = 0
   # Two rows, P = 3, T = 2; row 1's second completion token is padding.
