@@ -18,15 +18,22 @@ experiments/grpo.py in exactly:
       likelihood.StdFilter with the authors' script's values: momentum
       0.99, beta 0.5, the average from step 6, filtering from step 11; its
       state restarts with a resumed run).
+  (4) the authors' other reward terms (OpenBMB/RLPR as its fork
+      sharkchill-xy/DPPR carries it: prob.py, repetition.py):
+      r = (1 - w) r_hat + w fmt with fmt their R1 tag check
+      (format.format_tags; w = --format_weight, their 0.1: PAPER; 0 at
+      laptop scale, where the tasks' answer line is no R1 format), then
+      -1 on a nonzero reward when some 10 consecutive words repeat
+      --repetition_limit times or more (their 10: PAPER; 0 = off).
   r' is the initial policy's, as the authors' (scored once per prompt
   before training): the whole training set is scored at the run's first
   step, before any update, and kept in <workdir>/rlpr_no_reasoning.json,
   which a resumed run reads (InitialScores).
-  Deviations from the authors' code (OpenBMB/RLPR, as its forks carry
-  it): their reward adds 0.1 x an R1 format score to 0.9 x r_hat and a
-  repetition penalty; their r' scores prompt + " " + y* (no opener);
-  completions failing their format check score 0; dropped prompts are
-  replaced by fresh ones (filter_cache_regenerate), not zeroed.
+  Deviations from the authors' code: their r' scores prompt + " " + y*
+  (no opener); a completion whose answer cannot be replaced (no single
+  <answer>) gets r_hat 0 there, where here its whole text is the
+  reasoning, followed by the opener; dropped prompts are replaced by fresh
+  ones (filter_cache_regenerate), not zeroed.
 The gold answers are read for the reward (as references) and for the
 logged `accuracy`; the verifier itself is never used in the reward.
 
@@ -63,8 +70,10 @@ from rlreason.train import run_info
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason.rl import objective
-from rlreason.rewards import self_scoring
+from rlreason.rewards import format as format_lib
 from rlreason.rewards import likelihood
+from rlreason.rewards import repetition
+from rlreason.rewards import self_scoring
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +92,9 @@ class Config(grpo.TinyConfig):
   std_filter_ema_start: int = 6
   # (3) first step the threshold drops prompts on (filter_start_step)
   std_filter_start: int = 11
+  format_weight: float = 0.0  # (4) w of the R1 format score; 0 = off
+  # (4) -1 when 10 consecutive words occur this often; 0 = off
+  repetition_limit: int = 0
 
   def validate(self) -> None:
     super().validate()
@@ -96,6 +108,11 @@ class Config(grpo.TinyConfig):
       and self.std_filter_start >= 1,
       "--std_filter_beta must be >= 0 and --std_filter_ema_start, "
       "--std_filter_start >= 1",
+    )
+    config.require(
+      0 <= self.format_weight <= 1 and self.repetition_limit >= 0,
+      f"--format_weight={self.format_weight} must be in [0, 1] and "
+      f"--repetition_limit={self.repetition_limit} >= 0",
     )
 
 
@@ -123,6 +140,8 @@ PAPER = dict(
   lr=1e-6,
   kl_coef=0.0,
   clip_eps_high=0.27,
+  format_weight=0.1,  # (4) the authors' format_coefficient
+  repetition_limit=10,  # (4) their max_repetitions_limit
   steps=500,  # assumption
   eval_every=25,
 )
@@ -236,6 +255,15 @@ def make_batch(rollout, examples, ctx, *, std_filter=None, initial=None):
       base = initial(ctx, examples, score)
     r = likelihood.debiased(prob, np.repeat(base, g))
     parts["ref_prob_no_reasoning"] = np.repeat(base, g)
+  if cfg.format_weight:  # (4)
+    prefilled = "<think>" if cfg.template == "r1" else ""
+    fmt = format_lib.format_tags(rollout.texts, prefilled=prefilled)
+    r = (1 - cfg.format_weight) * r + cfg.format_weight * fmt
+    parts["format"] = fmt
+  if cfg.repetition_limit:  # (4) on nonzero rewards only, as theirs
+    rep = repetition.repeats(rollout.texts, limit=cfg.repetition_limit)
+    r = np.where(rep & (r != 0), r - 1.0, r).astype(np.float32)
+    parts["repetition"] = rep.astype(np.float32)
   batch, metrics = objective.outcome_batch(
     rollout, examples, ctx, rewards=(r, parts)
   )

@@ -442,6 +442,44 @@ def test_rlpr_debiases_with_the_initial_policys_scores(tmp_path):
   )
 
 
+def test_rlpr_adds_the_authors_format_and_repetition_terms(monkeypatch):
+  """(4) r = 0.9 r_hat + 0.1 fmt, then -1 where the words repeat and the
+  reward is not 0."""
+  from experiments import rlpr
+  from rlreason.data import sources as data_lib
+
+  sizes = dict(batch_size=2, group_size=2, max_new_tokens=8, max_prompt_len=64)
+  cfg = rlpr.Config(**sizes, kl_coef=0.0, std_filter=False)
+  ctx = testing.tiny_context(cfg)
+  examples = data_lib.load(cfg.data, "train")[:2]
+  rollout = testing.tiny_rollout(ctx, examples)
+  seen = []
+  real = rlpr.objective.outcome_batch
+
+  def spy(*args, rewards, **kw):
+    seen.append(np.asarray(rewards[0]))
+    return real(*args, rewards=rewards, **kw)
+
+  monkeypatch.setattr(rlpr.objective, "outcome_batch", spy)
+  fmt = np.array([1, 0, 1, 0], np.float32)
+  rep = np.array([False, False, True, True])
+  monkeypatch.setattr(rlpr.format_lib, "format_tags", lambda t, **k: fmt)
+  monkeypatch.setattr(rlpr.repetition, "repeats", lambda t, **k: rep)
+  ctx.step = 0
+  rlpr.make_batch(rollout, examples, ctx)
+  ctx.cfg = dataclasses.replace(cfg, format_weight=0.1, repetition_limit=10)
+  ctx.cfg.validate()
+  _, m = rlpr.make_batch(rollout, examples, ctx)
+  r_hat, got = seen
+  want = 0.9 * r_hat + 0.1 * fmt
+  want = np.where(rep & (want != 0), want - 1.0, want)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  assert got[2] < 0  # formatted, repeated: 0.9 r_hat + 0.1 - 1
+  assert m["reward/format"] == pytest.approx(0.5, rel=1e-6, abs=1e-6)
+  with pytest.raises(ValueError, match="--format_weight=2"):
+    dataclasses.replace(cfg, format_weight=2.0).validate()
+
+
 def test_dars_shares_extra_rollouts_by_the_authors_table_and_drops_solved():
   """(1) K * G extra rollouts, one at a time, in proportion to the
   authors' ET counts; (2) pooled advantages; prompts whose pooled

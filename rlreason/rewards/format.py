@@ -50,6 +50,24 @@ def format_strict(
   return np.array([_strict_ok(prefilled + c) for c in completions], np.float32)
 
 
+def format_tags(
+  completions: Sequence[str], answers=None, *, prefilled: str = ""
+) -> np.ndarray:
+  """1 iff the text starts with `<think>` and each of the four tags occurs
+  exactly once, in order; anything may sit between `</think>` and
+  `<answer>` or follow `</answer>` (RLPR's R1 format score, its
+  format_reward: the tags once each and a full match of
+  <think>.*</think>.*<answer>.*</answer>.*). `prefilled` as format_strict.
+  """
+  out = []
+  for c in completions:
+    text = prefilled + c
+    ok = text.startswith("<think>") and all(text.count(t) == 1 for t in _TAGS)
+    where = [text.find(t) for t in _TAGS]
+    out.append(ok and where == sorted(where))
+  return np.array(out, np.float32)
+
+
 def format_soft(
   completions: Sequence[str], answers=None, *, prefilled: str = ""
 ) -> np.ndarray:

@@ -149,6 +149,39 @@ def test_reference_probability_reward_and_std_filter():
 # ---------------------------------------------------------------- format
 
 
+def test_format_tags_is_rlprs_r1_check():
+  texts = [
+    "<think>a</think> b <answer>1</answer> c",  # text between and after
+    "<think>a</think><answer>1</answer><answer>",  # a tag twice
+    "x<think>a</think><answer>1</answer>",  # not at the start
+    "<think>a<answer>1</answer></think>",  # out of order
+    "a</think><answer></answer>",  # <think> prefilled; empty answer ok
+  ]
+  np.testing.assert_array_equal(format_lib.format_tags(texts[:4]), [1, 0, 0, 0])
+  np.testing.assert_array_equal(
+    format_lib.format_tags(texts[4:], prefilled="<think>"), [1]
+  )
+
+
+def test_repetition_counts_runs_of_words():
+  from rlreason.rewards import repetition
+
+  ten = " ".join(f"w{i}" for i in range(10))
+  texts = [
+    " ".join([ten] * 10),  # the same 10 words 10 times
+    " ".join([ten] * 9),  # 9 times
+    "_".join([ten] * 10),  # "_" splits words too
+    "a b a b a b",
+  ]
+  np.testing.assert_array_equal(
+    repetition.repeats(texts), [True, False, True, False]
+  )
+  np.testing.assert_array_equal(
+    repetition.repeats(texts[3:], window=2, limit=3), [True]
+  )
+  assert not repetition.repeats([""]).any()
+
+
 def test_logic_rl_reward():
   check = tasks.get("knights").check
   good = "<think>x</think> <answer>A=K</answer>"
