@@ -480,6 +480,42 @@ def test_rlpr_adds_the_authors_format_and_repetition_terms(monkeypatch):
     dataclasses.replace(cfg, format_weight=2.0).validate()
 
 
+def test_ettrl_reshapes_by_the_whole_paths_relative_entropy():
+  """(2) A * (1 + (mean_g(H) - H_i) / mean_g(H)), H over the leaf's whole
+  path: a branch's shared prefix counts with its parent's entropies."""
+  from experiments import ettrl
+
+  # One group: root 0 (3 tokens), branch 1 forked from it at column 2,
+  # root 2, branch 3 forked from branch 1 at column 3 (a later round).
+  rollout = types.SimpleNamespace(
+    entropy=np.array(
+      [[1.0, 1.0, 4.0, 0], [0, 0, 2.0, 2.0], [0.5, 0.5, 0, 0], [0, 0, 0, 6.0]],
+      np.float32,
+    ),  # fmt: skip
+    parent=np.array([-1, 0, -1, 1]),
+    fork_col=np.array([0, 2, 0, 3]),
+    level=np.array([0, 1, 0, 2]),
+    mask_full=np.array(
+      [[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]], np.float32
+    ),
+  )
+  h = ettrl.path_entropy(rollout)
+  # Branch 1: [1, 1 | 2, 2]; branch 3: [1, 1, 2 | 6] (its parent's, filled).
+  np.testing.assert_allclose(h, [2.0, 1.5, 0.5, 2.5], rtol=1e-6, atol=1e-6)
+  adv = np.array([1.0, -1.0, 2.0, 0.5], np.float32)
+  got = ettrl.reshape_advantages(adv, h, 4, 1.0)
+  mean = 6.5 / 4
+  np.testing.assert_allclose(
+    got, adv * (1 + (mean - h) / mean), rtol=1e-6, atol=1e-6
+  )
+  # By hand for row 2: 2 * (1 + (1.625 - 0.5) / 1.625) = 3.3846.
+  assert got[2] == pytest.approx(3.384615, rel=1e-5, abs=1e-6)
+  # A group of entropy 0 keeps its advantages.
+  np.testing.assert_array_equal(
+    ettrl.reshape_advantages(adv, np.zeros(4), 4, 1.0), adv
+  )
+
+
 def test_dars_shares_extra_rollouts_by_the_authors_table_and_drops_solved():
   """(1) K * G extra rollouts, one at a time, in proportion to the
   authors' ET counts; (2) pooled advantages; prompts whose pooled
