@@ -83,13 +83,22 @@ PAPER = dict(
   # temporaries per chip there.
   micro_batches=40,
   max_prompt_len=2048,  # max_start_length (assumed)
-  max_turns=4,  # max action budget (assumed; max_turns=2 in the script)
+  # Action budget. The script's max_turns=2 is 2 searches and a final
+  # answer turn (3 policy turns); 4 is kept: it sizes the planned programs.
+  max_turns=4,
   turn_tokens=500,  # max_response_length
   obs_tokens=500,  # max_obs_length
   top_k_docs=3,  # retriever.topk
   lr=1e-6,
   kl_coef=0.001,
   warm_start_steps=0,
+  # train_grpo.sh's lr_warmup_steps_ratio 0.285 of its 1005 steps; verl's
+  # defaults there: entropy bonus 0.001, AdamW weight decay 0.01 and a
+  # token-mean loss (their masked_mean over the micro-batch's tokens).
+  warmup_steps=286,
+  entropy_coef=0.001,
+  weight_decay=0.01,
+  aggregation="token-mean",
 )
 # experiments/plan.py plans rows of P + T tokens, T the episode's budget,
 # of which the rollout decodes the actions'.

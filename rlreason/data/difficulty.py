@@ -78,8 +78,9 @@ class Tracker:
     """Adds one round of samples: uids [N] with correctness [N] (0/1).
 
     The samples of a uid in one call form one group: its accuracy enters
-    the EMA once. `signal` [N] (e.g. |advantage|), if given, is averaged
-    per group and appended to the group's source window.
+    the EMA once. `signal` [N] (e.g. |advantage|), if given, enters its
+    source's window sample by sample (DUMP's authors' window of the last
+    `window` samples' |advantage|).
     """
     correct = np.asarray(correct, np.float64)
     groups: dict[str, list[int]] = {}
@@ -104,7 +105,7 @@ class Tracker:
         win = self.signals.setdefault(
           src, collections.deque(maxlen=self.window)
         )
-        win.append(float(np.mean(np.asarray(signal)[rows])))
+        win.extend(float(x) for x in np.asarray(signal)[rows])
 
   def accuracy(self, uid: str, default: float = math.nan) -> float:
     """The EMA accuracy of a prompt, `default` if never seen."""
@@ -119,14 +120,14 @@ class Tracker:
     return 0 if rec is None else int(rec[0])
 
   def source_stats(self, source: str) -> tuple[int, float, float]:
-    """(groups drawn, mean accuracy, window mean of the signal) of a
+    """(samples drawn, mean accuracy, window mean of the signal) of a
     source; (0, nan, nan) if never seen (nan signal: no signal yet)."""
     rec = self.sources.get(source)
     if rec is None:
       return 0, math.nan, math.nan
     win = self.signals.get(source)
     sig = float(np.mean(win)) if win else math.nan
-    return int(rec[2]), rec[1] / max(rec[0], 1), sig
+    return int(rec[0]), rec[1] / max(rec[0], 1), sig
 
   def note(self, uid: str, key: str, value) -> None:
     """Stores a JSON value for a prompt (method state, checkpointed)."""
@@ -240,22 +241,22 @@ def skip_solved(threshold: float = 1.0, min_groups: int = 1) -> Callable:
 def ucb_scores(
   signal: np.ndarray, counts: np.ndarray, c: float = 1.0
 ) -> np.ndarray:
-  """DUMP's UCB: L_j + c * sqrt(2 ln(sum_k n_k) / n_j).
+  """DUMP's UCB: L_j + c * sqrt(2 ln(sum_k n_k + 1) / (n_j + 1)), as the
+  authors' curriculum_learning.py (the +1s keep an unseen source finite).
 
   Args:
     signal: [J] expected learnability L_j (window mean |advantage|); nan
-      for a source never scored.
-    counts: [J] groups drawn from each source, n_j.
+      for a source never scored (0, the authors' starting mean).
+    counts: [J] samples drawn from each source, n_j.
     c: exploration weight.
 
   Returns:
-    [J] scores; +inf for a source with n_j = 0 or no signal (explored
-    first).
+    [J] scores.
   """
   signal, counts = np.asarray(signal, float), np.asarray(counts, float)
   total = max(counts.sum(), 1.0)
-  bonus = c * np.sqrt(2 * np.log(total) / np.maximum(counts, 1))
-  return np.where((counts > 0) & ~np.isnan(signal), signal + bonus, np.inf)
+  bonus = c * np.sqrt(2 * np.log(total + 1) / (counts + 1))
+  return np.where(np.isnan(signal), 0.0, signal) + bonus
 
 
 def source_probs(scores: np.ndarray, temperature: float) -> np.ndarray:

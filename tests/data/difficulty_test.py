@@ -35,8 +35,11 @@ def test_tracker_ema_counts_and_sources():
   t2 = difficulty.Tracker(source_of=lambda u: "s")
   t2.update(["a", "a", "b", "b"], [1, 0, 0, 0], signal=[2.0, 0.0, 1, 1])
   n, acc, sig = t2.source_stats("s")
-  # 2 groups; 1 of 4 correct; window mean of the group means (1 and 1).
-  assert (n, acc, sig) == (2, 0.25, 1.0)
+  # 4 samples; 1 of 4 correct; window mean of the samples' signals.
+  assert (n, acc, sig) == (4, 0.25, 1.0)
+  t3 = difficulty.Tracker(source_of=lambda u: "s", window=3)
+  t3.update(["a", "a", "b", "b"], [1, 0, 0, 0], signal=[4.0, 0.0, 1, 2])
+  assert t3.source_stats("s")[2] == 1.0  # the last 3 samples: 0, 1, 2
   assert t2.source_stats("none")[0] == 0
 
 
@@ -73,16 +76,25 @@ def test_target_and_skip_weights():
 
 
 def test_ucb_scores_and_probs():
-  # total n = 4: bonus_j = sqrt(2 ln 4 / n_j).
+  # total n = 4: bonus_j = sqrt(2 ln 5 / (n_j + 1)); unseen: signal 0.
   s = difficulty.ucb_scores([0.5, 0.2, np.nan], [1, 3, 0], c=1.0)
   np.testing.assert_allclose(
-    s[:2],
-    [0.5 + np.sqrt(2 * np.log(4)), 0.2 + np.sqrt(2 * np.log(4) / 3)],
+    s,
+    [
+      0.5 + np.sqrt(2 * np.log(5) / 2),
+      0.2 + np.sqrt(2 * np.log(5) / 4),
+      np.sqrt(2 * np.log(5)),
+    ],
     rtol=1e-6,
     atol=1e-6,
   )
-  assert np.isinf(s[2])
-  np.testing.assert_array_equal(difficulty.source_probs(s, 0.1), [0, 0, 1])
+  # Before any sample every source scores sqrt(2 ln 2): uniform.
+  s0 = difficulty.ucb_scores([np.nan] * 3, [0, 0, 0])
+  np.testing.assert_allclose(
+    difficulty.source_probs(s0, 0.1), [1 / 3] * 3, rtol=1e-6, atol=1e-7
+  )
+  inf = np.array([1.0, np.inf])
+  np.testing.assert_array_equal(difficulty.source_probs(inf, 0.1), [0, 1])
   p = difficulty.source_probs(np.array([1.0, 0.0]), 1.0)
   np.testing.assert_allclose(
     p, [np.e / (1 + np.e), 1 / (1 + np.e)], rtol=1e-6, atol=1e-6
