@@ -6,11 +6,14 @@ arXiv:2504.13958. Differs from experiments/grpo.py in exactly:
       writes `calculator: <expr>`, the sandbox (envs/sandbox.py: time,
       memory, file and network limits) runs it and the rollout appends
       `output: <value>` (masked from the loss) before the next turn;
-  (2) the reward is ToolRL's (Sec. 3.3, rewards/tool_calls.py):
-      R_format in {0, 1} + R_correct in [-3, 3], the graded match of the
-      predicted tool calls (name Jaccard, parameter names, parameter
-      values) against the gold call; the final answer's correctness is
-      logged, not rewarded (`--answer_coef` adds it, a variant);
+  (2) the reward is ToolRL's (Sec. 3.3; rewards/tool_calls.py, as the
+      authors' rlla.py computes it): R_format in {0, 1} (a call turn
+      required, as the gold has one) + R_correct in [-3, 3], the graded
+      match of the predicted tool calls (names as multisets, parameter
+      names, parameter values; each gold call paired with a predicted
+      call of its name) against the gold call; the final answer's
+      correctness is logged, not rewarded (`--answer_coef` adds it, a
+      variant);
   (3) no KL term (the paper drops it; assumed kl 0).
 Task `calc` (envs/calc.py): a*b+c with 2-3 digit operands, answerable by
 one calculator call; the gold call is the prompt's expression.
@@ -71,7 +74,6 @@ PAPER = dict(
   config.PAPER_COMMON,
   model="qwen2.5-math-7b",  # assumed stand-in for Qwen2.5-7B-Instruct
   data="task:calc:difficulty=2,n=4000",  # 4K ToolACE/Hammer/xLAM mix
-  steps=1000,  # assumed
   batch_size=512,  # assumed
   group_size=4,  # assumed
   max_turns=4,  # assumed
@@ -87,6 +89,15 @@ PAPER = dict(
   lr=1e-6,
   kl_coef=0.0,
   warm_start_steps=0,
+  # The authors' train_grpo.sh (as forks carry it): 15 epochs of 7 batches
+  # (~105 steps) and verl's entropy bonus 0.001, token-mean loss and
+  # weight decay 0.01. Not taken: its 2048-token prompts, 4 mini-batches
+  # and the 0.001 k1 KL penalty in the reward (its reference model): they
+  # change the planned programs (the README's planning table).
+  steps=105,
+  entropy_coef=0.001,
+  aggregation="token-mean",
+  weight_decay=0.01,
 )
 # experiments/plan.py plans rows of P + T tokens, T the episode's budget,
 # of which the rollout decodes the actions'.
@@ -110,7 +121,7 @@ def make_batch(rollout, examples, ctx):
   cor = np.zeros_like(fmt)
   for i, actions in enumerate(rollout.actions):
     gold = [calc.gold_call(examples[rollout.prompt_ids[i]].question)]
-    fmt[i] = tool_calls.format_ok(actions, ("calculator",))
+    fmt[i] = tool_calls.format_ok(actions, ("calculator",), needs_call=True)
     cor[i] = tool_calls.correctness(_calls(actions), gold)
   answer = objective.correctness(rollout, examples, ctx)
   total = (
