@@ -15,8 +15,14 @@ Exploration" (Qu et al. 2026, arXiv:2601.18779; see also
   (3) guided rollouts are trained on-policy in the guided context (the
       prefix is prompt, not trained), unlike off-policy methods that train
       on the oracle solution itself; evaluation is unguided.
-  Deviation: the paper phrases the prefix with an instruction to continue
-  it; the char model here continues a response prefix directly.
+  Deviations: the paper phrases the prefix with an instruction to continue
+  it; the char model here continues a response prefix directly. Summaries
+  of the paper (not the paper itself, not in our sources) say it tries
+  progressively longer prefixes, up to a quarter of the solution, until
+  one is solved (here: one fixed --prefix_fraction), and trains on the
+  guided and the unguided versions together (here the guided group
+  replaces the all-wrong one, whose GRPO advantages are all 0: only the
+  normalisers and a KL term differ).
 
 Reproduces:
   laptop: the paper's central claim, guidance on hard problems transfers
