@@ -9,10 +9,15 @@ experiments/grpo.py in exactly:
       (rlreason/eval/teacher.py; laptop: the exact-solution SFT "warm_start")
       sampling --teacher_samples solutions each, and "reference", the
       stored solution; only verified-correct solutions are candidates;
-  (3) comprehension-based selection: the --replace candidates with the
-      highest mean per-token log-prob under the student
-      (guidance.comprehension) replace that many of the group's
-      on-policy completions (guidance.replace_rows);
+  (3) comprehension-based selection: the --replace candidates the student
+      comprehends best replace that many of the group's on-policy
+      completions (guidance.replace_rows). Comprehension is the authors'
+      (SII-Enigma/AMPO: their RLPR-style 'prob' reward manager): the
+      student's mean token probability of the gold answer written after
+      the candidate's reasoning, minus the same with no reasoning (prompt,
+      --answer_opener, answer), floored at 0 (`comprehension`;
+      self_scoring.reference_probs). Their 0.1 x format score in that sum
+      is left out (no R1 format here);
   (4) mixed-policy loss: PPO on on-policy rows, and on the off-policy rows
       a policy gradient with the shaped weight r / (r + gamma) of LUFFY
       (guidance.mixed_policy_loss, behaviour probability taken as 1).
@@ -32,6 +37,7 @@ TPU:  launch/tpu.sh run experiments.ampo --scale=paper \
 """
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import jax
@@ -46,6 +52,7 @@ from rlreason.guidance import resampling as guided
 from rlreason.train import loop
 from rlreason.rl import objective
 from rlreason.eval import teacher as teacher_lib
+from rlreason.rewards import self_scoring
 from rlreason.plan import program
 
 
@@ -68,6 +75,9 @@ class Config(grpo.TinyConfig):
   replace: int = 2  # (3) off-policy rows per all-wrong group (assumed)
   # (4) gamma of the off-policy rows' weight r / (r + gamma)
   shaping_gamma: float = 0.1
+  # (3) what precedes the gold answer when a candidate has no final answer,
+  # and the no-reasoning baseline's text (rlpr's --answer_opener)
+  answer_opener: str = "\nanswer: "
   kl_coef: float = 0.0  # mixed-policy methods drop the KL (LUFFY)
 
   def sources(self) -> list[str]:
@@ -101,7 +111,13 @@ class Config(grpo.TinyConfig):
 BASE = {**claims.BASE_LEVEL3, **claims.BASE_TEACHER}
 
 
-# Four peer-sized teachers (abstract); models and budgets assumed.
+# Four peer-sized teachers (abstract); models and budgets assumed. The
+# authors' train_ampo.sh: group-mean advantages without the std
+# (norm_adv_by_std_in_grpo=False: dr_grpo's), the loss summed over tokens
+# and divided by the response budget (loss_remove_token_mean), verl's
+# entropy bonus 0.001, weight decay 0.1, 510 steps. Not taken: its dual
+# clip 10 (the mixed-policy loss here takes none), 128 prompts a step in 2
+# mini-batches and 1024-token prompts (they change the planned programs).
 PAPER = dict(
   grpo.PAPER,
   model="/ckpt/Qwen2.5-7B-Instruct",  # assumed
@@ -110,6 +126,12 @@ PAPER = dict(
   teacher_samples=1,  # assumed
   max_new_tokens=8192,  # assumed
   kl_coef=0.0,
+  answer_opener="\\boxed{",  # (3) grpo.PAPER's boxed template
+  advantage="dr_grpo",
+  aggregation="seq-mean-token-sum-norm",
+  entropy_coef=0.001,
+  weight_decay=0.1,
+  steps=510,
 )
 
 
@@ -132,12 +154,15 @@ def samplers(cfg) -> dict:
 
 
 def score_forwards(cfg) -> int:
-  """(3) comprehension: the student's log-probs of every candidate (each
-  teacher model's --teacher_samples and the stored solution, per prompt;
-  every group all wrong), in whole-batch forwards of N rows beside the
-  reference's (experiments/plan.py times them)."""
-  per_prompt = cfg.teacher_models() * cfg.teacher_samples + (
-    "reference" in cfg.sources()
+  """(3) comprehension: the student's scores of the gold answer after
+  every candidate (each teacher model's --teacher_samples and the stored
+  solution, per prompt; every group all wrong) and once without reasoning,
+  in whole-batch forwards of N rows beside the reference's
+  (experiments/plan.py times them)."""
+  per_prompt = (
+    1
+    + cfg.teacher_models() * cfg.teacher_samples
+    + ("reference" in cfg.sources())
   )
   return -(-per_prompt // cfg.group_size)
 
@@ -161,6 +186,24 @@ def candidates(examples, ctx, teachers) -> list[list[str]]:
   return out
 
 
+def comprehension(ctx, examples, pairs) -> np.ndarray:
+  """(3) [len(pairs)] the student's comprehension of each candidate
+  (example index j, solution text): max(p(gold | prompt, its reasoning) -
+  p(gold | prompt), 0), p the mean token probability of the gold answer
+  (self_scoring.reference_probs), the baseline once per example."""
+  opener = ctx.cfg.answer_opener
+  prompts = ctx.encode_prompts(examples)
+  gold = [e.answer for e in examples]
+  score = functools.partial(self_scoring.reference_probs, ctx)
+  with_reasoning = score(
+    [prompts[j] for j, _ in pairs],
+    self_scoring.reasoning_prefixes([s for _, s in pairs], opener),
+    [gold[j] for j, _ in pairs],
+  )
+  alone = score(prompts, [opener.lstrip()] * len(examples), gold)
+  return np.maximum(with_reasoning - alone[[j for j, _ in pairs]], 0.0)
+
+
 def make_batch_fn(teachers):
   def make_batch(rollout, examples, ctx):
     cfg, g = ctx.cfg, ctx.cfg.group_size
@@ -178,10 +221,7 @@ def make_batch_fn(teachers):
       cands = candidates(hard, ctx, teachers)
       pairs = [(j, s) for j, c in enumerate(cands) for s in c]
       if pairs:
-        probe = guidance.trace_batch(
-          ctx, [hard[j] for j, _ in pairs], [s for _, s in pairs]
-        )
-        score = guidance.comprehension(probe["old_logp"], probe["mask"])
+        score = comprehension(ctx, hard, pairs)
         for j in range(len(hard)):  # (3)
           idx = [p for p, (jj, _) in enumerate(pairs) if jj == j]
           best = sorted(idx, key=lambda p: -score[p])[: cfg.replace]

@@ -147,15 +147,6 @@ PAPER = dict(
 )
 
 
-def reasoning_prefixes(texts, opener: str) -> list[str]:
-  """Each completion's text before its final answer (1)."""
-  spans = self_scoring.answer_char_spans(texts)
-  return [
-    t[: s[0]] if s is not None else t + opener
-    for t, s in zip(texts, spans, strict=True)
-  ]
-
-
 class InitialScores:
   """(2) r' of every training prompt by the initial policy.
 
@@ -224,26 +215,10 @@ def make_batch(rollout, examples, ctx, *, std_filter=None, initial=None):
   g = cfg.group_size
   prompts = ctx.encode_prompts(examples)
   refs = [examples[i].answer for i in rollout.prompt_ids]
-
-  def score(prompt_ids, prefixes, references):
-    with ctx.scoring():  # --score_temp_budget_mib, as ctx.ref_logp
-      logp, mask = self_scoring.reference_logprobs(
-        ctx.params,
-        ctx.model_cfg,
-        ctx.tokenizer,
-        prompt_ids,
-        prefixes,
-        references,
-        temperature=cfg.temperature,
-        max_prompt_len=cfg.max_prompt_len,
-        rows=ctx.score_rows,
-        mesh=ctx.mesh,
-      )
-    return likelihood.mean_token_prob(logp, mask)
-
+  score = functools.partial(self_scoring.reference_probs, ctx)
   prob = score(
     [prompts[i] for i in rollout.prompt_ids],
-    reasoning_prefixes(rollout.texts, cfg.answer_opener),
+    self_scoring.reasoning_prefixes(rollout.texts, cfg.answer_opener),
     refs,
   )
   r, parts = prob, {"ref_prob": prob}

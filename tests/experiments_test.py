@@ -516,6 +516,43 @@ def test_ettrl_reshapes_by_the_whole_paths_relative_entropy():
   )
 
 
+def test_ampo_comprehension_is_the_gold_answers_gain_from_the_reasoning(
+  monkeypatch,
+):
+  """(3) max(p(gold | prompt, candidate's reasoning) - p(gold | prompt), 0),
+  the candidate's reasoning cut before its final answer."""
+  from experiments import ampo
+  from rlreason.data.sources import Example
+
+  calls = []
+
+  def fake(ctx, prompt_ids, prefixes, references):
+    calls.append((list(prompt_ids), list(prefixes), list(references)))
+    table = {
+      "answer: ": 0.25,
+      "3+4=7\nanswer: ": 0.75,
+      "junk\nanswer: ": 0.125,
+    }
+    return np.asarray([table[p] for p in prefixes], np.float32)
+
+  monkeypatch.setattr(ampo.self_scoring, "reference_probs", fake)
+  ctx = types.SimpleNamespace(
+    cfg=ampo.Config(),
+    encode_prompts=lambda exs: [[ord(c) for c in e.question] for e in exs],
+  )
+  examples = [Example("a", "q1", "7"), Example("b", "q2", "7")]
+  pairs = [(0, "3+4=7\nanswer: 7"), (0, "junk"), (1, "3+4=7\nanswer: 7")]
+  got = ampo.comprehension(ctx, examples, pairs)
+  # 0.75 - 0.25; junk has no answer: its text + the opener, below 0.25: 0.
+  np.testing.assert_allclose(got, [0.5, 0.0, 0.5], rtol=1e-6, atol=1e-7)
+  (ids, prefixes, refs), (base_ids, base_prefixes, _) = calls
+  # Up to the final answer's value (its line's opener kept).
+  assert prefixes == ["3+4=7\nanswer: ", "junk\nanswer: ", "3+4=7\nanswer: "]
+  assert ids == [[ord("q"), ord("1")]] * 2 + [[ord("q"), ord("2")]]
+  assert refs == ["7", "7", "7"] and base_prefixes == ["answer: "] * 2
+  assert len(base_ids) == 2  # the baseline once per example
+
+
 def test_dars_shares_extra_rollouts_by_the_authors_table_and_drops_solved():
   """(1) K * G extra rollouts, one at a time, in proportion to the
   authors' ET counts; (2) pooled advantages; prompts whose pooled

@@ -237,12 +237,3 @@ def mixed_pg_loss(params, batch, norm, *, cfg, model_cfg, **shaping):
   return objective.pg_loss(
     params, batch, norm, cfg=cfg, model_cfg=model_cfg, policy_loss=policy_loss
   )
-
-
-def comprehension(logp: np.ndarray, mask: np.ndarray) -> np.ndarray:
-  """[N] mean log-prob per token of a trace under the policy: AMPO's
-  selection score (the student's ability to comprehend a teacher path)."""
-  logp, mask = np.asarray(logp, np.float64), np.asarray(mask, np.float64)
-  return ((logp * mask).sum(-1) / np.maximum(mask.sum(-1), 1)).astype(
-    np.float32
-  )

@@ -20,6 +20,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.sampling import padding
 from rlreason.data import extract
+from rlreason.rewards import likelihood
 
 
 def answer_char_spans(
@@ -203,3 +204,37 @@ def reference_logprobs(
     out[i, :k] = logp[i, lo : lo + k]
     mask[i, :k] = 1.0
   return out, mask
+
+
+def reasoning_prefixes(texts: Sequence[str], opener: str) -> list[str]:
+  """Each completion's text before its final answer (RLPR's reasoning z):
+  up to the answer's span (answer_char_spans); a completion without one
+  keeps all its text, followed by `opener`."""
+  spans = answer_char_spans(texts)
+  return [
+    t[: s[0]] if s is not None else t + opener
+    for t, s in zip(texts, spans, strict=True)
+  ]
+
+
+def reference_probs(
+  ctx, prompt_ids, prefixes, references, *, temperature=None
+) -> np.ndarray:
+  """[N] mean token probability of each reference answer after its prefix
+  under the run's policy (ctx.params), on the run's mesh, one train
+  micro-batch of rows per forward, under ctx.scoring (RLPR's reward, AMPO's
+  comprehension); `temperature` None: the run's."""
+  with ctx.scoring():  # --score_temp_budget_mib, as ctx.ref_logp
+    logp, mask = reference_logprobs(
+      ctx.params,
+      ctx.model_cfg,
+      ctx.tokenizer,
+      prompt_ids,
+      prefixes,
+      references,
+      temperature=ctx.cfg.temperature if temperature is None else temperature,
+      max_prompt_len=ctx.cfg.max_prompt_len,
+      rows=ctx.score_rows,
+      mesh=ctx.mesh,
+    )
+  return likelihood.mean_token_prob(logp, mask)

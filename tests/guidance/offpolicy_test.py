@@ -133,15 +133,6 @@ def test_replacement_rows():
   assert dst.size == src.size == 0
 
 
-def test_comprehension():
-  np.testing.assert_allclose(
-    guidance.comprehension([[-1.0, -3.0], [-2.0, 5.0]], [[1, 1], [1, 0]]),
-    [-2.0, -2.0],
-    rtol=1e-6,
-    atol=1e-6,
-  )
-
-
 def test_subset_bucket():
   sizes = [guided.subset_bucket(n, 16) for n in (1, 2, 3, 5, 9, 16)]
   assert sizes == [1, 2, 4, 8, 16, 16]
