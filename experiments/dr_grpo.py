@@ -36,7 +36,6 @@ TPU:  launch/tpu.sh run experiments.dr_grpo --scale=paper \
 
 import dataclasses
 
-import numpy as np
 
 from experiments import grpo
 from rlreason.train import flags as rr_flags
@@ -102,8 +101,7 @@ def make_batch(rollout, examples, ctx):
   if not ctx.cfg.zero_truncated:
     return objective.make_batch(rollout, examples, ctx)
   total, parts = ctx.score(rollout, examples)
-  cut = np.asarray(rollout.finish_reasons) != "eos"
-  total = np.where(cut, 0.0, np.asarray(total, np.float32))
+  total = objective.zero_truncated(total, rollout)
   return objective.outcome_batch(rollout, examples, ctx, rewards=(total, parts))
 
 

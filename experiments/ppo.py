@@ -72,6 +72,9 @@ class Config(grpo.TinyConfig):
   critic_lr_scale: float = 5.0  # (1) ORZ: critic 5e-6 vs actor 1e-6
   critic_init: str = "policy"  # (1) policy (verl, ORZ) | random
   value_clip: float = 0.5  # (1) verl's cliprange_value; 0 = no clipping
+  # Reward 0 for responses cut at the token budget (ORZ: only stopped
+  # responses acquire reward)
+  zero_truncated: bool = False
   minibatches: int = 2  # PPO takes several optimizer steps per rollout
 
   def validate(self) -> None:
@@ -96,9 +99,13 @@ class Config(grpo.TinyConfig):
 
 # ORZ (arXiv:2503.24290): Qwen2.5-7B / 32B base, PPO with GAE gamma = lambda
 # = 1, no KL, actor lr 1e-6, critic lr 5e-6, 128 prompts x 64 responses per
-# step, temperature 1. Its 57k curated math set is not among our data specs
-# (DAPO-Math-17k stands in); the response budget and minibatching here are
-# assumptions (verl-style: 8k tokens, 4 policy updates per step).
+# step, temperature 1; its released config also sets 50 warm-up steps,
+# value clip 0.2, Adam betas (0.9, 0.95) and reward 0 for responses that do
+# not stop (playground/orz_7b_ppo.py). Its 57k curated math set is not
+# among our data specs (DAPO-Math-17k stands in). Not taken: one policy and
+# 12 critic updates per rollout, 2048-token prompts and 8000 generated
+# tokens (verl-style 4 updates, 1024 + 8192 here): they change the planned
+# programs (the README's planning table).
 PAPER = dict(
   config.PAPER_COMMON,
   model="/ckpt/Qwen2.5-7B",  # no preset; a local HF checkpoint
@@ -118,6 +125,10 @@ PAPER = dict(
   max_new_tokens=8192,
   lr=1e-6,
   critic_lr_scale=5.0,
+  warmup_steps=50,
+  value_clip=0.2,
+  adam_b2=0.95,
+  zero_truncated=True,
   eval_size=500,
   checkpoint_every=50,
 )
@@ -139,6 +150,8 @@ def make_batch(rollout, examples, ctx):
   cfg = ctx.cfg
   total, parts = ctx.score(rollout, examples)
   total = np.asarray(total, np.float32)
+  if cfg.zero_truncated:
+    total = objective.zero_truncated(total, rollout)
   batch = ctx.batch_from_rollout(rollout)
   mismatch = (
     objective.correct_rollout(batch, rollout, ctx)

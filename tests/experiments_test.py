@@ -210,6 +210,33 @@ def test_dr_grpo_zero_truncated_gives_cut_off_completions_reward_0(
   assert dr_grpo.PAPER["zero_truncated"]  # the authors' code does it
 
 
+def test_ppo_zero_truncated_zeroes_the_cut_rows_returns():
+  """ORZ: a response that does not stop earns 0; with gamma = lam = 1
+  every token's return is then 0 (the others keep their reward)."""
+  from experiments import ppo
+  from rlreason.data import sources as data_lib
+  from rlreason.rl import value
+
+  sizes = dict(batch_size=2, group_size=2, max_new_tokens=6)
+  ctx = testing.tiny_context(ppo.Config(**sizes, zero_truncated=True))
+  ctx.extra = {value.KEY: value.init(ctx.model_cfg, jax.random.key(1))}
+  examples = data_lib.load(ctx.cfg.data, "train")[:2]
+  rollout = testing.tiny_rollout(ctx, examples)
+  ctx.score = lambda r, ex: (np.ones(4, np.float32), {})
+  # Row 0 ran out of tokens; the others stopped.
+  rollout = rollout._replace(
+    finish_reasons=np.where(np.arange(4) == 0, "length", "eos")
+  )
+  batch, _ = ppo.make_batch(rollout, examples, ctx)
+  mask = batch["mask"] > 0
+  np.testing.assert_array_equal(batch["returns"][0][mask[0]], 0.0)
+  for i in (1, 2, 3):  # stopped: return 1 on every token (V starts at 0)
+    np.testing.assert_allclose(
+      batch["returns"][i][mask[i]], 1.0, rtol=1e-6, atol=1e-6
+    )
+  assert ppo.PAPER["zero_truncated"]
+
+
 @pytest.mark.parametrize(
   "selection, dual_clip", [("top", 0.0), ("bottom", 0.0), ("all", 1.5)]
 )

@@ -97,6 +97,14 @@ def kl_reward_penalty(batch: dict, cfg) -> np.ndarray:
   return np.where(batch["mask"] > 0, penalty, 0.0).astype(np.float32)
 
 
+def zero_truncated(rewards, rollout) -> np.ndarray:
+  """[N] float32 rewards with 0 for completions cut at the token budget
+  (no EOS): Dr. GRPO's "zero reward for truncated outputs", ORZ's
+  "only correct and stopped responses acquire reward"."""
+  cut = np.asarray(rollout.finish_reasons) != "eos"
+  return np.where(cut, 0.0, np.asarray(rewards, np.float32)).astype(np.float32)
+
+
 def correctness(rollout, examples, ctx) -> np.ndarray:
   """[N] 0/1 float32: the verifier (ctx.correct_fn) on every completion."""
   gold = [examples[i].answer for i in rollout.prompt_ids]
