@@ -17,7 +17,8 @@ SFT on reference solutions (rlreason/train/sft.py). Differs from it in exactly:
       not implemented here.
 The loss is the mean NLL of the kept completions' tokens ("token-mean");
 prompts with no correct sample contribute nothing, so there is no negative
-signal, unlike the policy-gradient methods.
+signal, unlike the policy-gradient methods (a minibatch with none at all
+makes no update: train_step's `empty`).
 
 Reproduces:
   laptop: the paper's finding that EI is competitive with RL from the

@@ -199,15 +199,18 @@ def read_jsonl(path: epath.PathLike) -> list[dict]:
 def step_row(
   update_metrics, batch_metrics, rollout, times, update_flops=None
 ) -> dict:
-  """A step's metrics.jsonl row: the updates' metrics averaged (skipped
-  ones summed), make_batch's, the rollout's lengths, and the seconds of
-  its phases from times = (start, rollout done, batch made, updated).
+  """A step's metrics.jsonl row: the updates' metrics averaged (the counts
+  of skipped and empty updates summed), make_batch's, the rollout's
+  lengths, and the seconds of its phases from times = (start, rollout
+  done, batch made, updated).
   update_flops = (model FLOPs of the updates, all the devices' peak
   FLOP/s) adds "mfu/update", their model FLOPs utilisation."""
   t0, t1, t2, t3 = times
   lengths = rollout.lengths
   row = {k: np.mean([m[k] for m in update_metrics]) for k in update_metrics[0]}
-  row["skipped"] = float(np.sum([m["skipped"] for m in update_metrics]))
+  for key in ("skipped", "empty"):  # counts of updates
+    if key in row:
+      row[key] = float(np.sum([m[key] for m in update_metrics]))
   if update_flops is not None:
     flops, peak = update_flops
     row["mfu/update"] = flops / (max(t3 - t2, 1e-9) * peak)

@@ -86,13 +86,14 @@ def test_a_steps_row_by_hand():
     finish_reasons=np.array(["eos", "length", "eos", "length"]),
   )
   updates = [
-    {"loss": 1.0, "skipped": 0.0, "reward": 9.0},
-    {"loss": 3.0, "skipped": 1.0, "reward": 9.0},
+    {"loss": 1.0, "skipped": 0.0, "empty": 1.0, "reward": 9.0},
+    {"loss": 3.0, "skipped": 1.0, "empty": 1.0, "reward": 9.0},
   ]
   row = metrics.step_row(updates, {"reward": 0.5}, rollout, (10, 12, 13, 17))
   assert row == {
     "loss": 2.0,
     "skipped": 1.0,
+    "empty": 2.0,
     "reward": 0.5,
     "length": 5.0,
     "length_max": 8,

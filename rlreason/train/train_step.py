@@ -212,7 +212,10 @@ def make_train_step(
   Non-finite loss or gradients, or a batch with a nonzero "skip" row (the
   loop's mark of non-finite rewards), skip the update (params and optimizer
   state are kept) and report `skipped = 1`; the step counter still
-  advances.
+  advances. A batch with no token to learn from (every mask of it all 0:
+  groups all filtered out, no sample kept) is no update either, reported
+  as `empty = 1`: Adam's moments would otherwise move the weights on zero
+  gradients, and weight decay shrink them.
   """
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -226,6 +229,8 @@ def make_train_step(
     ok = jnp.isfinite(loss) & _all_finite(grads)
     if "skip" in batch:  # [N] rows of a step the loop skips (bad rewards)
       ok &= jnp.max(batch["skip"]) == 0
+    counts = [v for k, v in norm.items() if k.endswith("_tokens")]
+    learns = functools.reduce(jnp.logical_or, [c > 0 for c in counts])
     # Zeroed gradients keep NaN out of the optimizer state on a skipped step.
     safe_grads = jax.tree.map(lambda g: jnp.where(ok, g, 0.0), grads)
     updates, opt_state = optimizer.update(
@@ -233,7 +238,7 @@ def make_train_step(
     )
     params = optax.apply_updates(state.params, updates)
     keep = lambda new, old: jax.tree.map(
-      lambda n, o: jnp.where(ok, n, o), new, old
+      lambda n, o: jnp.where(ok & learns, n, o), new, old
     )
     new_state = TrainState(
       keep(params, state.params),
@@ -246,6 +251,7 @@ def make_train_step(
       # NaN on a skipped step: no update was made with any gradient.
       "grad_norm": jnp.where(ok, optax.tree.norm(safe_grads), jnp.nan),
       "skipped": 1.0 - ok.astype(jnp.float32),
+      "empty": 1.0 - learns.astype(jnp.float32),
     }
     return new_state, metrics
 

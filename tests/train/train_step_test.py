@@ -131,6 +131,30 @@ def test_nan_batch_is_skipped_and_training_continues(params):
   )
 
 
+def test_a_batch_with_nothing_to_learn_is_no_update(params):
+  """All masks 0 (every group filtered out): Adam's moments from the step
+  before would still move the weights on zero gradients; the step leaves
+  params and optimizer state exactly as they were."""
+  opt = _opt()
+  step = ts.make_train_step(loss_fn, opt, donate=False)
+  state, m = step(ts.init_state(params, opt), _batch())
+  assert float(m["empty"]) == 0.0
+  empty = dict(_batch(1), mask=jnp.zeros((N, T_LEN), jnp.float32))
+  after, m = step(state, empty)
+  assert float(m["empty"]) == 1.0 and float(m["skipped"]) == 0.0
+  jax.tree.map(np.testing.assert_array_equal, after.params, state.params)
+  jax.tree.map(np.testing.assert_array_equal, after.opt_state, state.opt_state)
+  assert int(after.step) == 2
+  # One token to learn from, and the same state moves them.
+  moved, _ = ts.make_train_step(loss_fn, opt, donate=False)(
+    state, dict(empty, mask=empty["mask"].at[0, 0].set(1.0))
+  )
+  diff = jax.tree.map(
+    lambda a, b: float(jnp.abs(a - b).max()), moved.params, state.params
+  )
+  assert max(jax.tree.leaves(diff)) > 0
+
+
 def test_schedule_warmup_then_cosine():
   s = ts.make_schedule(1.0, total_steps=12, warmup_steps=2, schedule="cosine")
   np.testing.assert_allclose(
