@@ -11,7 +11,9 @@ def test_match_counts_repeats():
   assert tool_calls.match(["a", "b"], ["a", "b"]) == 1.0
   assert tool_calls.match([], ["a"]) == tool_calls.match(["a"], []) == 0.0
   # a, a vs a: 1 in common of 2 + 1 - 1.
-  assert tool_calls.match(["a", "a"], ["a"]) == pytest.approx(0.5)
+  assert tool_calls.match(["a", "a"], ["a"]) == pytest.approx(
+    0.5, rel=1e-9, abs=1e-12
+  )
   assert tool_calls.match(["a", "b"], ["b", "a"]) == 1.0  # order aside
 
 
@@ -43,7 +45,9 @@ def test_greedy_pairing_in_gold_order_and_no_gold():
   pred = [("f", {"x": 1}), ("f", {"x": 1, "y": 2})]
   # Lists differ (order): r_name 1; gold 0 takes pred 1 (1 + 2), gold 1
   # pred 0 (1 + 1): S = 6 of S_max 1 + 3 + 2 = 6.
-  assert tool_calls.correctness(pred, gold) == pytest.approx(3.0)
+  assert tool_calls.correctness(pred, gold) == pytest.approx(
+    3.0, rel=1e-9, abs=1e-12
+  )
   assert tool_calls.correctness([CALC], []) == 0.0
 
 
