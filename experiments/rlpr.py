@@ -29,11 +29,13 @@ experiments/grpo.py in exactly:
   before training): the whole training set is scored at the run's first
   step, before any update, and kept in <workdir>/rlpr_no_reasoning.json,
   which a resumed run reads (InitialScores).
-  Deviations from the authors' code: their r' scores prompt + " " + y*
-  (no opener); a completion whose answer cannot be replaced (no single
-  <answer>) gets r_hat 0 there, where here its whole text is the
-  reasoning, followed by the opener; dropped prompts are replaced by fresh
-  ones (filter_cache_regenerate), not zeroed.
+  The authors' r' scores prompt + " " + y* (no opener), and a completion
+  whose answer cannot be replaced (their empty ground-truth mask) scores
+  r = 0: --no_reasoning_opener=false and --score_unanswered=false, both
+  in PAPER; the laptop keeps the opener in both places (the procedural
+  tasks' answer line, which the shipped base writes). Deviation from the
+  authors' code: dropped prompts are replaced by fresh ones
+  (filter_cache_regenerate), not zeroed.
 The gold answers are read for the reward (as references) and for the
 logged `accuracy`; the verifier itself is never used in the reward.
 
@@ -92,6 +94,12 @@ class Config(grpo.TinyConfig):
   std_filter_ema_start: int = 6
   # (3) first step the threshold drops prompts on (filter_start_step)
   std_filter_start: int = 11
+  # (1) false: a completion without a final answer scores r = 0 (the
+  # authors' empty ground-truth mask) instead of the opener fallback
+  score_unanswered: bool = True
+  # (2) false: r' scores prompt + " " + y* (the authors' scoreA) instead of
+  # prompt + the left-stripped --answer_opener + y*
+  no_reasoning_opener: bool = True
   format_weight: float = 0.0  # (4) w of the R1 format score; 0 = off
   # (4) -1 when 10 consecutive words occur this often; 0 = off
   repetition_limit: int = 0
@@ -131,6 +139,8 @@ PAPER = dict(
   eval_size=500,
   template="r1",
   answer_opener="</think>\n<answer>",
+  score_unanswered=False,  # (1) as the authors' reward manager
+  no_reasoning_opener=False,  # (2) as the authors' scoreA
   reward="math",  # only for the logged accuracy
   batch_size=128,  # assumption
   group_size=8,  # assumption
@@ -195,7 +205,8 @@ class InitialScores:
 
   @staticmethod
   def _score(ctx, examples, score) -> dict:
-    opener = ctx.cfg.answer_opener.lstrip()
+    cfg = ctx.cfg
+    opener = cfg.answer_opener.lstrip() if cfg.no_reasoning_opener else " "
     values = score(
       ctx.encode_prompts(examples),
       [opener] * len(examples),
@@ -221,6 +232,10 @@ def make_batch(rollout, examples, ctx, *, std_filter=None, initial=None):
     self_scoring.reasoning_prefixes(rollout.texts, cfg.answer_opener),
     refs,
   )
+  if not cfg.score_unanswered:  # (1) no answer to replace: r = 0
+    spans = self_scoring.answer_char_spans(rollout.texts)
+    prob = np.where([s is not None for s in spans], prob, 0.0)
+    prob = prob.astype(np.float32)
   r, parts = prob, {"ref_prob": prob}
   if cfg.debias:  # (2) once per prompt, broadcast to its G completions
     if initial is None:

@@ -507,6 +507,52 @@ def test_rlpr_adds_the_authors_format_and_repetition_terms(monkeypatch):
     dataclasses.replace(cfg, format_weight=2.0).validate()
 
 
+def test_rlpr_authors_unanswered_and_no_reasoning_context(monkeypatch):
+  """PAPER's authors' choices: (1) a completion without a final answer
+  scores r = 0 (--score_unanswered=false; answered rows keep their score),
+  (2) r' scores prompt + " " + y* (--no_reasoning_opener=false) instead of
+  prompt + "answer: " + y*."""
+  from experiments import rlpr
+  from rlreason.data import sources as data_lib
+
+  sizes = dict(batch_size=2, group_size=2, max_new_tokens=8, max_prompt_len=64)
+  cfg = rlpr.Config(**sizes, kl_coef=0.0, std_filter=False, debias=False)
+  ctx = testing.tiny_context(cfg)
+  examples = data_lib.load(cfg.data, "train")[:2]
+  rollout = testing.tiny_rollout(ctx, examples)._replace(
+    texts=["1 + 2\nanswer: 3", "no final line", "so\nanswer: 7", "x"]
+  )
+  seen = []
+  real = rlpr.objective.outcome_batch
+
+  def spy(*args, rewards, **kw):
+    seen.append(np.asarray(rewards[1]["ref_prob"]))
+    return real(*args, rewards=rewards, **kw)
+
+  monkeypatch.setattr(rlpr.objective, "outcome_batch", spy)
+  ctx.step = 0
+  rlpr.make_batch(rollout, examples, ctx)
+  ctx.cfg = dataclasses.replace(cfg, score_unanswered=False)
+  rlpr.make_batch(rollout, examples, ctx)
+  fallback, authors = seen
+  assert (fallback > 0).all()
+  np.testing.assert_allclose(
+    authors, [fallback[0], 0.0, fallback[2], 0.0], rtol=1e-6, atol=1e-7
+  )
+  prefixes = []
+
+  def score(prompt_ids, pre, refs):
+    prefixes.extend(pre)
+    return np.zeros(len(refs), np.float32)
+
+  for opener in (True, False):
+    ctx.cfg = dataclasses.replace(cfg, no_reasoning_opener=opener)
+    rlpr.InitialScores._score(ctx, examples, score)
+  assert prefixes == ["answer: ", "answer: ", " ", " "]
+  assert not rlpr.PAPER["score_unanswered"]
+  assert not rlpr.PAPER["no_reasoning_opener"]
+
+
 def test_ettrl_reshapes_by_the_whole_paths_relative_entropy():
   """(2) A * (1 + (mean_g(H) - H_i) / mean_g(H)), H over the leaf's whole
   path: a branch's shared prefix counts with its parent's entropies."""
