@@ -18,7 +18,8 @@ experiments/grpo.py in exactly:
       --answer_opener, answer), floored at 0 (`comprehension`;
       self_scoring.reference_probs). Their 0.1 x format score in that sum
       is left out (no R1 format here);
-  (4) mixed-policy loss: PPO on on-policy rows, and on the off-policy rows
+  (4) mixed-policy loss: PPO on on-policy rows (dual-clipped with
+      --dual_clip, the authors' 10: PAPER), and on the off-policy rows
       a policy gradient with the shaped weight r / (r + gamma) of LUFFY
       (guidance.mixed_policy_loss, behaviour probability taken as 1).
 
@@ -115,8 +116,8 @@ BASE = {**claims.BASE_LEVEL3, **claims.BASE_TEACHER}
 # authors' train_ampo.sh: group-mean advantages without the std
 # (norm_adv_by_std_in_grpo=False: dr_grpo's), the loss summed over tokens
 # and divided by the response budget (loss_remove_token_mean), verl's
-# entropy bonus 0.001, weight decay 0.1, 510 steps. Not taken: its dual
-# clip 10 (the mixed-policy loss here takes none), 128 prompts a step in 2
+# entropy bonus 0.001, weight decay 0.1, 510 steps, and the on-policy
+# rows' dual clip 10 (clip_ratio_c). Not taken: 128 prompts a step in 2
 # mini-batches and 1024-token prompts (they change the planned programs).
 PAPER = dict(
   grpo.PAPER,
@@ -131,6 +132,7 @@ PAPER = dict(
   aggregation="seq-mean-token-sum-norm",
   entropy_coef=0.001,
   weight_decay=0.1,
+  dual_clip=10.0,  # (4) on-policy rows (their mix_core_alg.py)
   steps=510,
 )
 

@@ -161,6 +161,7 @@ def mixed_policy_loss(
   off_policy: jax.Array,
   clip_eps_low: float = 0.2,
   clip_eps_high: float = 0.2,
+  dual_clip: float | None = None,
   shaping_gamma: float = 0.0,
   max_ratio: float = 1.0,
   gamma_quantile: float = 0.0,
@@ -183,6 +184,8 @@ def mixed_policy_loss(
     mask: [N, T].
     off_policy: [N] 1 for off-policy rows.
     clip_eps_low, clip_eps_high: PPO's clip range (on-policy rows).
+    dual_clip: the on-policy rows' dual clip (losses.clipped_surrogate;
+      AMPO's clip_ratio_c); None = off.
     shaping_gamma: gamma of the shaping; 0 = capped ratio.
     max_ratio: cap of the ratio without shaping.
     gamma_quantile: q of the quantile gamma (in (0, 1]); 0 = off.
@@ -198,6 +201,7 @@ def mixed_policy_loss(
     mask,
     clip_eps_low=clip_eps_low,
     clip_eps_high=clip_eps_high,
+    dual_clip=dual_clip,
   )
   a = adv if adv.ndim == 2 else adv[:, None]
   r = jnp.exp(jnp.clip(logp - old_logp, -20.0, 20.0))
@@ -225,13 +229,14 @@ def mixed_policy_loss(
 
 def mixed_pg_loss(params, batch, norm, *, cfg, model_cfg, **shaping):
   """objective.pg_loss with `mixed_policy_loss`: batch["off_policy"]'s
-  rows importance-weighted, the others PPO-clipped at cfg's range;
-  `shaping`: shaping_gamma, gamma_quantile or max_ratio."""
+  rows importance-weighted, the others PPO-clipped at cfg's range (and
+  --dual_clip); `shaping`: shaping_gamma, gamma_quantile or max_ratio."""
   policy_loss = functools.partial(
     mixed_policy_loss,
     off_policy=batch["off_policy"],
     clip_eps_low=cfg.clip_eps_low,
     clip_eps_high=cfg.clip_eps_high,
+    dual_clip=cfg.dual_clip or None,
     **shaping,
   )
   return objective.pg_loss(

@@ -111,6 +111,31 @@ def test_mixed_policy_loss_quantile_gamma(jit):
   np.testing.assert_allclose(grad[0], [-2 / 9, -4 / 16], rtol=1e-5, atol=1e-7)
 
 
+def test_mixed_policy_loss_dual_clips_on_policy_rows_only():
+  """AMPO's on-policy rows are dual-clipped (clip_ratio_c 10): a token of
+  advantage -1 at ratio e^3 = 20.1 loses min(20.1, 10) = 10; an off-policy
+  row at the same ratio keeps its shaped weight r / (r + 0.1)."""
+  logp = jnp.full((2, 1), 3.0)
+  old = jnp.zeros((2, 1))
+  adv = jnp.array([-1.0, -1.0])
+  mask = jnp.ones((2, 1))
+  off = jnp.array([0.0, 1.0])
+  r = np.exp(3.0)
+  for dual_clip, on_loss in ((None, r), (10.0, 10.0)):
+    per_token, _ = guidance.mixed_policy_loss(
+      logp,
+      old,
+      adv,
+      mask,
+      off_policy=off,
+      shaping_gamma=0.1,
+      dual_clip=dual_clip,
+    )
+    np.testing.assert_allclose(
+      per_token, [[on_loss], [r / (r + 0.1)]], rtol=1e-5, atol=1e-6
+    )
+
+
 def test_replacement_rows():
   take = np.array([True, False, True])
   correct = np.array([0, 1, 1, 0, 1, 1, 1, 1, 0, 0, 0, 1])
