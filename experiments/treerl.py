@@ -22,8 +22,13 @@ Differs from experiments/grpo.py in exactly:
       shared prefix is masked in the branch row), weighted by
       sum_{l in L(s)} 1 / |path_l|, and the loss sums tokens over rows
       (aggregation seq-mean-token-sum): the same loss as the leaf rows'
-      (tree_credit.tree_advantages' path_lengths). The authors train a
-      random 16 of the 30 leaves per prompt; all are trained here;
+      (tree_credit.tree_advantages' path_lengths). --train_leaves=K trains
+      K leaves' paths per prompt, as the authors (16 of 30: PAPER): one
+      correct leaf when there is one, the rest at random
+      (tree_credit.select_leaves); V(s) still counts every leaf, and the
+      weights are scaled by G / K so that the sum over tokens / rows is
+      the mean over the B * K trained paths (tokens on no trained path
+      keep their mask, at advantage 0); 0 (the laptop's) trains all;
   (4) no KL term (assumed, as the authors' GRPO-style baseline without KL).
 `--fork_at=depth --fork_depths=...` forks at fixed depths instead (the
 paper's random / fixed-position ablation).
@@ -64,6 +69,8 @@ class Config(grpo.TinyConfig):
   fork_branches: int = 1  # (1) T, chains sampled from each fork point
   fork_at: str = "entropy"  # (1) entropy | depth
   fork_depths: str = "8"  # comma-separated depths for --fork_at=depth
+  # (3) leaves whose paths train per prompt, one correct kept; 0 = all
+  train_leaves: int = 0
   kl_coef: float = 0.0  # (4)
   # (3) sum over tokens / rows: with the path weights, the leaf rows' mean
   aggregation: str = "seq-mean-token-sum"
@@ -75,6 +82,11 @@ class Config(grpo.TinyConfig):
       f"--fork_at={self.fork_at!r}; expected entropy or depth",
     )
     tree_loop.check_shape(self)
+    config.require(
+      0 <= self.train_leaves <= self.group_size,
+      f"--train_leaves={self.train_leaves} must be in [0, --group_size="
+      f"{self.group_size}]",
+    )
 
 
 PAPER = dict(
@@ -99,9 +111,10 @@ PAPER = dict(
   # on v5p-16; with 15 it takes 40.6 GB on v5p-8).
   micro_batches=15,
   # scripts/treerl-qw14b.sh (as a fork carries it): lr 1.5e-6 cosine,
-  # weight decay 0.1, temperature 1.2, top-p 0.95, no KL; its 8192-token
-  # responses and 16 of 30 leaves trained are not taken here.
+  # weight decay 0.1, temperature 1.2, top-p 0.95, no KL, 16 of the 30
+  # leaves trained (NUM_TRACE); its 8192-token responses are not taken here.
   aggregation="seq-mean-token-sum",  # (3)
+  train_leaves=16,  # (3)
   lr=1.5e-6,
   schedule="cosine",
   weight_decay=0.1,
@@ -117,16 +130,29 @@ def generate_fn(cfg: Config):
 
 
 def make_batch(rollout, examples, ctx):
-  """(2): tree advantages of the verifier's rewards; (3): owned tokens."""
+  """(2): tree advantages of the verifier's rewards; (3): owned tokens,
+  weighted by the (trained) leaves' paths they lie on."""
+  cfg = ctx.cfg
+  trained, scale = None, 1.0
+  if cfg.train_leaves:  # (3) the authors' subset, drawn per step
+    rng = np.random.default_rng((cfg.seed, ctx.step, 0x7EE))
+    trained = tree_credit.select_leaves(
+      objective.correctness(rollout, examples, ctx),
+      rollout.prompt_ids,
+      cfg.train_leaves,
+      rng,
+    )
+    scale = cfg.group_size / cfg.train_leaves
 
   def adv_fn(rewards):
-    return tree_credit.tree_advantages(
+    return scale * tree_credit.tree_advantages(
       rewards,
       rollout.parent,
       rollout.fork_col,
       np.asarray(rollout.mask),
       rollout.prompt_ids,
       path_lengths=np.asarray(rollout.mask_full).sum(-1),  # (3)
+      trained=trained,
     )
 
   batch, metrics = objective.outcome_batch(

@@ -553,6 +553,50 @@ def test_rlpr_authors_unanswered_and_no_reasoning_context(monkeypatch):
   assert not rlpr.PAPER["no_reasoning_opener"]
 
 
+def test_treerl_trains_the_authors_leaf_subset():
+  """(3) --train_leaves=K: K leaves a prompt, one correct kept when any;
+  only tokens on a trained leaf's path carry advantage, scaled by G / K;
+  the same step draws the same subset."""
+  from experiments import treerl
+  from rlreason.data import sources as data_lib
+  from rlreason.rl import tree_credit
+
+  sizes = dict(batch_size=2, group_size=4, max_new_tokens=8, max_prompt_len=64)
+  cfg = treerl.Config(**sizes, forks=1, fork_branches=1, train_leaves=2)
+  cfg.validate()
+  ctx = testing.tiny_context(cfg)
+  ctx.generate_fn = treerl.generate_fn(cfg)
+  examples = data_lib.load(cfg.data, "train")[:2]
+  rollout = testing.tiny_rollout(ctx, examples)
+  rewards = np.array([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0], np.float32)
+  ctx.score = lambda ro, ex: (rewards, {})
+  ctx.correct_fn = lambda texts, gold: rewards
+  ctx.step = 5
+  batch, _ = treerl.make_batch(rollout, examples, ctx)
+  again, _ = treerl.make_batch(rollout, examples, ctx)
+  np.testing.assert_array_equal(batch["adv"], again["adv"])
+  trained = tree_credit.select_leaves(
+    rewards,
+    rollout.prompt_ids,
+    2,
+    np.random.default_rng((cfg.seed, 5, 0x7EE)),
+  )
+  assert trained[[0, 3]].any()  # prompt 0's correct leaves: one kept
+  want = 2.0 * tree_credit.tree_advantages(
+    rewards,
+    rollout.parent,
+    rollout.fork_col,
+    np.asarray(rollout.mask),
+    rollout.prompt_ids,
+    path_lengths=np.asarray(rollout.mask_full).sum(-1),
+    trained=trained,
+  )
+  np.testing.assert_allclose(batch["adv"], want, rtol=1e-6, atol=1e-7)
+  with pytest.raises(ValueError, match="--train_leaves=5"):
+    dataclasses.replace(cfg, train_leaves=5).validate()
+  assert treerl.PAPER["train_leaves"] == 16
+
+
 def test_ettrl_reshapes_by_the_whole_paths_relative_entropy():
   """(2) A * (1 + (mean_g(H) - H_i) / mean_g(H)), H over the leaf's whole
   path: a branch's shared prefix counts with its parent's entropies."""

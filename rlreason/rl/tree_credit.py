@@ -40,6 +40,7 @@ def tree_advantages(
   *,
   scale_by_leaves: bool = True,
   path_lengths: np.ndarray | None = None,
+  trained: np.ndarray | None = None,
 ) -> np.ndarray:
   """TreeRL's process advantages A(s) (module docstring), per token.
 
@@ -62,10 +63,15 @@ def tree_advantages(
       tokens. With aggregation "seq-mean-token-sum" (sum over tokens /
       rows) the loss is then theirs: mean over leaves of the mean of A
       along the leaf's path (`test_path_weights_are_the_leaf_rows_loss`).
+    trained: [N] bool, the leaves whose paths are trained (the authors'
+      subset, `select_leaves`), or None (all). With path_lengths, the sum
+      runs over L(s)'s trained leaves only (V still counts every leaf).
 
   Returns:
     [N, T] float32 advantages, 0 where mask = 0.
   """
+  if trained is not None and path_lengths is None:
+    raise ValueError("trained leaves weight paths: pass path_lengths too")
   rewards = np.asarray(rewards, np.float64)
   n, t = mask.shape
   children = [[] for _ in range(n)]
@@ -104,7 +110,37 @@ def tree_advantages(
       if scale_by_leaves:
         a_s /= np.sqrt(len(lv))
       if path_lengths is not None:
-        a_s *= np.sum(1.0 / np.maximum(np.asarray(path_lengths)[lv], 1))
+        kept = lv if trained is None else [x for x in lv if trained[x]]
+        a_s *= np.sum(1.0 / np.maximum(np.asarray(path_lengths)[kept], 1))
       adv[r, a:b] = a_s
       prev_v = v
   return adv * (np.asarray(mask) > 0)
+
+
+def select_leaves(
+  correct: np.ndarray, prompt_ids: np.ndarray, k: int, rng: np.random.Generator
+) -> np.ndarray:
+  """[N] bool: k leaves of each prompt whose paths are trained, as the
+  authors' select_terminal (THUDM/TreeRL tree_node.py, balance_ratio 0):
+  one correct leaf when the prompt has any (drawn at random among them),
+  the rest uniformly without replacement from its other leaves.
+
+  Args:
+    correct: [N] 0/1 verifier outcome of each leaf.
+    prompt_ids: [N] prompt of each leaf.
+    k: leaves kept per prompt (at most its leaf count).
+    rng: the draw's generator.
+  """
+  correct = np.asarray(correct) > 0
+  out = np.zeros(len(correct), bool)
+  for p in np.unique(prompt_ids):
+    rows = np.flatnonzero(prompt_ids == p)
+    if k > len(rows):
+      raise ValueError(f"{k} trained leaves of a prompt with {len(rows)}")
+    rows = rng.permutation(rows)
+    hit = [r for r in rows if correct[r]]
+    first = hit[:1]
+    rest = [r for r in rows if r not in first]
+    out[first] = True
+    out[rng.choice(rest, k - len(first), replace=False)] = True
+  return out

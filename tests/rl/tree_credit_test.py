@@ -1,6 +1,7 @@
 """Tree credit: TreeRL's subtree-value advantages, hand-computed."""
 
 import numpy as np
+import pytest
 
 from rlreason.rl import tree_credit
 
@@ -115,3 +116,69 @@ def test_path_weights_are_the_leaf_rows_loss():
   np.testing.assert_allclose(
     weighted[5, :5], plain[5, :5] / 5, rtol=1e-6, atol=1e-6
   )
+
+
+def test_trained_leaves_are_the_subset_rows_loss():
+  """The authors train K of a prompt's leaves: with `trained`, each token
+  weighted by sum_{l in L(s), trained} 1 / |path_l| and scaled by G / K,
+  summed and divided by the G rows, is the mean over the K trained leaf
+  rows of A averaged along each path; V(s) still counts every leaf."""
+  parent = np.array([-1, 0, 0, 1, 0, -1])  # the two-level tree above
+  fork = np.array([0, 2, 5, 4, 6, 0])
+  r = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+  lengths = np.array([8, 7, 6, 8, 7, 5])
+  cols = np.arange(8)[None]
+  mask = ((cols >= fork[:, None]) & (cols < lengths[:, None])).astype(int)
+  ids = np.zeros(6, int)
+  trained = np.array([False, True, False, True, False, True])
+  plain = tree_credit.tree_advantages(r, parent, fork, mask, ids)
+  sub = tree_credit.tree_advantages(
+    r, parent, fork, mask, ids, path_lengths=lengths, trained=trained
+  ) * (6 / 3)
+
+  def owner(leaf, c):
+    while fork[leaf] > c:
+      leaf = parent[leaf]
+    return leaf
+
+  rows = [
+    np.mean([plain[owner(leaf, c), c] for c in range(lengths[leaf])])
+    for leaf in np.flatnonzero(trained)
+  ]
+  np.testing.assert_allclose(
+    (sub * mask).sum() / 6, np.mean(rows), rtol=1e-5, atol=1e-6
+  )
+  # Row 0's first node [0, 2) lies on trained leaves 1 and 3 only; row 2
+  # (leaf 2, untrained) and row 4 carry nothing.
+  np.testing.assert_allclose(
+    sub[0, :2], plain[0, :2] * 2 * (1 / 7 + 1 / 8), rtol=1e-6, atol=1e-6
+  )
+  assert not sub[2].any() and not sub[4].any()
+  with pytest.raises(ValueError, match="path_lengths"):
+    tree_credit.tree_advantages(r, parent, fork, mask, ids, trained=trained)
+
+
+def test_select_leaves_keeps_one_correct_and_k_per_prompt():
+  """The authors' select_terminal: K leaves a prompt, one of them correct
+  whenever the prompt has a correct leaf; a prompt without one draws all K
+  at random."""
+  ids = np.repeat([0, 1, 2], 6)
+  correct = np.zeros(18)
+  correct[4] = 1  # prompt 0: one correct leaf, must be kept
+  correct[[7, 9]] = 1  # prompt 1: two, at least one kept
+  seen = np.zeros(18)
+  for seed in range(200):
+    keep = tree_credit.select_leaves(
+      correct, ids, 3, np.random.default_rng(seed)
+    )
+    assert (np.bincount(ids[keep], minlength=3) == 3).all()
+    assert keep[4] and keep[[7, 9]].any()
+    seen += keep
+  # The rest uniform: prompt 2's leaves 3/6 of the time each, prompt 0's
+  # other leaves 2/5 (binomial sd over 200 draws: ~0.035).
+  np.testing.assert_allclose(seen[12:] / 200, 0.5, rtol=0, atol=0.15)
+  np.testing.assert_allclose(
+    seen[[0, 1, 2, 3, 5]] / 200, 0.4, rtol=0, atol=0.15
+  )
+  with pytest.raises(ValueError, match="7 trained leaves"):
+    tree_credit.select_leaves(correct, ids, 7, np.random.default_rng(0))
