@@ -117,10 +117,7 @@ def pooled_advantages(
   """
   r = np.asarray(rewards, np.float64)
   out = np.zeros_like(r)
-  index: dict = {}
-  for i, k in enumerate(keys):
-    index.setdefault(k, []).append(i)
-  for rows in index.values():
+  for rows in _rows_by_key(keys, len(r)):
     x = r[rows]
     if len(x) < 2:
       continue
@@ -134,11 +131,20 @@ def pooled_means(values: np.ndarray, keys: Sequence) -> np.ndarray:
   """[N] the mean of `values` over all samples with the same key, per
   sample (a prompt's pooled accuracy, first and extra rollouts)."""
   v = np.asarray(values, np.float64)
-  sums: dict = {}
-  for k, x in zip(keys, v, strict=True):
-    n, total = sums.get(k, (0, 0.0))
-    sums[k] = (n + 1, total + x)
-  return np.array([sums[k][1] / sums[k][0] for k in keys])
+  out = np.zeros_like(v)
+  for rows in _rows_by_key(keys, len(v)):
+    out[rows] = v[rows].mean()
+  return out
+
+
+def _rows_by_key(keys: Sequence, n: int) -> list[list[int]]:
+  """The row indices of each distinct key, in first-seen order."""
+  if len(keys) != n:
+    raise ValueError(f"{len(keys)} keys for {n} values")
+  index: dict = {}
+  for i, k in enumerate(keys):
+    index.setdefault(k, []).append(i)
+  return list(index.values())
 
 
 def repeat_for(examples: Sequence, counts: np.ndarray) -> list:
