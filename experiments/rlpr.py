@@ -227,13 +227,13 @@ def make_batch(rollout, examples, ctx, *, std_filter=None, initial=None):
   prompts = ctx.encode_prompts(examples)
   refs = [examples[i].answer for i in rollout.prompt_ids]
   score = functools.partial(self_scoring.reference_probs, ctx)
+  spans = self_scoring.answer_char_spans(rollout.texts)
   prob = score(
     [prompts[i] for i in rollout.prompt_ids],
-    self_scoring.reasoning_prefixes(rollout.texts, cfg.answer_opener),
+    self_scoring.reasoning_prefixes(rollout.texts, cfg.answer_opener, spans),
     refs,
   )
   if not cfg.score_unanswered:  # (1) no answer to replace: r = 0
-    spans = self_scoring.answer_char_spans(rollout.texts)
     prob = np.where([s is not None for s in spans], prob, 0.0)
     prob = prob.astype(np.float32)
   r, parts = prob, {"ref_prob": prob}

@@ -206,11 +206,13 @@ def reference_logprobs(
   return out, mask
 
 
-def reasoning_prefixes(texts: Sequence[str], opener: str) -> list[str]:
+def reasoning_prefixes(
+  texts: Sequence[str], opener: str, spans: Sequence | None = None
+) -> list[str]:
   """Each completion's text before its final answer (RLPR's reasoning z):
-  up to the answer's span (answer_char_spans); a completion without one
-  keeps all its text, followed by `opener`."""
-  spans = answer_char_spans(texts)
+  up to the answer's span (`spans`, default answer_char_spans(texts)); a
+  completion without one keeps all its text, followed by `opener`."""
+  spans = answer_char_spans(texts) if spans is None else spans
   return [
     t[: s[0]] if s is not None else t + opener
     for t, s in zip(texts, spans, strict=True)
