@@ -52,9 +52,9 @@ class Config(objective.PGConfig):
 
   # 4000 problems and 1200 warm-start steps: the warm start must teach
   # copying the tool's output into the answer line. With 400 and 300 the
-  # warm-started model copied 4 of 100 outputs (greedy, teacher-forced up to
-  # the output line), with 4000 and 600 10, with 4000 and 1200 40; below
-  # that the answer reward stayed at 0-0.03 and the claim was not measurable.
+  # warm-started model called the calculator right but answered none of 50
+  # held-out problems (greedy), and the answer reward stayed at 0-0.03 over
+  # RL; with 4000 and 1200 it answers 96% / 92% (seeds 0 / 1).
   data: str = "task:calc:difficulty=1,n=4000"
   template: str = "plain"
   steps: int = 60
