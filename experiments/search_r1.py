@@ -134,13 +134,15 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
+  episodes = generate_fn(cfg)  # checks the episode budget
+  cfg = multiturn.warm_started(cfg, "search_r1")
   return loop.train_and_report(
     cfg,
     name="search_r1",
     title="Search-R1 (multi-turn search, masked observations)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    generate_fn=generate_fn(cfg),
+    generate_fn=episodes,
   )
 
 

@@ -151,13 +151,15 @@ def generate_fn(cfg: Config):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
+  episodes = generate_fn(cfg)  # checks the episode budget
+  cfg = multiturn.warm_started(cfg, "toolrl")
   return loop.train_and_report(
     cfg,
     name="toolrl",
     title="ToolRL (tool-call reward, sandboxed calculator)",
     make_batch=make_batch,
     loss_fn=objective.loss_fn,
-    generate_fn=generate_fn(cfg),
+    generate_fn=episodes,
   )
 
 

@@ -346,6 +346,13 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
     f"{len(examples)} {cfg.data} solutions -> {out}",
     flush=True,
   )
+  cut = sum(len(c) > cfg.max_new_tokens for c in completions)
+  if cut:  # padding.pack drops their tails from the loss
+    print(
+      f"Warm start: {cut} of {len(completions)} demonstrations are longer "
+      f"than its {cfg.max_new_tokens} completion tokens and are cut",
+      flush=True,
+    )
   partial = out + ".partial"  # SIGTERM's checkpoint, resumed by a rerun
   params = train_on_pairs(
     params,

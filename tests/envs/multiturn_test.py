@@ -619,3 +619,59 @@ def test_stop_string_split_differently_is_cut_on_the_host(free_turns):
   # The cut tokens were already in the cache: turn 1 must not see them.
   assert (ro.num_turns == 2).all()
   _assert_logp_is_full_forward(params, ro)
+
+
+def test_a_multi_turn_warm_start_keeps_whole_episodes(monkeypatch, tmp_path):
+  """multiturn.warm_started: the run's inputs are checked first, then the
+  warm start's demonstrations are cut at the episode's T tokens (search_r1:
+  3 actions of 32 + 2 results of 40 = 176), not at --max_new_tokens (64),
+  which cut 886 of the 900 1-hop kbqa demonstrations before their answer's
+  end and every 2-hop one (110-117 characters) before its answer."""
+  from experiments import search_r1
+  from rlreason.train import preflight
+  from rlreason.train import sft
+
+  calls = []
+  monkeypatch.setattr(
+    preflight, "check_run", lambda cfg, name: calls.append(("check", name))
+  )
+
+  def warm_start(cfg):
+    calls.append(("warm_start", cfg.max_new_tokens))
+    return "ws"
+
+  monkeypatch.setattr(sft, "warm_start", warm_start)
+  cfg = search_r1.Config(workdir=str(tmp_path))
+  got = multiturn.warm_started(cfg, "search_r1")
+  assert calls == [("check", "search_r1"), ("warm_start", 176)]
+  assert got.init_from == "ws" and got.max_new_tokens == cfg.max_new_tokens
+
+
+def test_the_warm_start_says_how_many_demonstrations_it_cuts(
+  monkeypatch, tmp_path, capsys
+):
+  """2-hop kbqa solutions are 110-117 characters (+ EOS): all 6 are cut at
+  64 completion tokens, none at the episode's 176."""
+  from experiments import igpo
+  from rlreason.train import sft
+
+  class Trained(Exception):
+    pass
+
+  def train_on_pairs(*args, **kwargs):
+    raise Trained  # the count is printed before training
+
+  monkeypatch.setattr(sft, "train_on_pairs", train_on_pairs)
+  base = igpo.Config(
+    data="task:kbqa:difficulty=2,n=6", warm_start_steps=1, workdir="w"
+  )
+  said = {}
+  for t in (64, 176):
+    with pytest.raises(Trained):
+      sft.warm_start(
+        dataclasses.replace(base, max_new_tokens=t), cache_dir=str(tmp_path)
+      )
+    said[t] = capsys.readouterr().out
+  cut = "6 of 6 demonstrations are longer than its 64 completion tokens"
+  assert cut + " and are cut" in said[64], said[64]
+  assert "are cut" not in said[176], said[176]

@@ -257,6 +257,8 @@ def test_an_empty_model_list_names_no_model(tmp_path):
     ),
     ("search_r1", dict(max_turns=0), "--max_turns=0 must be >= 1"),
     ("toolrl", dict(turn_tokens=0), "--turn_tokens=0 must be >= 1"),
+    ("igpo", dict(obs_tokens=-1), "--obs_tokens=-1 must be >= 0"),
+    ("search_r1", dict(data="task:nosuch"), "unknown task 'nosuch'"),
     # Experiments that warm-start (or train a reward model) themselves
     # before the loop check the loop's inputs first (preflight.check_run).
     ("ttrl", dict(data="task:nosuch"), "unknown task 'nosuch'"),
