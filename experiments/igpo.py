@@ -36,7 +36,6 @@ from experiments import search_r1
 from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
-from rlreason.envs import multiturn
 from rlreason.rl import objective
 from rlreason.rl import turn_credit
 
@@ -108,7 +107,7 @@ def make_batch(rollout, examples, ctx):
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   episodes = search_r1.generate_fn(cfg)  # checks the episode budget
-  cfg = multiturn.warm_started(cfg, "igpo")
+  cfg = loop.warm_started_on_episodes(cfg, "igpo")
   return loop.train_and_report(
     cfg,
     name="igpo",

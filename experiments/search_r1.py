@@ -49,12 +49,12 @@ search.register_task()
 class Config(objective.PGConfig):
   """Laptop-scale defaults; the paper's values are in PAPER below."""
 
-  # The warm start's demonstrations are whole episodes (multiturn.
-  # warm_started). Cut at 64 tokens (before 87735f6: 886 of 900 lost their
-  # answer's end) the warm-started model answered 5% of the held-out
-  # questions (greedy; chance among the 16 cities 6%) after 400 steps on
-  # 300 problems and 16% after 1200 on 900; whole, 100% / 94% (seeds 0 / 1)
-  # after 400 on 300 and 100% after 1200 on 900.
+  # The warm start's demonstrations are whole episodes
+  # (loop.warm_started_on_episodes). Cut at 64 tokens (before 87735f6: 886
+  # of 900 lost their answer's end) the warm-started model answered 5% of
+  # the held-out questions (greedy; chance among the 16 cities 6%) after
+  # 400 steps on 300 problems and 16% after 1200 on 900; whole, 100% / 94%
+  # (seeds 0 / 1) after 400 on 300 and 100% after 1200 on 900.
   data: str = "task:kbqa:difficulty=1,n=300"
   template: str = "plain"
   steps: int = 60
@@ -137,7 +137,7 @@ def make_batch(rollout, examples, ctx):
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   episodes = generate_fn(cfg)  # checks the episode budget
-  cfg = multiturn.warm_started(cfg, "search_r1")
+  cfg = loop.warm_started_on_episodes(cfg, "search_r1")
   return loop.train_and_report(
     cfg,
     name="search_r1",

@@ -153,7 +153,7 @@ def generate_fn(cfg: Config):
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
   episodes = generate_fn(cfg)  # checks the episode budget
-  cfg = multiturn.warm_started(cfg, "toolrl")
+  cfg = loop.warm_started_on_episodes(cfg, "toolrl")
   return loop.train_and_report(
     cfg,
     name="toolrl",

@@ -72,8 +72,6 @@ from rlreason.envs import base as env_base
 from rlreason.envs import transcript
 from rlreason.envs.transcript import ACTION, OBSERVATION, MultiTurnRollout
 from rlreason.envs.transcript import completion_budget
-from rlreason.train import preflight
-from rlreason.train import sft
 
 
 def generate(
@@ -345,16 +343,6 @@ def plan_config(cfg):
   same cache (P + T slots per row); `decode_tokens` times it."""
   t = completion_budget(cfg.max_turns, cfg.turn_tokens, cfg.obs_tokens)
   return dataclasses.replace(cfg, max_new_tokens=t)
-
-
-def warm_started(cfg, name: str):
-  """`cfg` from its SFT warm start (sft.warm_started) on whole episodes:
-  each demonstration (calls, tool outputs, answer) is cut at the episode's
-  T tokens, not at --max_new_tokens, which a multi-turn run does not read
-  (at its default 64 the 2-hop kbqa demonstrations lost their answers).
-  The run `name`'s inputs are checked first (preflight.check_run)."""
-  preflight.check_run(cfg, name)
-  return sft.warm_started(cfg, max_new_tokens=plan_config(cfg).max_new_tokens)
 
 
 def decode_tokens(cfg) -> int:

@@ -40,6 +40,7 @@ from rlreason.train import run_info
 from rlreason.train import context as context_lib
 from rlreason.train import loaders
 from rlreason.data import iterator
+from rlreason.envs import multiturn
 from rlreason import devices
 from rlreason import mesh as mesh_lib
 from rlreason import metrics as metrics_lib
@@ -363,3 +364,15 @@ def train_and_report(
   path = report.write(out["workdir"], title=title)
   evaluations.say(f"report: {path}")
   return out
+
+
+def warm_started_on_episodes(cfg, name: str):
+  """A multi-turn run's `cfg` from its SFT warm start (sft.warm_started) on
+  whole episodes: each demonstration (calls, tool outputs, answer) is cut
+  at the episode's T tokens (multiturn.plan_config), not at
+  --max_new_tokens, which a multi-turn run does not read (at its default
+  64 the 2-hop kbqa demonstrations lost their answers). The run `name`'s
+  inputs are checked first (preflight.check_run)."""
+  preflight.check_run(cfg, name)
+  t = multiturn.plan_config(cfg).max_new_tokens
+  return sft.warm_started(cfg, max_new_tokens=t)

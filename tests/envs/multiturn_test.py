@@ -622,12 +622,13 @@ def test_stop_string_split_differently_is_cut_on_the_host(free_turns):
 
 
 def test_a_multi_turn_warm_start_keeps_whole_episodes(monkeypatch, tmp_path):
-  """multiturn.warm_started: the run's inputs are checked first, then the
+  """loop.warm_started_on_episodes: the run's inputs are checked first, then the
   warm start's demonstrations are cut at the episode's T tokens (search_r1:
   3 actions of 32 + 2 results of 40 = 176), not at --max_new_tokens (64),
   which cut 886 of the 900 1-hop kbqa demonstrations before their answer's
   end and every 2-hop one (110-117 characters) before its answer."""
   from experiments import search_r1
+  from rlreason.train import loop
   from rlreason.train import preflight
   from rlreason.train import sft
 
@@ -642,7 +643,7 @@ def test_a_multi_turn_warm_start_keeps_whole_episodes(monkeypatch, tmp_path):
 
   monkeypatch.setattr(sft, "warm_start", warm_start)
   cfg = search_r1.Config(workdir=str(tmp_path))
-  got = multiturn.warm_started(cfg, "search_r1")
+  got = loop.warm_started_on_episodes(cfg, "search_r1")
   assert calls == [("check", "search_r1"), ("warm_start", 176)]
   assert got.init_from == "ws" and got.max_new_tokens == cfg.max_new_tokens
 
