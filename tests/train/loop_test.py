@@ -713,3 +713,28 @@ def test_an_accelerator_run_logs_the_updates_mfu(tmp_path, monkeypatch):
   grpo.run(cpu)
   rows = metrics.read_jsonl(os.path.join(cpu.workdir, "metrics.jsonl"))
   assert not any("mfu/update" in r for r in rows)
+
+
+def test_a_multi_turn_warm_start_keeps_whole_episodes(monkeypatch, tmp_path):
+  """loop.warm_started_on_episodes: the run's inputs are checked first, then the
+  warm start's demonstrations are cut at the episode's T tokens (search_r1:
+  3 actions of 32 + 2 results of 40 = 176), not at --max_new_tokens (64),
+  which cut 886 of the 900 1-hop kbqa demonstrations before their answer's
+  end and every 2-hop one (110-117 characters) before its answer."""
+  from experiments import search_r1
+  from rlreason.train import preflight
+
+  calls = []
+  monkeypatch.setattr(
+    preflight, "check_run", lambda cfg, name: calls.append(("check", name))
+  )
+
+  def warm_start(cfg):
+    calls.append(("warm_start", cfg.max_new_tokens))
+    return "ws"
+
+  monkeypatch.setattr(sft, "warm_start", warm_start)
+  cfg = search_r1.Config(workdir=str(tmp_path))
+  got = loop_lib.warm_started_on_episodes(cfg, "search_r1")
+  assert calls == [("check", "search_r1"), ("warm_start", 176)]
+  assert got.init_from == "ws" and got.max_new_tokens == cfg.max_new_tokens

@@ -1,5 +1,7 @@
 """Warm-start demonstrations and rejection sampling for expert iteration."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -127,3 +129,32 @@ def test_length_groups_keep_long_prompts_together():
     sft._group_key([[1] * 33, [1] * 5], np.array([7, 300]), 256),
     [2 * 257 + 7, 1 * 257 + 256],
   )
+
+
+def test_the_warm_start_says_how_many_demonstrations_it_cuts(
+  monkeypatch, tmp_path, capsys
+):
+  """2-hop kbqa solutions are 110-117 characters (+ EOS): all 6 are cut at
+  64 completion tokens, none at the episode's 176."""
+  from experiments import igpo
+
+  class Trained(Exception):
+    pass
+
+  def train_on_pairs(*args, **kwargs):
+    raise Trained  # the count is printed before training
+
+  monkeypatch.setattr(sft, "train_on_pairs", train_on_pairs)
+  base = igpo.Config(
+    data="task:kbqa:difficulty=2,n=6", warm_start_steps=1, workdir="w"
+  )
+  said = {}
+  for t in (64, 176):
+    with pytest.raises(Trained):
+      sft.warm_start(
+        dataclasses.replace(base, max_new_tokens=t), cache_dir=str(tmp_path)
+      )
+    said[t] = capsys.readouterr().out
+  cut = "6 of 6 demonstrations are longer than its 64 completion tokens"
+  assert cut + " and are cut" in said[64], said[64]
+  assert "are cut" not in said[176], said[176]
