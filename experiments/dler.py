@@ -63,11 +63,9 @@ from experiments import grpo
 from rlreason import config
 from rlreason.rl import dynamic_sampling
 from rlreason.train import flags as rr_flags
-from rlreason.train import preflight
 from rlreason.train import loop
 from rlreason import metrics as metrics_lib
 from rlreason.rl import objective
-from rlreason.train import sft
 from rlreason import storage
 from rlreason.rewards import length
 
@@ -189,8 +187,9 @@ def plot_accuracy_vs_tokens(workdir: str, title: str = "") -> str:
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  preflight.check_run(cfg, "dler")  # before its own warm start
-  cfg = sft.warm_started(cfg, max_new_tokens=cfg.warm_start_max_new_tokens)
+  cfg = loop.warm_started(
+    cfg, "dler", max_new_tokens=cfg.warm_start_max_new_tokens
+  )
   batch_fn = make_batch
   if cfg.dynamic_sampling:  # (4)
     batch_fn = dynamic_sampling.refill(

@@ -52,14 +52,12 @@ import numpy as np
 
 from experiments import ppo
 from rlreason.train import flags as rr_flags
-from rlreason.train import preflight
 from rlreason.train import loop
 from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
 from rlreason.rl import returns as returns_lib
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.sampling import draw as sampling_lib
-from rlreason.train import sft
 from rlreason.data import difficulty
 from rlreason.data.sources import Example
 from rlreason.rl import value
@@ -387,10 +385,10 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  # Before its warm start.
-  preflight.check_run(cfg, "truncated_ppo", needs_ref=False)
   # The warm start imitates whole responses, not single windows.
-  cfg = sft.warm_started(cfg, max_new_tokens=cfg.max_response_len)
+  cfg = loop.warm_started(
+    cfg, "truncated_ppo", needs_ref=False, max_new_tokens=cfg.max_response_len
+  )
   slots = Slots(cfg.num_sequences)
   return loop.train_and_report(
     cfg,

@@ -366,13 +366,22 @@ def train_and_report(
   return out
 
 
+def warm_started(cfg, name: str, needs_ref: bool | None = None, **overrides):
+  """sft.warm_started(cfg, **overrides) for an experiment that warm-starts
+  on other lengths than the loop's: when a warm start is to run, the run
+  `name`'s inputs are checked first (preflight.check_run), so a bad flag
+  fails before minutes of SFT; otherwise `cfg` is returned as it is and
+  train() checks them once."""
+  if cfg.warm_start_steps and not cfg.init_from:
+    preflight.check_run(cfg, name, needs_ref)
+  return sft.warm_started(cfg, **overrides)
+
+
 def warm_started_on_episodes(cfg, name: str):
-  """A multi-turn run's `cfg` from its SFT warm start (sft.warm_started) on
+  """A multi-turn run's `cfg` from its SFT warm start (warm_started) on
   whole episodes: each demonstration (calls, tool outputs, answer) is cut
   at the episode's T tokens (multiturn.plan_config), not at
   --max_new_tokens, which a multi-turn run does not read (at its default
-  64 the 2-hop kbqa demonstrations lost their answers). The run `name`'s
-  inputs are checked first (preflight.check_run)."""
-  preflight.check_run(cfg, name)
+  64 the 2-hop kbqa demonstrations lost their answers)."""
   t = multiturn.plan_config(cfg).max_new_tokens
-  return sft.warm_started(cfg, max_new_tokens=t)
+  return warm_started(cfg, name, max_new_tokens=t)

@@ -726,7 +726,9 @@ def test_a_multi_turn_warm_start_keeps_whole_episodes(monkeypatch, tmp_path):
 
   calls = []
   monkeypatch.setattr(
-    preflight, "check_run", lambda cfg, name: calls.append(("check", name))
+    preflight,
+    "check_run",
+    lambda cfg, name, ref=None: calls.append(("check", name)),
   )
 
   def warm_start(cfg):
@@ -738,3 +740,26 @@ def test_a_multi_turn_warm_start_keeps_whole_episodes(monkeypatch, tmp_path):
   got = loop_lib.warm_started_on_episodes(cfg, "search_r1")
   assert calls == [("check", "search_r1"), ("warm_start", 176)]
   assert got.init_from == "ws" and got.max_new_tokens == cfg.max_new_tokens
+
+
+@pytest.mark.parametrize(
+  "overrides, checked",
+  [({}, True), (dict(warm_start_steps=0), False), (dict(init_from="m"), False)],
+)
+def test_the_inputs_are_checked_before_a_warm_start_only(
+  monkeypatch, overrides, checked
+):
+  """loop.warm_started checks the run before a warm start of its own (dler,
+  truncated_ppo, the multi-turn runs); with none to run, train() checks it,
+  once."""
+  from rlreason.train import preflight
+
+  calls = []
+  monkeypatch.setattr(
+    preflight, "check_run", lambda cfg, name, ref: calls.append(name)
+  )
+  monkeypatch.setattr(sft, "warm_start", lambda cfg: "ws")
+  cfg = dataclasses.replace(grpo.TinyConfig(), **overrides)
+  got = loop_lib.warm_started(cfg, "grpo", max_new_tokens=5)
+  assert calls == (["grpo"] if checked else [])
+  assert got.init_from == ("ws" if checked else cfg.init_from)
