@@ -42,10 +42,8 @@ import numpy as np
 
 from experiments import ttrl
 from rlreason.train import flags as rr_flags
-from rlreason.train import preflight
 from rlreason.train import loop
 from rlreason.rl import objective
-from rlreason.train import sft
 from rlreason.sampling import tree_loop
 from rlreason.data import extract
 from rlreason.rewards import label_free
@@ -150,8 +148,7 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  preflight.check_run(cfg, "ettrl")  # before its own warm start
-  cfg = sft.warm_started(cfg, data=cfg.warm_start_data or cfg.data)
+  cfg = loop.warm_started(cfg, "ettrl", data=cfg.warm_start_data or cfg.data)
   return loop.train_and_report(
     cfg,
     name="ettrl",

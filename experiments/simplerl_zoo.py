@@ -44,10 +44,8 @@ import numpy as np
 
 from experiments import grpo
 from rlreason.train import flags as rr_flags
-from rlreason.train import preflight
 from rlreason.train import loop
 from rlreason.rl import objective
-from rlreason.train import sft
 from rlreason.data import extract
 from rlreason.rewards import format as format_lib
 
@@ -126,8 +124,9 @@ def make_batch(rollout, examples, ctx):
 
 def run(cfg: Config) -> dict:
   """Entry point for the CLI, tests/experiments_test.py and notebooks."""
-  preflight.check_run(cfg, "simplerl_zoo")  # before its own warm start
-  cfg = sft.warm_started(cfg, data=cfg.warm_start_data or cfg.data)
+  cfg = loop.warm_started(
+    cfg, "simplerl_zoo", data=cfg.warm_start_data or cfg.data
+  )
   return loop.train_and_report(
     cfg,
     name="simplerl_zoo",

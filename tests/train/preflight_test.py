@@ -262,6 +262,8 @@ def test_an_empty_model_list_names_no_model(tmp_path):
     # Experiments that warm-start (or train a reward model) themselves
     # before the loop check the loop's inputs first (preflight.check_run).
     ("ttrl", dict(data="task:nosuch"), "unknown task 'nosuch'"),
+    ("ettrl", dict(workdir="/proc/x"), "--workdir=/proc/x is not"),
+    ("simplerl_zoo", dict(data="task:nosuch"), "unknown task 'nosuch'"),
     ("rm_grpo", dict(mesh_data=3), "--mesh_data=3"),
     ("truncated_ppo", dict(workdir="/proc/x"), "--workdir=/proc/x is not"),
   ],
