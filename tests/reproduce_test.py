@@ -390,3 +390,22 @@ def test_a_root_made_from_other_weights_of_a_shipped_name_is_refused(
   other = str(tmp_path / "other")
   reproduce._check_weights(types.SimpleNamespace(model="tiny"), other)  # noqa: SLF001
   assert not os.path.exists(other)
+
+
+def test_every_simplerl_zoo_arm_can_write_its_levels_solutions():
+  """The claim is "too hard", not "too long": at grpo's 40 tokens, 2414 of
+  the 4000 level-3 solutions did not fit the too_hard arm's budget."""
+  from rlreason.data import sources as data_lib
+  from rlreason.train import loaders
+  from rlreason.train import sft
+
+  for label, (module_name, overrides) in reproduce.CLAIMS[
+    "simplerl_zoo"
+  ].variants.items():
+    _, cfg = reproduce._config(module_name, overrides, 0, 0, "tiny")
+    examples = data_lib.load(cfg.data, "train")
+    _, completions = sft.encode_pairs(
+      loaders.load_tokenizer(cfg), cfg.template, examples
+    )
+    longest = max(map(len, completions))
+    assert longest <= cfg.max_new_tokens, (label, longest)
