@@ -669,7 +669,11 @@ CLAIMS: dict[str, Claim] = {
     ),
     variants={
       "igpo": ("igpo", {}),
-      "search_r1": ("search_r1", {"data": "task:kbqa:difficulty=2,n=300"}),
+      # igpo's data and warm start: only the turn credit differs.
+      "search_r1": (
+        "search_r1",
+        {"data": "task:kbqa:difficulty=2,n=300", "warm_start_steps": 100},
+      ),
     },
     metric="accuracy",
     expected="igpo's held-out accuracy at or above search_r1's (2-hop)",

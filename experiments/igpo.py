@@ -45,6 +45,11 @@ class Config(search_r1.Config):
   """search_r1's laptop scale on 2-hop questions."""
 
   data: str = "task:kbqa:difficulty=2,n=300"
+  # A stand-in base that solves some 2-hop questions, not most: the 2-hop
+  # warm start answers 22% / 74% / 92% of the held-out questions (greedy,
+  # seed 0) after 100 / 200 / 400 steps; from 92-96% RL lowered both IGPO
+  # and outcome-only GRPO (to 79% each), leaving dense credit no room.
+  warm_start_steps: int = 100
   turn_gamma: float = 1.0  # (2) discount over turns (assumed 1)
 
   def validate(self) -> None:
