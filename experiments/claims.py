@@ -669,6 +669,8 @@ CLAIMS: dict[str, Claim] = {
     ),
     variants={
       "igpo": ("igpo", {}),
+      # The authors' later normalisation: outcomes and gains apart.
+      "igpo_separate": ("igpo", {"info_gain_norm": "separate"}),
       # igpo's data and warm start: only the turn credit differs.
       "search_r1": (
         "search_r1",

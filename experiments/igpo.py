@@ -13,7 +13,9 @@ observations masked) in exactly:
       all turns of all its rows) and each turn's advantage is the
       discounted sum of the normalised rewards from that turn on
       (turn_credit.turn_advantages, gamma = `turn_gamma`), spread over the
-      turn's action tokens.
+      turn's action tokens. --info_gain_norm=separate normalises the
+      outcomes and the information gains apart (the authors' later code:
+      a group that fails everywhere then gives its answers 0, as GRPO).
 Same environment and task as search_r1 (envs/search.py, task `kbqa`), at
 difficulty 2 (two searches) where dense credit matters.
 
@@ -51,11 +53,19 @@ class Config(search_r1.Config):
   # and outcome-only GRPO (to 79% each), leaving dense credit no room.
   warm_start_steps: int = 100
   turn_gamma: float = 1.0  # (2) discount over turns (assumed 1)
+  # (2) joint: outcomes and information gains normalised together (the
+  # paper); separate: apart (the authors' later code, info_gain_norm_mode)
+  info_gain_norm: str = "joint"
 
   def validate(self) -> None:
     super().validate()
     config.require(
       0 <= self.turn_gamma <= 1, f"--turn_gamma={self.turn_gamma} not in [0, 1]"
+    )
+    config.require(
+      self.info_gain_norm in turn_credit.NORM_MODES,
+      f"--info_gain_norm={self.info_gain_norm!r}; one of "
+      + ", ".join(turn_credit.NORM_MODES),
     )
 
 
@@ -92,7 +102,11 @@ def make_batch(rollout, examples, ctx):
     probs, np.asarray(outcome, np.float32), rollout.num_turns
   )
   turn_adv = turn_credit.turn_advantages(
-    turn_r, rollout.num_turns, cfg.group_size, gamma=cfg.turn_gamma
+    turn_r,
+    rollout.num_turns,
+    cfg.group_size,
+    gamma=cfg.turn_gamma,
+    norm_mode=cfg.info_gain_norm,
   )
   adv = turn_credit.spread_to_tokens(
     turn_adv, rollout.turn, np.asarray(rollout.mask)

@@ -17,6 +17,8 @@ import numpy as np
 
 from rlreason.sampling import padding
 
+NORM_MODES = ("joint", "separate")  # turn_advantages' norm_mode
+
 
 def turn_token_rewards(
   turn_rewards: np.ndarray, turn_end: np.ndarray, t: int
@@ -131,26 +133,40 @@ def turn_advantages(
   *,
   gamma: float = 1.0,
   eps: float = 1e-6,
+  norm_mode: str = "joint",
 ) -> np.ndarray:
   """Group-normalised turn rewards, discounted-summed from each turn on.
 
-  IGPO: the mean / std run over every taken turn of every row of the
-  group, norm(r) = (r - mean) / (std + eps) with the authors' std (their
-  core_algos.py, "joint" mode): sqrt(population variance + 1e-8), 1 for
-  a group with one taken turn; A_k = sum_{j >= k} gamma^(j - k) norm(r_j).
+  IGPO: norm(r) = (r - mean) / (std + eps) with the authors' std (their
+  core_algos.py): sqrt(population variance + 1e-8), 1 over a single value;
+  A_k = sum_{j >= k} gamma^(j - k) norm(r_j). norm_mode "joint" (the
+  paper's) takes mean / std over every taken turn of every row of the
+  group; "separate" (the authors' later option) takes the outcomes (each
+  row's last turn) and the information gains (the turns before it) apart,
+  so a group whose outcomes are all equal gives its last turns 0, as GRPO
+  would, instead of the difference from the mean gain.
   """
+  if norm_mode not in NORM_MODES:
+    raise ValueError(f"norm_mode={norm_mode!r}; one of {NORM_MODES}")
   n, k_max = turn_rewards.shape
-  taken = np.arange(k_max)[None] < num_turns[:, None]
+  cols = np.arange(k_max)[None]
+  taken = cols < num_turns[:, None]
+  if norm_mode == "joint":
+    parts = [taken]
+  else:  # the outcome, then the information gains
+    last = cols == num_turns[:, None] - 1
+    parts = [last, taken & ~last]
   norm = np.zeros_like(turn_rewards, dtype=np.float32)
   for g in range(n // group_size):
     rows = slice(g * group_size, (g + 1) * group_size)
-    vals = turn_rewards[rows][taken[rows]]
-    if vals.size == 0:
-      continue
-    std = np.sqrt(vals.var() + 1e-8) if vals.size > 1 else 1.0
-    norm[rows] = np.where(
-      taken[rows], (turn_rewards[rows] - vals.mean()) / (std + eps), 0.0
-    )
+    for part in parts:
+      vals = turn_rewards[rows][part[rows]]
+      if vals.size == 0:
+        continue
+      std = np.sqrt(vals.var() + 1e-8) if vals.size > 1 else 1.0
+      norm[rows] = np.where(
+        part[rows], (turn_rewards[rows] - vals.mean()) / (std + eps), norm[rows]
+      )
   adv = np.zeros_like(norm)
   acc = np.zeros(n, np.float32)
   for k in reversed(range(k_max)):

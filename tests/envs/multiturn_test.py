@@ -224,6 +224,39 @@ def test_information_gain_and_turn_advantages_hand_computed():
   )
 
 
+def test_separate_normalisation_leaves_equal_outcomes_at_zero():
+  """IGPO's "separate" mode (the authors' later option): outcomes and
+  information gains are normalised apart. Group 0 fails everywhere: its
+  last turns get 0 (joint mode gives them the distance to the mean gain,
+  below 0); group 1 has one success."""
+  r = np.array(
+    [[0.2, 0.1, 0.0], [0.4, 0.0, 0], [0.0, 0, 0]]
+    + [[0.3, 1.0, 0], [0.5, 0.0, 0], [0.0, 0, 0]],
+    np.float32,
+  )
+  turns = np.array([3, 2, 1, 2, 2, 1])
+  adv = turn_credit.turn_advantages(r, turns, 3, norm_mode="separate")
+
+  def z(v):
+    v = np.asarray(v, np.float64)
+    return (v - v.mean()) / (np.sqrt(v.var() + 1e-8) + 1e-6)
+
+  g0, (o1, g1) = z([0.2, 0.1, 0.4]), (z([1.0, 0.0, 0.0]), z([0.3, 0.5]))
+  want = [
+    [g0[0] + g0[1], g0[1], 0],
+    [g0[2], 0, 0],
+    [0, 0, 0],
+    [g1[0] + o1[0], o1[0], 0],
+    [g1[1] + o1[1], o1[1], 0],
+    [o1[2], 0, 0],
+  ]
+  np.testing.assert_allclose(adv, want, rtol=1e-5, atol=1e-5)
+  joint = turn_credit.turn_advantages(r, turns, 3)
+  assert joint[2, 0] < -0.5 and joint[0, 2] < -0.5  # failed answers pushed
+  with pytest.raises(ValueError, match="norm_mode='x'"):
+    turn_credit.turn_advantages(r, turns, 3, norm_mode="x")
+
+
 def test_answer_prob_at_turn_zero_is_the_prompt_alone(rollout):
   params, ro = rollout
   answers = ["3", "3", "xy", "xy"]

@@ -299,6 +299,7 @@ def test_another_model_or_an_episode_budget_is_checked_first(
     ("knowrl", dict(tolerance=-1.0), "--tolerance=-1.0 not in [0, 1]"),
     ("dump", dict(signal_window=0), "--signal_window=0 must be >= 1"),
     ("igpo", dict(turn_gamma=-1.0), "--turn_gamma=-1.0 not in [0, 1]"),
+    ("igpo", dict(info_gain_norm="x"), "--info_gain_norm='x'; one of"),
     ("ampo", dict(replace=-1), "--replace=-1 must be >= 0"),
     ("entropy_advantage", dict(adv_entropy_kappa=0.0), "kappa=0.0 must"),
     ("ghpo", dict(hint_ratios="a,b"), "--hint_ratios='a,b': comma-sep"),
