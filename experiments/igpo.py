@@ -23,7 +23,10 @@ Reproduces (paper scale, not run here): Table 1, IGPO vs GRPO / search
 agents on NQ, TQ, HotpotQA, 2Wiki, Musique, Bamboogle, PopQA with
 Qwen2.5-7B-Instruct (numbers not restated: assumed). Laptop expectation:
 reproduce.CLAIMS["igpo"]: IGPO's held-out accuracy at or above
-search_r1's (outcome-only) on 2-hop questions.
+search_r1's (outcome-only) on 2-hop questions. Measured
+(experiments/README.md): from a 21% start the joint normalisation drives
+held-out accuracy to 0 (every all-wrong group pushes its answers down);
+--info_gain_norm=separate ties search_r1.
 
 CPU:  python -m experiments.igpo
 TPU:  launch/tpu.sh run experiments.igpo --scale=paper \
