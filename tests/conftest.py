@@ -74,3 +74,41 @@ def _no_signal_handlers_left(request):
   alive = preemption._SIGNALLED["alive"]
   preemption._SIGNALLED.update(alive=0, requested=False)  # the next is clean
   assert alive == 0, f"{request.node.nodeid} left {alive} Preemption(s)"
+
+
+def _map_count() -> int:
+  """This process's memory mappings (0 where /proc has none)."""
+  try:
+    with open("/proc/self/maps", "rb") as f:
+      return f.read().count(b"\n")
+  except OSError:
+    return 0
+
+
+def _map_limit() -> int:
+  try:
+    with open("/proc/sys/vm/max_map_count") as f:
+      return int(f.read())
+  except (OSError, ValueError):
+    return 65530  # Linux's default
+
+
+# A third of the kernel's limit on one process's memory mappings.
+_MAPS_CLEARED_AT = _map_limit() // 3
+
+
+@pytest.fixture(autouse=True)
+def _compiled_programs_within_the_mapping_limit():
+  """Every compiled XLA:CPU program holds memory mappings (~65 per test on
+  average: 204 tests of tests/rl and train_step_test.py left 13,196) until
+  jax.clear_caches() drops it. A pytest-xdist worker that ran ~800 tests
+  crossed vm.max_map_count (65,530) at ~96% of the suite, and XLA:CPU
+  segfaulted in its next compile or cache write (sessions 82, 94, 95);
+  the surviving worker held 37,452. Past a third of the limit the caches
+  are dropped (the persistent compilation cache keeps the programs)."""
+  yield
+  if _map_count() > _MAPS_CLEARED_AT:
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
