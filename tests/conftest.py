@@ -101,11 +101,12 @@ _MAPS_CLEARED_AT = _map_limit() // 3
 def _compiled_programs_within_the_mapping_limit():
   """Every compiled XLA:CPU program holds memory mappings (~65 per test on
   average: 204 tests of tests/rl and train_step_test.py left 13,196) until
-  jax.clear_caches() drops it. A pytest-xdist worker that ran ~800 tests
-  crossed vm.max_map_count (65,530) at ~96% of the suite, and XLA:CPU
-  segfaulted in its next compile or cache write (sessions 82, 94, 95);
-  the surviving worker held 37,452. Past a third of the limit the caches
-  are dropped (the persistent compilation cache keeps the programs)."""
+  jax.clear_caches() drops it. XLA:CPU segfaulted in a worker's compile or
+  cache write late in the suite (84-96%: sessions 82, 94, 95) while the
+  surviving worker held 37,452: the crashed one, we infer (its count was
+  not read), had crossed vm.max_map_count (65,530). Past a third of the
+  limit the caches are dropped (the persistent compilation cache keeps the
+  programs); no crash since in the runs of session 95."""
   yield
   if _map_count() > _MAPS_CLEARED_AT:
     import gc
