@@ -368,11 +368,11 @@ def train_and_report(
 
 def warm_started(cfg, name: str, needs_ref: bool | None = None, **overrides):
   """sft.warm_started(cfg, **overrides) for an experiment that warm-starts
-  on other lengths than the loop's: when a warm start is to run, the run
+  on other data or lengths than the loop's: when a warm start is to run, the run
   `name`'s inputs are checked first (preflight.check_run), so a bad flag
   fails before minutes of SFT; otherwise `cfg` is returned as it is and
   train() checks them once."""
-  if cfg.warm_start_steps and not cfg.init_from:
+  if sft.will_warm_start(cfg):
     preflight.check_run(cfg, name, needs_ref)
   return sft.warm_started(cfg, **overrides)
 

@@ -36,6 +36,7 @@ from rlreason.train import context as context_lib
 from rlreason.train import loaders
 from rlreason.train import run_info
 from rlreason.train import run_policy
+from rlreason.train import sft
 from rlreason.train import train_step as ts
 
 # At most this many offending rows are listed in one error.
@@ -63,7 +64,7 @@ def check_paths(cfg, workdir: str) -> None:
   """The workdir (and the warm-start cache, when one will be written) can
   be written; --model / --init_from name something that exists."""
   problems = [writable_dir_problem("workdir", workdir)]
-  if cfg.warm_start_steps and not cfg.init_from:
+  if sft.will_warm_start(cfg):
     problems.append(writable_dir_problem("cache_dir", cfg.cache_dir))
   compiled = run_info.compile_cache_dir(cfg)
   problems.append(writable_dir_problem("compile_cache", compiled))

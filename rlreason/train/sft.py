@@ -389,6 +389,12 @@ def warm_start(cfg, cache_dir: str | None = None) -> str:
   return out
 
 
+def will_warm_start(cfg) -> bool:
+  """Whether `cfg` starts from an SFT warm start: --warm_start_steps > 0
+  and no --init_from."""
+  return bool(cfg.warm_start_steps) and not cfg.init_from
+
+
 def warm_started(cfg, **overrides):
   """`cfg` starting from its warm start, when it asks for one.
 
@@ -397,7 +403,7 @@ def warm_started(cfg, **overrides):
   on other data or lengths than it trains on (e.g. data=the train split,
   max_new_tokens=whole responses).
   """
-  if not cfg.warm_start_steps or cfg.init_from:
+  if not will_warm_start(cfg):
     return cfg
   base = dataclasses.replace(cfg, **overrides)
   return dataclasses.replace(cfg, init_from=warm_start(base))
