@@ -540,7 +540,7 @@ CLAIMS: dict[str, Claim] = {
       "dump": ("dump", {}),
       "uniform": (
         "grpo",
-        {"data": "task:arithmetic:difficulty=1-4,n=4000", "max_new_tokens": 56},
+        {"data": "task:arithmetic:difficulty=1-4,n=4000", "max_new_tokens": 76},
       ),
     },
     base={"uniform": BASE_MIXTURE},
@@ -578,7 +578,7 @@ CLAIMS: dict[str, Claim] = {
         "grpo",
         {
           "data": "task:arithmetic:difficulty=1-4,n=4000",
-          "max_new_tokens": 56,
+          "max_new_tokens": 76,
           "max_prompt_len": 128,
           "warm_start_hints": 0.5,
         },

@@ -70,7 +70,7 @@ class Config(grpo.TinyConfig):
   eval_data: str = "task:knights_tags:difficulty=1-2,n=96"
   eval_size: int = 96
   max_prompt_len: int = 96
-  max_new_tokens: int = 96
+  max_new_tokens: int = 112  # 3-person solutions: up to 109 tokens
   template: str = "plain"  # (2) r1 at paper scale (see the docstring)
   warm_start_noise: float = 0.0  # noisy answers are for integer tasks
   # (4) batches 0..39 on 2-person puzzles, then the 2-3 person mix.
