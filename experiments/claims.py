@@ -401,19 +401,22 @@ CLAIMS: dict[str, Claim] = {
     claim=(
       "A step length reward shortens correct responses, and LASER-D's "
       "difficulty-adaptive targets do so with accuracy kept "
-      "(arXiv:2505.15612); no_length is the recipe without the reward."
+      "(arXiv:2505.15612); no_length is the recipe without the reward, "
+      "laser_de LASER-D with the authors' bonus for long wrong answers "
+      "that do not loop."
     ),
     variants={
       "no_length": ("laser", {"length_reward_scale": 0.0}),
       "laser": ("laser", {"variant": "laser"}),
       "laser_d": ("laser", {}),
+      "laser_de": ("laser", {"variant": "laser_de"}),
     },
     metric="length",
     expected=(
       "laser's and laser_d's length below no_length's; laser_d's accuracy "
       "at least laser's"
     ),
-    extra=("accuracy", "laser/target_easy"),
+    extra=("accuracy", "laser/target_easy", "reward/explore"),
   ),
   "simplerl_zoo": Claim(
     claim=(

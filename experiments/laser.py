@@ -1,4 +1,4 @@
-r"""LASER / LASER-D: length-based step reward with adaptive targets.
+r"""LASER / LASER-D / LASER-DE: length-based step reward, adaptive targets.
 
 Paper: Liu et al. 2025, "Learn to Reason Efficiently with Adaptive
 Length-based Reward Shaping", arXiv:2505.15612. Authors' code:
@@ -16,16 +16,20 @@ hkust-nlp/Laser. Differs from experiments/grpo.py in exactly:
       than it, times the fewest correct responses a prompt of the bucket
       has, keeps at least one (length.laser_d_adaptive_targets, the
       authors' _choose_target_length); --variant=laser uses the fixed
-      --target_length;
+      --target_length; --variant=laser_de adds LASER-DE's exploration
+      bonus: a wrong response that gives an answer (extract.extract), is
+      longer than its bucket's target and does not loop
+      (repetition.loop_start, the authors' token n-gram check) gets
+      +--length_reward_scale (length.laser_exploration, the authors'
+      compute_length_reward_larse_de);
   (3) the authors' verl settings: clip 0.2 / 0.28, a k3 KL loss of 0.001,
       an entropy bonus of 0.001, temperature 0.6, two updates per batch,
       token-mean loss aggregation (their verl's compute_policy_loss).
   Deviations: the authors measure the adaptive targets' coverage on a
   500-prompt monitoring set every 20 steps; here on each training batch.
   The correctness reward is the task's 0/1 (the authors' scorer gives a
-  wrong answer -0.5: their LASER-DE code tests score == -0.5). The
-  LASER-DE variant (an extra bonus for wrong, non-repetitive long
-  answers) is not implemented.
+  wrong answer -0.5, one without a final answer -1; LASER-DE's bonus goes
+  to the -0.5 ones, here the wrong responses with an answer to read).
 
 Reproduces:
   laptop: the length reward shortens responses, LASER-D at least as well
@@ -51,14 +55,20 @@ from rlreason import config
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason.rl import objective
+from rlreason import mesh as mesh_lib
+from rlreason.data import extract
 from rlreason.rewards import length
+from rlreason.rewards import repetition
+
+
+VARIANTS = ("laser", "laser_d", "laser_de")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with the length reward; paper: PAPER."""
 
-  variant: str = "laser_d"  # (2) laser | laser_d
+  variant: str = "laser_d"  # (2) laser | laser_d | laser_de
   length_reward_scale: float = 0.5  # (1) the authors' length_reward_scalar
   length_reward_mode: str = "reward"  # (1) reward | penalty | hybrid
   target_length: int = 20  # (2) LASER's fixed L_T: the median solution
@@ -79,9 +89,10 @@ class Config(grpo.TinyConfig):
       f"--length_reward_mode={self.length_reward_mode!r}; expected reward, "
       "penalty or hybrid",
     )
-    if self.variant not in ("laser", "laser_d"):
+    if self.variant not in VARIANTS:
       raise ValueError(
-        f"Invalid config: --variant={self.variant!r}; expected laser or laser_d"
+        f"Invalid config: --variant={self.variant!r}; expected one of "
+        f"{', '.join(VARIANTS)}"
       )
     if not 0 < self.target_lower <= self.target_upper:
       raise ValueError(
@@ -142,10 +153,11 @@ PAPER = dict(
 
 
 def make_batch(rollout, examples, ctx):
-  """Correctness + the step length reward (1) with adaptive targets (2)."""
+  """Correctness + the step length reward (1) with adaptive targets and
+  LASER-DE's exploration bonus (2)."""
   cfg = ctx.cfg
   correct = objective.correctness(rollout, examples, ctx)
-  extra = {}
+  extra, parts = {}, {}
   if cfg.variant == "laser":
     target = float(cfg.target_length)
   else:
@@ -165,11 +177,24 @@ def make_batch(rollout, examples, ctx):
     scale=cfg.length_reward_scale,
     mode=cfg.length_reward_mode,
   )
+  if cfg.variant == "laser_de":
+    tokens = mesh_lib.to_host(rollout.tokens)[:, rollout.prompt_len :]
+    looping = repetition.loops(tokens, rollout.lengths)
+    parts["explore"] = length.laser_exploration(
+      rollout.lengths,
+      target,
+      correct=correct,
+      answered=[extract.extract(t) is not None for t in rollout.texts],
+      looping=looping,
+      scale=cfg.length_reward_scale,
+    )
+    extra["laser/looping"] = float(looping.mean())
+  total = correct + bonus + sum(parts.values())
   batch, metrics = objective.outcome_batch(
     rollout,
     examples,
     ctx,
-    rewards=(correct + bonus, {"correct": correct, "laser": bonus}),
+    rewards=(total, {"correct": correct, "laser": bonus, **parts}),
   )
   metrics.update(extra)
   return batch, metrics

@@ -507,6 +507,49 @@ def test_rlpr_adds_the_authors_format_and_repetition_terms(monkeypatch):
     dataclasses.replace(cfg, format_weight=2.0).validate()
 
 
+def test_laser_de_pays_answered_wrong_rows_past_the_target_not_looping(
+  monkeypatch,
+):
+  """LASER-DE: LASER-D's reward, plus +scale for a wrong response with an
+  answer, longer than its target, that does not loop."""
+  from experiments import laser
+  from rlreason.data import sources as data_lib
+
+  sizes = dict(batch_size=2, group_size=2, max_new_tokens=8, max_prompt_len=64)
+  cfg = laser.Config(**sizes, variant="laser_de", kl_coef=0.0)
+  ctx = testing.tiny_context(cfg)
+  examples = data_lib.load(cfg.data, "train")[:2]
+  rollout = testing.tiny_rollout(ctx, examples)
+  seen = []
+  real = laser.objective.outcome_batch
+
+  def spy(*args, rewards, **kw):
+    seen.append(rewards)
+    return real(*args, rewards=rewards, **kw)
+
+  monkeypatch.setattr(laser.objective, "outcome_batch", spy)
+  monkeypatch.setattr(laser.objective, "correctness", lambda *a: np.zeros(4))
+  monkeypatch.setattr(
+    laser.length,
+    "laser_d_adaptive_targets",
+    lambda *a, **k: {"easy": 0.0, "medium": 0.0, "hard": 0.0},
+  )
+  answered = iter(["7", "7", None, "7"])  # row 2 gives no answer
+  monkeypatch.setattr(laser.extract, "extract", lambda t: next(answered))
+  loops = np.array([False, True, False, False])
+  monkeypatch.setattr(laser.repetition, "loops", lambda *a: loops)
+  _, metrics = laser.make_batch(rollout, examples, ctx)
+  ((total, parts),) = seen
+  # Every row is longer than 0 tokens and wrong: rows 0 and 3 earn.
+  assert (np.asarray(rollout.lengths) > 0).all()
+  np.testing.assert_array_equal(parts["explore"], [0.5, 0, 0, 0.5])
+  np.testing.assert_array_equal(parts["laser"], [0, 0, 0, 0])
+  np.testing.assert_array_equal(total, [0.5, 0, 0, 0.5])
+  assert metrics["laser/looping"] == pytest.approx(0.25, rel=1e-6, abs=1e-6)
+  with pytest.raises(ValueError, match="laser, laser_d, laser_de"):
+    dataclasses.replace(cfg, variant="laser_e").validate()
+
+
 def test_rlpr_authors_unanswered_and_no_reasoning_context(monkeypatch):
   """PAPER's authors' choices: (1) a completion without a final answer
   scores r = 0 (--score_unanswered=false; answered rows keep their score),

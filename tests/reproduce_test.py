@@ -434,7 +434,12 @@ def test_every_claims_arms_can_write_their_datas_solutions():
           lengths[key] = list(map(len, completions))
         cut = sum(n > cfg.max_new_tokens for n in lengths[key])
         assert cut <= 0.01 * len(lengths[key]), (
-          name, testbed, label, cut, len(lengths[key]), cfg.max_new_tokens
+          name,
+          testbed,
+          label,
+          cut,
+          len(lengths[key]),
+          cfg.max_new_tokens,
         )
         checked.add(name)
   assert {"simplerl_zoo", "adacl", "dump", "logic_rl"} <= checked

@@ -1,4 +1,5 @@
-"""Length-based rewards: DAPO overlong shaping, DLER, LASER, token budgets.
+"""Length-based rewards: DAPO overlong shaping, DLER, LASER(-D, -DE), token
+budgets.
 
 Lengths are completion token counts `[N]` supplied by the caller (the reward
 never tokenizes). Length limits may be scalars or per-item arrays `[N]`
@@ -112,6 +113,41 @@ def laser(
   else:
     raise ValueError(f"mode must be reward|penalty|hybrid, got {mode!r}")
   return np.where(correct, r, 0.0).astype(np.float32)
+
+
+def laser_exploration(
+  lengths,
+  target_length,
+  *,
+  correct,
+  answered,
+  looping,
+  scale: float = 0.5,
+) -> np.ndarray:
+  """LASER-DE's exploration bonus: +scale for a wrong but answered
+  response longer than its target that does not loop.
+
+  hkust-nlp/Laser `compute_length_reward_larse_de`: beside LASER-D's step
+  reward on correct responses, a response their scorer gives -0.5 (a
+  final answer, wrong) earns length_reward_scalar when it exceeds its
+  bucket's target and `repetition.loop_start` finds no loop in it, so
+  hard prompts keep room to explore longer. Unanswered responses (their
+  -1) earn nothing.
+
+  Args:
+    lengths, target_length: [N] (or scalar) as for `laser`.
+    correct: [N] 1 = correct.
+    answered: [N] bool, an answer could be read (extract.extract).
+    looping: [N] bool (repetition.loops).
+  """
+  n = len(np.atleast_1d(np.asarray(correct)))
+  lengths = _per_item(lengths, n, "lengths")
+  target = _per_item(target_length, n, "target_length")
+  wrong = _per_item(correct, n, "correct") < 1.0
+  answered = np.asarray(answered, bool).reshape(n)
+  looping = np.asarray(looping, bool).reshape(n)
+  earns = wrong & answered & (lengths > target) & ~looping
+  return np.where(earns, scale, 0.0).astype(np.float32)
 
 
 def laser_d_targets(

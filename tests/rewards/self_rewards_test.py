@@ -182,6 +182,53 @@ def test_repetition_counts_runs_of_words():
   assert not repetition.repeats([""]).any()
 
 
+def test_loop_start_is_the_laser_authors_token_ngram_rule():
+  from rlreason.rewards import repetition
+
+  # m <= 8: never a loop, however repetitive.
+  assert repetition.loop_start([1, 1, 1, 1, 1, 1, 1, 1]) == 8
+  # m = 10, bigrams, m // 3 = 3: (1, 2) at 1 and 3 is 2 apart.
+  assert repetition.loop_start([4, 1, 2, 1, 2, 5, 6, 7, 8, 9]) == 1
+  # ... at 1 and 4 is 3 apart: not close enough; no 4-gram repeats.
+  assert repetition.loop_start([4, 1, 2, 3, 1, 2, 6, 7, 8, 9]) == 10
+  # m = 30, trigrams (m // 3 = 10): (7, 8, 9) at 20 and 25.
+  row = list(range(100, 120)) + [7, 8, 9, 0, 1, 7, 8, 9, 2, 3]
+  assert repetition.loop_start(row) == 20
+  # Trigrams of one token are skipped: a run of 5s is no n-gram loop, but
+  # scanning back, the 6-gram of 5s at 24 is seen again at 23 (the 2n test).
+  row = list(range(100, 120)) + [5] * 10
+  assert repetition.loop_start(row) == 23
+  # m = 200, 4-grams seen 3 times: twice is not enough ...
+  row = list(range(1000, 1200))
+  row[10:14] = row[50:54] = [1, 2, 3, 4]
+  assert repetition.loop_start(row) == 200
+  row[90:94] = [1, 2, 3, 4]  # ... three times, 40 apart (< 66), is.
+  assert repetition.loop_start(row) == 10
+  np.testing.assert_array_equal(
+    repetition.loops(
+      [
+        [4, 1, 2, 1, 2, 5, 6, 7, 8, 9, 0, 0],
+        [4, 1, 2, 3, 1, 2, 6, 7, 8, 9, 1, 2],
+      ],
+      [10, 10],
+    ),
+    [True, False],  # the second's tail (1, 2) lies past its length
+  )
+
+
+def test_laser_exploration_pays_long_answered_wrong_responses_only():
+  got = length.laser_exploration(
+    [90, 90, 90, 90, 70, 90],
+    [80, 80, 80, 80, 80, 100],
+    correct=[0, 1, 0, 0, 0, 0],
+    answered=[True, True, False, True, True, True],
+    looping=[False, False, False, True, False, False],
+    scale=0.5,
+  )
+  # earns / correct / no answer / loops / not longer / under its target
+  np.testing.assert_array_equal(got, [0.5, 0, 0, 0, 0, 0])
+
+
 def test_logic_rl_reward():
   check = tasks.get("knights").check
   good = "<think>x</think> <answer>A=K</answer>"
