@@ -469,25 +469,38 @@ def test_rlpr_debiases_with_the_initial_policys_scores(tmp_path):
   )
 
 
-def test_rlpr_adds_the_authors_format_and_repetition_terms(monkeypatch):
-  """(4) r = 0.9 r_hat + 0.1 fmt, then -1 where the words repeat and the
-  reward is not 0."""
-  from experiments import rlpr
+def _spied_step(module, monkeypatch, **config):
+  """(ctx, examples, rollout, seen) for `module`'s make_batch at a tiny
+  size: two prompts of the module's data, a rollout of the tiny policy,
+  and every `rewards` (total, parts) it passes to outcome_batch appended
+  to `seen`."""
   from rlreason.data import sources as data_lib
 
   sizes = dict(batch_size=2, group_size=2, max_new_tokens=8, max_prompt_len=64)
-  cfg = rlpr.Config(**sizes, kl_coef=0.0, std_filter=False)
+  cfg = module.Config(**sizes, kl_coef=0.0, **config)
   ctx = testing.tiny_context(cfg)
   examples = data_lib.load(cfg.data, "train")[:2]
   rollout = testing.tiny_rollout(ctx, examples)
   seen = []
-  real = rlpr.objective.outcome_batch
+  real = module.objective.outcome_batch
 
   def spy(*args, rewards, **kw):
-    seen.append(np.asarray(rewards[0]))
+    seen.append(rewards)
     return real(*args, rewards=rewards, **kw)
 
-  monkeypatch.setattr(rlpr.objective, "outcome_batch", spy)
+  monkeypatch.setattr(module.objective, "outcome_batch", spy)
+  return ctx, examples, rollout, seen
+
+
+def test_rlpr_adds_the_authors_format_and_repetition_terms(monkeypatch):
+  """(4) r = 0.9 r_hat + 0.1 fmt, then -1 where the words repeat and the
+  reward is not 0."""
+  from experiments import rlpr
+
+  ctx, examples, rollout, seen = _spied_step(
+    rlpr, monkeypatch, std_filter=False
+  )
+  cfg = ctx.cfg
   fmt = np.array([1, 0, 1, 0], np.float32)
   rep = np.array([False, False, True, True])
   monkeypatch.setattr(rlpr.format_lib, "format_tags", lambda t, **k: fmt)
@@ -497,7 +510,7 @@ def test_rlpr_adds_the_authors_format_and_repetition_terms(monkeypatch):
   ctx.cfg = dataclasses.replace(cfg, format_weight=0.1, repetition_limit=10)
   ctx.cfg.validate()
   _, m = rlpr.make_batch(rollout, examples, ctx)
-  r_hat, got = seen
+  r_hat, got = (np.asarray(total) for total, _ in seen)
   want = 0.9 * r_hat + 0.1 * fmt
   want = np.where(rep & (want != 0), want - 1.0, want)
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
@@ -513,21 +526,10 @@ def test_laser_de_pays_answered_wrong_rows_past_the_target_not_looping(
   """LASER-DE: LASER-D's reward, plus +scale for a wrong response with an
   answer, longer than its target, that does not loop."""
   from experiments import laser
-  from rlreason.data import sources as data_lib
 
-  sizes = dict(batch_size=2, group_size=2, max_new_tokens=8, max_prompt_len=64)
-  cfg = laser.Config(**sizes, variant="laser_de", kl_coef=0.0)
-  ctx = testing.tiny_context(cfg)
-  examples = data_lib.load(cfg.data, "train")[:2]
-  rollout = testing.tiny_rollout(ctx, examples)
-  seen = []
-  real = laser.objective.outcome_batch
-
-  def spy(*args, rewards, **kw):
-    seen.append(rewards)
-    return real(*args, rewards=rewards, **kw)
-
-  monkeypatch.setattr(laser.objective, "outcome_batch", spy)
+  ctx, examples, rollout, seen = _spied_step(
+    laser, monkeypatch, variant="laser_de"
+  )
   monkeypatch.setattr(laser.objective, "correctness", lambda *a: np.zeros(4))
   monkeypatch.setattr(
     laser.length,
@@ -547,7 +549,7 @@ def test_laser_de_pays_answered_wrong_rows_past_the_target_not_looping(
   np.testing.assert_array_equal(total, [0.5, 0, 0, 0.5])
   assert metrics["laser/looping"] == pytest.approx(0.25, rel=1e-6, abs=1e-6)
   with pytest.raises(ValueError, match="laser, laser_d, laser_de"):
-    dataclasses.replace(cfg, variant="laser_e").validate()
+    dataclasses.replace(ctx.cfg, variant="laser_e").validate()
 
 
 def test_rlpr_authors_unanswered_and_no_reasoning_context(monkeypatch):
@@ -556,28 +558,19 @@ def test_rlpr_authors_unanswered_and_no_reasoning_context(monkeypatch):
   (2) r' scores prompt + " " + y* (--no_reasoning_opener=false) instead of
   prompt + "answer: " + y*."""
   from experiments import rlpr
-  from rlreason.data import sources as data_lib
 
-  sizes = dict(batch_size=2, group_size=2, max_new_tokens=8, max_prompt_len=64)
-  cfg = rlpr.Config(**sizes, kl_coef=0.0, std_filter=False, debias=False)
-  ctx = testing.tiny_context(cfg)
-  examples = data_lib.load(cfg.data, "train")[:2]
-  rollout = testing.tiny_rollout(ctx, examples)._replace(
+  ctx, examples, rollout, seen = _spied_step(
+    rlpr, monkeypatch, std_filter=False, debias=False
+  )
+  cfg = ctx.cfg
+  rollout = rollout._replace(
     texts=["1 + 2\nanswer: 3", "no final line", "so\nanswer: 7", "x"]
   )
-  seen = []
-  real = rlpr.objective.outcome_batch
-
-  def spy(*args, rewards, **kw):
-    seen.append(np.asarray(rewards[1]["ref_prob"]))
-    return real(*args, rewards=rewards, **kw)
-
-  monkeypatch.setattr(rlpr.objective, "outcome_batch", spy)
   ctx.step = 0
   rlpr.make_batch(rollout, examples, ctx)
   ctx.cfg = dataclasses.replace(cfg, score_unanswered=False)
   rlpr.make_batch(rollout, examples, ctx)
-  fallback, authors = seen
+  fallback, authors = (np.asarray(parts["ref_prob"]) for _, parts in seen)
   assert (fallback > 0).all()
   np.testing.assert_allclose(
     authors, [fallback[0], 0.0, fallback[2], 0.0], rtol=1e-6, atol=1e-7
