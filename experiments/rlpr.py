@@ -13,11 +13,15 @@ experiments/grpo.py in exactly:
       reasoning (prompt + answer opener + y*), so only what the reasoning
       adds is rewarded (--debias);
   (3) std filtering: prompts whose G rewards have a std below beta times
-      an exponential moving average of the batch's mean group std are
-      dropped from the update (mask and advantage zeroed;
+      an exponential moving average of the mean group std of the steps
+      before are dropped from the update (mask and advantage zeroed;
       likelihood.StdFilter with the authors' script's values: momentum
-      0.99, beta 0.5, the average from step 6, filtering from step 11; its
-      state restarts with a resumed run).
+      0.99, beta 0.5, the average from step 6, filtering from step 11;
+      checkpointed with the data's position, so a resumed run goes on
+      with it), and fresh prompts are sampled in their place until the
+      batch is full, as the authors' trainer (dynamic_sampling.refill,
+      at most --refill_rounds rollouts a step, then the batch is
+      completed with weightless dropped groups; 1 = drop only).
   (4) the authors' other reward terms (OpenBMB/RLPR as its fork
       sharkchill-xy/DPPR carries it: prob.py, repetition.py):
       r = (1 - w) r_hat + w fmt with fmt their R1 tag check
@@ -34,8 +38,10 @@ experiments/grpo.py in exactly:
   r = 0: --no_reasoning_opener=false and --score_unanswered=false, both
   in PAPER; the laptop keeps the opener in both places (the procedural
   tasks' answer line, which the shipped base writes). Deviation from the
-  authors' code: dropped prompts are replaced by fresh ones
-  (filter_cache_regenerate), not zeroed.
+  authors' code: they sample until the batch is full however many
+  rounds it takes, and regenerate the kept prompts that overflow it in
+  the next step (filter_cache_regenerate); here the rounds are bounded
+  and overflowing groups are discarded, as in DAPO's refill.
 The gold answers are read for the reward (as references) and for the
 logged `accuracy`; the verifier itself is never used in the reward.
 
@@ -67,10 +73,12 @@ from absl import logging
 from experiments import grpo
 from rlreason import config
 from rlreason import storage
+from rlreason.data import difficulty
 from rlreason.data import iterator
 from rlreason.train import run_info
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
+from rlreason.rl import dynamic_sampling
 from rlreason.rl import objective
 from rlreason.rewards import format as format_lib
 from rlreason.rewards import likelihood
@@ -94,6 +102,9 @@ class Config(grpo.TinyConfig):
   std_filter_ema_start: int = 6
   # (3) first step the threshold drops prompts on (filter_start_step)
   std_filter_start: int = 11
+  # (3) rollouts a step may take to refill dropped prompts (the authors':
+  # until the batch is full); 1 = drop them only
+  refill_rounds: int = 4
   # (1) false: a completion without a final answer scores r = 0 (the
   # authors' empty ground-truth mask) instead of the opener fallback
   score_unanswered: bool = True
@@ -116,6 +127,10 @@ class Config(grpo.TinyConfig):
       and self.std_filter_start >= 1,
       "--std_filter_beta must be >= 0 and --std_filter_ema_start, "
       "--std_filter_start >= 1",
+    )
+    config.require(
+      self.refill_rounds >= 1,
+      f"--refill_rounds={self.refill_rounds} must be >= 1",
     )
     config.require(
       0 <= self.format_weight <= 1 and self.repetition_limit >= 0,
@@ -258,7 +273,7 @@ def make_batch(rollout, examples, ctx, *, std_filter=None, initial=None):
     rollout, examples, ctx, rewards=(r, parts)
   )
   if std_filter is not None:  # (3)
-    keep = std_filter(r, g)
+    keep = std_filter(r, g, step=ctx.step)
     batch = objective.drop_groups(batch, keep, g)
     metrics["rlpr/kept"] = float(keep.mean())
     metrics["rlpr/std_threshold"] = std_filter.threshold
@@ -278,15 +293,25 @@ def run(cfg: Config) -> dict:
   initial = InitialScores(
     os.path.join(run_info.workdir_for(cfg, "rlpr"), "rlpr_no_reasoning.json")
   )
+  batch_fn = functools.partial(
+    make_batch, std_filter=std_filter, initial=initial
+  )
+  prompts = initial.prompts
+  if std_filter is not None:  # (3) its state goes with the checkpoints
+    prompts = difficulty.tracked_iterator(std_filter, base=initial.prompts)
+    if cfg.refill_rounds > 1:
+      batch_fn = dynamic_sampling.refill(
+        batch_fn,
+        max_rounds=cfg.refill_rounds,
+        keep=dynamic_sampling.kept_groups,
+      )
   return loop.train_and_report(
     cfg,
     name="rlpr",
     title="RLPR (arXiv:2506.18254)",
-    make_batch=functools.partial(
-      make_batch, std_filter=std_filter, initial=initial
-    ),
+    make_batch=batch_fn,
     loss_fn=objective.loss_fn,
-    prompt_iterator=initial.prompts,
+    prompt_iterator=prompts,
   )
 
 

@@ -25,7 +25,7 @@ SMOKE = testing.SMOKE
 EXPERIMENTS = [n for n in plan_hooks.experiment_names() if n != "pretrain"]
 # Smoke-run by their own tests below, which also make test_smoke's checks
 # (dars as its dars_b variant: the same code with the variant's preset).
-OWN_SMOKE_TEST = ("rm_grpo", "dars", "knowrl")
+OWN_SMOKE_TEST = ("rm_grpo", "dars", "knowrl", "rlpr")
 
 
 def _check_smoke_run(module, tmp_path, out) -> list[dict]:
@@ -426,6 +426,37 @@ def test_siren_counts_its_entropy_term_once_over_micro_batches():
     slice(0, 2), aggregation.normalizers(batch["mask"][:2])
   )
   np.testing.assert_allclose(alone, reg_alone, rtol=1e-4, atol=1e-5)
+
+
+def test_rlpr_refills_filtered_prompts_and_checkpoints_its_filter(
+  tmp_path, shared_cache
+):
+  """(3) From --std_filter_start on, prompts the std filter drops are
+  replaced by fresh ones (at most --refill_rounds rollouts a step), and
+  the filter's state is checkpointed with the data's position."""
+  from experiments import rlpr
+
+  cfg = dataclasses.replace(
+    rlpr.Config(),
+    **SMOKE,
+    workdir=str(tmp_path / "run"),
+    cache_dir=shared_cache,
+    std_filter_ema_start=1,
+    std_filter_start=2,
+    std_filter_beta=4.0,  # above every group's std: step 2 drops them all
+    refill_rounds=2,
+  )
+  train = _check_smoke_run(rlpr, tmp_path, rlpr.run(cfg))
+  assert train[0]["dynamic/rounds"] == 1  # nothing filtered at step 1
+  assert train[1]["dynamic/rounds"] == 2 and train[1]["dynamic/filled"] == 0
+  assert train[1]["rlpr/std_threshold"] > 0
+  meta, _ = testing.checkpoints(tmp_path / "run")[2]
+  state = meta["data"]["tracker"]
+  # Step 1 closed (its mean std seeded the average); step 2's two rounds
+  # of B groups are open (ctx.step counts from 0) until step 3's.
+  assert state["step"] == 1 and state["ema"] is not None
+  assert state["open"] == 1
+  assert len(state["stds"]) == 2 * SMOKE["batch_size"]
 
 
 def test_rlpr_debiases_with_the_initial_policys_scores(tmp_path):

@@ -50,15 +50,18 @@ def debiased(prob: np.ndarray, baseline: np.ndarray) -> np.ndarray:
 class StdFilter:
   """RLPR std filtering with an EMA threshold (stateful, host side).
 
-  On step t (the t-th call):
-      keep_b = std_b > 0,  and from t = filter_start on std_b >= scale * ema
+  On step t:
+      keep_b = std_b >= scale * ema    from t = filter_start on (else all)
       ema <- m * ema + (1 - m) * mean_b std_b    from t = ema_start on
   (the first such step seeds ema with its mean std); the threshold a step
-  applies comes from the steps before it. The authors' defaults
+  applies comes from the steps before it, and the mean runs over every
+  group the step sampled, in all its rounds (the authors refill a batch
+  until it is full: their trainer's score_std_list). The authors' defaults
   (OpenBMB/RLPR's script: filter_ema_ratio 0.99, std_filter_beta 0.5,
-  filter_ema_start_step 6, filter_start_step 11). Groups with std 0 have
-  zero advantages anyway. The state is in memory: a resumed run restarts
-  the count and the average.
+  filter_ema_start_step 6, filter_start_step 11); before filter_start the
+  authors filter nothing, groups of std 0 (advantage 0) included. `state`
+  / `restore` carry it over a resumed run
+  (difficulty.tracked_iterator checkpoints it with the data's position).
 
   Args:
     momentum: m.
@@ -82,26 +85,61 @@ class StdFilter:
       )
     self.momentum, self.scale = momentum, scale
     self.ema_start, self.filter_start = ema_start, filter_start
-    self.step = 0
+    self.step = 0  # steps closed
     self.ema = None
+    self._open = None  # the step whose rounds `_stds` holds
+    self._stds = []
+
+  @property
+  def filtering(self) -> bool:
+    """Whether the step being sampled is filtered."""
+    return self.ema is not None and self.step + 1 >= self.filter_start
 
   @property
   def threshold(self) -> float:
-    """The std a group needs on the next step (0 before filtering)."""
-    if self.ema is None or self.step + 1 < self.filter_start:
-      return 0.0
-    return self.scale * self.ema
+    """The std a group needs on the step being sampled (0 before
+    filtering)."""
+    return self.scale * self.ema if self.filtering else 0.0
 
-  def __call__(self, rewards: np.ndarray, group_size: int) -> np.ndarray:
-    """[B] bool: groups to keep. rewards [N], N = B * G prompt-major."""
+  def __call__(
+    self, rewards: np.ndarray, group_size: int, step: int | None = None
+  ) -> np.ndarray:
+    """[B] bool: groups to keep. rewards [N], N = B * G prompt-major.
+
+    Calls with the same `step` are rounds of one step (one threshold, one
+    update of the average); a call with another step, or None, closes the
+    step before it.
+    """
+    if step is None or step != self._open:
+      self._close()
+      self._open = step
     std = np.asarray(rewards, np.float64).reshape(-1, group_size).std(-1)
-    keep = (std > 0) & (std >= self.threshold)
+    self._stds.extend(std.tolist())
+    if not self.filtering:
+      return np.ones(len(std), bool)
+    return std >= self.threshold
+
+  def _close(self) -> None:
+    if not self._stds:
+      return
     self.step += 1
     if self.step >= self.ema_start:
-      mean = float(std.mean())
+      mean = float(np.mean(self._stds))
       self.ema = (
         mean
         if self.ema is None
         else self.momentum * self.ema + (1 - self.momentum) * mean
       )
-    return keep
+    self._stds = []
+
+  def state(self) -> dict:
+    return {
+      "step": self.step,
+      "ema": self.ema,
+      "open": self._open,
+      "stds": list(self._stds),
+    }
+
+  def restore(self, state: dict) -> None:
+    self.step, self.ema = int(state["step"]), state["ema"]
+    self._open, self._stds = state["open"], list(state["stds"])

@@ -19,9 +19,11 @@ they weigh nothing in any loss or normaliser, and the shapes stay [N, ...].
 
 The decision uses the 0/1 verifier (`ctx.correct_fn`), as the paper and
 verl's `filter_groups.metric=acc`, so shaped rewards (overlong penalty) do
-not make a group informative. Advantages must be group-local (every outcome
-estimator is; batch-whitened REINFORCE++ is not): they are computed per
-round, before groups are selected.
+not make a group informative. Another rule may decide instead (`keep`):
+RLPR refills the groups its std filter dropped (`kept_groups`). Advantages
+must be group-local (every outcome estimator is; batch-whitened
+REINFORCE++ is not): they are computed per round, before groups are
+selected.
 """
 
 from typing import Callable
@@ -77,13 +79,34 @@ def _mean_metrics(rows: list[dict]) -> dict:
   return {k: float(np.mean([r[k] for r in rows if k in r])) for k in keys}
 
 
-def refill(make_batch: Callable, *, max_rounds: int) -> Callable:
+def kept_groups(rollout, examples, batch, ctx) -> np.ndarray:
+  """[B] bool: the groups `batch` still trains on (some mask left): a
+  `refill` rule for a make_batch that drops groups itself
+  (objective.drop_groups)."""
+  del rollout, examples
+  mask = np.asarray(batch["mask"])
+  return mask.reshape(len(mask) // ctx.cfg.group_size, -1).any(1)
+
+
+def _informative(rollout, examples, batch, ctx) -> np.ndarray:
+  del batch
+  gold = [examples[i].answer for i in rollout.prompt_ids]
+  return informative_groups(
+    ctx.correct_fn(rollout.texts, gold), ctx.cfg.group_size
+  )
+
+
+def refill(
+  make_batch: Callable, *, max_rounds: int, keep: Callable | None = None
+) -> Callable:
   """Wraps `make_batch` with DAPO's group filter and refill.
 
   Args:
     make_batch: (rollout, examples, ctx) -> (batch, metrics) with
       group-local advantages.
     max_rounds: at most this many rollouts per step (round 0 included).
+    keep: (rollout, examples, batch, ctx) -> [B] bool, the groups a round
+      contributes; default DAPO's (`informative_groups` on the verifier).
 
   Returns:
     A make_batch whose batch holds the loop's B groups: informative ones,
@@ -95,6 +118,7 @@ def refill(make_batch: Callable, *, max_rounds: int) -> Callable:
   """
   if max_rounds < 1:
     raise ValueError(f"max_rounds={max_rounds} must be >= 1")
+  keep = keep or _informative
 
   def wrapped(rollout, examples, ctx):
     g = ctx.cfg.group_size
@@ -104,9 +128,8 @@ def refill(make_batch: Callable, *, max_rounds: int) -> Callable:
     for r in range(max_rounds):
       if r:
         rollout, examples = ctx.sample_more(r)
-      gold = [examples[i].answer for i in rollout.prompt_ids]
-      ok = informative_groups(ctx.correct_fn(rollout.texts, gold), g)
       batch, metrics = make_batch(rollout, examples, ctx)
+      ok = np.asarray(keep(rollout, examples, batch, ctx), bool)
       rows.append(metrics)
       n_seen += len(ok)
       n_informative += int(ok.sum())

@@ -7,6 +7,7 @@ length.laser_d_adaptive_targets (LASER-D), curriculum (Logic-RL), the
 tagged task variants and self_scoring (RENT / RLPR policy scores).
 """
 
+import json
 import types
 
 import jax
@@ -133,17 +134,48 @@ def test_reference_probability_reward_and_std_filter():
     atol=1e-7,
   )
   f = likelihood.StdFilter(momentum=0.5, scale=0.5, ema_start=2, filter_start=3)
-  # Step 1: stds (population) 0.5, 0, 0.25: keeps std > 0; no average yet.
-  np.testing.assert_array_equal(f([0, 1, 1, 1, 0, 0.5], 2), [True, False, True])
+  # Step 1: stds (population) 0.5, 0, 0.25: no filter before filter_start,
+  # std 0 included (as the authors'); no average yet.
+  np.testing.assert_array_equal(f([0, 1, 1, 1, 0, 0.5], 2), [True, True, True])
   assert f.ema is None and f.threshold == 0.0
-  # Step 2: stds 0.2, 0.1 seed the average (0.15) but do not filter yet.
+  # Step 2 closes step 1 (before ema_start); its stds 0.2, 0.1 keep.
   np.testing.assert_array_equal(f([0, 0.4, 0, 0.2], 2), [True, True])
+  assert f.ema is None
+  # Step 3 closes step 2: 0.15 seeds the average, threshold 0.075: std 0.05
+  # dropped, 0.1 kept ...
+  np.testing.assert_array_equal(f([0, 0.1, 0, 0.2], 2), [False, True])
   assert f.ema == pytest.approx(0.15, rel=1e-6, abs=1e-6)
   assert f.threshold == pytest.approx(0.075, rel=1e-6, abs=1e-6)
-  # Step 3: threshold 0.5 * 0.15 = 0.075: std 0.05 dropped, 0.1 kept;
-  # ema = 0.5 * 0.15 + 0.5 * 0.075.
-  np.testing.assert_array_equal(f([0, 0.1, 0, 0.2], 2), [False, True])
+  # ... and step 4 closes step 3: ema = 0.5 * 0.15 + 0.5 * 0.075.
+  f([0, 1], 2)
   assert f.ema == pytest.approx(0.1125, rel=1e-6, abs=1e-6)
+
+
+def test_std_filter_rounds_of_a_step_share_its_threshold_and_one_update():
+  def filt():
+    return likelihood.StdFilter(
+      momentum=0.5, scale=1.0, ema_start=1, filter_start=2
+    )
+
+  f = filt()
+  f([0, 0.4], 2, step=0)  # std 0.2
+  f([0, 0.8], 2, step=0)  # std 0.4: the same step's second round
+  # Step 1 opens: the average is the step's mean over both rounds, 0.3.
+  np.testing.assert_array_equal(
+    f([0, 0.5, 0, 0.7], 2, step=1), [False, True]
+  )  # stds 0.25 < 0.3 <= 0.35
+  assert f.ema == pytest.approx(0.3, rel=1e-6, abs=1e-6)
+  kept = f([0, 0.62], 2, step=1)  # round 2 of step 1: threshold unchanged
+  np.testing.assert_array_equal(kept, [True])  # 0.31 >= 0.3
+  assert f.step == 1
+  # A restored filter (a resumed run) goes on as this one does.
+  g = filt()
+  g.restore(json.loads(json.dumps(f.state())))
+  for h in (f, g):
+    h([0, 0.1], 2, step=2)
+  assert g.ema == pytest.approx(f.ema, rel=1e-6, abs=1e-9)
+  # Step 1's mean (0.25 + 0.35 + 0.31) / 3 entered the average.
+  assert f.ema == pytest.approx(0.5 * 0.3 + 0.5 * 0.91 / 3, rel=1e-6, abs=1e-9)
 
 
 # ---------------------------------------------------------------- format

@@ -98,3 +98,23 @@ def test_refill_pads_with_weightless_groups_when_rounds_run_out():
   assert m["dynamic/filled"] == 0.5
   with pytest.raises(ValueError, match="max_rounds"):
     ds.refill(_make_batch, max_rounds=0)
+
+
+def test_refill_by_another_rule_keeps_the_groups_make_batch_kept():
+  """RLPR's rule: a make_batch that drops groups itself (mask zeroed) is
+  refilled for them, whatever the verifier says."""
+  rollout, examples, ctx = _ctx([(["1", "1", "1", "1"], 1), (["2"] * 4, 1)])
+
+  def dropping(rollout, examples, ctx):  # drops group 0 of round 0
+    batch, m = _make_batch(rollout, examples, ctx)
+    if rollout.round == 0:
+      batch["mask"][:2] = 0
+    return batch, m
+
+  fn = ds.refill(dropping, max_rounds=2, keep=ds.kept_groups)
+  batch, m = fn(rollout, examples, ctx)
+  # Round 0's group 1 (all right: DAPO's rule would drop it), then round
+  # 1's group 0 (all wrong).
+  np.testing.assert_array_equal(batch["tokens"][:, -1], [12, 13, 20, 21])
+  np.testing.assert_array_equal(batch["mask"][:, 0], [1, 1, 1, 1])
+  assert m["dynamic/rounds"] == 2 and m["dynamic/informative"] == 0.75

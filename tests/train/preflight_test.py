@@ -304,6 +304,8 @@ def test_another_model_or_an_episode_budget_is_checked_first(
     ("entropy_advantage", dict(adv_entropy_kappa=0.0), "kappa=0.0 must"),
     ("ghpo", dict(hint_ratios="a,b"), "--hint_ratios='a,b': comma-sep"),
     ("rlpr", dict(std_filter_momentum=2.0), "--std_filter_momentum=2.0"),
+    ("rlpr", dict(refill_rounds=0), "--refill_rounds=0 must be >= 1"),
+    ("laser", dict(variant="x"), "laser, laser_d, laser_de"),
     ("gspo", dict(policy_loss="x"), "--policy_loss: Unknown policy loss"),
     ("grpo", dict(kl_estimator="x"), "--kl_estimator: Unknown KL"),
     # A plain ValueError from an experiment's validate is a usage error.
