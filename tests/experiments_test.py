@@ -443,7 +443,7 @@ def test_rlpr_refills_filtered_prompts_and_checkpoints_its_filter(
     cache_dir=shared_cache,
     std_filter_ema_start=1,
     std_filter_start=2,
-    std_filter_beta=4.0,  # above every group's std: step 2 drops them all
+    std_filter_beta=1e6,  # above every group's std: step 2 drops them all
     refill_rounds=2,
   )
   train = _check_smoke_run(rlpr, tmp_path, rlpr.run(cfg))
