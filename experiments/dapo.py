@@ -21,9 +21,11 @@ volcengine/verl. Differs from experiments/grpo.py in exactly:
   (6) 16 gradient updates per rollout batch (mini-batches of 32 prompts x
       16 answers; the verl recipe), so the clip of (1) is active; the
       laptop default takes 4.
-  Deviation: the paper's correctness reward is +1 / -1; the task's is 1 / 0.
-  Group normalisation makes the two identical except for the relative
-  weight of the overlong penalty (which is then twice as strong here).
+  The correctness reward is +1 / -1, as the paper's (Eq. 1) and verl's
+  math_dapo scorer: the run's 0/1 reward r enters as 2r - 1
+  (--signed_reward; false keeps 0/1). Group normalisation makes the two
+  identical but for the overlong penalty's weight, twice as strong against
+  0/1.
 
 Reproduces:
   laptop: Fig. 2 (b), clip-higher keeps the policy's entropy higher than
@@ -41,6 +43,8 @@ TPU:  launch/tpu.sh run experiments.dapo --scale=paper \
 """
 
 import dataclasses
+
+import numpy as np
 
 from experiments import grpo
 from rlreason import config
@@ -66,6 +70,7 @@ class Config(grpo.TinyConfig):
   # penalty starts at max_new_tokens - overlong_buffer.
   overlong_buffer: int = 8
   overlong_penalty: float = 1.0  # (4) verl's overlong_penalty_factor
+  signed_reward: bool = True  # correctness as +1 / -1 (the paper's Eq. 1)
   kl_coef: float = 0.0  # (5)
   minibatches: int = 4  # (6) paper: 16
 
@@ -136,9 +141,12 @@ PAPER = dict(
 
 
 def make_batch(rollout, examples, ctx):
-  """Correctness + soft overlong punishment (4); GRPO advantages."""
+  """Correctness (+1 / -1) + soft overlong punishment (4); GRPO
+  advantages."""
   cfg = ctx.cfg
   total, parts = ctx.score(rollout, examples)
+  if cfg.signed_reward:  # the paper's +1 / -1 from the run's 0/1
+    total = 2.0 * np.asarray(total, np.float32) - 1.0
   penalty = length.overlong(
     rollout.texts,
     lengths=rollout.lengths,

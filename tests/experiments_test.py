@@ -551,6 +551,28 @@ def test_rlpr_adds_the_authors_format_and_repetition_terms(monkeypatch):
     dataclasses.replace(cfg, format_weight=2.0).validate()
 
 
+def test_dapo_rewards_correctness_as_plus_or_minus_one(monkeypatch):
+  """The paper's +1 / -1 correctness (--signed_reward), the overlong
+  penalty added to it; false keeps the run's 0/1."""
+  from experiments import dapo
+
+  ctx, examples, rollout, seen = _spied_step(
+    dapo, monkeypatch, overlong_buffer=2
+  )
+  correct = np.array([1, 0, 1, 0], np.float32)
+  monkeypatch.setattr(ctx, "score", lambda *a: (correct, {"task": correct}))
+  dapo.make_batch(rollout, examples, ctx)
+  ctx.cfg = dataclasses.replace(ctx.cfg, signed_reward=False)
+  dapo.make_batch(rollout, examples, ctx)
+  (signed, parts), (plain, _) = seen
+  np.testing.assert_allclose(
+    signed - parts["overlong"], [1, -1, 1, -1], rtol=1e-6, atol=1e-6
+  )
+  np.testing.assert_allclose(
+    plain - parts["overlong"], correct, rtol=1e-6, atol=1e-6
+  )
+
+
 def test_laser_de_pays_answered_wrong_rows_past_the_target_not_looping(
   monkeypatch,
 ):
