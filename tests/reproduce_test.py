@@ -1,5 +1,6 @@
 """experiments/reproduce.py: runs, reuses runs, writes table and plot."""
 
+import collections
 import dataclasses
 import json
 import os
@@ -443,3 +444,35 @@ def test_every_claims_arms_can_write_their_datas_solutions():
         )
         checked.add(name)
   assert {"simplerl_zoo", "adacl", "dump", "logic_rl"} <= checked
+
+
+def test_the_readmes_status_table_names_every_claim_once_and_adds_up():
+  """experiments/README.md's "Status at a glance": one row per claim in
+  CLAIMS (none missing, none unknown), each with a verdict on both
+  testbeds ("-" where not run), and the tallies under it are the table's."""
+  path = os.path.join(os.path.dirname(reproduce.__file__), "README.md")
+  text = open(path).read()
+  table = text.split("### Status at a glance", 1)[1].split("\n\n", 3)[2]
+  rows = [line.split(" | ") for line in table.splitlines()[2:]]
+  names = [r[0].lstrip("| ") for r in rows]
+  assert sorted(names) == sorted(reproduce.CLAIMS), set(names) ^ set(
+    reproduce.CLAIMS
+  )
+  assert all(len(r) == 3 and r[1] and r[2].rstrip(" |") for r in rows), rows
+  # The tallies below it count the table's verdicts by their first words.
+  kinds = ("reproduces", "in direction", "partly", "does not", "not testable")
+  counts = [collections.Counter(), collections.Counter()]
+  for r in rows:
+    for c, cell in zip(counts, (r[1], r[2].rstrip(" |"))):
+      c[next((k for k in kinds if cell.startswith(k)), cell)] += 1
+  words = {
+    "reproduce": "reproduces",
+    "do not reproduce": "does not",
+    "not run": "-",
+  }
+  tallies = text.split("In all, on base v2:", 1)[1].split(".\n", 1)[0]
+  base, tiny = " ".join(tallies.split()).split("; on the tiny testbed: ")
+  for c, said in zip(counts[::-1], (base, tiny)):
+    items = [item.split(" ", 1) for item in said.strip().split(", ")]
+    got = {words.get(what, what): int(n) for n, what in items}
+    assert got == dict(c), (got, dict(c))
