@@ -43,6 +43,7 @@ TPU:  launch/tpu.sh run experiments.dapo --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -58,6 +59,9 @@ from rlreason.rewards import length
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with DAPO's objective; paper: PAPER."""
+
+  # Runs recorded before --signed_reward existed scored 0 / 1.
+  absent_means: ClassVar[dict[str, object]] = {"signed_reward": False}
 
   clip_eps_low: float = 0.2  # (1) epsilon_low, Sec. 3.1
   clip_eps_high: float = 0.28  # (1) epsilon_high, Sec. 3.1

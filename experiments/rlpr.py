@@ -65,6 +65,7 @@ TPU:  launch/tpu.sh run experiments.rlpr --scale=paper \
 import dataclasses
 import functools
 import os
+from typing import ClassVar
 
 import jax
 import numpy as np
@@ -89,6 +90,15 @@ from rlreason.rewards import self_scoring
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale, the probability reward; paper: PAPER."""
+
+  # Runs recorded before these fields existed filtered at the whole average
+  # from step 2 (seeded at step 1) and dropped what they filtered.
+  absent_means: ClassVar[dict[str, object]] = {
+    "std_filter_beta": 1.0,
+    "std_filter_ema_start": 1,
+    "std_filter_start": 2,
+    "refill_rounds": 1,
+  }
 
   # (1) What precedes y* when the completion has no final answer, and (2)
   # the whole text before y* without reasoning (left-stripped). The procedural

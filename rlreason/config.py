@@ -64,6 +64,11 @@ class BaseConfig:
   # Each comma-separated item that is not a keyword or a preset must be a
   # directory that loads (train/preflight.py), checked before any compute.
   model_fields: ClassVar[dict[str, tuple[tuple[str, ...], bool]]] = {}
+  # Fields added with a default that changed what a run does: {field: the
+  # value that gives the behaviour of before it existed}. A run recorded
+  # without the field ran so (run_info.differences: not reused as a run of
+  # the new default). Each class lists its own; subclasses inherit them.
+  absent_means: ClassVar[dict[str, object]] = {}
 
   # What to train.
   model: str = "tiny"  # preset name or a local HF checkpoint directory

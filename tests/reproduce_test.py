@@ -359,6 +359,18 @@ def test_a_field_added_later_at_its_default_is_the_same_run():
   assert reproduce._differences(saved, cfg) == ["warm_start_hints"]
   assert reproduce._differences(saved, Hinted(warm_start_hints=0.0)) == []
 
+  # A field whose default changed what a run does (dapo's +1 / -1 reward,
+  # 0 / 1 before it existed): a run recorded without it is not one of the
+  # new default's, and is one of the old value's.
+  from experiments import dapo
+
+  cfg = dapo.Config()
+  saved = {**dataclasses.asdict(cfg), "class": run_info.class_name(cfg)}
+  del saved["signed_reward"]
+  assert reproduce._differences(saved, cfg) == ["signed_reward"]
+  old = dataclasses.replace(cfg, signed_reward=False)
+  assert reproduce._differences(saved, old) == []
+
 
 def test_configs_are_compared_after_the_experiments_resolve():
   """dars' run() resolves --variant presets before writing config.json."""

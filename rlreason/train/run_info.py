@@ -57,7 +57,9 @@ def differences(saved: dict, cfg, ignore=()) -> list[str]:
   A field added to the Config after the run was made counts as unchanged if
   `cfg` has the default it was introduced with (in the most basic Config
   that has it: the behaviour of the code before it existed), not a
-  subclass's (e.g. a method that turns a new base option on). "class" is
+  subclass's (e.g. a method that turns a new base option on), unless a
+  class's `absent_means` names the value that gives the behaviour of
+  before (a field introduced with a default that changed it). "class" is
   compared too: `module.Class` as the loop saves it.
   """
   want = dataclasses.asdict(cfg)
@@ -66,6 +68,7 @@ def differences(saved: dict, cfg, ignore=()) -> list[str]:
     if dataclasses.is_dataclass(klass):
       for f in dataclasses.fields(klass):
         defaults.setdefault(f.name, f.default)
+      defaults.update(vars(klass).get("absent_means", {}))
   diff = [
     k for k in want if k not in ignore and saved.get(k, defaults[k]) != want[k]
   ]
