@@ -13,18 +13,22 @@ Differs from experiments/grpo.py in exactly:
       --rm_samples completions for each of --rm_prompts training prompts;
       the verifier labels them; preference pairs (chosen = a correct
       sample, rejected = an incorrect one of the same prompt, up to
-      --rm_pairs_per_prompt per prompt; rewards/model.preference_pairs)
-      train a scalar-head RM initialised from the warm-start policy (as
-      InstructGPT's from the SFT model) with the Bradley-Terry loss for
-      --rm_steps steps of --rm_batch_size pairs (rewards/model.train_bt;
-      --rm_micro_batches accumulates a step's gradient over that many
-      micro-batches of them: the same step, less memory). Its pairwise
-      accuracy on the pairs of --rm_heldout held-out prompts goes to
-      reward_model.json in the workdir. The RM is cached under
-      --cache_dir by its settings: a resumed run, or another variant,
-      does not retrain it; a run stopped while the RM trains keeps its
-      samples (<cache>/rm-<key>.partial), so the rerun samples none, and
-      SIGTERM checkpoints the Bradley-Terry steps there (resumed);
+      --rm_pairs_per_prompt per prompt; rewards/bradley_terry.py's
+      preference_pairs) train a scalar-head RM initialised from the
+      warm-start policy (as InstructGPT's from the SFT model) with the
+      Bradley-Terry loss for --rm_steps steps of --rm_batch_size pairs
+      (bradley_terry.train_bt; --rm_micro_batches accumulates a step's
+      gradient over that many micro-batches of them: the same step, less
+      memory), batched as InstructGPT's (Sec. 3.5): all of a prompt's
+      pairs in one step, each prompt weighted alike
+      (--rm_batching=prompt; `pairs` draws pairs one by one, each
+      alike). Its pairwise accuracy on the pairs of --rm_heldout
+      held-out prompts goes to reward_model.json in the workdir. The RM
+      is cached under --cache_dir by its settings: a resumed run, or
+      another variant, does not retrain it; a run stopped while the RM
+      trains keeps its samples (<cache>/rm-<key>.partial), so the rerun
+      samples none, and SIGTERM checkpoints the Bradley-Terry steps there
+      (resumed);
   (2) the reward r = w * r_RM + (1 - w) * r_verifier, w = --rm_weight,
       r_RM = (RM score - mu) / sigma with mu, sigma the mean and std of the
       RM's scores on its own training samples (InstructGPT shifts its RM
@@ -85,6 +89,7 @@ from rlreason.sampling import draw as sampling_lib
 from rlreason.train import sft
 from rlreason.train import train_step as ts
 from rlreason import storage
+from rlreason.rewards import bradley_terry as bt
 from rlreason.rewards import judge as judge_lib
 from rlreason.rewards import model as rm
 from rlreason.model import transformer
@@ -97,6 +102,8 @@ class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with the RM reward; paper: PAPER."""
 
   model_fields: ClassVar = {"judge_model": (("",), False)}
+  # Runs recorded before --rm_batching drew the pairs one by one.
+  absent_means: ClassVar[dict[str, object]] = {"rm_batching": "pairs"}
 
   rm_kind: str = "scalar"  # scalar (trained, (1)) | judge (generative)
   # (2) w, the reward model's share: r = w * r_RM + (1 - w) * r_verifier
@@ -106,6 +113,9 @@ class Config(grpo.TinyConfig):
   rm_prompts: int = 256
   rm_samples: int = 8  # (1) responses sampled per preference prompt
   rm_pairs_per_prompt: int = 4  # (1) preference pairs drawn from them
+  # (1) prompt: a prompt's pairs in one step, each prompt weighted alike
+  # (InstructGPT); pairs: pairs shuffled one by one, each weighted alike
+  rm_batching: str = "prompt"
   rm_heldout: float = 0.25  # fraction of the prompts held out
   # (1) Bradley-Terry training (assumed: several epochs over the pairs;
   # InstructGPT trains one epoch, more overfit its 6B RM). At 300 steps,
@@ -143,6 +153,19 @@ class Config(grpo.TinyConfig):
       )
     if min(self.rm_steps, self.rm_batch_size, self.rm_pairs_per_prompt) < 0:
       raise ValueError("Invalid config: negative --rm_* size")
+    if self.rm_batching not in ("prompt", "pairs"):
+      raise ValueError(
+        f"Invalid config: --rm_batching={self.rm_batching!r}; expected "
+        "'prompt' or 'pairs'"
+      )
+    if self.rm_batching == "prompt" and (
+      self.rm_pairs_per_prompt > self.rm_batch_size
+    ):
+      raise ValueError(
+        f"Invalid config: --rm_pairs_per_prompt={self.rm_pairs_per_prompt} "
+        f"exceeds --rm_batch_size={self.rm_batch_size}: with "
+        "--rm_batching=prompt a prompt's pairs share one step"
+      )
     if self.rm_micro_batches < 1 or self.rm_batch_size % self.rm_micro_batches:
       raise ValueError(
         f"Invalid config: --rm_micro_batches={self.rm_micro_batches} must "
@@ -185,6 +208,7 @@ def _settings(cfg) -> dict:
     "rm_steps",
     "rm_batch_size",
     "rm_lr",
+    "rm_batching",
   )
   return {k: getattr(cfg, k) for k in keys}
 
@@ -266,7 +290,7 @@ def train_reward_model(cfg, ctx, params, partial: str | None = None):
   tokens, positions, correct, n_prompts = kept_preference_data(
     cfg, ctx, params, partial
   )
-  chosen, rejected = rm.preference_pairs(
+  chosen, rejected = bt.preference_pairs(
     correct, cfg.rm_samples, max_pairs=cfg.rm_pairs_per_prompt, seed=cfg.seed
   )
   # Held-out pairs come from held-out prompts (the last ones drawn).
@@ -290,7 +314,7 @@ def train_reward_model(cfg, ctx, params, partial: str | None = None):
     resume = checkpoint.Resumable(bt_dir, "reward model training")
   # Its signal handlers go however the training ends.
   with resume or contextlib.nullcontext():
-    trained, losses = rm.train_bt(
+    trained, losses = bt.train_bt(
       init,
       model_cfg,
       train_c,
@@ -305,6 +329,10 @@ def train_reward_model(cfg, ctx, params, partial: str | None = None):
       # A train step too: under the policy's --train_temp_budget_mib.
       compiler_options=ts.compiler_options(cfg.train_temp_budget_mib, ctx.mesh),
       resume=resume,
+      # (1) InstructGPT's batching: the pairs' prompts.
+      groups=(
+        chosen[~held] // cfg.rm_samples if cfg.rm_batching == "prompt" else None
+      ),
     )
   on_mesh = dict(batch_size=ctx.score_rows, mesh=ctx.mesh)
   s = rm.scores(
@@ -315,10 +343,10 @@ def train_reward_model(cfg, ctx, params, partial: str | None = None):
     "pairs_train": int(len(train_c[0])),
     "pairs_heldout": int(len(held_c[0])),
     "heldout_pair_accuracy": nan_none(
-      rm.pairwise_accuracy(trained, held_c, held_r, model_cfg, **on_mesh)
+      bt.pairwise_accuracy(trained, held_c, held_r, model_cfg, **on_mesh)
     ),
     "train_pair_accuracy": nan_none(
-      rm.pairwise_accuracy(trained, train_c, train_r, model_cfg, **on_mesh)
+      bt.pairwise_accuracy(trained, train_c, train_r, model_cfg, **on_mesh)
     ),
     "sample_accuracy": float(correct.mean()),
     "bt_loss_first": losses[0] if losses else None,
@@ -455,7 +483,7 @@ def make_batch(rollout, examples, ctx, *, reward_model):
     ctx,
     rewards=(total, {"rm": proxy, "verifier": gold}),
   )
-  c, r = rm.preference_pairs(
+  c, r = bt.preference_pairs(
     gold, cfg.group_size, max_pairs=cfg.group_size**2, seed=ctx.step
   )
   if len(c):

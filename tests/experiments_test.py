@@ -69,16 +69,17 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(
 ):
   from experiments import rm_grpo
 
-  steps = []  # train_bt's micro-batches and compile options
-  train_bt = rm_grpo.rm.train_bt
+  steps = []  # train_bt's micro-batches, compile options, pairs' prompts
+  train_bt = rm_grpo.bt.train_bt
 
   def spy(*args, **kwargs):
-    steps.append((kwargs["micro_batches"], kwargs["compiler_options"]))
+    g = kwargs["groups"]  # --rm_batching=prompt: the pairs' prompts
+    steps.append((kwargs["micro_batches"], kwargs["compiler_options"], g))
     if len(steps) == 1:  # the first run is stopped as its RM trains
       raise KeyboardInterrupt
     return train_bt(*args, **kwargs)
 
-  monkeypatch.setattr(rm_grpo.rm, "train_bt", spy)
+  monkeypatch.setattr(rm_grpo.bt, "train_bt", spy)
   sampled = testing.spy(
     monkeypatch, rm_grpo, "preference_data", lambda *a: len(a)
   )
@@ -103,13 +104,17 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(
   assert len(sampled) == 1 and not (tmp_path / "cache" / partial).exists()
   # The policy's --train_temp_budget_mib as train_step.compiler_options
   # gives it (none on CPU; model_test: the options reach the compile).
-  assert steps == [(2, None)] * 2, steps
+  assert [s[:2] for s in steps] == [(2, None)] * 2, steps
   for r in train:  # the proxy and the gold reward, every step
     assert np.isfinite(r["reward/rm"]) and 0 <= r["accuracy"] <= 1
     mixed = 0.5 * r["reward/rm"] + 0.5 * r["reward/verifier"]
     np.testing.assert_allclose(r["reward"], mixed, rtol=1e-5, atol=1e-5)
   info = json.load(open(tmp_path / "run/reward_model.json"))
   assert info["sample_accuracy"] is not None and "heldout_pair_accuracy" in info
+  # InstructGPT's batching: each training pair's prompt (prompt-major).
+  groups = steps[1][2]
+  assert len(groups) == info["pairs_train"], (groups, info)
+  assert np.all(np.diff(groups) >= 0) and np.all(groups < cfg.rm_prompts)
   (cached,) = [p for p in os.listdir(tmp_path / "cache") if p.startswith("rm-")]
   # A rerun loads the cached RM: with no context or policy to sample from,
   # retraining would fail.

@@ -31,7 +31,7 @@ Up to seven programs are compiled at the sizes the loop runs them:
               resident beside every other program (SCORERS);
   reward_model_train  with a reward model trained before the RL
               (`reward_model_pairs` pairs per step: rm_grpo's
-              Bradley-Terry step, rewards/model.py's bt_update), beside
+              Bradley-Terry step, rewards/bradley_terry.py's bt_update), beside
               the policy's weights as loaded;
   judge,      with other models that sample in the run (`samplers`,
   teachers    {program: the config they sample at, or a program.Sampler

@@ -21,6 +21,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason.plan import program as program_lib
 from rlreason.plan import state as state_lib
+from rlreason.rewards import bradley_terry
 from rlreason.rewards import model as reward_model
 from rlreason.rl import value
 from rlreason.train import train_step as ts
@@ -112,9 +113,10 @@ def compile_values(
 def compile_reward_model_train(
   cfg, rm_cfg, mesh, pairs: int
 ) -> program_lib.Program:
-  """rm_grpo's Bradley-Terry step before the RL (rewards/model.py's
+  """rm_grpo's Bradley-Terry step before the RL (rewards/bradley_terry.py's
   bt_update, as train_bt runs it): `pairs` chosen and rejected rows of
-  P + T tokens, split by rows where they divide (mesh.put_rows), in
+  P + T tokens and their weights, split by rows where they divide
+  (mesh.put_rows), in
   cfg.rm_micro_batches gradient-accumulation micro-batches (1 without
   it) under --train_temp_budget_mib, the reward model's weights (param
   dtype, TRAIN_RULES; head replicated) and AdamW moments donated."""
@@ -129,8 +131,14 @@ def compile_reward_model_train(
   micro = getattr(cfg, "rm_micro_batches", 1)
   budget = cfg.train_temp_budget_mib  # rm_grpo's, as the policy's step's
   options = ts.compiler_options(budget, mesh)
-  step = reward_model.bt_update(rm_cfg, optimizer, mesh, micro, options)
-  compiled = step.lower(params, opt_state, ids, ids, ids, ids).compile()
+  step = bradley_terry.bt_update(rm_cfg, optimizer, mesh, micro, options)
+  split = mesh_lib.spec(("batch",), mesh_lib.ROLLOUT_RULES, (pairs,), mesh)
+  weights = jax.ShapeDtypeStruct(
+    (pairs,), jnp.float32, sharding=jax.sharding.NamedSharding(mesh, split)
+  )
+  compiled = step.lower(
+    params, opt_state, ids, ids, ids, ids, weights
+  ).compile()
   return dataclasses.replace(
     program_lib.analyse("reward_model_train", compiled),
     temp_budget_mib=budget if options else 0,

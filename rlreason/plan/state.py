@@ -187,7 +187,7 @@ def reward_model_params(model_cfg, mesh, trained: bool = False):
   """A scalar reward model as the RL loop keeps it (rewards/model.py's
   frozen_on_mesh): the backbone as the reference's (ref_params), the head
   replicated in float32. `trained`: as rm_grpo trains it before the RL
-  (rewards/model.py's train_bt), the backbone in the param dtype as the
+  (rewards/bradley_terry.py's train_bt), the backbone in the param dtype as the
   policy's weights it starts from (TRAIN_RULES)."""
   rep = mesh_lib.replicated(mesh)
   return {

@@ -430,7 +430,7 @@ def test_a_reward_model_is_planned_with_its_forward_and_resident_weights(
 
 
 def test_a_reward_models_training_is_planned_before_the_rl(results):
-  """rm_grpo's Bradley-Terry step (rewards/model.py's bt_update): the
+  """rm_grpo's Bradley-Terry step (rewards/bradley_terry.py's bt_update): the
   reward model's fp32 weights and two Adam moments as arguments, updated
   in place (aliased), the policy's weights as loaded beside it, the pairs'
   2 x rm_batch_size rows per step; timed once, apart from the RL step."""
