@@ -192,7 +192,8 @@ def train_bt(
   units = np.arange(m)[:, None]
   if groups is not None:
     _, of = np.unique(np.asarray(groups), return_inverse=True)
-    units = [np.flatnonzero(of == u) for u in range(of.max() + 1)]
+    by_prompt = np.argsort(of, kind="stable")
+    units = np.split(by_prompt, np.cumsum(np.bincount(of))[:-1])
     most = max(len(u) for u in units)
     if most > rows:
       raise ValueError(
