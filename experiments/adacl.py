@@ -76,6 +76,9 @@ from rlreason.rl import objective
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale on a mixture of levels; paper: PAPER."""
 
+  # Runs recorded before --egsr existed re-sampled no failed group.
+  absent_means: ClassVar[dict[str, object]] = {"egsr": False}
+
   # EGSR's make_batch (guidance.resampling) does not apply
   # --rollout_correction: the flag is an error here, not a no-op.
   corrects_rollouts: ClassVar[bool] = False

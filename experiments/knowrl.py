@@ -43,6 +43,7 @@ TPU:  launch/tpu.sh run experiments.knowrl --scale=paper \
 """
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
@@ -59,6 +60,9 @@ from rlreason.rl import objective
 @dataclasses.dataclass(frozen=True)
 class Config(grpo.TinyConfig):
   """grpo.TinyConfig's laptop scale with KP hints; paper: PAPER."""
+
+  # Runs recorded before --prompt_pool existed drew from the whole set.
+  absent_means: ClassVar[dict[str, object]] = {"prompt_pool": 0}
 
   data: str = "task:arithmetic:difficulty=1-3,n=4000"
   max_prompt_len: int = 192  # room for all KPs of a level-3 problem

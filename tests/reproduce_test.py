@@ -488,3 +488,23 @@ def test_the_readmes_status_table_names_every_claim_once_and_adds_up():
     items = [item.split(" ", 1) for item in said.strip().split(", ")]
     got = {words.get(what, what): int(n) for n, what in items}
     assert got == dict(c), (got, dict(c))
+
+
+def test_every_absent_means_names_a_field_and_a_runnable_other_value():
+  """Config.absent_means (run_info.differences) of every claim's
+  experiments: each key a field of its Config, each value unlike the
+  field's default (or it would change nothing) and one a run can take
+  (the old behaviour is still a flag)."""
+  import importlib
+
+  names = {m for c in reproduce.CLAIMS.values() for m, _ in c.variants.values()}
+  found = 0
+  for name in sorted(names):
+    klass = importlib.import_module(f"experiments.{name}").Config
+    fields = {f.name: f.default for f in dataclasses.fields(klass)}
+    for key, value in vars(klass).get("absent_means", {}).items():
+      assert key in fields, (name, key)
+      assert value != fields[key], (name, key, value)
+      dataclasses.replace(klass(), **{key: value}).validate()
+      found += 1
+  assert found >= 8, found  # dapo 1, rlpr 4, rm_grpo 1, adacl 1, knowrl 1
