@@ -116,10 +116,10 @@ def compile_reward_model_train(
   """rm_grpo's Bradley-Terry step before the RL (rewards/bradley_terry.py's
   bt_update, as train_bt runs it): `pairs` chosen and rejected rows of
   P + T tokens and their weights, split by rows where they divide
-  (mesh.put_rows), in
-  cfg.rm_micro_batches gradient-accumulation micro-batches (1 without
-  it) under --train_temp_budget_mib, the reward model's weights (param
-  dtype, TRAIN_RULES; head replicated) and AdamW moments donated."""
+  (mesh.put_rows), in cfg.rm_micro_batches gradient-accumulation
+  micro-batches (1 without it) under --train_temp_budget_mib, the reward
+  model's weights (param dtype, TRAIN_RULES; head replicated) and AdamW
+  moments donated."""
   params = state_lib.reward_model_params(rm_cfg, mesh, trained=True)
   optimizer = optax.adamw(1e-5)  # the rate does not change the program
   opt_state = state_lib.optimizer_state(optimizer, params, mesh)
