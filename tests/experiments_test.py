@@ -81,7 +81,7 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(
 
   monkeypatch.setattr(rm_grpo.bt, "train_bt", spy)
   sampled = testing.spy(
-    monkeypatch, rm_grpo, "preference_data", lambda *a: len(a)
+    monkeypatch, rm_grpo.rm_stage, "preference_data", lambda *a: len(a)
   )
 
   cfg = dataclasses.replace(
@@ -118,7 +118,7 @@ def test_rm_grpo_logs_proxy_and_gold_and_reuses_its_reward_model(
   (cached,) = [p for p in os.listdir(tmp_path / "cache") if p.startswith("rm-")]
   # A rerun loads the cached RM: with no context or policy to sample from,
   # retraining would fail.
-  _, again = rm_grpo.cached_reward_model(
+  _, again = rm_grpo.rm_stage.cached_reward_model(
     rm_grpo.sft.warm_started(cfg), None, None
   )
   assert again == info and os.listdir(tmp_path / "cache").count(cached) == 1
