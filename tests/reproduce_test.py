@@ -281,6 +281,21 @@ def test_a_run_stopped_by_sigterm_stops_the_reproduction(tmp_path, monkeypatch):
   assert not os.path.exists(tmp_path / "runs/tiny/results.md")
 
 
+def _finished_run(cfg, commit="c0ffee"):
+  """A run that reached its last step, as _finished reads it."""
+  os.makedirs(cfg.workdir)
+  saved = {**dataclasses.asdict(cfg), "class": run_info.class_name(cfg)}
+  for name, value in (("config", saved), ("eval_after", {})):
+    with open(os.path.join(cfg.workdir, f"{name}.json"), "w") as f:
+      json.dump(value, f)
+  with open(os.path.join(cfg.workdir, "metrics.jsonl"), "w") as f:
+    for step in (1, 2):
+      f.write(json.dumps({"step": step, "loss": 0.0, "accuracy": 0.5}))
+      f.write("\n")
+  with open(os.path.join(cfg.workdir, "COMMIT"), "w") as f:
+    f.write(commit + "\n")
+
+
 def test_variants_runs_and_reports_those_arms_alone(tmp_path, monkeypatch):
   """--variants=c,a: arms a and c in the claim's order, b never configured
   or run, the table and its command naming only them."""
@@ -288,17 +303,9 @@ def test_variants_runs_and_reports_those_arms_alone(tmp_path, monkeypatch):
 
   ran = []
 
-  def finished(cfg):  # a run that reached its last step, as _finished reads
+  def finished(cfg):
     ran.append(os.path.basename(os.path.dirname(cfg.workdir)))
-    os.makedirs(cfg.workdir)
-    saved = {**dataclasses.asdict(cfg), "class": run_info.class_name(cfg)}
-    for name, value in (("config", saved), ("eval_after", {})):
-      with open(os.path.join(cfg.workdir, f"{name}.json"), "w") as f:
-        json.dump(value, f)
-    with open(os.path.join(cfg.workdir, "metrics.jsonl"), "w") as f:
-      for step in (1, 2):
-        f.write(json.dumps({"step": step, "loss": 0.0, "accuracy": 0.5}))
-        f.write("\n")
+    _finished_run(cfg)
 
   monkeypatch.setattr(grpo, "run", finished)
   claim = reproduce.Claim(
@@ -330,6 +337,58 @@ def test_variants_runs_and_reports_those_arms_alone(tmp_path, monkeypatch):
   assert "--variants=a,c " in text
   with pytest.raises(ValueError, match="'d' not among tiny's arms: a, b, c"):
     run_all(["a", "d"])
+
+
+def test_a_run_reused_from_other_code_says_so_and_the_report_names_commits(
+  tmp_path, monkeypatch, capsys
+):
+  """config.json cannot tell a change of code without a field, so reusing
+  a run says which commit made it and which code files differ from it
+  now, and results.md names the commits that made its runs."""
+  from experiments import grpo
+
+  claim = reproduce.Claim(
+    claim="tiny",
+    variants={"a": ("grpo", {}), "b": ("grpo", {"lr": 1.0})},
+    metric="accuracy",
+    expected="anything",
+  )
+  made = {"a": "abc123", "b": "def456"}
+  monkeypatch.setattr(
+    grpo,
+    "run",
+    lambda cfg: _finished_run(cfg, made[cfg.workdir.split(os.sep)[-2]]),
+  )
+  changed = {"abc123": ["rlreason/rl/losses.py"], "def456": []}
+  monkeypatch.setattr(run_info, "code_changes", changed.get)
+
+  def run_all():
+    return reproduce.run_all(
+      "tiny", claim, [0], steps=2, root=str(tmp_path), common=TINY,
+      testbed_name="tiny",
+    )  # fmt: skip
+
+  text = open(run_all()).read()
+  assert (
+    "Code: the runs were made at 2 commits: abc123 (a/seed0); "
+    "def456 (b/seed0)" in text
+  )
+  results = json.load(open(tmp_path / "tiny/results.json"))
+  assert results["commits"] == {"abc123": ["a/seed0"], "def456": ["b/seed0"]}
+  capsys.readouterr()
+  run_all()  # both reused
+  out = capsys.readouterr().out
+  assert (
+    "a seed 0: reusing " + str(tmp_path / "tiny/a/seed0") + " (made at "
+    "abc123; 1 code file(s) differ from it now: rlreason/rl/losses.py; "
+    "delete it or pass another --root to rerun on this code)\n" in out
+  )
+  assert "b seed 0: reusing " + str(tmp_path / "tiny/b/seed0") + "\n" in out
+  os.remove(tmp_path / "tiny/b/seed0/COMMIT")
+  os.remove(tmp_path / "tiny/results.md")
+  text = open(run_all()).read()
+  assert "b seed 0: reusing" in capsys.readouterr().out
+  assert "unknown (b/seed0)" in text
 
 
 def test_a_field_added_later_at_its_default_is_the_same_run():

@@ -3,7 +3,7 @@
 experiments/reproduce.py runs every variant of a `Claim`
 (experiments/claims.py) for every seed, each in its own workdir
 (<root>/<method>/<variant>/seed<k>); `write_report` reads their
-metrics.jsonl and eval_{before,after}.json and writes results.md,
+metrics.jsonl, eval_{before,after}.json and COMMIT and writes results.md,
 curves.png and results.json under <root>/<method> (reproduce.py's
 docstring). `claim` is any object with a Claim's fields (variants, metric,
 extra, evals, claim, expected).
@@ -16,6 +16,7 @@ import numpy as np
 
 from rlreason import metrics as metrics_lib
 from rlreason.train import report
+from rlreason.train import run_info
 
 HEAD, TAIL = 0.1, 0.25  # fractions of the steps: "start" and "end" windows
 
@@ -122,14 +123,37 @@ def plot(name: str, claim, seeds, *, root: str, path: str) -> None:
   plt.close(fig)
 
 
+def commits(name: str, claim, seeds, *, root: str) -> dict[str, list[str]]:
+  """{commit: ["variant/seed<k>", ...]}: the code each run was made by (its
+  COMMIT file; "unknown" without one), first-seen order."""
+  out = {}
+  for label in claim.variants:
+    for seed in seeds:
+      workdir = os.path.join(root, name, label, f"seed{seed}")
+      made = run_info.commit_of(workdir) or "unknown"
+      out.setdefault(made, []).append(f"{label}/seed{seed}")
+  return out
+
+
+def _code_line(made: dict[str, list[str]]) -> str:
+  if len(made) == 1:
+    return f"Code: every run made at commit {next(iter(made))}."
+  return f"Code: the runs were made at {len(made)} commits: " + "; ".join(
+    f"{c} ({', '.join(runs)})" for c, runs in made.items()
+  )
+
+
 def write_report(name: str, claim, seeds, *, root: str, command: str) -> str:
   """results.md, results.json and curves.png under root/name; `command`
   is the command line that made the runs (every flag that changes them)."""
   table = summarize(name, claim, seeds, root=root)
   outdir = os.path.join(root, name)
   plot(name, claim, seeds, root=root, path=os.path.join(outdir, "curves.png"))
+  made = commits(name, claim, seeds, root=root)
   with open(os.path.join(outdir, "results.json"), "w") as f:
-    json.dump({"seeds": list(seeds), "variants": table}, f, indent=2)
+    json.dump(
+      {"seeds": list(seeds), "variants": table, "commits": made}, f, indent=2
+    )
   columns = [
     claim.metric,
     "delta",
@@ -144,6 +168,8 @@ def write_report(name: str, claim, seeds, *, root: str, command: str) -> str:
     f"Expected: {claim.expected}.",
     "",
     f"Command: `{command}`",
+    "",
+    _code_line(made),
     "",
     f"Per-step metrics are means over the last {TAIL:.0%} of the steps; "
     f"delta is that minus the mean over the first {HEAD:.0%} (growth "

@@ -5,6 +5,7 @@
   workdir = run_info.workdir_for(cfg, "grpo")
   run_info.write_run_info(workdir, cfg)        # config.json + COMMIT
   run_info.differences(saved, cfg)             # vs a saved config.json
+  run_info.code_changes(run_info.commit_of(workdir))  # code since a run
 
 status.json (STATUS) is written by the loop when `train` returns.
 RESUMABLE_CHANGES are the fields a resume may change without
@@ -327,6 +328,41 @@ def current_commit(ignore: tuple[str, ...] = ()) -> str:
       with open(shipped) as f:
         return f.read().strip() or "unknown"
     return "unknown"
+
+
+def commit_of(workdir: str) -> str | None:
+  """The COMMIT a run's workdir records (write_run_info), or None."""
+  path = os.path.join(workdir, "COMMIT")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return f.read().strip() or None
+
+
+def code_changes(
+  commit: str,
+  paths: tuple[str, ...] = ("rlreason", "experiments"),
+  repo: str | None = None,
+) -> list[str] | None:
+  """The .py files under `paths` (from the root of the repository holding
+  `repo`, default this package) in which the working tree differs from
+  `commit` (a COMMIT file's; "-dirty" dropped: the uncommitted part is not
+  recorded); None where git cannot tell (no repository, a commit it does
+  not have)."""
+  specs = [f":(top,glob){p}/**/*.py" for p in paths]
+  try:
+    out = subprocess.run(
+      ["git", "diff", "--name-only", commit.removesuffix("-dirty"), "--"]
+      + specs,
+      capture_output=True,
+      text=True,
+      cwd=repo or _HERE,
+      timeout=30,
+      check=True,
+    ).stdout
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return out.split()
 
 
 def write_run_info(workdir: str, cfg) -> None:

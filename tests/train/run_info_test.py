@@ -1,4 +1,5 @@
 """run_info.current_commit: HEAD, "-dirty" only for changes that count;
+code_changes: the code a run was not made by;
 compile_cache_dir: where --compile_cache keeps compiled programs."""
 
 import dataclasses
@@ -91,3 +92,36 @@ def test_a_run_turns_the_compile_cache_off_and_on_in_one_process(tmp_path):
     jax.config.update("jax_enable_compilation_cache", before[0])
     compilation_cache.set_cache_dir(before[1])
     compilation_cache.reset_cache()
+
+
+def test_code_changes_lists_the_code_a_run_was_not_made_by(tmp_path):
+  """A run's COMMIT against today's tree: the .py files under rlreason/ and
+  experiments/ that differ, committed since or not; documents and results
+  do not count; None for a commit git does not have."""
+  repo = tmp_path / "repo"
+  for path in ("rlreason/rl/loss.py", "experiments/m.py", "docs/a.py"):
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text("x = 1\n")
+  (repo / "experiments" / "README.md").write_text("table\n")
+  _git(repo, "init", "-q")
+  _git(repo, "add", ".")
+  _git(repo, "commit", "-q", "-m", "init")
+  made = subprocess.run(
+    ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+  ).stdout.strip()
+  run = tmp_path / "run"
+  run.mkdir()
+  assert run_info.commit_of(str(run)) is None
+  (run / "COMMIT").write_text(made + "\n")
+  assert run_info.commit_of(str(run)) == made
+  sub = str(repo / "rlreason")  # asked from inside, as the package is
+  assert run_info.code_changes(made, repo=sub) == []
+
+  (repo / "rlreason" / "rl" / "loss.py").write_text("x = 2\n")
+  _git(repo, "commit", "-q", "-am", "a change of code")
+  for path in ("experiments/README.md", "docs/a.py"):
+    (repo / path).write_text("changed\n")
+  (repo / "experiments" / "m.py").write_text("x = 3\n")  # not committed
+  changed = run_info.code_changes(made + "-dirty", repo=sub)
+  assert changed == ["experiments/m.py", "rlreason/rl/loss.py"]
+  assert run_info.code_changes("0" * 40, repo=sub) is None
