@@ -23,18 +23,23 @@ def _git(repo, *args):
   )
 
 
+def _commit_all(repo) -> str:
+  """A new repository at `repo` holding its files; returns the commit."""
+  _git(repo, "init", "-q")
+  _git(repo, "add", ".")
+  _git(repo, "commit", "-q", "-m", "init")
+  return subprocess.run(
+    ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
+  ).stdout.strip()
+
+
 def test_dirty_ignores_only_the_named_paths(tmp_path, monkeypatch):
   repo = tmp_path / "repo"
   (repo / "pkg").mkdir(parents=True)
   (repo / "results").mkdir()
   (repo / "pkg" / "code.py").write_text("x = 1\n")
   (repo / "results" / "r.json").write_text("{}\n")
-  _git(repo, "init", "-q")
-  _git(repo, "add", ".")
-  _git(repo, "commit", "-q", "-m", "init")
-  head = subprocess.run(
-    ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
-  ).stdout.strip()
+  head = _commit_all(repo)
   # As in the package: asked from a subdirectory, answered for the whole repo.
   monkeypatch.setattr(run_info, "_HERE", str(repo / "pkg"))
   assert run_info.current_commit() == head
@@ -103,12 +108,7 @@ def test_code_changes_lists_the_code_a_run_was_not_made_by(tmp_path):
     (repo / path).parent.mkdir(parents=True, exist_ok=True)
     (repo / path).write_text("x = 1\n")
   (repo / "experiments" / "README.md").write_text("table\n")
-  _git(repo, "init", "-q")
-  _git(repo, "add", ".")
-  _git(repo, "commit", "-q", "-m", "init")
-  made = subprocess.run(
-    ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True
-  ).stdout.strip()
+  made = _commit_all(repo)
   run = tmp_path / "run"
   run.mkdir()
   assert run_info.commit_of(str(run)) is None
