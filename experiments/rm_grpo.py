@@ -18,6 +18,7 @@ Differs from experiments/grpo.py in exactly:
       preference_pairs) train a scalar-head RM initialised from the
       warm-start policy (as InstructGPT's from the SFT model) with the
       Bradley-Terry loss for --rm_steps steps of --rm_batch_size pairs
+      at --rm_lr (--rm_schedule=cosine: InstructGPT's decay to a tenth)
       (bradley_terry.train_bt; --rm_micro_batches accumulates a step's
       gradient over that many micro-batches of them: the same step, less
       memory), batched as InstructGPT's (Sec. 3.5): all of a prompt's
@@ -120,6 +121,9 @@ class Config(grpo.TinyConfig):
   # the same update (to rounding), a fraction of the activations live.
   rm_micro_batches: int = 1
   rm_lr: float = 1e-3  # (1) the reward model's learning rate
+  # (1) its schedule over --rm_steps: constant | cosine (InstructGPT's:
+  # down to 10% of --rm_lr by the last step)
+  rm_schedule: str = "constant"
   # --rm_kind=judge: "" = the warm-start policy judges; else an HF dir.
   judge_model: str = ""
   judge_samples: int = 1  # verdicts per response (mean)
@@ -146,6 +150,11 @@ class Config(grpo.TinyConfig):
       )
     if min(self.rm_steps, self.rm_batch_size, self.rm_pairs_per_prompt) < 0:
       raise ValueError("Invalid config: negative --rm_* size")
+    if self.rm_schedule not in bt.SCHEDULES:
+      raise ValueError(
+        f"Invalid config: --rm_schedule={self.rm_schedule!r}; expected one "
+        f"of {bt.SCHEDULES}"
+      )
     if self.rm_batching not in ("prompt", "pairs"):
       raise ValueError(
         f"Invalid config: --rm_batching={self.rm_batching!r}; expected "
@@ -168,15 +177,20 @@ class Config(grpo.TinyConfig):
 
 PAPER = dict(
   grpo.PAPER,
-  # (1) All assumed: preference data from the policy's own samples on the
-  # training prompts; InstructGPT's RM batch of 64 and a small lr (its
-  # 6B RM: one epoch).
+  # (1) InstructGPT's 6B RM (App. C): lr 9e-6, cosine to 10% of it by the
+  # end. Assumed: preference data from the policy's own samples on the
+  # training prompts (K = 8; every correct-vs-incorrect pair, at most 16);
+  # a step of 64 pairs, whole prompts (4 to 64 of them), 500 steps.
+  # InstructGPT's batch is 64 prompts with all their comparisons (up to
+  # 2,304), for one epoch: a step that size changes the planned programs
+  # (the README's planning table).
   rm_prompts=4096,
   rm_samples=8,
   rm_pairs_per_prompt=16,
   rm_steps=500,
   rm_batch_size=64,
-  rm_lr=1e-5,
+  rm_lr=9e-6,
+  rm_schedule="cosine",
 )
 
 

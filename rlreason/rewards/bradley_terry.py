@@ -122,6 +122,21 @@ def bt_update(
   )
 
 
+SCHEDULES = ("constant", "cosine")
+
+
+def learning_rate(lr: float, steps: int, schedule: str) -> optax.Schedule:
+  """train_bt's learning rate by step: `lr` throughout ("constant"), or
+  InstructGPT's for its reward model (its App. C: a cosine decay to 10% of
+  the initial rate by the end of training): lr at step 0, lr / 10 at
+  `steps` ("cosine")."""
+  if schedule == "constant":
+    return optax.constant_schedule(lr)
+  if schedule == "cosine":
+    return optax.cosine_decay_schedule(lr, max(steps, 1), alpha=0.1)
+  raise ValueError(f"schedule={schedule!r}; expected one of {SCHEDULES}")
+
+
 def train_bt(
   params: dict,
   model_cfg,
@@ -139,6 +154,7 @@ def train_bt(
   compiler_options: dict | None = None,
   resume=None,
   groups: np.ndarray | None = None,
+  schedule: str = "constant",
 ) -> tuple[dict, list[float]]:
   """Bradley-Terry training: minimises -log sigmoid(r(c) - r(r)) over pairs.
 
@@ -173,6 +189,7 @@ def train_bt(
       raises its Stopped; a later call with the same arguments resumes it
       and ends as an uninterrupted one would.
     groups: [M] the prompt of each pair (any ids), or None.
+    schedule: the learning rate's over the steps (`learning_rate`).
 
   Returns:
     (params, [steps] training losses, each before its update).
@@ -201,7 +218,9 @@ def train_bt(
         f"(batch_size={batch_size}, micro_batches={micro_batches}): its "
         "pairs must fit in one step"
       )
-  opt = optax.adamw(lr, weight_decay=weight_decay)
+  opt = optax.adamw(
+    learning_rate(lr, steps, schedule), weight_decay=weight_decay
+  )
   # Own buffers, updated in place (bt_update donates them): the caller's
   # (the policy's weights as the backbone) stay valid, and one step holds
   # one copy of the weights and moments.

@@ -57,7 +57,10 @@ def settings(cfg) -> dict:
     "rm_lr",
     "rm_batching",
   )
-  return {k: getattr(cfg, k) for k in keys}
+  out = {k: getattr(cfg, k) for k in keys}
+  if cfg.rm_schedule != "constant":  # the keys of models trained before it
+    out["rm_schedule"] = cfg.rm_schedule
+  return out
 
 
 def _left_pad(arrays, fill):
@@ -180,6 +183,7 @@ def train_reward_model(cfg, ctx, params, partial: str | None = None):
       groups=(
         chosen[~held] // cfg.rm_samples if cfg.rm_batching == "prompt" else None
       ),
+      schedule=cfg.rm_schedule,
     )
   on_mesh = dict(batch_size=ctx.score_rows, mesh=ctx.mesh)
   s = rm.scores(

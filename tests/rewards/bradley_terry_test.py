@@ -429,3 +429,42 @@ def test_train_bt_by_prompt_keeps_a_prompts_pairs_in_one_step(monkeypatch):
       params, CFG, chosen, rejected, steps=1, batch_size=2, lr=1e-2,
       groups=groups,
     )  # fmt: skip
+
+
+def test_the_cosine_schedule_ends_at_a_tenth_and_train_bt_steps_by_it(
+  monkeypatch,
+):
+  """InstructGPT's reward-model schedule: lr at step 0, (0.1 + 0.9 x 0.5)
+  lr = 0.55 lr halfway, 0.1 lr at the end (constant: lr throughout); the
+  optimizer train_bt builds moves a weight by exactly that rate on each
+  step of a constant gradient (Adam's step of a constant gradient is the
+  rate itself, its moments' bias corrected)."""
+  lr, steps = 1e-3, 10
+  cos = bt.learning_rate(lr, steps, "cosine")
+  for t, want in ((0, 1.0), (5, 0.55), (10, 0.1), (20, 0.1)):
+    np.testing.assert_allclose(cos(t), want * lr, rtol=1e-6, atol=1e-12)
+  np.testing.assert_allclose(
+    bt.learning_rate(lr, steps, "constant")(7), lr, rtol=1e-6, atol=1e-12
+  )
+  with pytest.raises(ValueError, match="schedule='linear'"):
+    bt.learning_rate(lr, steps, "linear")
+
+  seen = []
+  make = bt.bt_update
+  monkeypatch.setattr(
+    bt,
+    "bt_update",
+    lambda model_cfg, opt, *a: seen.append(opt) or make(model_cfg, opt, *a),
+  )
+  params = rm.init(CFG, jax.random.key(0))
+  chosen, rejected = _pairs(["answer: 1"], ["answer: x"])
+  bt.train_bt(
+    params, CFG, chosen, rejected, steps=steps, batch_size=1, lr=lr,
+    schedule="cosine",
+  )  # fmt: skip
+  (opt,) = seen
+  w = {"w": jnp.zeros(())}
+  state = opt.init(w)
+  for t in range(steps):
+    upd, state = opt.update({"w": jnp.ones(())}, state, w)
+    np.testing.assert_allclose(-upd["w"], cos(t), rtol=1e-4, atol=1e-9)

@@ -306,6 +306,7 @@ def test_another_model_or_an_episode_budget_is_checked_first(
     ("rlpr", dict(std_filter_momentum=2.0), "--std_filter_momentum=2.0"),
     ("rlpr", dict(refill_rounds=0), "--refill_rounds=0 must be >= 1"),
     ("rm_grpo", dict(rm_batching="x"), "--rm_batching='x'; expected"),
+    ("rm_grpo", dict(rm_schedule="linear"), "--rm_schedule='linear'"),
     ("rm_grpo", dict(rm_pairs_per_prompt=64), "--rm_pairs_per_prompt=64"),
     ("laser", dict(variant="x"), "laser, laser_d, laser_de"),
     ("gspo", dict(policy_loss="x"), "--policy_loss: Unknown policy loss"),

@@ -25,6 +25,7 @@ def _cfg(**overrides):
     rm_lr=1e-3,
     rm_micro_batches=1,
     rm_batching="prompt",
+    rm_schedule="cosine",
     train_temp_budget_mib=0,
   )
   return types.SimpleNamespace(**{**fields, **overrides})
@@ -51,7 +52,7 @@ def test_held_out_pairs_are_the_last_prompts_and_train_gets_the_rest(
   seen = {}
 
   def fake_train_bt(params, model_cfg, chosen, rejected, **kwargs):
-    seen.update(chosen=chosen, rejected=rejected, groups=kwargs["groups"])
+    seen.update(chosen=chosen, rejected=rejected, **kwargs)
     return params, [0.7, 0.6]
 
   monkeypatch.setattr(bt, "train_bt", fake_train_bt)
@@ -62,6 +63,7 @@ def test_held_out_pairs_are_the_last_prompts_and_train_gets_the_rest(
   np.testing.assert_array_equal(seen["chosen"][0], tokens[[0, 2, 4]])
   np.testing.assert_array_equal(seen["rejected"][0], tokens[[1, 3, 5]])
   np.testing.assert_array_equal(seen["chosen"][1], positions[[0, 2, 4]])
+  assert seen["schedule"] == "cosine" and seen["steps"] == 2
   if batching == "prompt":
     np.testing.assert_array_equal(seen["groups"], [0, 1, 2])
   else:
@@ -76,18 +78,19 @@ def test_held_out_pairs_are_the_last_prompts_and_train_gets_the_rest(
 
 def test_the_cache_key_follows_every_setting_the_model_depends_on():
   """Two configs that differ in a setting of the reward model's (here the
-  batching) get different cache keys; the policy's RL settings do not
-  enter it."""
+  batching, the schedule) get different cache keys; the policy's RL
+  settings do not enter it."""
   base = dict(
     init_from="", model="tiny", tokenizer="", data="arith", template="",
     seed=0, max_prompt_len=32, max_new_tokens=16, temperature=1.0,
     top_p=1.0, top_k=0, reward="math", rm_prompts=8, rm_samples=2,
     rm_pairs_per_prompt=4, rm_heldout=0.25, rm_steps=2, rm_batch_size=4,
-    rm_lr=1e-3, rm_batching="prompt", lr=1e-5,
+    rm_lr=1e-3, rm_batching="prompt", rm_schedule="constant", lr=1e-5,
   )  # fmt: skip
-  a = rm_stage.settings(types.SimpleNamespace(**base))
-  b = rm_stage.settings(types.SimpleNamespace(**{**base, "lr": 3e-5}))
-  c = rm_stage.settings(
-    types.SimpleNamespace(**{**base, "rm_batching": "pairs"})
-  )
-  assert a == b and a != c and "lr" not in a
+  key = lambda **kw: rm_stage.settings(types.SimpleNamespace(**{**base, **kw}))
+  a = key()
+  assert a == key(lr=3e-5) and "lr" not in a
+  assert a != key(rm_batching="pairs")
+  # The schedule enters the key where it is not the constant rate of the
+  # models trained before it, whose keys stay valid.
+  assert "rm_schedule" not in a and a != key(rm_schedule="cosine")
