@@ -76,7 +76,11 @@ import random
 from rlreason.data import sources
 from rlreason.data import tasks
 from rlreason.guidance import hints as hints_lib
+from rlreason.train import search_traces
 from rlreason.train import traces
+
+# Each task's stochastic solver: `SOLVERS[task](problem, rng, mix, hint="")`.
+SOLVERS = {**traces.SOLVERS, **search_traces.SOLVERS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,10 +118,10 @@ class Mix:
   def validate(self):
     for name, share, levels in self.tasks:
       task = tasks.get(name)
-      if name not in traces.SOLVERS:
+      if name not in SOLVERS:
         raise ValueError(
-          f"Mix.tasks: {name} has no solver (traces.SOLVERS: "
-          f"{sorted(traces.SOLVERS)})"
+          f"Mix.tasks: {name} has no solver (corpus.SOLVERS: "
+          f"{sorted(SOLVERS)})"
         )
       if share <= 0 or not 1 <= levels <= task.max_difficulty:
         raise ValueError(
@@ -170,7 +174,7 @@ def document(problem, task: str, rng: random.Random, mix: Mix) -> Document:
     return Document(
       task, problem.difficulty, prompt, problem.solution, "textbook", False
     )
-  completion = traces.SOLVERS[task](problem, rng, mix, hint)
+  completion = SOLVERS[task](problem, rng, mix, hint)
   return Document(
     task, problem.difficulty, prompt, completion, "trace", bool(hint)
   )
@@ -190,7 +194,7 @@ def documents(mix: Mix, n: int, seed: int = 0) -> list[Document]:
     d = rng.randint(1, levels)
     if (name, d) not in pools:
       pools[name, d] = _pool(name, d, mix.problems_per_level, seed)
-    drills = traces.SOLVERS[name] is traces.arithmetic_trace
+    drills = SOLVERS[name] is traces.arithmetic_trace
     if drills and mix.drill and rng.random() < mix.drill:
       picked = [rng.choice(pools[name, d]) for _ in range(mix.drill_problems)]
       out.append(drill(picked, rng, name))

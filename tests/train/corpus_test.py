@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from rlreason.train import corpus
+from rlreason.train import search_traces
 from rlreason.train import traces
 from rlreason.data import tasks
 
@@ -61,7 +62,7 @@ def test_slip_free_solvers_are_right(name, levels):
   mix = dataclasses.replace(EXACT, shortcut=(0.0, 0.0))
   for d in range(1, levels + 1):
     for p in _problems(name, d, 15):
-      trace = traces.SOLVERS[name](p, rng, mix)
+      trace = corpus.SOLVERS[name](p, rng, mix)
       if name == "countdown" and trace.count("\n") >= mix.search_lines:
         continue  # a search cut at the line budget ends in a guess
       assert task.verify(trace, p.answer) == 1.0, (p.prompt, trace)
@@ -249,7 +250,8 @@ def test_countdown_search_backtracks_and_is_cut():
   mix = corpus.Mix(guided=0.0, step_error=0.0)
   rng = random.Random(0)
   written = [
-    traces.countdown_trace(p, rng, mix) for p in _problems("countdown", 3, 30)
+    search_traces.countdown_trace(p, rng, mix)
+    for p in _problems("countdown", 3, 30)
   ]
   assert any("\nback\n" in t for t in written)
   for p, t in zip(_problems("countdown", 3, 30), written):
