@@ -34,10 +34,10 @@ their checkpoints (each run is an ordinary experiment workdir). The warm
 start is cached per seed (workdirs/cache), so variants share it. A run
 another claim already made (same experiment, config and seed: plain grpo is
 the control of many claims) is linked, not repeated. A reused run made by
-other code than today's says so (its COMMIT, the rlreason/ and experiments/
-.py files that differ from it now): a change of code without a new field
-leaves its config.json the same. results.md names the commits that made
-its runs. Compiled programs are cached under workdirs/reproduce/.jax_cache
+other code than today's says so (its COMMIT, and the files of its
+experiment's code, the modules it imports at any depth, that differ from
+it now): a change of code without a new field leaves its config.json the
+same. results.md names the commits that made its runs. Compiled programs are cached under workdirs/reproduce/.jax_cache
 (shared by the testbeds).
 
 Adding a claim: one `CLAIMS` entry per method in experiments/claims.py,
@@ -161,26 +161,6 @@ def _finished(cfg) -> bool:
   return done and saved["steps"] == cfg.steps
 
 
-def _code_note(workdir: str) -> str:
-  """What a reused run's code was, where it may not be today's: config.json
-  cannot tell a change of code without a field from none."""
-  made = run_info.commit_of(workdir)
-  if made is None:
-    return " (no COMMIT file: the code that made it is unknown)"
-  changed = run_info.code_changes(made)
-  if changed == [] and not made.endswith("-dirty"):
-    return ""  # the same code (or changes outside rlreason/, experiments/)
-  if changed is None:
-    return f" (made at {made[:12]}; git cannot tell what changed since)"
-  said = f"made at {made[:12]}"
-  if made.endswith("-dirty"):
-    said += " with uncommitted changes, not recorded"
-  if changed:
-    files = ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
-    said += f"; {len(changed)} code file(s) differ from it now: {files}"
-  return f" ({said}; delete it or pass another --root to rerun on this code)"
-
-
 class Interrupted(RuntimeError):
   """A run returned unfinished: the reproduction stops there."""
 
@@ -302,7 +282,7 @@ def run_all(
         os.symlink(os.path.relpath(twin, os.path.dirname(workdir)), workdir)
         print(f"[reproduce] {label} seed {seed}: same run as {twin}, linked")
       if _finished(cfg):
-        note = _code_note(workdir)
+        note = reproduction.code_note(workdir, module.__name__)
         print(f"[reproduce] {label} seed {seed}: reusing {workdir}{note}")
         continue
       print(f"[reproduce] {label} seed {seed}: running {workdir}", flush=True)

@@ -12,6 +12,7 @@ import pytest
 
 from experiments import reproduce
 from rlreason import testing
+from rlreason.eval import reproduction
 from rlreason.train import run_info
 
 # testing.SMOKE but its step count (reproduce's runs set their own).
@@ -359,7 +360,11 @@ def test_a_run_reused_from_other_code_says_so_and_the_report_names_commits(
     "run",
     lambda cfg: _finished_run(cfg, made[cfg.workdir.split(os.sep)[-2]]),
   )
-  changed = {"abc123": ["rlreason/rl/losses.py"], "def456": []}
+  # def456: a change to code grpo does not import.
+  changed = {
+    "abc123": ["rlreason/rl/losses.py", "rlreason/train/reward_model.py"],
+    "def456": ["rlreason/train/reward_model.py"],
+  }
   monkeypatch.setattr(run_info, "code_changes", changed.get)
 
   def run_all():
@@ -380,7 +385,7 @@ def test_a_run_reused_from_other_code_says_so_and_the_report_names_commits(
   out = capsys.readouterr().out
   assert (
     "a seed 0: reusing " + str(tmp_path / "tiny/a/seed0") + " (made at "
-    "abc123; 1 code file(s) differ from it now: rlreason/rl/losses.py; "
+    "abc123; 1 of its code files differ from it now: rlreason/rl/losses.py; "
     "delete it or pass another --root to rerun on this code)\n" in out
   )
   assert "b seed 0: reusing " + str(tmp_path / "tiny/b/seed0") + "\n" in out
@@ -389,6 +394,25 @@ def test_a_run_reused_from_other_code_says_so_and_the_report_names_commits(
   text = open(run_all()).read()
   assert "b seed 0: reusing" in capsys.readouterr().out
   assert "unknown (b/seed0)" in text
+
+
+def test_code_files_follow_an_experiments_imports_and_no_others():
+  """The code a run is made of: its experiment's file, the experiments and
+  rlreason modules it imports at any depth, their packages; not the code
+  of other experiments."""
+  files = reproduction.code_files("experiments.dapo")
+  for path in (
+    "experiments/dapo.py",
+    "experiments/grpo.py",  # dapo builds on it
+    "rlreason/rl/dynamic_sampling.py",  # dapo's own import
+    "rlreason/train/loop.py",  # through grpo
+    "rlreason/model/transformer.py",  # deeper
+    "rlreason/rl/__init__.py",  # a package it imports from
+  ):
+    assert path in files, path
+  for path in ("experiments/rm_grpo.py", "rlreason/train/reward_model.py"):
+    assert path not in files, path
+  assert all((reproduction.REPO / f).exists() for f in files)
 
 
 def test_a_field_added_later_at_its_default_is_the_same_run():

@@ -6,11 +6,15 @@ experiments/reproduce.py runs every variant of a `Claim`
 metrics.jsonl, eval_{before,after}.json and COMMIT and writes results.md,
 curves.png and results.json under <root>/<method> (reproduce.py's
 docstring). `claim` is any object with a Claim's fields (variants, metric,
-extra, evals, claim, expected).
+extra, evals, claim, expected). `code_note` says where a reused run was
+made by other code than today's (`code_files`: the files an experiment's
+code is made of).
 """
 
+import ast
 import json
 import os
+import pathlib
 
 import numpy as np
 
@@ -121,6 +125,66 @@ def plot(name: str, claim, seeds, *, root: str, path: str) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+# The repository's root: code_changes' paths are relative to it.
+REPO = pathlib.Path(__file__).resolve().parents[2]
+_PACKAGES = ("rlreason", "experiments")
+
+
+def code_files(module: str) -> set[str]:
+  """The files (paths from REPO) of `module` ("experiments.dapo") and of
+  every rlreason / experiments module and package it imports, at any
+  depth, anywhere in a file: read from the sources, not imported."""
+  found, todo = set(), [module]
+  while todo:
+    name = todo.pop()
+    parts = name.split(".")
+    todo += [".".join(parts[:k]) for k in range(1, len(parts))]  # packages
+    base = REPO.joinpath(*parts)
+    path = next(
+      (
+        p for p in (base.with_suffix(".py"), base / "__init__.py") if p.exists()
+      ),
+      None,
+    )
+    if path is None or str(path.relative_to(REPO)) in found:
+      continue
+    found.add(str(path.relative_to(REPO)))
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        if node.module.split(".")[0] in _PACKAGES:
+          todo += [node.module] + [
+            f"{node.module}.{a.name}" for a in node.names
+          ]
+      elif isinstance(node, ast.Import):
+        todo += [
+          a.name for a in node.names if a.name.split(".")[0] in _PACKAGES
+        ]
+  return found
+
+
+def code_note(workdir: str, module: str) -> str:
+  """What a reused run's code was, where it may not be today's (config.json
+  cannot tell a change of code without a field from none): "" when none
+  of the files of `module`'s code (code_files) differ from its COMMIT."""
+  made = run_info.commit_of(workdir)
+  if made is None:
+    return " (no COMMIT file: the code that made it is unknown)"
+  changed = run_info.code_changes(made)
+  if changed is None:
+    return f" (made at {made[:12]}; git cannot tell what changed since)"
+  mine = code_files(module)
+  changed = [f for f in changed if f in mine]
+  if not changed and not made.endswith("-dirty"):
+    return ""
+  said = f"made at {made[:12]}"
+  if made.endswith("-dirty"):
+    said += " with uncommitted changes, not recorded"
+  if changed:
+    files = ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
+    said += f"; {len(changed)} of its code files differ from it now: {files}"
+  return f" ({said}; delete it or pass another --root to rerun on this code)"
 
 
 def commits(name: str, claim, seeds, *, root: str) -> dict[str, list[str]]:
