@@ -37,8 +37,8 @@ the control of many claims) is linked, not repeated. A reused run made by
 other code than today's says so (its COMMIT, and the files of its
 experiment's code, the modules it imports at any depth, that differ from
 it now): a change of code without a new field leaves its config.json the
-same. results.md names the commits that made its runs. Compiled programs are cached under workdirs/reproduce/.jax_cache
-(shared by the testbeds).
+same. results.md names the commits that made its runs. Compiled programs
+are cached under workdirs/reproduce/.jax_cache (shared by the testbeds).
 
 Adding a claim: one `CLAIMS` entry per method in experiments/claims.py,
 naming experiment modules (experiments/<module>.py) and Config overrides per
