@@ -389,6 +389,14 @@ def test_a_run_reused_from_other_code_says_so_and_the_report_names_commits(
     "delete it or pass another --root to rerun on this code)\n" in out
   )
   assert "b seed 0: reusing " + str(tmp_path / "tiny/b/seed0") + "\n" in out
+  # Where git cannot tell (a tree shipped without .git), a run of today's
+  # commit is today's code.
+  monkeypatch.setattr(run_info, "code_changes", lambda commit: None)
+  monkeypatch.setattr(run_info, "current_commit", lambda: "def456")
+  run_all()
+  out = capsys.readouterr().out
+  assert "abc123; git cannot tell what changed since)" in out
+  assert "b seed 0: reusing " + str(tmp_path / "tiny/b/seed0") + "\n" in out
   os.remove(tmp_path / "tiny/b/seed0/COMMIT")
   os.remove(tmp_path / "tiny/results.md")
   text = open(run_all()).read()

@@ -171,6 +171,8 @@ def code_note(workdir: str, module: str) -> str:
   made = run_info.commit_of(workdir)
   if made is None:
     return " (no COMMIT file: the code that made it is unknown)"
+  if made == run_info.current_commit() and not made.endswith("-dirty"):
+    return ""  # today's commit (also in a tree shipped without .git)
   changed = run_info.code_changes(made)
   if changed is None:
     return f" (made at {made[:12]}; git cannot tell what changed since)"
