@@ -12,6 +12,7 @@ code is made of).
 """
 
 import ast
+import functools
 import json
 import os
 import pathlib
@@ -132,7 +133,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 _PACKAGES = ("rlreason", "experiments")
 
 
-def code_files(module: str) -> set[str]:
+@functools.cache  # read once per module and process
+def code_files(module: str) -> frozenset[str]:
   """The files (paths from REPO) of `module` ("experiments.dapo") and of
   every rlreason / experiments module and package it imports, at any
   depth, anywhere in a file: read from the sources, not imported."""
@@ -161,7 +163,7 @@ def code_files(module: str) -> set[str]:
         todo += [
           a.name for a in node.names if a.name.split(".")[0] in _PACKAGES
         ]
-  return found
+  return frozenset(found)
 
 
 def code_note(workdir: str, module: str) -> str:
