@@ -120,8 +120,7 @@ class Mix:
       task = tasks.get(name)
       if name not in SOLVERS:
         raise ValueError(
-          f"Mix.tasks: {name} has no solver (corpus.SOLVERS: "
-          f"{sorted(SOLVERS)})"
+          f"Mix.tasks: {name} has no solver (corpus.SOLVERS: {sorted(SOLVERS)})"
         )
       if share <= 0 or not 1 <= levels <= task.max_difficulty:
         raise ValueError(
