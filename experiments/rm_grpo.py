@@ -11,21 +11,21 @@ verifier) first rises, then stalls or falls (Goodhart).
 Differs from experiments/grpo.py in exactly:
   (1) a reward-model stage before RL (train/reward_model.py): the
       warm-start policy samples --rm_samples completions for each of
-      --rm_prompts training prompts; the verifier labels them;
-      preference pairs (chosen = a correct
-      sample, rejected = an incorrect one of the same prompt, up to
-      --rm_pairs_per_prompt per prompt; rewards/bradley_terry.py's
-      preference_pairs) train a scalar-head RM initialised from the
-      warm-start policy (as InstructGPT's from the SFT model) with the
-      Bradley-Terry loss for --rm_steps steps of --rm_batch_size pairs
-      at --rm_lr (--rm_schedule=cosine: InstructGPT's decay to a tenth)
-      (bradley_terry.train_bt; --rm_micro_batches accumulates a step's
-      gradient over that many micro-batches of them: the same step, less
-      memory), batched as InstructGPT's (Sec. 3.5): all of a prompt's
-      pairs in one step, each prompt weighted alike
-      (--rm_batching=prompt; `pairs` draws pairs one by one, each
-      alike). Its pairwise accuracy on the pairs of --rm_heldout
-      held-out prompts goes to reward_model.json in the workdir. The RM
+      --rm_prompts training prompts; the verifier labels them; preference
+      pairs (chosen = a correct sample, rejected = an incorrect one of the
+      same prompt, up to --rm_pairs_per_prompt per prompt;
+      rewards/bradley_terry.py's preference_pairs) train a scalar-head RM
+      initialised from the warm-start policy (as InstructGPT's from the
+      SFT model) with the Bradley-Terry loss for --rm_steps steps of
+      --rm_batch_size pairs at --rm_lr (--rm_schedule=cosine:
+      InstructGPT's decay to a tenth; bradley_terry.train_bt;
+      --rm_micro_batches accumulates a step's gradient over that many
+      micro-batches of them: the same step, less memory), batched as
+      InstructGPT's (Sec. 3.5): all of a prompt's pairs in one step, each
+      prompt weighted alike (--rm_batching=prompt; `pairs` draws pairs
+      one by one, each alike). Its pairwise accuracy on the pairs of
+      --rm_heldout held-out prompts goes to reward_model.json in the
+      workdir. The RM
       is cached under --cache_dir by its settings: a resumed run, or
       another variant, does not retrain it; a run stopped while the RM
       trains keeps its samples (<cache>/rm-<key>.partial), so the rerun
