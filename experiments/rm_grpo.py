@@ -25,12 +25,11 @@ Differs from experiments/grpo.py in exactly:
       prompt weighted alike (--rm_batching=prompt; `pairs` draws pairs
       one by one, each alike). Its pairwise accuracy on the pairs of
       --rm_heldout held-out prompts goes to reward_model.json in the
-      workdir. The RM
-      is cached under --cache_dir by its settings: a resumed run, or
-      another variant, does not retrain it; a run stopped while the RM
-      trains keeps its samples (<cache>/rm-<key>.partial), so the rerun
-      samples none, and SIGTERM checkpoints the Bradley-Terry steps there
-      (resumed);
+      workdir. The RM is cached under --cache_dir by its settings: a
+      resumed run, or another variant, does not retrain it; a run stopped
+      while the RM trains keeps its samples (<cache>/rm-<key>.partial), so
+      the rerun samples none, and SIGTERM checkpoints the Bradley-Terry
+      steps there (resumed);
   (2) the reward r = w * r_RM + (1 - w) * r_verifier, w = --rm_weight,
       r_RM = (RM score - mu) / sigma with mu, sigma the mean and std of the
       RM's scores on its own training samples (InstructGPT shifts its RM
