@@ -189,7 +189,8 @@ def train_bt(
       raises its Stopped; a later call with the same arguments resumes it
       and ends as an uninterrupted one would.
     groups: [M] the prompt of each pair (any ids), or None.
-    schedule: the learning rate's over the steps (`learning_rate`).
+    schedule: constant or cosine, the learning rate over the steps
+      (`learning_rate`).
 
   Returns:
     (params, [steps] training losses, each before its update).
