@@ -1,5 +1,6 @@
 """The reward-model stage before the RL (train/reward_model.py)."""
 
+import dataclasses
 import types
 
 import jax
@@ -80,14 +81,11 @@ def test_the_cache_key_follows_every_setting_the_model_depends_on():
   """Two configs that differ in a setting of the reward model's (here the
   batching, the schedule) get different cache keys; the policy's RL
   settings do not enter it."""
-  base = dict(
-    init_from="", model="tiny", tokenizer="", data="arith", template="",
-    seed=0, max_prompt_len=32, max_new_tokens=16, temperature=1.0,
-    top_p=1.0, top_k=0, reward="math", rm_prompts=8, rm_samples=2,
-    rm_pairs_per_prompt=4, rm_heldout=0.25, rm_steps=2, rm_batch_size=4,
-    rm_lr=1e-3, rm_batching="prompt", rm_schedule="constant", lr=1e-5,
-  )  # fmt: skip
-  key = lambda **kw: rm_stage.settings(types.SimpleNamespace(**{**base, **kw}))
+  from experiments import rm_grpo
+
+  key = lambda **kw: rm_stage.settings(
+    dataclasses.replace(rm_grpo.Config(), **kw)
+  )
   a = key()
   assert a == key(lr=3e-5) and "lr" not in a
   assert a != key(rm_batching="pairs")
