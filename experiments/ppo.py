@@ -54,6 +54,7 @@ from rlreason import mesh as mesh_lib
 from rlreason.rl import objective
 from rlreason.rl import returns as returns_lib
 from rlreason.rl import value
+from rlreason.train import train_step as ts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,9 @@ class Config(grpo.TinyConfig):
   # responses acquire reward)
   zero_truncated: bool = False
   minibatches: int = 2  # PPO takes several optimizer steps per rollout
+  # (5) 0 = the critic updates with the policy; > 0 = its own updates per
+  # epoch on its loss alone, with its own Adam (ORZ: 12 to the policy's 1)
+  critic_minibatches: int = 0
 
   def validate(self) -> None:
     # PGConfig's checks, except that GAE needs no group (G = 1 is fine).
@@ -94,6 +98,16 @@ class Config(grpo.TinyConfig):
     if self.kl_coef:
       raise ValueError(
         "Invalid config: PPO puts the KL in the reward (--kl_reward_coef)"
+      )
+    if self.critic_minibatches < 0:
+      raise ValueError("Invalid config: --critic_minibatches must be >= 0")
+    if (
+      self.critic_minibatches
+      and not ts.group_minibatch(self, self.critic_minibatches, 1)[0]
+    ):
+      raise ValueError(
+        f"Invalid config: --critic_minibatches={self.critic_minibatches} "
+        f"is more than the {self.num_sequences} sequences of a step"
       )
 
 
@@ -197,10 +211,15 @@ def make_batch(rollout, examples, ctx):
   return batch, metrics
 
 
-def critic(cfg: Config):
-  """(1) The critic trained beside the policy (loop.train's extra_params)."""
+def critic(cfg: Config, own_loss=None):
+  """(1) The critic trained beside the policy (loop.train's extra_params);
+  (5) in updates of its own with --critic_minibatches, on `own_loss`
+  (default critic_loss)."""
   return value.extra_params(
-    cfg.critic_lr_scale, from_policy=cfg.critic_init == "policy"
+    cfg.critic_lr_scale,
+    from_policy=cfg.critic_init == "policy",
+    minibatches=cfg.critic_minibatches,
+    loss_fn=own_loss or critic_loss,
   )
 
 
@@ -210,22 +229,34 @@ def train_fields(cfg: Config) -> dict:
   return {"returns": (cfg.max_new_tokens,), "old_values": (cfg.max_new_tokens,)}
 
 
-def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
-  """Clipped surrogate on the policy + clipped value loss on the critic."""
-  policy_params = {k: v for k, v in params.items() if k != value.KEY}
-  pg, metrics = objective.pg_loss(
-    policy_params, batch, norm, cfg=cfg, model_cfg=model_cfg
-  )
-  # The two terms touch disjoint parameters, each group with its own
-  # clipping and Adam: no value-loss coefficient is needed.
-  v_loss, v_metrics = value.loss(
+def critic_loss(params, batch, norm, *, cfg: Config, model_cfg):
+  """(1) The clipped value loss on params[value.KEY] alone."""
+  return value.loss(
     params[value.KEY],
     batch,
     norm,
     model_cfg=model_cfg,
     clip_eps=cfg.value_clip or None,
   )
-  return pg + v_loss, {**metrics, "pg_loss": pg, **v_metrics}
+
+
+def loss_fn(params, batch, norm, *, cfg: Config, model_cfg, own_critic=None):
+  """Clipped surrogate on the policy + clipped value loss on the critic
+  (`own_critic`, default critic_loss); the surrogate alone in a step
+  without the critic (5)."""
+  policy_params = {k: v for k, v in params.items() if k != value.KEY}
+  pg, metrics = objective.pg_loss(
+    policy_params, batch, norm, cfg=cfg, model_cfg=model_cfg
+  )
+  metrics = {**metrics, "pg_loss": pg}
+  if value.KEY not in params:  # (5) the critic takes its own updates
+    return pg, metrics
+  # The two terms touch disjoint parameters, each group with its own
+  # clipping and Adam: no value-loss coefficient is needed.
+  v_loss, v_metrics = (own_critic or critic_loss)(
+    params, batch, norm, cfg=cfg, model_cfg=model_cfg
+  )
+  return pg + v_loss, {**metrics, **v_metrics}
 
 
 def run(cfg: Config) -> dict:

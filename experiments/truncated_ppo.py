@@ -54,7 +54,6 @@ from experiments import ppo
 from rlreason.train import flags as rr_flags
 from rlreason.train import loop
 from rlreason import mesh as mesh_lib
-from rlreason.rl import objective
 from rlreason.rl import returns as returns_lib
 from rlreason.sampling import rollout as rollout_lib
 from rlreason.sampling import draw as sampling_lib
@@ -336,7 +335,10 @@ def make_batch(rollout, examples, ctx, *, slots: Slots):
   return batch, metrics
 
 
-critic = ppo.critic  # (the planner's hooks, experiments/plan.py)
+def critic(cfg: Config):
+  """ppo's critic on this critic's loss (also the planner's hook,
+  experiments/plan.py)."""
+  return ppo.critic(cfg, critic_loss)
 
 
 def plan_config(cfg: Config) -> Config:
@@ -358,12 +360,8 @@ def train_fields(cfg: Config) -> dict:
   return {"value_mask": (s,), "value_returns": (s,), "value_old": (s,)}
 
 
-def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
-  """PPO's clipped surrogate on the window + the critic on ended responses."""
-  policy_params = {k: v for k, v in params.items() if k != value.KEY}
-  pg, metrics = objective.pg_loss(
-    policy_params, batch, norm, cfg=cfg, model_cfg=model_cfg
-  )
+def critic_loss(params, batch, norm, *, cfg: Config, model_cfg):
+  """(3) The critic's clipped value loss on the ended responses alone."""
   critic_batch = {
     "tokens": batch["tokens"],
     "positions": batch["positions"],
@@ -371,7 +369,7 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     "old_values": batch["value_old"],
     "returns": batch["value_returns"],
   }
-  v_loss, v_metrics = value.loss(
+  return value.loss(
     params[value.KEY],
     critic_batch,
     norm,
@@ -380,7 +378,14 @@ def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
     mask=batch["value_mask"],
     num_tokens=norm["value_mask_tokens"],  # the whole minibatch's
   )
-  return pg + v_loss, {**metrics, "pg_loss": pg, **v_metrics}
+
+
+def loss_fn(params, batch, norm, *, cfg: Config, model_cfg):
+  """PPO's clipped surrogate on the window + the critic on ended responses
+  (the surrogate alone when the critic takes its own updates)."""
+  return ppo.loss_fn(
+    params, batch, norm, cfg=cfg, model_cfg=model_cfg, own_critic=critic_loss
+  )
 
 
 def run(cfg: Config) -> dict:

@@ -207,10 +207,11 @@ def step_row(
   FLOP/s) adds "mfu/update", their model FLOPs utilisation."""
   t0, t1, t2, t3 = times
   lengths = rollout.lengths
-  row = {k: np.mean([m[k] for m in update_metrics]) for k in update_metrics[0]}
+  keys = dict.fromkeys(k for m in update_metrics for k in m)
+  row = {k: np.mean([m[k] for m in update_metrics if k in m]) for k in keys}
   for key in ("skipped", "empty"):  # counts of updates
     if key in row:
-      row[key] = float(np.sum([m[key] for m in update_metrics]))
+      row[key] = float(np.sum([m[key] for m in update_metrics if key in m]))
   if update_flops is not None:
     flops, peak = update_flops
     row["mfu/update"] = flops / (max(t3 - t2, 1e-9) * peak)
@@ -226,6 +227,18 @@ def step_row(
     "time/step": t3 - t0,
     "tokens_per_sec": lengths.sum() / max(t1 - t0, 1e-9),
   }
+
+
+def own_update_metrics(update_metrics: list[dict], name: str) -> list[dict]:
+  """The metrics of updates that train params beside the policy alone
+  (e.g. a critic's own updates), for step_row beside the policy's: their
+  loss and grad_norm as "<name>/loss" and "<name>/grad_norm"; their
+  skipped and empty updates counted with the policy's."""
+  own = ("loss", "grad_norm")
+  return [
+    {(f"{name}/{k}" if k in own else k): v for k, v in m.items()}
+    for m in update_metrics
+  ]
 
 
 class Progress:

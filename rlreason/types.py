@@ -19,7 +19,7 @@ stop token (EOS or an extra stop id) and 0 after it; prompt tokens are not
 part of any [N, T] field.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -72,3 +72,8 @@ class ExtraParams(NamedTuple):
   params: dict  # {key: pytree}
   axes: dict  # {key: logical axes with that pytree's structure}
   lr_scales: dict  # {key: lr factor}, see make_optimizer
+  # Updates of their own per epoch (0: trained in the policy's step), each
+  # on `loss_fn(params, batch, norm, *, cfg, model_cfg)` of their params
+  # alone, with optimizers of their own (make_optimizer's group_steps)
+  minibatches: int = 0
+  loss_fn: Any = None

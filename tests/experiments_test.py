@@ -242,6 +242,38 @@ def test_ppo_zero_truncated_zeroes_the_cut_rows_returns():
   assert ppo.PAPER["zero_truncated"]
 
 
+def test_ppo_critic_takes_its_own_updates(tmp_path, shared_cache, monkeypatch):
+  """--critic_minibatches (ORZ: 1 policy and 12 critic updates a rollout):
+  each step runs the policy's updates on the surrogate alone (its loss is
+  the pg_loss), then the critic's own, 3 of 5 rows (16 // 3; one row left
+  out) on the value loss alone, logged as critic/loss."""
+  from experiments import ppo
+  from rlreason.train import train_step as ts
+
+  calls, run_updates = [], ts.run_updates
+
+  def counted(step_fn, state, batch, sh, **kw):
+    calls.append((kw["minibatches"], kw.get("rows", 0)))
+    return run_updates(step_fn, state, batch, sh, **kw)
+
+  monkeypatch.setattr(ts, "run_updates", counted)
+  cfg = dataclasses.replace(
+    ppo.Config(),
+    **SMOKE,
+    minibatches=1,
+    critic_minibatches=3,
+    workdir=str(tmp_path / "run"),
+    cache_dir=shared_cache,
+  )
+  train = _check_smoke_run(ppo, tmp_path, ppo.run(cfg))
+  assert calls == [(1, 0), (3, 5)] * 2
+  for row in train:
+    assert row["loss"] == row["pg_loss"]
+    assert np.isfinite(row["critic/loss"]) and np.isfinite(row["value_loss"])
+  with pytest.raises(ValueError, match="--critic_minibatches=17"):
+    dataclasses.replace(cfg, critic_minibatches=17).validate()
+
+
 @pytest.mark.parametrize(
   "selection, dual_clip", [("top", 0.0), ("bottom", 0.0), ("all", 1.5)]
 )

@@ -117,7 +117,13 @@ def trained_shapes(cfg, model_cfg, extra_params=None):
 def train_state(cfg, model_cfg, mesh, extra_params=None):
   """(abstract TrainState with its shardings, shardings, optimizer)."""
   shapes, axes, lr_scales = trained_shapes(cfg, model_cfg, extra_params)
-  optimizer = ts.optimizer_from_config(cfg, max(cfg.steps, 1), lr_scales)
+  groups = None  # a critic's own optimizer (its own updates), as the run's
+  if extra_params is not None:
+    extra = extra_shapes(cfg, model_cfg, extra_params)
+    groups = adapters_lib.group_steps(cfg, extra)
+  optimizer = ts.optimizer_from_config(
+    cfg, max(cfg.steps, 1), lr_scales, groups
+  )
   state_sh = ts.state_shardings(mesh, axes, shapes, optimizer)
   state = jax.eval_shape(
     functools.partial(ts.init_state, optimizer=optimizer), shapes

@@ -256,7 +256,13 @@ def loss(
   }
 
 
-def extra_params(lr_scale: float = 1.0, *, from_policy: bool = True):
+def extra_params(
+  lr_scale: float = 1.0,
+  *,
+  from_policy: bool = True,
+  minibatches: int = 0,
+  loss_fn=None,
+):
   """The loop hook that adds a critic beside the policy (loop.train's
   `extra_params`): params[KEY], trained at lr * lr_scale.
 
@@ -264,6 +270,10 @@ def extra_params(lr_scale: float = 1.0, *, from_policy: bool = True):
     lr_scale: critic lr / policy lr (verl: 1e-5 / 1e-6; Open-Reasoner-Zero
       5e-6 / 1e-6).
     from_policy: copy the policy's trunk (True) or start from a random one.
+    minibatches: the critic's own updates per epoch, on `loss_fn` (its
+      loss alone, e.g. ppo.critic_loss), with an optimizer of its own
+      (Open-Reasoner-Zero: 12 to the policy's 1); 0 = in the policy's
+      step, on the experiment's loss.
   """
 
   def make(cfg, model_cfg, policy_params) -> types.ExtraParams:
@@ -276,6 +286,8 @@ def extra_params(lr_scale: float = 1.0, *, from_policy: bool = True):
       params={KEY: params},
       axes={KEY: param_axes(model_cfg)},
       lr_scales={KEY: lr_scale},
+      minibatches=minibatches,
+      loss_fn=loss_fn,
     )
 
   return make

@@ -84,7 +84,8 @@ def adapted_loss(loss_fn, lcfg: lora.LoraConfig, extra_keys=()):
 
   def fn(trained, batch, norm, base):
     own = {k: v for k, v in trained.items() if k not in extra_keys}
-    extra = {k: trained[k] for k in extra_keys}
+    # (None of them in a step that trains the policy alone.)
+    extra = {k: trained[k] for k in extra_keys if k in trained}
     return loss_fn({**lora.combine(base, own, lcfg), **extra}, batch, norm)
 
   return fn
@@ -126,6 +127,11 @@ class Trainable:
     ref_params: the frozen KL reference, or None.
     extra_keys: the top-level keys of params trained beside the policy's.
     adapted: a LoRA run's Adapted, or None.
+    extra_step: when the extra params take updates of their own
+      (types.ExtraParams.minibatches): their jitted update, as step_fn
+      (which then trains the policy alone); else None.
+    extra_minibatches, extra_rows: their updates per epoch and rows in each
+      (train_step.group_minibatch).
   """
 
   state: Any
@@ -134,6 +140,9 @@ class Trainable:
   ref_params: Any
   extra_keys: tuple
   adapted: Adapted | None
+  extra_step: Callable | None = None
+  extra_minibatches: int = 0
+  extra_rows: int = 0
 
   def policy_of(self, params):
     """The policy's params (merged with LoRA) from the state's."""
@@ -159,7 +168,7 @@ def trainable(
   elif needs_ref:
     ref_params = transformer.compute_params(params, model_cfg, copy=True)
   axes = adapted.axes if adapted else None
-  lr_scales, extra_keys = None, ()
+  lr_scales, extra_keys, extra = None, (), None
   if extra_params is not None:
     extra = extra_params(cfg, model_cfg, params)
     trained = {**trained, **extra.params}
@@ -167,8 +176,11 @@ def trainable(
     lr_scales, extra_keys = extra.lr_scales, tuple(extra.params)
   del params
   updates = cfg.steps * cfg.ppo_epochs * cfg.minibatches
-  optimizer = ts.optimizer_from_config(cfg, updates, lr_scales)
+  optimizer = ts.optimizer_from_config(
+    cfg, updates, lr_scales, group_steps(cfg, extra)
+  )
   loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
+  own_updates = group_steps(cfg, extra) is not None
   state, step_fn, batch_sh = ts.setup(
     mesh,
     model_cfg,
@@ -180,5 +192,31 @@ def trainable(
     frozen=adapted.base if adapted else None,
     frozen_axes=adapted.base_axes if adapted else None,
     temp_budget_mib=cfg.train_temp_budget_mib,
+    groups=(ts.POLICY,) if own_updates else None,
   )
-  return Trainable(state, step_fn, batch_sh, ref_params, extra_keys, adapted)
+  run = Trainable(state, step_fn, batch_sh, ref_params, extra_keys, adapted)
+  if own_updates:
+    rows, micro = ts.group_minibatch(
+      cfg, extra.minibatches, mesh_lib.batch_divisor(mesh)
+    )
+    run.extra_minibatches, run.extra_rows = extra.minibatches, rows
+    run.extra_step = ts.make_train_step(
+      functools.partial(extra.loss_fn, cfg=cfg, model_cfg=model_cfg),
+      optimizer,
+      state_sharding=jax.tree.map(lambda x: x.sharding, state),
+      batch_sharding=batch_sh,
+      micro_batches=micro,
+      options=ts.compiler_options(cfg.train_temp_budget_mib, mesh),
+      groups=extra_keys,
+    )
+  return run
+
+
+def group_steps(cfg, extra) -> dict[str, int] | None:
+  """{extra key: its updates in the run} when the extra params
+  (types.ExtraParams) take updates of their own, else None: the
+  optimizer's groups (train_step.make_optimizer)."""
+  if extra is None or not extra.minibatches:
+    return None
+  n = cfg.steps * cfg.ppo_epochs * extra.minibatches
+  return {k: n for k in extra.params}

@@ -131,7 +131,7 @@ def _train(
   del params
   state, step_fn, batch_sh = run.state, run.step_fn, run.batch_sh
   policy_of, extra_keys = run.policy_of, run.extra_keys
-  updates_per_step = cfg.ppo_epochs * cfg.minibatches
+  updates_per_step = cfg.ppo_epochs * (cfg.minibatches + run.extra_minibatches)
 
   ctx = context_lib.Context(
     cfg,
@@ -270,6 +270,9 @@ def _train(
       batch_metrics = {**batch_metrics, "reward_nonfinite": bad_rewards}
     ctx.params = ctx.extra = None  # `state` is donated by the updates below.
     t2 = time.time()
+    said = context_lib.step_progress(
+      step, cfg.steps, "updates", updates_per_step
+    )
     state, update_metrics = ts.run_updates(
       step_fn,
       state,
@@ -278,10 +281,24 @@ def _train(
       epochs=cfg.ppo_epochs,
       minibatches=cfg.minibatches,
       rng=np.random.default_rng([cfg.seed, step]),
-      progress=context_lib.step_progress(
-        step, cfg.steps, "updates", updates_per_step
-      ),
+      progress=said,
     )
+    if run.extra_step is not None:  # e.g. a critic's updates of its own
+      policy_updates = len(update_metrics)
+      state, extra_metrics = ts.run_updates(
+        run.extra_step,
+        state,
+        batch,
+        batch_sh,
+        epochs=cfg.ppo_epochs,
+        minibatches=run.extra_minibatches,
+        rows=run.extra_rows,
+        rng=np.random.default_rng([cfg.seed, step, 1]),
+        progress=functools.partial(_after, said, policy_updates),
+      )
+      update_metrics += metrics_lib.own_update_metrics(
+        extra_metrics, "+".join(extra_keys)
+      )
     t3 = time.time()
 
     update_flops = None
@@ -364,6 +381,11 @@ def train_and_report(
   path = report.write(out["workdir"], title=title)
   evaluations.say(f"report: {path}")
   return out
+
+
+def _after(progress, before: int, done: int):
+  """`progress` told of `done` updates after `before` others."""
+  progress(before + done)
 
 
 def warm_started(cfg, name: str, needs_ref: bool | None = None, **overrides):

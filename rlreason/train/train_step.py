@@ -71,6 +71,7 @@ def make_optimizer(
   eps: float = 1e-8,
   grad_clip: float = 1.0,
   lr_scales: dict[str, float] | None = None,
+  group_steps: dict[str, int] | None = None,
 ) -> optax.GradientTransformation:
   """AdamW with warmup + constant/cosine schedule and global-norm clipping.
 
@@ -78,20 +79,116 @@ def make_optimizer(
   by their own optimizer (e.g. a critic beside the policy, value.py): each
   is clipped to `grad_clip` on its own, and its updates (Adam step and
   weight decay) are scaled by the factor, i.e. its peak lr is lr * factor.
-  The other keys form one group at `lr`.
+  The other keys form one group at `lr`. All groups share Adam's step
+  count: every update steps them all.
+
+  `group_steps` ({key of lr_scales: its updates in the run}) makes them
+  truly their own optimizers (`grouped`): each its own Adam moments and
+  step count, so its warmup and schedule follow its own updates, and a
+  train step may update one group alone (make_train_step(groups=...)),
+  e.g. Open-Reasoner-Zero's critic taking 12 updates per rollout to the
+  policy's one. The other keys are the POLICY group, `total_steps` long.
   """
-  sched = make_schedule(
-    lr, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule
+  opt = functools.partial(
+    _adamw,
+    warmup_steps=warmup_steps,
+    schedule=schedule,
+    weight_decay=weight_decay,
+    b1=b1,
+    b2=b2,
+    eps=eps,
+    grad_clip=grad_clip,
   )
-  adam = optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+  if group_steps:
+    scales = lr_scales or {}
+    return grouped(
+      {
+        POLICY: opt(lr, total_steps),
+        **{k: opt(lr * scales.get(k, 1.0), n) for k, n in group_steps.items()},
+      }
+    )
   if lr_scales:
+    adam = opt(lr, total_steps, grad_clip=0.0)
     parts = [adam, scale_by_key(lr_scales)]
     if grad_clip > 0:
       parts.insert(0, clip_by_group_norm(grad_clip, tuple(lr_scales)))
     return optax.chain(*parts)
+  return opt(lr, total_steps)
+
+
+def _adamw(
+  lr,
+  total_steps,
+  *,
+  warmup_steps,
+  schedule,
+  weight_decay,
+  b1,
+  b2,
+  eps,
+  grad_clip,
+):
+  """One group's AdamW on its schedule, after global-norm clipping."""
+  sched = make_schedule(
+    lr, total_steps=total_steps, warmup_steps=warmup_steps, schedule=schedule
+  )
+  adam = optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
   if grad_clip > 0:
     return optax.chain(optax.clip_by_global_norm(grad_clip), adam)
   return adam
+
+
+# The group of the policy's top-level keys in a `grouped` optimizer.
+POLICY = "policy"
+
+
+def group_of(key: str, groups) -> str:
+  """The group of top-level params `key` among `groups` (a grouped
+  optimizer's transforms or state): its own when named, else POLICY."""
+  return key if key in groups and key != POLICY else POLICY
+
+
+class Grouped(NamedTuple):
+  """A GradientTransformation (init, update) of `grouped`, with its
+  groups' transforms."""
+
+  init: Callable
+  update: Callable
+  transforms: dict
+
+
+def _split_by_group(tree, groups) -> dict:
+  """Top-level dict `tree` as {group: its keys' subtree} (group_of)."""
+  out = {}
+  for k, v in (tree or {}).items():
+    out.setdefault(group_of(k, groups), {})[k] = v
+  return out
+
+
+def grouped(transforms: dict[str, optax.GradientTransformation]) -> Grouped:
+  """One optimizer per group of top-level params keys: a key named in
+  `transforms` is a group of its own, every other key is POLICY's. The
+  state is {group: that optimizer's state}. `update` steps only the groups
+  that `updates` holds keys of and leaves the others' state as it was, so
+  a step may pass one group's gradients alone."""
+
+  parts = functools.partial(_split_by_group, groups=transforms)
+
+  def init(params):
+    split = parts(params)
+    return {g: t.init(split.get(g, {})) for g, t in transforms.items()}
+
+  def update(updates, state, params=None):
+    split, of_params = parts(updates), parts(params)
+    out, new_state = {}, dict(state)
+    for g, part in split.items():
+      done, new_state[g] = transforms[g].update(
+        part, state[g], of_params.get(g)
+      )
+      out.update(done)
+    return out, new_state
+
+  return Grouped(init, update, transforms)
 
 
 def _groups(tree: dict, keys: tuple[str, ...]) -> list[dict]:
@@ -133,7 +230,10 @@ def scale_by_key(scales: dict[str, float]) -> optax.GradientTransformation:
 
 
 def optimizer_from_config(
-  cfg, total_updates: int, lr_scales: dict[str, float] | None = None
+  cfg,
+  total_updates: int,
+  lr_scales: dict[str, float] | None = None,
+  group_steps: dict[str, int] | None = None,
 ):
   return make_optimizer(
     cfg.lr,
@@ -145,6 +245,7 @@ def optimizer_from_config(
     b2=cfg.adam_b2,
     grad_clip=cfg.grad_clip,
     lr_scales=lr_scales,
+    group_steps=group_steps,
   )
 
 
@@ -158,14 +259,29 @@ def state_shardings(
   """Shardings of a TrainState; optimizer moments inherit the param axes."""
   param_sh = mesh_lib.shardings(mesh, params_axes, rules, params_shapes)
   opt_shapes = jax.eval_shape(optimizer.init, params_shapes)
-  opt_sh = optax.tree_map_params(
+  return TrainState(
+    param_sh,
+    _moment_shardings(optimizer, opt_shapes, param_sh, mesh),
+    mesh_lib.replicated(mesh),
+  )
+
+
+def _moment_shardings(optimizer, opt_shapes, param_sh, mesh):
+  """The optimizer state's shardings: each moment as its parameter, the
+  rest (step counts) replicated; a Grouped optimizer's group by group."""
+  if isinstance(optimizer, Grouped):
+    split = _split_by_group(param_sh, optimizer.transforms)
+    return {
+      g: _moment_shardings(t, opt_shapes[g], split.get(g, {}), mesh)
+      for g, t in optimizer.transforms.items()
+    }
+  return optax.tree_map_params(
     optimizer,
     lambda _, sh: sh,
     opt_shapes,
     param_sh,
     transform_non_params=lambda _: mesh_lib.replicated(mesh),
   )
-  return TrainState(param_sh, opt_sh, mesh_lib.replicated(mesh))
 
 
 def _all_finite(tree) -> jax.Array:
@@ -204,10 +320,16 @@ def make_train_step(
   donate: bool = True,
   frozen_sharding=None,
   options: dict | None = None,
+  groups: tuple[str, ...] | None = None,
 ):
   """Returns jitted `step(state, batch) -> (state, metrics)`, or
   `step(state, batch, frozen)` with frozen_sharding (parameters that are
   not trained, e.g. LoRA's base: `loss_fn(params, batch, norm, frozen)`).
+
+  `groups` (of a `grouped` optimizer, e.g. (POLICY,) or ("critic",))
+  makes a step that trains those groups alone: loss_fn gets their params
+  only (and is differentiated by them), the other params and their
+  optimizer state are kept as they are.
 
   Non-finite loss or gradients, or a batch with a nonzero "skip" row (the
   loop's mark of non-finite rewards), skip the update (params and optimizer
@@ -223,8 +345,15 @@ def make_train_step(
     # The whole minibatch's counts of its masks (a critic's value_mask too).
     masks = {k: v for k, v in batch.items() if k.endswith("_mask")}
     norm = aggregation.normalizers(batch["mask"], **masks)
+    trained = state.params
+    if groups is not None:
+      trained = {
+        k: v
+        for k, v in state.params.items()
+        if group_of(k, state.opt_state) in groups
+      }
     (loss, metrics), grads = aggregation.accumulate(
-      grad_fn, state.params, batch, micro_batches, norm, *frozen
+      grad_fn, trained, batch, micro_batches, norm, *frozen
     )
     ok = jnp.isfinite(loss) & _all_finite(grads)
     if "skip" in batch:  # [N] rows of a step the loop skips (bad rewards)
@@ -233,15 +362,13 @@ def make_train_step(
     learns = functools.reduce(jnp.logical_or, [c > 0 for c in counts])
     # Zeroed gradients keep NaN out of the optimizer state on a skipped step.
     safe_grads = jax.tree.map(lambda g: jnp.where(ok, g, 0.0), grads)
-    updates, opt_state = optimizer.update(
-      safe_grads, state.opt_state, state.params
-    )
-    params = optax.apply_updates(state.params, updates)
+    updates, opt_state = optimizer.update(safe_grads, state.opt_state, trained)
     keep = lambda new, old: jax.tree.map(
       lambda n, o: jnp.where(ok & learns, n, o), new, old
     )
+    params = optax.apply_updates(trained, updates)
     new_state = TrainState(
-      keep(params, state.params),
+      {**state.params, **keep(params, trained)},
       keep(opt_state, state.opt_state),
       state.step + 1,
     )
@@ -284,17 +411,21 @@ def run_updates(
   minibatches: int,
   rng: np.random.Generator,
   progress: Callable[[int], None] | None = None,
+  rows: int = 0,
 ) -> tuple[TrainState, list[dict]]:
   """`epochs` passes over `batch` (host [N, ...] arrays), each in
   `minibatches` minibatches of rows in `rng`'s order (in order for one),
   one `step_fn` call each: (state, every call's metrics on the host).
+  `rows` > 0: each minibatch is that many rows, and the order's rows after
+  minibatches * rows are not used in that epoch (group_minibatch).
   `progress(updates done)` after each but the last, once it has run (so
   that a line tells the device's pace)."""
   metrics, total = [], epochs * minibatches
   n = len(batch["mask"])
+  rows = rows or n // minibatches
   for _ in range(epochs):
     order = rng.permutation(n) if minibatches > 1 else np.arange(n)
-    for part in np.split(order, minibatches):
+    for part in np.split(order[: minibatches * rows], minibatches):
       mb = {k: v[part] for k, v in batch.items()}
       state, m = step_fn(state, mesh_lib.put_global(mb, batch_sharding))
       metrics.append(m)
@@ -316,6 +447,7 @@ def setup(
   frozen=None,
   frozen_axes=None,
   temp_budget_mib: int = 0,
+  groups: tuple[str, ...] | None = None,
 ):
   """(sharded TrainState, jitted step, batch sharding) for `params`.
 
@@ -325,6 +457,7 @@ def setup(
   `frozen` (with its logical `frozen_axes`) is passed to every step as
   loss_fn's fourth argument, laid out by TRAIN_RULES, never updated.
   `temp_budget_mib` bounds the step's temporaries on TPU (BUDGET_OPTION).
+  `groups`: the step trains those optimizer groups alone (make_train_step).
   """
   if axes is None:
     axes, shapes = (
@@ -354,6 +487,7 @@ def setup(
     micro_batches=micro_batches,
     frozen_sharding=frozen_sh,
     options=compiler_options(temp_budget_mib, mesh),
+    groups=groups,
   )
   if frozen is not None:
     jitted = step
@@ -399,6 +533,21 @@ def splitting_micro_batches(cfg, shards: int) -> int:
   return min(
     d for d in range(1, per_shard + 1) if per_shard % d == 0 and m // d <= cap
   )
+
+
+def group_minibatch(cfg, minibatches: int, shards: int) -> tuple[int, int]:
+  """(rows, micro-batches) of each minibatch of a group that takes
+  `minibatches` updates an epoch on its own (make_optimizer's
+  group_steps): N / minibatches rows, cut to a whole number of the train
+  step's micro-batches (micro_batch_rows: sized for memory), or, when
+  fewer, of the `shards` batch shards in one micro-batch. The rows cut
+  off are not used in that epoch, as Open-Reasoner-Zero's critic leaves
+  out the micro-batches that do not fill its last update; 0 rows when
+  not even one per shard is left."""
+  n, unit = cfg.num_sequences // minibatches, max(1, micro_batch_rows(cfg))
+  if n >= unit:
+    return n - n % unit, n // unit
+  return n - n % shards, 1
 
 
 def score_rows(cfg, mesh) -> int:

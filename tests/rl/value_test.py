@@ -8,6 +8,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from rlreason.rl import aggregation
 from rlreason import mesh as mesh_lib
@@ -219,6 +220,157 @@ class GroupOptimizerTest(absltest.TestCase):
         rtol=0,
         atol=1e-3,
       )
+    )
+
+
+def _policy_and_critic():
+  policy = transformer.init(MODEL, jax.random.key(0))
+  extra = value.extra_params(lr_scale=3.0)(
+    type("Cfg", (), {"seed": 0})(), MODEL, policy
+  )
+  return {**policy, **extra.params}
+
+
+def _pg_loss(p, batch, norm):
+  """A stand-in for the policy's term: its logits alone (no critic)."""
+  del norm
+  policy = {k: v for k, v in p.items() if k != value.KEY}
+  logits, _ = transformer.apply(
+    policy, batch["tokens"], batch["positions"], MODEL
+  )
+  return jnp.mean(logits**2), {}
+
+
+def _critic_loss(p, batch, norm):
+  return value.loss(p[value.KEY], batch, norm, model_cfg=MODEL)
+
+
+def _joint_loss(p, batch, norm):
+  pg, _ = _pg_loss(p, batch, norm)
+  v_loss, m = _critic_loss(p, batch, norm)
+  return pg + v_loss, m
+
+
+def _counts(opt_state) -> list[int]:
+  return sorted(
+    {
+      int(c)
+      for _, c in optax.tree_utils.tree_get_all_with_path(opt_state, "count")
+    }
+  )
+
+
+def _assert_trees_close(a, b):
+  jax.tree.map(
+    lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), a, b
+  )
+
+
+class OwnUpdatesTest(absltest.TestCase):
+  """make_optimizer(group_steps=...): a critic with an optimizer of its
+  own, updated in steps of its own (Open-Reasoner-Zero's 12 critic
+  updates to the policy's 1, ppo --critic_minibatches)."""
+
+  def _optimizers(self):
+    kw = dict(total_steps=4, warmup_steps=2, lr_scales={value.KEY: 3.0})
+    return (
+      ts.make_optimizer(1e-2, **kw),
+      ts.make_optimizer(1e-2, group_steps={value.KEY: 4}, **kw),
+    )
+
+  def test_joint_steps_train_as_the_shared_optimizer(self):
+    """Both groups updated every step: their counts agree, so the grouped
+    optimizer's updates are the shared one's (lr * 3 for the critic,
+    each group clipped alone)."""
+    shared, own = self._optimizers()
+    params, batch = _policy_and_critic(), _batch()
+    states = [ts.init_state(params, o) for o in (shared, own)]
+    steps = [
+      ts.make_train_step(_joint_loss, o, donate=False) for o in (shared, own)
+    ]
+    for _ in range(3):
+      states = [s(st, batch)[0] for s, st in zip(steps, states)]
+    _assert_trees_close(states[0].params, states[1].params)
+    before = jax.tree.map(np.asarray, params)
+    self.assertFalse(
+      np.allclose(
+        before[value.KEY]["head"]["kernel"],
+        states[1].params[value.KEY]["head"]["kernel"],
+        rtol=0,
+        atol=1e-4,
+      )
+    )
+
+  def test_a_group_step_trains_that_group_alone(self):
+    """A critic step changes the critic's params and Adam state only; the
+    policy's keep their values and step count (0), the critic's counts 2
+    after two of its steps; then policy steps move only the policy."""
+    _, own = self._optimizers()
+    params, batch = _policy_and_critic(), _batch()
+    state = ts.init_state(params, own)
+    critic_step = ts.make_train_step(
+      _critic_loss, own, donate=False, groups=(value.KEY,)
+    )
+    policy_step = ts.make_train_step(
+      _pg_loss, own, donate=False, groups=(ts.POLICY,)
+    )
+    after, metrics = critic_step(state, batch)
+    after, _ = critic_step(after, batch)
+    self.assertEqual(float(metrics["skipped"]), 0.0)
+    for k in params:
+      same = jax.tree.leaves(
+        jax.tree.map(np.array_equal, params[k], after.params[k])
+      )
+      self.assertEqual(all(same), k != value.KEY, k)
+    chex.assert_trees_all_equal(
+      state.opt_state[ts.POLICY], after.opt_state[ts.POLICY]
+    )
+    self.assertEqual(_counts(after.opt_state[ts.POLICY]), [0])
+    self.assertEqual(_counts(after.opt_state[value.KEY]), [2])
+    moved, _ = policy_step(policy_step(after, batch)[0], batch)
+    chex.assert_trees_all_equal(
+      moved.params[value.KEY], after.params[value.KEY]
+    )
+    # (Its warm-up's first rate is 0: the second step moves it.)
+    self.assertEqual(_counts(moved.opt_state[ts.POLICY]), [2])
+    self.assertFalse(
+      np.allclose(
+        moved.params["embedding"], after.params["embedding"], atol=1e-4
+      )
+    )
+
+  def test_policy_then_critic_step_is_the_joint_step(self):
+    """The two groups touch disjoint params: a policy step and a critic
+    step on the same minibatch equal one joint step, twice over."""
+    _, own = self._optimizers()
+    params, batch = _policy_and_critic(), _batch()
+    joint = ts.make_train_step(_joint_loss, own, donate=False)
+    policy_step = ts.make_train_step(
+      _pg_loss, own, donate=False, groups=(ts.POLICY,)
+    )
+    critic_step = ts.make_train_step(
+      _critic_loss, own, donate=False, groups=(value.KEY,)
+    )
+    a = b = ts.init_state(params, own)
+    for _ in range(2):
+      a, _ = joint(a, batch)
+      b, _ = critic_step(policy_step(b, batch)[0], batch)
+    _assert_trees_close(a.params, b.params)
+    _assert_trees_close(a.opt_state, b.opt_state)
+
+  def test_sharded_state_lays_each_groups_moments_as_its_params(self):
+    mesh = mesh_lib.make_mesh(1, -1, 1)
+    _, own = self._optimizers()
+    params = _policy_and_critic()
+    axes = {
+      **transformer.param_axes(MODEL),
+      value.KEY: value.param_axes(MODEL),
+    }
+    state, _, _ = ts.setup(mesh, MODEL, params, own, _pg_loss, axes=axes)
+    mu = optax.tree_utils.tree_get(state.opt_state[value.KEY], "mu")
+    self.assertEqual(
+      mu[value.KEY]["trunk"]["embedding"].sharding,
+      state.params[value.KEY]["trunk"]["embedding"].sharding,
     )
 
 

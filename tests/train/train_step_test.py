@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import types
 
 import jax
 import jax.numpy as jnp
@@ -275,3 +276,46 @@ def test_run_updates_passes_over_the_batch_in_shuffled_minibatches():
   seen.clear()
   ts.run_updates(step_fn, 0, batch, one, epochs=1, minibatches=1, rng=None)
   assert seen == [list(range(6))]
+
+
+def test_run_updates_leaves_out_the_rows_past_whole_minibatches():
+  """rows=2 of 7 in 3 minibatches: three calls of 2 rows from the order's
+  first 6, the 7th row left out of the epoch."""
+  batch = {"mask": np.ones((7, 2), np.float32), "row": np.arange(7)}
+  seen = []
+
+  def step_fn(state, mb):
+    seen.append(np.asarray(mb["row"]).tolist())
+    return state, {}
+
+  one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  ts.run_updates(
+    step_fn,
+    0,
+    batch,
+    one,
+    epochs=1,
+    minibatches=3,
+    rows=2,
+    rng=np.random.default_rng(3),
+  )
+  order = np.random.default_rng(3).permutation(7)
+  assert seen == [p.tolist() for p in np.split(order[:6], 3)]
+
+
+@pytest.mark.parametrize(
+  "n, minibatches, micro_batches, own, shards, want",
+  [
+    # ORZ: 8192 rows, micro-batches of 16; 12 critic updates of 42 of them
+    # (8192 // 12 = 682 -> 672 rows), 128 rows left out.
+    (8192, 1, 512, 12, 16, (672, 42)),
+    (128, 2, 1, 2, 4, (64, 1)),  # the policy's own minibatch
+    (128, 2, 1, 12, 4, (8, 1)),  # 10 rows < a micro-batch: 2 shards of 4
+    (128, 2, 1, 200, 1, (0, 1)),  # not a row per update
+  ],
+)
+def test_group_minibatch(n, minibatches, micro_batches, own, shards, want):
+  cfg = types.SimpleNamespace(
+    num_sequences=n, minibatches=minibatches, micro_batches=micro_batches
+  )
+  assert ts.group_minibatch(cfg, own, shards) == want
