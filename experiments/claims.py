@@ -255,7 +255,12 @@ CLAIMS: dict[str, Claim] = {
       "trains a reasoning policy from a verifier (arXiv:2503.24290); "
       "GRPO for reference."
     ),
-    variants={"ppo": ("ppo", {}), "grpo": ("grpo", {})},
+    variants={
+      "ppo": ("ppo", {}),
+      "grpo": ("grpo", {}),
+      # ORZ's update schedule: 1 policy and 12 critic updates a rollout
+      "orz_updates": ("ppo", {"minibatches": 1, "critic_minibatches": 12}),
+    },
     metric="accuracy",
     expected="ppo's accuracy rises, comparable to grpo's",
     extra=("value/explained_var", "entropy"),
