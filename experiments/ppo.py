@@ -22,7 +22,12 @@ GRPO family; it differs from experiments/grpo.py in exactly:
   (3) no KL in the loss; --kl_reward_coef > 0 puts InstructGPT's per-token
       penalty -beta * KL(old || ref) into the token rewards instead
       (kl.penalized_token_rewards' placement; ORZ uses none);
-  (4) token-mean aggregation of the clipped surrogate (verl's default).
+  (4) token-mean aggregation of the clipped surrogate (verl's default);
+  (5) --critic_minibatches > 0 (ORZ: 12, to the policy's 1): the
+      critic takes updates of its own after the policy's, on its loss
+      alone, with its own Adam (moments, step count, warm-up), each on
+      N / critic_minibatches rows cut to whole micro-batches (ORZ's critic
+      likewise leaves out what does not fill its last update).
 
 Reproduces (paper scale): ORZ's PPO runs on base models (reward and
 response length rising together; benchmark numbers not restated here: read
@@ -32,6 +37,7 @@ above the warm start's, with the critic's explained variance
 
 CPU:  python -m experiments.ppo
       python -m experiments.ppo --kl_reward_coef=0.02 --lam=0.95  # InstructGPT
+      python -m experiments.ppo --minibatches=1 --critic_minibatches=12  # ORZ
 TPU:  launch/tpu.sh run experiments.ppo --scale=paper \
         --model=/ckpt/Qwen2.5-7B \
         --workdir=gs://$BUCKET/ppo/$(date +%m%d_%H%M)
@@ -116,10 +122,14 @@ class Config(grpo.TinyConfig):
 # step, temperature 1; its released config also sets 50 warm-up steps,
 # value clip 0.2, Adam betas (0.9, 0.95) and reward 0 for responses that do
 # not stop (playground/orz_7b_ppo.py). Its 57k curated math set is not
-# among our data specs (DAPO-Math-17k stands in). Not taken: one policy and
-# 12 critic updates per rollout, 2048-token prompts and 8000 generated
-# tokens (verl-style 4 updates, 1024 + 8192 here): they change the planned
-# programs (the README's planning table).
+# among our data specs (DAPO-Math-17k stands in). Not taken: 2048-token
+# prompts and 8000 generated tokens (1024 + 8192 here), and its 1 policy
+# and 12 critic updates per rollout (policy_update_steps /
+# critic_update_steps; verl-style 4 joint updates here): they change the
+# planned programs (the README's planning table). The updates are ours to
+# run (5): --minibatches=1 --critic_minibatches=12 --micro_batches=512
+# (the same 16-row micro-batches); the planning table's ppo cells are of
+# 4 minibatches (v4-32's --micro_batches=512 is of 4 rows) until replanned.
 PAPER = dict(
   config.PAPER_COMMON,
   model="/ckpt/Qwen2.5-7B",  # no preset; a local HF checkpoint

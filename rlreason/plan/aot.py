@@ -46,6 +46,13 @@ An experiment that trains more than the policy passes its loop hook
 (`extra_params`, e.g. ppo.critic(cfg)) and the per-row shapes of the batch
 fields its loss reads beyond the policy's (`fields`); the train state, the
 optimizer's learning-rate groups and the train step's batch include them.
+A critic that takes updates of its own (ppo --critic_minibatches: its own
+optimizer, the policy's step then the critic's) is planned as the joint
+step over the policy's minibatch: its memory bounds either step's (one
+micro-batch of the same rows through both models; the critic's steps cut
+their rows to whole micro-batches of that size), and its model FLOPs
+are theirs per rollout but for the rows the critic's minibatches leave out
+(ORZ's preset: 128 of 8192).
 Each program's peak adds the bytes that stay resident beside it
 (state.resident_bytes): the train state (parameters and optimizer moments)
 during the rollout and the reference forward, and the reference parameters

@@ -316,6 +316,11 @@ for name in ("grpo", "ppo", "truncated_ppo", "siren"):
                   loss_fn=loss_fn, extras=extras)
   res[name]["prompt"] = cfg.max_prompt_len
   res[name]["completion"] = cfg.max_new_tokens
+# ORZ's update schedule: the critic's own optimizer (grouped moments).
+cfg, loss_fn, extras = plan_hooks.experiment_config(
+  "ppo", "laptop", dict(small, critic_minibatches=2))
+res["ppo_own"] = run(cfg, "v5e-4", ("train_step",), loss_fn=loss_fn,
+                     extras=extras)
 # KDRL's teacher (twice the policy's layers, as its 7B teacher is larger
 # than its 1.5B student) and rm_grpo's reward model (the policy's shape
 # with a scalar head), through their `scorers` hooks.
@@ -827,6 +832,13 @@ def test_a_critic_is_planned_with_its_state_batch_fields_and_forward(
   # stays resident beside it is the train state less the critic.
   critic = ppo["resident"]["ref_logp"] - ppo["resident"]["values"]
   assert 0.5 * ppo["args"]["values"] < critic < ppo["args"]["values"], ppo
+  # A critic with an optimizer of its own (--critic_minibatches, planned
+  # as the joint step) holds the same moments, laid out alike: the train
+  # step's arguments differ by its second set of step counts alone.
+  own = results["ppo_own"]
+  assert not own["errors"] and own["decoders"] == 2, own["errors"]
+  extra = own["args"]["train_step"] - ppo["args"]["train_step"]
+  assert 0 < extra <= 64, extra
   # T-PPO trains a window behind its response's earlier windows: its
   # programs see prompts of up to max_prompt_len + max_response_len (40).
   assert tppo["prompt"] == ppo["prompt"] + 40, (tppo, ppo)
