@@ -834,11 +834,12 @@ def test_a_critic_is_planned_with_its_state_batch_fields_and_forward(
   assert 0.5 * ppo["args"]["values"] < critic < ppo["args"]["values"], ppo
   # A critic with an optimizer of its own (--critic_minibatches, planned
   # as the joint step) holds the same moments, laid out alike: the train
-  # step's arguments differ by its second set of step counts alone.
+  # step's arguments differ by its second set of step counts alone (a few
+  # scalars, each padded to 512 bytes on the TPU: 1024 bytes here).
   own = results["ppo_own"]
   assert not own["errors"] and own["decoders"] == 2, own["errors"]
   extra = own["args"]["train_step"] - ppo["args"]["train_step"]
-  assert 0 < extra <= 64, extra
+  assert 0 < extra <= 4 * 512, extra
   # T-PPO trains a window behind its response's earlier windows: its
   # programs see prompts of up to max_prompt_len + max_response_len (40).
   assert tppo["prompt"] == ppo["prompt"] + 40, (tppo, ppo)
