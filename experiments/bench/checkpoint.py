@@ -26,6 +26,7 @@ from experiments.bench import train_step as bench_step
 from rlreason import devices
 from rlreason.model import transformer
 from rlreason.train import checkpoint
+from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 
 
@@ -55,7 +56,9 @@ def main():
   args = parser.parse_args()
   cfg = bench_step.MEDIUM
   params = transformer.init(cfg, jax.random.key(0))
-  state = ts.init_state(params, ts.make_optimizer(1e-5, total_steps=100))
+  state = ts.init_state(
+    params, optimizer_lib.make_optimizer(1e-5, total_steps=100)
+  )
   size = sum(x.nbytes for x in jax.tree.leaves(state))
   print(
     f"state: {cfg.num_params() / 1e6:.1f}M parameters + AdamW = "

@@ -26,6 +26,7 @@ from experiments.bench import measure
 from rlreason import devices
 from rlreason.rl import aggregation
 from rlreason.model import policy
+from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 from rlreason.model import transformer
 
@@ -84,7 +85,7 @@ def main():
     "adv": jnp.asarray(rng.normal(size=n), jnp.float32),
   }
   params = transformer.init(cfg, jax.random.key(0))
-  opt = ts.make_optimizer(1e-5, total_steps=100)
+  opt = optimizer_lib.make_optimizer(1e-5, total_steps=100)
   state = ts.init_state(params, opt)
   step = ts.make_train_step(
     functools.partial(loss_fn, model_cfg=cfg, prompt_len=p), opt

@@ -23,6 +23,7 @@ from rlreason.model import transformer
 from rlreason.rl import objective
 from rlreason.rl import value
 from rlreason.train import adapters as adapters_lib
+from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 
 
@@ -121,7 +122,7 @@ def train_state(cfg, model_cfg, mesh, extra_params=None):
   if extra_params is not None:
     extra = extra_shapes(cfg, model_cfg, extra_params)
     groups = adapters_lib.group_steps(cfg, extra)
-  optimizer = ts.optimizer_from_config(
+  optimizer = optimizer_lib.optimizer_from_config(
     cfg, max(cfg.steps, 1), lr_scales, groups
   )
   state_sh = ts.state_shardings(mesh, axes, shapes, optimizer)

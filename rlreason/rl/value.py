@@ -18,7 +18,7 @@ tied, so it has no lm_head); the head starts at zero, so V = 0 and the
 first advantages are the discounted returns. In the RL loop the critic
 lives beside the policy under params[KEY] (loop.train(..., extra_params=
 value.extra_params(lr_scale))): one TrainState, one checkpoint, and its own
-clipping and learning rate (train_step.make_optimizer(lr_scales=...)), or
+clipping and learning rate (optimizer.make_optimizer(lr_scales=...)), or
 with `minibatches` updates of its own on its loss alone and an optimizer
 of its own (Open-Reasoner-Zero's 12 critic updates to the policy's 1).
 

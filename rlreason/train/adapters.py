@@ -31,6 +31,7 @@ import jax
 from rlreason import mesh as mesh_lib
 from rlreason.model import lora
 from rlreason.model import transformer
+from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 
 
@@ -176,7 +177,7 @@ def trainable(
     lr_scales, extra_keys = extra.lr_scales, tuple(extra.params)
   del params
   updates = cfg.steps * cfg.ppo_epochs * cfg.minibatches
-  optimizer = ts.optimizer_from_config(
+  optimizer = optimizer_lib.optimizer_from_config(
     cfg, updates, lr_scales, group_steps(cfg, extra)
   )
   loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
@@ -192,7 +193,7 @@ def trainable(
     frozen=adapted.base if adapted else None,
     frozen_axes=adapted.base_axes if adapted else None,
     temp_budget_mib=cfg.train_temp_budget_mib,
-    groups=(ts.POLICY,) if own_updates else None,
+    groups=(optimizer_lib.POLICY,) if own_updates else None,
   )
   run = Trainable(state, step_fn, batch_sh, ref_params, extra_keys, adapted)
   if own_updates:
@@ -215,7 +216,7 @@ def trainable(
 def group_steps(cfg, extra) -> dict[str, int] | None:
   """{extra key: its updates in the run} when the extra params
   (types.ExtraParams) take updates of their own, else None: the
-  optimizer's groups (train_step.make_optimizer)."""
+  optimizer's groups (optimizer.make_optimizer)."""
   if extra is None or not extra.minibatches:
     return None
   n = cfg.steps * cfg.ppo_epochs * extra.minibatches

@@ -27,6 +27,7 @@ from rlreason.model import policy
 from rlreason.sampling import padding
 from rlreason.train import checkpoint
 from rlreason.train import loaders
+from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 from rlreason.model import hf
 
@@ -193,7 +194,7 @@ def train_on_pairs(
   it is saved there every checkpoint.SAVE_SECONDS too; a later call with
   the same arguments resumes it and ends as an uninterrupted one would.
   """
-  optimizer = ts.make_optimizer(
+  optimizer = optimizer_lib.make_optimizer(
     lr,
     total_steps=steps,
     warmup_steps=min(20, steps // 10),

@@ -12,6 +12,7 @@ import optax
 
 from rlreason.rl import aggregation
 from rlreason import mesh as mesh_lib
+from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 from rlreason.rl import value
 from rlreason.model import transformer
@@ -161,7 +162,7 @@ class CriticTest(absltest.TestCase):
 
 class GroupOptimizerTest(absltest.TestCase):
   def test_first_adam_step_is_scaled_per_key(self):
-    opt = ts.make_optimizer(
+    opt = optimizer_lib.make_optimizer(
       0.1, total_steps=10, grad_clip=0.0, lr_scales={"critic": 5.0}
     )
     params = {"w": jnp.array([1.0]), "critic": {"v": jnp.array([1.0])}}
@@ -174,7 +175,7 @@ class GroupOptimizerTest(absltest.TestCase):
     )
 
   def test_each_group_is_clipped_alone(self):
-    clip = ts.clip_by_group_norm(1.0, ("critic",))
+    clip = optimizer_lib.clip_by_group_norm(1.0, ("critic",))
     grads = {
       "a": jnp.array([3.0]),
       "b": jnp.array([4.0]),
@@ -195,7 +196,9 @@ class GroupOptimizerTest(absltest.TestCase):
     )
     params = {**policy, **extra.params}
     axes = {**transformer.param_axes(MODEL), **extra.axes}
-    opt = ts.make_optimizer(1e-2, total_steps=4, lr_scales=extra.lr_scales)
+    opt = optimizer_lib.make_optimizer(
+      1e-2, total_steps=4, lr_scales=extra.lr_scales
+    )
 
     def loss_fn(p, batch, norm):
       v_loss, m = value.loss(p[value.KEY], batch, norm, model_cfg=MODEL)
@@ -274,8 +277,8 @@ class OwnUpdatesTest(absltest.TestCase):
   def _optimizers(self):
     kw = dict(total_steps=4, warmup_steps=2, lr_scales={value.KEY: 3.0})
     return (
-      ts.make_optimizer(1e-2, **kw),
-      ts.make_optimizer(1e-2, group_steps={value.KEY: 4}, **kw),
+      optimizer_lib.make_optimizer(1e-2, **kw),
+      optimizer_lib.make_optimizer(1e-2, group_steps={value.KEY: 4}, **kw),
     )
 
   def test_joint_steps_train_as_the_shared_optimizer(self):
@@ -312,7 +315,7 @@ class OwnUpdatesTest(absltest.TestCase):
       _critic_loss, own, donate=False, groups=(value.KEY,)
     )
     policy_step = ts.make_train_step(
-      _pg_loss, own, donate=False, groups=(ts.POLICY,)
+      _pg_loss, own, donate=False, groups=(optimizer_lib.POLICY,)
     )
     after, metrics = critic_step(state, batch)
     after, _ = critic_step(after, batch)
@@ -323,16 +326,17 @@ class OwnUpdatesTest(absltest.TestCase):
       )
       self.assertEqual(all(same), k != value.KEY, k)
     chex.assert_trees_all_equal(
-      state.opt_state[ts.POLICY], after.opt_state[ts.POLICY]
+      state.opt_state[optimizer_lib.POLICY],
+      after.opt_state[optimizer_lib.POLICY],
     )
-    self.assertEqual(_counts(after.opt_state[ts.POLICY]), [0])
+    self.assertEqual(_counts(after.opt_state[optimizer_lib.POLICY]), [0])
     self.assertEqual(_counts(after.opt_state[value.KEY]), [2])
     moved, _ = policy_step(policy_step(after, batch)[0], batch)
     chex.assert_trees_all_equal(
       moved.params[value.KEY], after.params[value.KEY]
     )
     # (Its warm-up's first rate is 0: the second step moves it.)
-    self.assertEqual(_counts(moved.opt_state[ts.POLICY]), [2])
+    self.assertEqual(_counts(moved.opt_state[optimizer_lib.POLICY]), [2])
     self.assertFalse(
       np.allclose(
         moved.params["embedding"], after.params["embedding"], atol=1e-4
@@ -346,7 +350,7 @@ class OwnUpdatesTest(absltest.TestCase):
     params, batch = _policy_and_critic(), _batch()
     joint = ts.make_train_step(_joint_loss, own, donate=False)
     policy_step = ts.make_train_step(
-      _pg_loss, own, donate=False, groups=(ts.POLICY,)
+      _pg_loss, own, donate=False, groups=(optimizer_lib.POLICY,)
     )
     critic_step = ts.make_train_step(
       _critic_loss, own, donate=False, groups=(value.KEY,)

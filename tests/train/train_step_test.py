@@ -13,6 +13,7 @@ from rlreason.rl import aggregation
 from rlreason import mesh as mesh_lib
 from rlreason.model import policy
 from rlreason import testing
+from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 from rlreason.model import transformer
 
@@ -53,7 +54,7 @@ def params():
 def _opt():
   # Small lr: Adam divides by |g|, so float noise in near-zero gradients
   # would otherwise be amplified to lr-sized parameter differences.
-  return ts.make_optimizer(1e-3, total_steps=10, grad_clip=1.0)
+  return optimizer_lib.make_optimizer(1e-3, total_steps=10, grad_clip=1.0)
 
 
 def _run(params, mode, micro_batches=1, mesh=None, steps=2):
@@ -157,18 +158,20 @@ def test_a_batch_with_nothing_to_learn_is_no_update(params):
 
 
 def test_schedule_warmup_then_cosine():
-  s = ts.make_schedule(1.0, total_steps=12, warmup_steps=2, schedule="cosine")
+  s = optimizer_lib.make_schedule(
+    1.0, total_steps=12, warmup_steps=2, schedule="cosine"
+  )
   np.testing.assert_allclose(
     [s(0), s(1), s(2), s(7), s(12)],
     [0.0, 0.5, 1.0, 0.5, 0.0],
     rtol=1e-6,
     atol=1e-6,
   )
-  assert float(ts.make_schedule(0.1, total_steps=5)(3)) == pytest.approx(
-    0.1, rel=1e-6, abs=1e-9
-  )
+  assert float(
+    optimizer_lib.make_schedule(0.1, total_steps=5)(3)
+  ) == pytest.approx(0.1, rel=1e-6, abs=1e-9)
   with pytest.raises(ValueError, match="Unknown schedule 'linear'"):
-    ts.make_schedule(0.1, total_steps=5, schedule="linear")
+    optimizer_lib.make_schedule(0.1, total_steps=5, schedule="linear")
 
 
 def test_score_rows_is_a_micro_batch_rounded_up_to_the_batch_shards():
