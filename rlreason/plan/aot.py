@@ -10,7 +10,7 @@ whole-rollout forwards (reference, critic, scorers) in plan/scoring.py.
 The mesh is usually an abstract TPU slice (chips.devices), compiled by
 libtpu on this CPU host; with jax.devices() it plans for the local backend.
 
-Up to seven programs are compiled at the sizes the loop runs them:
+The programs, each compiled where the run has it, at the sizes it runs them:
   train_step  one minibatch (N / minibatches rows) through loss, gradient
               (micro_batches scanned) and optimizer update, state donated;
   rollout     the sampler (prefill + decode loop) at --rollout_rows
@@ -47,12 +47,11 @@ An experiment that trains more than the policy passes its loop hook
 fields its loss reads beyond the policy's (`fields`); the train state, the
 optimizer's learning-rate groups and the train step's batch include them.
 A critic that takes updates of its own (ppo --critic_minibatches: its own
-optimizer, the policy's step then the critic's) is planned as the joint
-step over the policy's minibatch: its memory bounds either step's (one
-micro-batch of the same rows through both models; the critic's steps cut
-their rows to whole micro-batches of that size), and its model FLOPs
-are theirs per rollout but for the rows the critic's minibatches leave out
-(ORZ's preset: 128 of 8192).
+optimizer) makes the train step the policy's alone, and its updates a
+program of their own:
+  critic_step the critic alone on its loss over one of its minibatches
+              (train_step.group_minibatch's rows and micro-batches),
+              state donated; timed per call times its calls per step.
 Each program's peak adds the bytes that stay resident beside it
 (state.resident_bytes): the train state (parameters and optimizer moments)
 during the rollout and the reference forward, and the reference parameters
@@ -80,6 +79,7 @@ from rlreason.plan import state as state_lib
 from rlreason.rl import value
 from rlreason.sampling import rollout_memory
 from rlreason.train import adapters as adapters_lib
+from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 
 
@@ -87,6 +87,7 @@ from rlreason.train import train_step as ts
 # where the run has it).
 PROGRAMS = (
   "train_step",
+  "critic_step",
   "rollout",
   "ref_logp",
   "values",
@@ -140,20 +141,46 @@ def scorer_config(cfg, model: str):
   return model_config(dataclasses.replace(cfg, model=model))
 
 
+def own_updates(cfg, model_cfg, extra_params):
+  """The extra params' types.ExtraParams where they take updates of their
+  own (ppo --critic_minibatches: the "critic_step" program), else None."""
+  if extra_params is None:
+    return None
+  extra = state_lib.extra_shapes(cfg, model_cfg, extra_params)
+  return extra if extra.minibatches else None
+
+
 def compile_train_step(
-  cfg, model_cfg, mesh, loss_fn, extra_params=None, fields=None
+  cfg, model_cfg, mesh, loss_fn, extra_params=None, fields=None, name=""
 ) -> program_lib.Program:
+  """The train step over one minibatch, as adapters.trainable builds it:
+  name "train_step" (the policy's, with a critic beside it unless that
+  takes its own updates) or "critic_step" (those updates: the critic alone
+  on its loss, train_step.group_minibatch's rows and micro-batches)."""
+  name = name or "train_step"
   state, state_sh, optimizer = state_lib.train_state(
     cfg, model_cfg, mesh, extra_params
   )
+  own = own_updates(cfg, model_cfg, extra_params)
   batch_sh = mesh_lib.batch_sharding(mesh, 1)
-  rows = cfg.num_sequences // cfg.minibatches
+  rows, micro, calls = (
+    cfg.num_sequences // cfg.minibatches,
+    cfg.micro_batches,
+    0,
+  )
+  groups = None if own is None else (optimizer_lib.POLICY,)
+  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
+  if name == "critic_step":
+    rows, micro = ts.group_minibatch(
+      cfg, own.minibatches, mesh_lib.batch_divisor(mesh)
+    )
+    calls, groups = cfg.ppo_epochs * own.minibatches, tuple(own.params)
+    loss_fn, frozen = own.loss_fn, None  # the critic's own loss alone
   batch = jax.tree.map(
     lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=batch_sh),
     state_lib.train_batch(cfg, rows, fields),
   )
   loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
-  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
   if frozen is not None:  # LoRA: the base is the step's frozen argument
     extra_keys = (
       ()
@@ -168,18 +195,22 @@ def compile_train_step(
     optimizer,
     state_sharding=state_sh,
     batch_sharding=batch_sh,
-    micro_batches=cfg.micro_batches,
+    micro_batches=micro,
     frozen_sharding=None
     if frozen is None
     else jax.tree.map(lambda x: x.sharding, frozen[0]),
     options=ts.compiler_options(cfg.train_temp_budget_mib, mesh),
+    groups=groups,
   )
   args = (state, batch) if frozen is None else (state, batch, frozen[0])
   compiled = step.lower(*args).compile()
+  joint = own is None and value.KEY in state.params
   return dataclasses.replace(
-    program_lib.analyse("train_step", compiled, loop_trips=cfg.micro_batches),
-    decoders=2 if value.KEY in state.params else 1,
+    program_lib.analyse(name, compiled, loop_trips=micro),
+    decoders=2 if joint else 1,
     temp_budget_mib=cfg.train_temp_budget_mib,
+    rows=rows if calls else 0,
+    calls=calls,
   )
 
 
@@ -300,6 +331,8 @@ def compile_run(
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
   if critic is None:
     programs = tuple(p for p in programs if p != "values")
+  if own_updates(cfg, model_cfg, extra_params) is None:
+    programs = tuple(p for p in programs if p != "critic_step")
   programs = tuple(
     p for p in programs if p not in scoring.SCORERS or p in scorer_cfgs
   )
@@ -313,6 +346,9 @@ def compile_run(
   makers = {  # each compiles with a config (a budget flag set, below)
     "train_step": lambda c: compile_train_step(
       c, model_cfg, mesh, loss_fn, extra_params, fields
+    ),
+    "critic_step": lambda c: compile_train_step(
+      c, model_cfg, mesh, loss_fn, extra_params, fields, "critic_step"
     ),
     "rollout": lambda c: rollout_lib.compile_rollout(
       c,

@@ -64,6 +64,8 @@ def ici_times(
       continue  # before the RL steps (before_rl)
     if name == "train_step":
       sent = prog.ici_bytes * cfg.ppo_epochs * cfg.minibatches
+    elif prog.calls:  # a critic's own updates (critic_step)
+      sent = prog.ici_bytes * prog.calls
     elif name == "rollout":
       sent = _sampler_ici(cfg, prog, decode_tokens)
     elif prog.sampled:

@@ -25,6 +25,7 @@ from rlreason.sampling import continuous_loop
 # smallest that any of them was planned under.
 TEMP_BUDGETS = {
   "train_step": "train_temp_budget_mib",
+  "critic_step": "train_temp_budget_mib",  # the run's step of its critic
   "rollout": "rollout_temp_budget_mib",
   "ref_logp": "score_temp_budget_mib",
   "values": "score_temp_budget_mib",
@@ -84,7 +85,8 @@ class Program:
   # host's (those saved inputs out in the forward and back in the
   # backward), every loop multiplied out (hlo_loops.Estimate.host).
   host_copy_bytes: float = 0.0
-  rows: int = 0  # sequences per call (rollout, ref_logp)
+  rows: int = 0  # sequences per call (rollout, ref_logp, critic_step)
+  calls: int = 0  # calls per RL step, where counted (critic_step)
   # A rollout's rows as rollout_memory estimates them per device (what a
   # run sizes its calls by; 0: not estimated, a tree rollout's).
   estimate_bytes: int = 0

@@ -250,6 +250,7 @@ def resident_bytes(
     rollout = 0 if cfg.lora_quantize else base_bytes
     out = {
       "train_step": 0,
+      "critic_step": base_bytes,  # (not its argument: the critic's alone)
       "rollout": state + rollout,
       "ref_logp": state,
       "values": values + base_bytes,
@@ -261,6 +262,7 @@ def resident_bytes(
       ref = per_device_bytes(ref_params(model_cfg, mesh))
     out = {
       "train_step": ref,
+      "critic_step": ref,
       "rollout": state + ref,
       "ref_logp": state,
       "values": values + ref,

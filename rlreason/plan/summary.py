@@ -19,7 +19,10 @@ all):
               each reading its rows' whole caches (dense decode);
   ref_logp    2 * params * tokens / peak (forward only);
   values      the same, for a critic's forward (its trunk is the
-              policy's); a critic also doubles the train step's FLOPs;
+              policy's); a critic also doubles the train step's FLOPs,
+              unless it takes updates of its own:
+  critic_step those updates (ppo --critic_minibatches), as the train
+              step, over the rows they take (Program.rows x calls);
   teacher,    the same with the frozen model's parameters
   reward_model  (Program.model_params).
 Where the slice's ICI bandwidth is given, each program's time is at least
@@ -37,8 +40,8 @@ The train step's copies between the chip and its host's memory (each
 layer's saved input under --remat_policy=offload, out and back) are not
 in its time: the report gives their bytes per RL step and the host
 bandwidth per chip that would hide them behind the train steps' roofline.
-MFU = the train step's model FLOPs (without remat) / (its time * peak): an
-upper bound, as a roofline is.
+MFU = the train steps' model FLOPs (without remat) / (their time * peak):
+an upper bound, as a roofline is.
 """
 
 import dataclasses
@@ -141,6 +144,13 @@ def times(
     flops *= cfg.ppo_epochs * recompute / devices
     memory = prog.bytes_accessed * cfg.ppo_epochs * cfg.minibatches
     out["train_step"] = max(flops / peak, memory / bandwidth)
+  if "critic_step" in programs:  # a critic's own updates: rows x calls
+    prog = programs["critic_step"]
+    recompute = 4 / 3 if model_cfg.remat else 1.0
+    flops = model_flops_per_token(model_cfg, context) * context
+    flops *= prog.rows * prog.calls * recompute / devices
+    memory = prog.bytes_accessed * prog.calls
+    out["critic_step"] = max(flops / peak, memory / bandwidth)
   if "rollout" in programs:
     out["rollout"] = _sampling_seconds(
       cfg, model_cfg, programs["rollout"], devices, peak, bandwidth,
@@ -215,19 +225,22 @@ def summarize(
     ici_bandwidth,
   )
   step = sum(per.values())
-  train = per.get("train_step", 0.0)
   context = cfg.max_prompt_len + cfg.max_new_tokens
-  useful = model_flops_per_token(model_cfg, context) * cfg.num_sequences
-  useful *= context * cfg.ppo_epochs / devices
-  mfu = (
-    useful * ok["train_step"].decoders / (train * peak_flops) if train else 0.0
-  )
+  per_row = model_flops_per_token(model_cfg, context) * context / devices
+  useful = per_row * cfg.num_sequences * cfg.ppo_epochs
+  useful *= ok["train_step"].decoders if "train_step" in ok else 1
+  if critic := ok.get("critic_step"):  # its updates: the rows they take
+    useful += per_row * critic.rows * critic.calls
+  train = per.get("train_step", 0.0) + per.get("critic_step", 0.0)
+  mfu = useful / (train * peak_flops) if train else 0.0
   shards = ts.batch_shards(cfg, devices)  # 0 devices: none, nothing split
   host_copies = (
     ok["train_step"].host_copy_bytes * cfg.ppo_epochs * cfg.minibatches
     if "train_step" in ok
     else 0.0
   )
+  if critic:
+    host_copies += critic.host_copy_bytes * critic.calls
   ici = ici_lib.ici_times(cfg, ok, ici_bandwidth, score_forwards, decode_tokens)
   return Summary(
     peak_bytes=peak,

@@ -127,6 +127,10 @@ def run(cfg, slice_name, programs=("train_step",), model_overrides=None,
     "programs": sorted(out.programs),
     "compiled": sorted(progs),
     "decoders": p.decoders if p else None,
+    "counted": {
+      k: (q.decoders, q.rows, q.calls) for k, q in out.programs.items()
+    },
+    "train_s": out.train_seconds,
     "resident": {k: q.resident_bytes for k, q in out.programs.items()},
     "args": {k: q.argument_bytes for k, q in out.programs.items()},
     "alias": {k: q.alias_bytes for k, q in out.programs.items()},
@@ -319,8 +323,8 @@ for name in ("grpo", "ppo", "truncated_ppo", "siren"):
 # ORZ's update schedule: the critic's own optimizer (grouped moments).
 cfg, loss_fn, extras = plan_hooks.experiment_config(
   "ppo", "laptop", dict(small, critic_minibatches=2))
-res["ppo_own"] = run(cfg, "v5e-4", ("train_step",), loss_fn=loss_fn,
-                     extras=extras)
+res["ppo_own"] = run(cfg, "v5e-4", ("train_step", "critic_step"),
+                     loss_fn=loss_fn, extras=extras)
 # KDRL's teacher (twice the policy's layers, as its 7B teacher is larger
 # than its 1.5B student) and rm_grpo's reward model (the policy's shape
 # with a scalar head), through their `scorers` hooks.
@@ -832,14 +836,25 @@ def test_a_critic_is_planned_with_its_state_batch_fields_and_forward(
   # stays resident beside it is the train state less the critic.
   critic = ppo["resident"]["ref_logp"] - ppo["resident"]["values"]
   assert 0.5 * ppo["args"]["values"] < critic < ppo["args"]["values"], ppo
-  # A critic with an optimizer of its own (--critic_minibatches, planned
-  # as the joint step) holds the same moments, laid out alike: the train
-  # step's arguments differ by its second set of step counts alone (a few
-  # scalars, each padded to 512 bytes on the TPU: 1024 bytes here).
+  # A critic with an optimizer of its own (--critic_minibatches=2) holds
+  # the same moments, laid out alike: the train step's arguments differ by
+  # step counts alone (a few scalars, each padded to 512 bytes on the TPU:
+  # 1024 bytes fewer here). Its updates are a program of their
+  # own: the train step trains the policy alone (one decoder, fewer
+  # temporaries), the critic step the critic, on 8 of the 16 rows
+  # (16 // 2, one micro-batch of the policy's 8), twice a step; the train
+  # time is the two programs'.
   own = results["ppo_own"]
-  assert not own["errors"] and own["decoders"] == 2, own["errors"]
+  assert not own["errors"], own["errors"]
+  assert own["programs"] == ["critic_step", "train_step"]
+  assert own["counted"] == {
+    "train_step": [1, 0, 0],
+    "critic_step": [1, 8, 2],
+  }
+  assert own["temp"] < ppo["temp"], (own["temp"], ppo["temp"])
   extra = own["args"]["train_step"] - ppo["args"]["train_step"]
-  assert 0 < extra <= 4 * 512, extra
+  assert 0 < abs(extra) <= 4 * 512, extra
+  assert own["train_s"] > 0
   # T-PPO trains a window behind its response's earlier windows: its
   # programs see prompts of up to max_prompt_len + max_response_len (40).
   assert tppo["prompt"] == ppo["prompt"] + 40, (tppo, ppo)
