@@ -128,8 +128,13 @@ class Config(grpo.TinyConfig):
 # critic_update_steps; verl-style 4 joint updates here): they change the
 # planned programs (the README's planning table). The updates are ours to
 # run (5): --minibatches=1 --critic_minibatches=12 --micro_batches=512
-# (the same 16-row micro-batches); the planning table's ppo cells are of
-# 4 minibatches (v4-32's --micro_batches=512 is of 4 rows) until replanned.
+# (the same 16-row micro-batches), planned on v5p-16 (experiments.plan
+# --set=minibatches=1,critic_minibatches=12,micro_batches=512; 2026-12-07):
+# fits at 79.5 GiB per chip (the rollout's, 344 rows per call), the
+# policy's step 40.0 GiB, the critic's 38.6 GiB at 672 rows per call;
+# roofline train 2788 s a step (4 joint updates: 2809 s), MFU 75%. The
+# planning table's ppo cells are of 4 minibatches (v4-32's and v6e-16's
+# --micro_batches=512 are of 4 rows) until they are replanned.
 PAPER = dict(
   config.PAPER_COMMON,
   model="/ckpt/Qwen2.5-7B",  # no preset; a local HF checkpoint
