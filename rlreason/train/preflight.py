@@ -192,6 +192,13 @@ def check_batch_split(cfg) -> None:
       f" sequences cannot be split over {shards} batch shards of mesh "
       f"{dict(mesh.shape)}"
     )
+  own = getattr(cfg, "critic_minibatches", 0)  # ppo's critic updates
+  if own and not ts.group_minibatch(cfg, own, shards)[0]:
+    problems.append(
+      f"Invalid config: --critic_minibatches={own} leaves "
+      f"{cfg.num_sequences // own} sequences per critic update, fewer than "
+      f"the {shards} batch shards of mesh {dict(mesh.shape)}"
+    )
   try:
     mesh_lib.rollout_mesh(mesh, cfg.rollout_tensor)
   except ValueError as e:

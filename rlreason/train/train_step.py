@@ -17,6 +17,7 @@ full-batch ones for every aggregation mode (DESIGN.md principle 6).
 """
 
 import functools
+import math
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -308,17 +309,18 @@ def splitting_micro_batches(cfg, shards: int) -> int:
 
 def group_minibatch(cfg, minibatches: int, shards: int) -> tuple[int, int]:
   """(rows, micro-batches) of each minibatch of a group that takes
-  `minibatches` updates an epoch on its own (make_optimizer's
+  `minibatches` updates an epoch on its own (optimizer.make_optimizer's
   group_steps): N / minibatches rows, cut to a whole number of the train
-  step's micro-batches (micro_batch_rows: sized for memory), or, when
-  fewer, of the `shards` batch shards in one micro-batch. The rows cut
-  off are not used in that epoch, as Open-Reasoner-Zero's critic leaves
-  out the micro-batches that do not fill its last update; 0 rows when
-  not even one per shard is left."""
+  step's micro-batches (micro_batch_rows: sized for memory) that splits
+  over the `shards` batch shards, or, when fewer, to a whole number of
+  shards in one micro-batch. The rows cut off are not used in that epoch,
+  as Open-Reasoner-Zero's critic leaves out the micro-batches that do not
+  fill its last update; 0 rows when not even one per shard is left."""
   n, unit = cfg.num_sequences // minibatches, max(1, micro_batch_rows(cfg))
-  if n >= unit:
-    return n - n % unit, n // unit
-  return n - n % shards, 1
+  whole = math.lcm(unit, max(1, shards))  # micro-batches that split
+  if n >= whole:
+    return n - n % whole, (n - n % whole) // unit
+  return n - n % max(1, shards), 1
 
 
 def score_rows(cfg, mesh) -> int:

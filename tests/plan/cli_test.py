@@ -26,7 +26,8 @@ def _plan(*args: str) -> subprocess.CompletedProcess:
   [
     (
       ["--topology=local", "--programs=train_step,trian_step,rollout"],
-      "--programs: unknown trian_step; expected some of train_step, rollout",
+      "--programs: unknown trian_step; expected some of train_step, "
+      "critic_step, rollout",
     ),
     (
       ["--all", "--merge"],

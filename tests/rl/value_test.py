@@ -339,7 +339,10 @@ class OwnUpdatesTest(absltest.TestCase):
     self.assertEqual(_counts(moved.opt_state[optimizer_lib.POLICY]), [2])
     self.assertFalse(
       np.allclose(
-        moved.params["embedding"], after.params["embedding"], atol=1e-4
+        moved.params["embedding"],
+        after.params["embedding"],
+        rtol=0,
+        atol=1e-4,
       )
     )
 

@@ -400,6 +400,28 @@ def test_a_batch_that_does_not_split_over_the_mesh(
   )
 
 
+def test_critic_updates_that_do_not_split_over_the_mesh(
+  tmp_path, capsys, no_compute
+):
+  """ppo --critic_minibatches=32: 4 of the 128 rows per critic update, over
+  8 batch shards, named before the warm start or the model."""
+  from experiments import ppo
+
+  cfg = dataclasses.replace(
+    ppo.Config(),
+    workdir=str(tmp_path / "run"),
+    cache_dir=str(tmp_path / "cache"),
+    mesh_fsdp=-1,
+    critic_minibatches=32,
+  )
+  assert flags.run_checked(ppo.run, cfg) == flags.EXIT_USAGE
+  err = capsys.readouterr().err
+  assert (
+    "--critic_minibatches=32 leaves 4 sequences per critic update, fewer "
+    "than the 8 batch shards" in err
+  ), err
+
+
 def test_a_model_whose_state_cannot_fit(
   tmp_path, capsys, no_compute, monkeypatch
 ):

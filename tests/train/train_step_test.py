@@ -315,6 +315,9 @@ def test_run_updates_leaves_out_the_rows_past_whole_minibatches():
     (128, 2, 1, 2, 4, (64, 1)),  # the policy's own minibatch
     (128, 2, 1, 12, 4, (8, 1)),  # 10 rows < a micro-batch: 2 shards of 4
     (128, 2, 1, 200, 1, (0, 1)),  # not a row per update
+    # Micro-batches of 6 rows over 4 shards: whole pairs of them (12 rows).
+    (96, 1, 16, 2, 4, (48, 8)),
+    (96, 1, 16, 5, 4, (12, 2)),  # 19 rows -> 12
   ],
 )
 def test_group_minibatch(n, minibatches, micro_batches, own, shards, want):
