@@ -177,11 +177,12 @@ def trainable(
     lr_scales, extra_keys = extra.lr_scales, tuple(extra.params)
   del params
   updates = cfg.steps * cfg.ppo_epochs * cfg.minibatches
+  groups = group_steps(cfg, extra)
   optimizer = optimizer_lib.optimizer_from_config(
-    cfg, updates, lr_scales, group_steps(cfg, extra)
+    cfg, updates, lr_scales, groups
   )
   loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
-  own_updates = group_steps(cfg, extra) is not None
+  own_updates = groups is not None
   state, step_fn, batch_sh = ts.setup(
     mesh,
     model_cfg,

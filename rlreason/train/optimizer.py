@@ -177,12 +177,6 @@ def grouped(transforms: dict[str, optax.GradientTransformation]) -> Grouped:
   return Grouped(init, update, transforms)
 
 
-def _groups(tree: dict, keys: tuple[str, ...]) -> list[dict]:
-  """Top-level dict `tree` split into one dict per key in `keys` + the rest."""
-  rest = {k: v for k, v in tree.items() if k not in keys}
-  return [{k: tree[k]} for k in keys if k in tree] + [rest]
-
-
 def clip_by_group_norm(
   max_norm: float, keys: tuple[str, ...]
 ) -> optax.GradientTransformation:
@@ -192,7 +186,7 @@ def clip_by_group_norm(
   def update(updates, state, params=None):
     del params
     out = {}
-    for group in _groups(updates, keys):
+    for group in _split_by_group(updates, keys).values():
       norm = optax.tree.norm(group)
       scale = jnp.minimum(1.0, max_norm / jnp.maximum(norm, 1e-12))
       out.update(jax.tree.map(lambda u, s=scale: u * s.astype(u.dtype), group))
