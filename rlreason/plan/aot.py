@@ -5,8 +5,9 @@
 
 Params and optimizer state are ShapeDtypeStructs (jax.eval_shape, built in
 plan/state.py): nothing is materialised, so a 32B model plans on a laptop.
-The train step is compiled here, the rollout in plan/rollout.py, the
-whole-rollout forwards (reference, critic, scorers) in plan/scoring.py.
+The train steps are compiled in plan/training.py, the rollout in
+plan/rollout.py, the whole-rollout forwards (reference, critic, scorers)
+in plan/scoring.py.
 The mesh is usually an abstract TPU slice (chips.devices), compiled by
 libtpu on this CPU host; with jax.devices() it plans for the local backend.
 
@@ -66,7 +67,6 @@ import dataclasses
 import functools
 import os
 
-import jax
 
 from rlreason import mesh as mesh_lib
 from rlreason.model import presets
@@ -76,10 +76,8 @@ from rlreason.plan import retry
 from rlreason.plan import rollout as rollout_lib
 from rlreason.plan import scoring
 from rlreason.plan import state as state_lib
-from rlreason.rl import value
+from rlreason.plan import training
 from rlreason.sampling import rollout_memory
-from rlreason.train import adapters as adapters_lib
-from rlreason.train import optimizer as optimizer_lib
 from rlreason.train import train_step as ts
 
 
@@ -139,79 +137,6 @@ def scorer_config(cfg, model: str):
   if not model:
     return None
   return model_config(dataclasses.replace(cfg, model=model))
-
-
-def own_updates(cfg, model_cfg, extra_params):
-  """The extra params' types.ExtraParams where they take updates of their
-  own (ppo --critic_minibatches: the "critic_step" program), else None."""
-  if extra_params is None:
-    return None
-  extra = state_lib.extra_shapes(cfg, model_cfg, extra_params)
-  return extra if extra.minibatches else None
-
-
-def compile_train_step(
-  cfg, model_cfg, mesh, loss_fn, extra_params=None, fields=None, name=""
-) -> program_lib.Program:
-  """The train step over one minibatch, as adapters.trainable builds it:
-  name "train_step" (the policy's, with a critic beside it unless that
-  takes its own updates) or "critic_step" (those updates: the critic alone
-  on its loss, train_step.group_minibatch's rows and micro-batches)."""
-  name = name or "train_step"
-  state, state_sh, optimizer = state_lib.train_state(
-    cfg, model_cfg, mesh, extra_params
-  )
-  own = own_updates(cfg, model_cfg, extra_params)
-  batch_sh = mesh_lib.batch_sharding(mesh, 1)
-  rows, micro, calls = (
-    cfg.num_sequences // cfg.minibatches,
-    cfg.micro_batches,
-    0,
-  )
-  groups = None if own is None else (optimizer_lib.POLICY,)
-  frozen = state_lib.lora_base(cfg, model_cfg, mesh)
-  if name == "critic_step":
-    rows, micro = ts.group_minibatch(
-      cfg, own.minibatches, mesh_lib.batch_divisor(mesh)
-    )
-    calls, groups = cfg.ppo_epochs * own.minibatches, tuple(own.params)
-    loss_fn, frozen = own.loss_fn, None  # the critic's own loss alone
-  batch = jax.tree.map(
-    lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=batch_sh),
-    state_lib.train_batch(cfg, rows, fields),
-  )
-  loss = functools.partial(loss_fn, cfg=cfg, model_cfg=model_cfg)
-  if frozen is not None:  # LoRA: the base is the step's frozen argument
-    extra_keys = (
-      ()
-      if extra_params is None
-      else tuple(state_lib.extra_shapes(cfg, model_cfg, extra_params).params)
-    )
-    loss = adapters_lib.adapted_loss(
-      loss, adapters_lib.lora_config(cfg), extra_keys
-    )
-  step = ts.make_train_step(
-    loss,
-    optimizer,
-    state_sharding=state_sh,
-    batch_sharding=batch_sh,
-    micro_batches=micro,
-    frozen_sharding=None
-    if frozen is None
-    else jax.tree.map(lambda x: x.sharding, frozen[0]),
-    options=ts.compiler_options(cfg.train_temp_budget_mib, mesh),
-    groups=groups,
-  )
-  args = (state, batch) if frozen is None else (state, batch, frozen[0])
-  compiled = step.lower(*args).compile()
-  joint = own is None and value.KEY in state.params
-  return dataclasses.replace(
-    program_lib.analyse(name, compiled, loop_trips=micro),
-    decoders=2 if joint else 1,
-    temp_budget_mib=cfg.train_temp_budget_mib,
-    rows=rows if calls else 0,
-    calls=calls,
-  )
 
 
 def _replicates(cfg, model_cfg, mesh, hbm_bytes) -> bool:
@@ -331,7 +256,7 @@ def compile_run(
   critic = state_lib.critic_params(cfg, model_cfg, mesh, extra_params)
   if critic is None:
     programs = tuple(p for p in programs if p != "values")
-  if own_updates(cfg, model_cfg, extra_params) is None:
+  if training.own_updates(cfg, model_cfg, extra_params) is None:
     programs = tuple(p for p in programs if p != "critic_step")
   programs = tuple(
     p for p in programs if p not in scoring.SCORERS or p in scorer_cfgs
@@ -344,10 +269,10 @@ def compile_run(
   rows = score_rows or ts.score_rows(cfg, mesh)
   fixed_rows = rollout_rows or cfg.rollout_rows
   makers = {  # each compiles with a config (a budget flag set, below)
-    "train_step": lambda c: compile_train_step(
+    "train_step": lambda c: training.compile_train_step(
       c, model_cfg, mesh, loss_fn, extra_params, fields
     ),
-    "critic_step": lambda c: compile_train_step(
+    "critic_step": lambda c: training.compile_train_step(
       c, model_cfg, mesh, loss_fn, extra_params, fields, "critic_step"
     ),
     "rollout": lambda c: rollout_lib.compile_rollout(

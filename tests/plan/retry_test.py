@@ -633,7 +633,7 @@ def test_a_train_step_over_the_fit_is_tried_in_more_micro_batches(monkeypatch):
     scored.append((c.micro_batches, rows))
     return program_lib.Program("ref_logp", 0, 0, 0, MIB, 0, 0.0, 0.0, [])
 
-  monkeypatch.setattr(aot, "compile_train_step", compile_train_step)
+  monkeypatch.setattr(aot.training, "compile_train_step", compile_train_step)
   monkeypatch.setattr(aot.scoring, "compile_ref_logp", compile_ref_logp)
   cfg = dataclasses.replace(
     grpo.TinyConfig(), batch_size=16, group_size=8, micro_batches=1, steps=1
@@ -683,7 +683,7 @@ def test_a_train_steps_doublings_are_budgeted_again(monkeypatch):
       temp_budget_mib=budget,
     )  # fmt: skip
 
-  monkeypatch.setattr(aot, "compile_train_step", compile_train_step)
+  monkeypatch.setattr(aot.training, "compile_train_step", compile_train_step)
   monkeypatch.setattr(
     aot.ts, "compiler_options", lambda mib, mesh: {"budget": mib}
   )
