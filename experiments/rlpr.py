@@ -21,7 +21,12 @@ experiments/grpo.py in exactly:
       with it), and fresh prompts are sampled in their place until the
       batch is full, as the authors' trainer (dynamic_sampling.refill,
       at most --refill_rounds rollouts a step, then the batch is
-      completed with weightless dropped groups; 1 = drop only).
+      completed with weightless dropped groups; 1 = drop only). Kept
+      groups past the batch are not lost: their prompts wait in the
+      checkpointed prompt iterator (iterator.PutBack) and, once a batch of
+      them waits, are the next round's prompts, sampled again by the
+      policy of then (the authors' filter_cache_regenerate;
+      --regenerate_overflow).
   (4) the authors' other reward terms (OpenBMB/RLPR as its fork
       sharkchill-xy/DPPR carries it: prob.py, repetition.py):
       r = (1 - w) r_hat + w fmt with fmt their R1 tag check
@@ -39,9 +44,7 @@ experiments/grpo.py in exactly:
   in PAPER; the laptop keeps the opener in both places (the procedural
   tasks' answer line, which the shipped base writes). Deviation from the
   authors' code: they sample until the batch is full however many
-  rounds it takes, and regenerate the kept prompts that overflow it in
-  the next step (filter_cache_regenerate); here the rounds are bounded
-  and overflowing groups are discarded, as in DAPO's refill.
+  rounds it takes; here the rounds are bounded (--refill_rounds).
 The gold answers are read for the reward (as references) and for the
 logged `accuracy`; the verifier itself is never used in the reward.
 
@@ -98,6 +101,7 @@ class Config(grpo.TinyConfig):
     "std_filter_ema_start": 1,
     "std_filter_start": 2,
     "refill_rounds": 1,
+    "regenerate_overflow": False,
   }
 
   # (1) What precedes y* when the completion has no final answer, and (2)
@@ -115,6 +119,10 @@ class Config(grpo.TinyConfig):
   # (3) rollouts a step may take to refill dropped prompts (the authors':
   # until the batch is full); 1 = drop them only
   refill_rounds: int = 4
+  # (3) kept groups past a full batch: their prompts are sampled again once
+  # a batch of them waits (the authors' filter_cache_regenerate); false
+  # drops them
+  regenerate_overflow: bool = True
   # (1) false: a completion without a final answer scores r = 0 (the
   # authors' empty ground-truth mask) instead of the opener fallback
   score_unanswered: bool = True
@@ -308,12 +316,17 @@ def run(cfg: Config) -> dict:
   )
   prompts = initial.prompts
   if std_filter is not None:  # (3) its state goes with the checkpoints
-    prompts = difficulty.tracked_iterator(std_filter, base=initial.prompts)
+    queue = None
+    if cfg.refill_rounds > 1 and cfg.regenerate_overflow:
+      queue = iterator.PutBack()
+      prompts = queue.wrap(initial.prompts)
+    prompts = difficulty.tracked_iterator(std_filter, base=prompts)
     if cfg.refill_rounds > 1:
       batch_fn = dynamic_sampling.refill(
         batch_fn,
         max_rounds=cfg.refill_rounds,
         keep=dynamic_sampling.kept_groups,
+        put_back=queue and queue.put_back,
       )
   return loop.train_and_report(
     cfg,

@@ -470,7 +470,8 @@ def test_rlpr_refills_filtered_prompts_and_checkpoints_its_filter(
 ):
   """(3) From --std_filter_start on, prompts the std filter drops are
   replaced by fresh ones (at most --refill_rounds rollouts a step), and
-  the filter's state is checkpointed with the data's position."""
+  the filter's state is checkpointed with the data's position and the
+  prompts put back to be sampled again (none here: nothing is kept)."""
   from experiments import rlpr
 
   cfg = dataclasses.replace(
@@ -487,7 +488,10 @@ def test_rlpr_refills_filtered_prompts_and_checkpoints_its_filter(
   assert train[0]["dynamic/rounds"] == 1  # nothing filtered at step 1
   assert train[1]["dynamic/rounds"] == 2 and train[1]["dynamic/filled"] == 0
   assert train[1]["rlpr/std_threshold"] > 0
+  assert train[1]["dynamic/put_back"] == 0.0
   meta, _ = testing.checkpoints(tmp_path / "run")[2]
+  assert meta["data"]["inner"]["queued"] == []
+  assert set(meta["data"]["inner"]["inner"]) == {"epoch", "index"}
   state = meta["data"]["tracker"]
   # Step 1 closed (its mean std seeded the average); step 2's two rounds
   # of B groups are open (ctx.step counts from 0) until step 3's.

@@ -5,6 +5,7 @@
   state = prompts.state()  # {"epoch": e, "index": i}, saved with checkpoints
 
 The examples come from sources.load (or any sequence of sources.Example).
+PutBack puts a queue of examples to sample again in front of one.
 """
 
 from typing import Sequence
@@ -98,3 +99,69 @@ class PromptIterator:
   def seek(self, step: int) -> None:
     """Positions the iterator before batch number `step` (0-based)."""
     self.epoch, self.index = divmod(step * self.batch_size, len(self.examples))
+
+
+class PutBack:
+  """A prompt iterator with room to put examples back: once a batch of
+  them waits, the next batch is theirs (in the order put back), else the
+  inner iterator's. RLPR's authors' filter_cache_regenerate: the prompts of
+  kept groups past a full batch are sampled again later
+  (dynamic_sampling.refill's `put_back`).
+
+    queue = iterator.PutBack()
+    prompt_iterator = queue.wrap(factory)   # the loop's hook, as factory's
+
+  state() / restore(): the inner iterator's and the waiting examples'
+  uids (resolved in the training set on restore), so a resumed run draws
+  what the uninterrupted one would.
+  """
+
+  def __init__(self):
+    self.inner, self.batch_size, self.queue, self.by_uid = None, 0, [], {}
+
+  def wrap(self, factory=None):
+    """The loop's prompt_iterator hook: `factory(cfg, examples)`'s
+    iterator (default: PromptIterator's), with this queue in front."""
+
+    def hook(cfg, examples):
+      self.inner = (
+        factory(cfg, examples)
+        if factory
+        else PromptIterator(examples, cfg.batch_size, seed=cfg.seed)
+      )
+      self.batch_size = cfg.batch_size
+      self.by_uid = {e.uid: e for e in examples}
+      return self
+
+    return hook
+
+  def put_back(self, examples: Sequence[Example]) -> None:
+    self.queue.extend(examples)
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> list[Example]:
+    if len(self.queue) >= self.batch_size:
+      batch = self.queue[: self.batch_size]
+      self.queue = self.queue[self.batch_size :]
+      return batch
+    return next(self.inner)
+
+  def state(self) -> dict:
+    return {"inner": self.inner.state(), "queued": [e.uid for e in self.queue]}
+
+  def restore(self, state: dict) -> None:
+    if "queued" not in state:  # saved without a queue: none waits
+      self.inner.restore(state)
+      self.queue = []
+      return
+    missing = [u for u in state["queued"] if u not in self.by_uid]
+    if missing:
+      raise ValueError(
+        f"{len(missing)} prompts put back in the checkpoint (e.g. uid "
+        f"{missing[0]!r}) are not in this run's training set: resume with "
+        "the data the run was started with"
+      )
+    self.inner.restore(state["inner"])
+    self.queue = [self.by_uid[u] for u in state["queued"]]

@@ -20,7 +20,9 @@ they weigh nothing in any loss or normaliser, and the shapes stay [N, ...].
 The decision uses the 0/1 verifier (`ctx.correct_fn`), as the paper and
 verl's `filter_groups.metric=acc`, so shaped rewards (overlong penalty) do
 not make a group informative. Another rule may decide instead (`keep`):
-RLPR refills the groups its std filter dropped (`kept_groups`). Advantages
+RLPR refills the groups its std filter dropped (`kept_groups`), and puts
+the prompts of kept groups past the batch back to be sampled again
+(`put_back`, as its authors' filter_cache_regenerate). Advantages
 must be group-local (every outcome estimator is; batch-whitened
 REINFORCE++ is not): they are computed per round, before groups are
 selected.
@@ -97,7 +99,11 @@ def _informative(rollout, examples, batch, ctx) -> np.ndarray:
 
 
 def refill(
-  make_batch: Callable, *, max_rounds: int, keep: Callable | None = None
+  make_batch: Callable,
+  *,
+  max_rounds: int,
+  keep: Callable | None = None,
+  put_back: Callable | None = None,
 ) -> Callable:
   """Wraps `make_batch` with DAPO's group filter and refill.
 
@@ -107,6 +113,10 @@ def refill(
     max_rounds: at most this many rollouts per step (round 0 included).
     keep: (rollout, examples, batch, ctx) -> [B] bool, the groups a round
       contributes; default DAPO's (`informative_groups` on the verifier).
+    put_back: called with the examples of the kept groups past the B the
+      batch takes (the last round's), so that they are sampled again
+      later (iterator.PutBack.put_back: RLPR's authors' regeneration);
+      None drops them, as DAPO's.
 
   Returns:
     A make_batch whose batch holds the loop's B groups: informative ones,
@@ -114,7 +124,8 @@ def refill(
     per-round means of `make_batch`'s (the policy's accuracy on all sampled
     prompts, not on the filtered batch) plus dynamic/rounds,
     dynamic/informative (fraction of sampled groups kept as informative)
-    and dynamic/filled (fraction of the B groups that are informative).
+    and dynamic/filled (fraction of the B groups that are informative);
+    with `put_back`, dynamic/put_back (groups put back, over B).
   """
   if max_rounds < 1:
     raise ValueError(f"max_rounds={max_rounds} must be >= 1")
@@ -124,7 +135,7 @@ def refill(
     g = ctx.cfg.group_size
     b = len(examples)
     kept, spare, rows = [], [], []
-    n_kept = n_seen = n_informative = 0
+    n_kept = n_seen = n_informative = n_over = 0
     for r in range(max_rounds):
       if r:
         rollout, examples = ctx.sample_more(r)
@@ -133,7 +144,11 @@ def refill(
       rows.append(metrics)
       n_seen += len(ok)
       n_informative += int(ok.sum())
-      take = np.flatnonzero(ok)[: b - n_kept]
+      take, over = np.split(np.flatnonzero(ok), [b - n_kept])
+      if put_back is not None and len(over):
+        ids = np.asarray(rollout.prompt_ids)[over * g]
+        put_back([examples[i] for i in ids])
+        n_over = len(over)
       kept.append(select_groups(batch, take, g))
       spare.append(select_groups(batch, np.flatnonzero(~ok), g))
       n_kept += len(take)
@@ -154,6 +169,8 @@ def refill(
         "dynamic/filled": n_kept / b,
       }
     )
+    if put_back is not None:
+      metrics["dynamic/put_back"] = n_over / b
     return concat(kept, ctx.tokenizer.pad_id), metrics
 
   return wrapped

@@ -60,3 +60,34 @@ def test_processes_shard_the_global_batch():
     assert sum(_uids(next(s) for s in shards), []) == expected
   with pytest.raises(ValueError, match="divisible"):
     iterator.PromptIterator(examples, 3, process_count=2)
+
+
+def test_put_back_serves_a_batch_of_waiting_examples_and_resumes():
+  """Examples put back wait until a batch of them does (then that batch,
+  in their order, without moving the inner iterator); the queue survives
+  a JSON round trip of state(), and a checkpoint of a queue-less run
+  restores with none waiting."""
+  examples = _examples(10)
+  cfg = type("Cfg", (), {"batch_size": 3, "seed": 0})
+  queue = iterator.PutBack()
+  it = queue.wrap()(cfg, examples)
+  plain = iterator.PromptIterator(examples, 3, seed=0)
+  first = next(it)
+  assert _uids([first]) == _uids([next(plain)])
+  queue.put_back(first[:2])  # two wait: fewer than a batch
+  assert _uids([next(it)]) == _uids([next(plain)])
+  queue.put_back(first[2:] + examples[:1])  # four wait
+  assert _uids([next(it)]) == _uids([first])  # the first three waiting
+  state = json.loads(json.dumps(it.state()))
+  assert state["queued"] == ["0"] and state["inner"] == plain.state()
+  expected = _uids(next(it) for _ in range(4))
+  assert expected == _uids(next(plain) for _ in range(4))  # one waits on
+  again = iterator.PutBack()
+  resumed = again.wrap()(cfg, examples)
+  resumed.restore(state)
+  assert again.queue == examples[:1]
+  assert _uids(next(resumed) for _ in range(4)) == expected
+  resumed.restore(plain.state())  # a checkpoint saved without the queue
+  assert again.queue == [] and resumed.state()["inner"] == plain.state()
+  with pytest.raises(ValueError, match="uid 'x'.*not in this run"):
+    resumed.restore({"inner": plain.state(), "queued": ["x"]})

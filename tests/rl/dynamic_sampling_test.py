@@ -118,3 +118,26 @@ def test_refill_by_another_rule_keeps_the_groups_make_batch_kept():
   np.testing.assert_array_equal(batch["tokens"][:, -1], [12, 13, 20, 21])
   np.testing.assert_array_equal(batch["mask"][:, 0], [1, 1, 1, 1])
   assert m["dynamic/rounds"] == 2 and m["dynamic/informative"] == 0.75
+
+
+def test_refill_puts_back_the_kept_groups_past_the_batch():
+  """With `put_back`, the last round's kept groups that the B do not take
+  are handed back (their examples, in order) and counted; a round that
+  fills the batch exactly, or no put_back, hands back none."""
+  rollout, examples, ctx = _ctx(
+    [
+      (["1", "1", "1", "2"], 1),  # group 1 informative
+      (["2", "1", "1", "2"], 1),  # both informative: one past the batch
+    ]
+  )
+  back = []
+  fn = ds.refill(_make_batch, max_rounds=3, put_back=back.extend)
+  batch, m = fn(rollout, examples, ctx)
+  np.testing.assert_array_equal(batch["tokens"][:, -1], [12, 13, 20, 21])
+  assert back == [examples[1]] and m["dynamic/put_back"] == 0.5
+  back.clear()
+  rollout, examples, ctx = _ctx([(["1", "2", "2", "1"], 1)])  # both fill it
+  _, m = fn(rollout, examples, ctx)
+  assert back == [] and m["dynamic/put_back"] == 0.0
+  _, m = ds.refill(_make_batch, max_rounds=3)(rollout, examples, ctx)
+  assert "dynamic/put_back" not in m
