@@ -326,7 +326,7 @@ def run(cfg: Config) -> dict:
         batch_fn,
         max_rounds=cfg.refill_rounds,
         keep=dynamic_sampling.kept_groups,
-        put_back=queue and queue.put_back,
+        put_back=None if queue is None else queue.put_back,
       )
   return loop.train_and_report(
     cfg,
