@@ -316,17 +316,18 @@ def run(cfg: Config) -> dict:
   )
   prompts = initial.prompts
   if std_filter is not None:  # (3) its state goes with the checkpoints
-    queue = None
-    if cfg.refill_rounds > 1 and cfg.regenerate_overflow:
-      queue = iterator.PutBack()
-      prompts = queue.wrap(initial.prompts)
-    prompts = difficulty.tracked_iterator(std_filter, base=prompts)
+    # Kept prompts past a full batch wait here (always in the iterator,
+    # so a run resumed with --regenerate_overflow changed reads its state).
+    queue = iterator.PutBack()
+    prompts = difficulty.tracked_iterator(
+      std_filter, base=queue.wrap(initial.prompts)
+    )
     if cfg.refill_rounds > 1:
       batch_fn = dynamic_sampling.refill(
         batch_fn,
         max_rounds=cfg.refill_rounds,
         keep=dynamic_sampling.kept_groups,
-        put_back=None if queue is None else queue.put_back,
+        put_back=queue.put_back if cfg.regenerate_overflow else None,
       )
   return loop.train_and_report(
     cfg,

@@ -67,7 +67,6 @@ import dataclasses
 import functools
 import os
 
-
 from rlreason import mesh as mesh_lib
 from rlreason.model import presets
 from rlreason.model import transformer
