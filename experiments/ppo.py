@@ -135,8 +135,9 @@ class Config(grpo.TinyConfig):
 # roofline train 2788 s a step (4 joint updates: 2809 s), MFU 75%; and
 # on v5p-8, where the 4 joint updates are out of HBM: 79.98 GiB (the
 # rollout's, 68 rows per call), policy 76.35 / critic 73.20 GiB, step
-# 14145 s (2026-12-07, plan_results/NOTES.md's session 100). The
-# planning table's ppo cells are of 4 minibatches (v4-32's and v6e-16's
+# 14145 s (2026-12-07, plan_results/NOTES.md's session 100; v4-32 and
+# v6e-16 planned too, v5e not yet: pending_ppo_orz.json). The planning
+# table's ppo cells are of 4 minibatches (v4-32's and v6e-16's
 # --micro_batches=512 are of 4 rows) until they are replanned.
 PAPER = dict(
   config.PAPER_COMMON,
