@@ -120,25 +120,19 @@ class Config(grpo.TinyConfig):
 # ORZ (arXiv:2503.24290): Qwen2.5-7B / 32B base, PPO with GAE gamma = lambda
 # = 1, no KL, actor lr 1e-6, critic lr 5e-6, 128 prompts x 64 responses per
 # step, temperature 1; its released config also sets 50 warm-up steps,
-# value clip 0.2, Adam betas (0.9, 0.95) and reward 0 for responses that do
-# not stop (playground/orz_7b_ppo.py). Its 57k curated math set is not
-# among our data specs (DAPO-Math-17k stands in). Not taken: 2048-token
-# prompts and 8000 generated tokens (1024 + 8192 here), and its 1 policy
-# and 12 critic updates per rollout (policy_update_steps /
-# critic_update_steps; verl-style 4 joint updates here): they change the
-# planned programs (the README's planning table). The updates are ours to
-# run (5): --minibatches=1 --critic_minibatches=12 --micro_batches=512
-# (the same 16-row micro-batches), planned on v5p-16 (experiments.plan
-# --set=minibatches=1,critic_minibatches=12,micro_batches=512; 2026-12-07):
-# fits at 79.5 GiB per chip (the rollout's, 344 rows per call), the
-# policy's step 40.0 GiB, the critic's 38.6 GiB at 672 rows per call;
-# roofline train 2788 s a step (4 joint updates: 2809 s), MFU 75%; and
-# on v5p-8, where the 4 joint updates are out of HBM: 79.98 GiB (the
-# rollout's, 68 rows per call), policy 76.35 / critic 73.20 GiB, step
-# 14145 s (2026-12-07, plan_results/NOTES.md's session 100; v4-32 and
-# v6e-16 planned too, v5e not yet: pending_ppo_orz.json). The planning
-# table's ppo cells are of 4 minibatches (v4-32's and v6e-16's
-# --micro_batches=512 are of 4 rows) until they are replanned.
+# value clip 0.2, Adam betas (0.9, 0.95), reward 0 for responses that do
+# not stop, and 1 policy and 12 critic updates per rollout
+# (playground/orz_7b_ppo.py: policy_update_steps / critic_update_steps;
+# (5)). Its 57k curated math set is not among our data specs
+# (DAPO-Math-17k stands in). Not taken: 2048-token prompts and 8000
+# generated tokens (1024 + 8192 here). The planner's fits (the README's
+# table; plan_results/NOTES.md, session 100): v5p-8 at 79.98 GiB per chip
+# (the rollout's, 68 rows per call; the policy's step 76.35 GiB, the
+# critic's 73.20 at 672 rows a call), where verl-style 4 joint updates
+# (this preset until 2026-12-07: --minibatches=4 --micro_batches=128) are
+# out of HBM and fit v5p-16; v4-32 and v6e-16 in 4-row micro-batches
+# (--micro_batches=2048 --mesh_tensor=4), v5e-32 with --mesh_tensor=4
+# --sequence_parallel.
 PAPER = dict(
   config.PAPER_COMMON,
   model="/ckpt/Qwen2.5-7B",  # no preset; a local HF checkpoint
@@ -147,12 +141,12 @@ PAPER = dict(
   steps=500,
   batch_size=128,
   group_size=64,
-  minibatches=4,
-  # 128 micro-batches (two 9k-token rows per chip on v5p-16) and libtpu's
-  # bound on the train step's temporaries: the planner's fit
-  # (experiments/plan.py) is v5p-16, 70.4 GiB per chip (the rollout's);
-  # v5p-8 is out of HBM (85.9 GB of train-step temporaries).
-  micro_batches=128,
+  minibatches=1,  # (5) ORZ's 1 policy update a rollout
+  critic_minibatches=12,  # (5) and its 12 critic updates
+  # 16-row micro-batches of the policy's 8192 rows (the critic's 672 rows
+  # in 42) and libtpu's bound on the train step's temporaries: the
+  # planner's fit is v5p-8 (above).
+  micro_batches=512,
   train_temp_budget_mib=71986,
   max_prompt_len=1024,
   max_new_tokens=8192,

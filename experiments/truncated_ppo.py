@@ -117,6 +117,8 @@ BASE = dict(max_new_tokens=32, max_response_len=128, eval_max_new_tokens=128)
 # table in README.md).
 PAPER = dict(
   ppo.PAPER,
+  minibatches=4,  # joint updates, not ppo.PAPER's ORZ schedule (assumed)
+  critic_minibatches=0,
   micro_batches=4,
   model="/ckpt/Qwen2.5-32B",  # no preset; a local HF checkpoint
   eval_data="hf:HuggingFaceH4/aime_2024:split=train",
