@@ -208,9 +208,7 @@ class InitialScores:
 
   def prompts(self, cfg, train_examples):
     self.examples = train_examples
-    return iterator.PromptIterator(
-      train_examples, cfg.batch_size, seed=cfg.seed
-    )
+    return iterator.default(cfg, train_examples)
 
   def __call__(self, ctx, examples, score) -> np.ndarray:
     """[B] r' of `examples`; `score(prompt_ids, prefixes, references)`."""

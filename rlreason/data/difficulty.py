@@ -350,18 +350,13 @@ def prompts(tracker: Tracker, weights: Callable) -> Callable:
 
 def tracked_iterator(tracker: Tracker, base: Callable | None = None):
   """A prompt_iterator factory that keeps `base`'s order (default: the
-  loop's iterator.PromptIterator) and checkpoints `tracker` with it (any
+  loop's iterator.default) and checkpoints `tracker` with it (any
   host state with state() -> JSON data and restore(state), e.g. T-PPO's
   in-flight slots)."""
   from rlreason.data import iterator
 
   def factory(cfg, examples):
-    inner = (
-      base(cfg, examples)
-      if base
-      else iterator.PromptIterator(examples, cfg.batch_size, seed=cfg.seed)
-    )
-    return _WithTracker(inner, tracker)
+    return _WithTracker((base or iterator.default)(cfg, examples), tracker)
 
   return factory
 

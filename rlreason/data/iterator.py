@@ -101,6 +101,12 @@ class PromptIterator:
     self.epoch, self.index = divmod(step * self.batch_size, len(self.examples))
 
 
+def default(cfg, examples: Sequence[Example]) -> PromptIterator:
+  """The training loop's prompt iterator when no prompt_iterator hook is
+  given: cfg.batch_size a batch, shuffled by cfg.seed."""
+  return PromptIterator(examples, cfg.batch_size, seed=cfg.seed)
+
+
 class PutBack:
   """A prompt iterator with room to put examples back: once a batch of
   them waits, the next batch is theirs (in the order put back), else the
@@ -121,14 +127,10 @@ class PutBack:
 
   def wrap(self, factory=None):
     """The loop's prompt_iterator hook: `factory(cfg, examples)`'s
-    iterator (default: PromptIterator's), with this queue in front."""
+    iterator (default: `default`'s), with this queue in front."""
 
     def hook(cfg, examples):
-      self.inner = (
-        factory(cfg, examples)
-        if factory
-        else PromptIterator(examples, cfg.batch_size, seed=cfg.seed)
-      )
+      self.inner = (factory or default)(cfg, examples)
       self.batch_size = cfg.batch_size
       self.by_uid = {e.uid: e for e in examples}
       return self

@@ -95,7 +95,7 @@ def _train(
   way finishes a checkpoint write in flight: Checkpointer.__exit__).
 
   `prompt_iterator(cfg, train_examples)` replaces the default
-  iterator.PromptIterator (e.g. curriculum.StagedPrompts); it must offer
+  iterator.default (e.g. curriculum.StagedPrompts); it must offer
   `next()`, `state()` and `restore(state)` like PromptIterator.
 
   `generate_fn` replaces the sampler (Context.generate_fn), e.g.
@@ -146,12 +146,7 @@ def _train(
   ctx.interrupt = preempt.interrupt  # a stop within a rollout / evaluation
 
   # --- Data and resume --------------------------------------------------------
-  if prompt_iterator is not None:
-    prompts = prompt_iterator(cfg, train_examples)
-  else:
-    prompts = iterator.PromptIterator(
-      train_examples, cfg.batch_size, seed=cfg.seed
-    )
+  prompts = (prompt_iterator or iterator.default)(cfg, train_examples)
   ckpt = checkpoint.Checkpointer(
     os.path.join(workdir, "checkpoints"),
     keep=cfg.keep_checkpoints,
