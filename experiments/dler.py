@@ -26,12 +26,16 @@ Differs from experiments/grpo.py in exactly:
   filter of (4)), and (4) keeps groups by their 0/1 correctness, which
   equals the truncated reward except for an answer that ends exactly at
   the limit (or, with --truncation_length, for finished responses past
-  it). PAPER has the script's dual clip at 10 and weight decay 0.01; it
-  also has a k3 KL loss of 5e-4, +0.1 on the advantage of correct responses
-  (correct_sample_advantage_boost_value) and a cut-off response's reward
-  times 0.1 (stop_properly_penalty) where (1) gives 0: not here. Not
-  implemented: the difficulty-aware limit (DA-DLER) and the
-  update-selective weight merging.
+  it, and with --cutoff_reward_scale, for right answers cut off). PAPER
+  has the script's extras beside the paper's recipe: dual clip at 10,
+  weight decay 0.01, a cut-off response's correctness times 0.1 where (1)
+  gives 0 (--cutoff_reward_scale, the script's stop_properly_penalty) and
+  +0.1 on every token's advantage of a response whose reward is 1
+  (--correct_advantage_boost, its correct_sample_advantage_boost_value,
+  added after (2)); the laptop config keeps the paper's 0 and 0. Its k3
+  KL loss of 5e-4 is not here (it would add a reference forward to the
+  planned programs). Not implemented: the difficulty-aware limit
+  (DA-DLER) and the update-selective weight merging.
 After training, accuracy_vs_tokens.png in the workdir plots the train
 accuracy against the mean response length, step by step.
 
@@ -84,6 +88,8 @@ class Config(grpo.TinyConfig):
   max_sample_rounds: int = 3  # (4) a budget, as dapo.py's
   kl_coef: float = 0.0  # (5)
   aggregation: str = "token-mean"  # (5)
+  cutoff_reward_scale: float = 0.0  # script: cut-off right answers earn this
+  correct_advantage_boost: float = 0.0  # script: added to reward-1 advantages
 
   @property
   def limit(self) -> int:
@@ -94,6 +100,11 @@ class Config(grpo.TinyConfig):
     config.require(
       self.max_sample_rounds >= 1,
       f"--max_sample_rounds={self.max_sample_rounds} must be >= 1",
+    )
+    config.require(
+      0.0 <= self.cutoff_reward_scale <= 1.0,
+      f"--cutoff_reward_scale={self.cutoff_reward_scale} must be in [0, 1]"
+      " (a cut-off right answer's share of a finished one's reward)",
     )
 
 
@@ -129,13 +140,16 @@ PAPER = dict(
   lr=1e-6,
   weight_decay=0.01,
   dual_clip=10.0,  # clip_ratio_c
+  cutoff_reward_scale=0.1,  # stop_properly_penalty.penalty_coef
+  correct_advantage_boost=0.1,  # correct_sample_advantage_boost_value
   steps=1000,  # assumption
   eval_every=50,
 )
 
 
 def make_batch(rollout, examples, ctx):
-  """Truncated correctness (1); batch-normalised advantages (2)."""
+  """Truncated correctness (1); batch-normalised advantages (2); the
+  script's cut-off reward and correct-response boost when set."""
   cfg = ctx.cfg
   correct = objective.correctness(rollout, examples, ctx)
   finished = np.asarray(rollout.finish_reasons) == "eos"
@@ -145,9 +159,14 @@ def make_batch(rollout, examples, ctx):
     max_length=cfg.limit,
     correct=correct * finished,
   )
+  r = r + np.float32(cfg.cutoff_reward_scale) * correct * ~finished
   batch, metrics = objective.outcome_batch(
     rollout, examples, ctx, rewards=(r, {"truncation": r})
   )
+  if cfg.correct_advantage_boost:
+    boost = np.float32(cfg.correct_advantage_boost) * (r >= 1.0)
+    adv = batch["adv"]
+    batch["adv"] = adv + boost.reshape((-1,) + (1,) * (adv.ndim - 1))
   metrics["truncated_correct"] = float((correct * ~finished).mean())
   return batch, metrics
 

@@ -420,6 +420,51 @@ def test_dler_truncates_then_whitens_group_centred_rewards_over_tokens():
   )
 
 
+def test_dler_script_extras_pay_cut_off_answers_and_boost_right_ones():
+  """--cutoff_reward_scale pays a right answer cut off at the limit that
+  share of 1 (the script's stop_properly_penalty), and
+  --correct_advantage_boost adds to every token's advantage of a reward-1
+  response after the whitening."""
+  from experiments import dler
+  from rlreason.data.sources import Example
+
+  cfg = dler.Config(
+    group_size=2,
+    max_new_tokens=2,
+    cutoff_reward_scale=0.1,
+    correct_advantage_boost=0.25,
+  )
+  correct = np.array([1.0, 0.0, 1.0, 1.0], np.float32)
+  rollout = types.SimpleNamespace(
+    texts=["a"] * 4,
+    lengths=np.array([2, 1, 2, 2]),
+    finish_reasons=np.array(["eos", "eos", "length", "eos"]),
+    prompt_ids=np.array([0, 0, 1, 1]),
+  )
+  ctx = types.SimpleNamespace(
+    cfg=cfg,
+    correct_fn=lambda texts, gold: correct,
+    batch_from_rollout=lambda r: {
+      "mask": np.ones((4, 2), np.float32),
+      "old_logp": np.zeros((4, 2), np.float32),
+    },
+  )
+  examples = [Example("0", "q", "1"), Example("1", "q", "1")]
+  batch, m = dler.make_batch(rollout, examples, ctx)
+  # r = [1, 0 | 0.1, 1], centred [0.5, -0.5 | -0.45, 0.45]; over the 8
+  # tokens the mean is 0 and the variance (ddof 1) 2 * 0.905 / 7; rows 0
+  # and 3 (reward 1) then gain 0.25 on each token.
+  s = np.sqrt(2 * 0.905 / 7 + 1e-8)
+  want = np.array([0.5 / s + 0.25, -0.5 / s, -0.45 / s, 0.45 / s + 0.25])
+  np.testing.assert_allclose(
+    batch["adv"], np.repeat(want[:, None], 2, 1), rtol=1e-5, atol=1e-6
+  )
+  assert batch["adv"].dtype == np.float32
+  assert m["reward"] == pytest.approx(2.1 / 4, rel=1e-6, abs=1e-6)
+  with pytest.raises(ValueError, match="cutoff_reward_scale=1.5 must be"):
+    dler.Config(cutoff_reward_scale=1.5).validate()
+
+
 def test_siren_counts_its_entropy_term_once_over_micro_batches():
   """Each micro-batch adds its share of the minibatch's sequences of the
   regulariser, so the summed micro-batch losses hold it once (not once
