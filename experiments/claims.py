@@ -388,11 +388,17 @@ CLAIMS: dict[str, Claim] = {
       "clip-higher and dynamic sampling cuts length while keeping accuracy "
       "(arXiv:2510.15110); no_limit is the same recipe at grpo's token "
       "budget (40 on the tiny testbed, 128 on the base), dler at the "
-      "starting policy's median length (20, 72)."
+      "starting policy's median length (20, 72), dler_script dler with the "
+      "authors' script's extras (a cut-off right answer earns 0.1, +0.1 "
+      "on right answers' advantages)."
     ),
     variants={
       "no_limit": ("dler", {"max_new_tokens": 40}),
       "dler": ("dler", {}),
+      "dler_script": (
+        "dler",
+        {"cutoff_reward_scale": 0.1, "correct_advantage_boost": 0.1},
+      ),
     },
     base={"no_limit": {"max_new_tokens": 128}},  # the main job's budget
     metric="length",

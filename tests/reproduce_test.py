@@ -501,6 +501,7 @@ def test_a_root_made_from_other_weights_of_a_shipped_name_is_refused(
 # multi-turn episode's budget is per turn (its solution spans turns).
 CUT_BY_DESIGN = {
   ("dler", "dler"),
+  ("dler", "dler_script"),
   ("truncated_ppo", "truncated_ppo"),
   ("truncated_ppo", "critic_warmup"),
   ("igpo", "igpo"),
