@@ -30,12 +30,14 @@ Differs from experiments/grpo.py in exactly:
   has the script's extras beside the paper's recipe: dual clip at 10,
   weight decay 0.01, a cut-off response's correctness times 0.1 where (1)
   gives 0 (--cutoff_reward_scale, the script's stop_properly_penalty) and
-  +0.1 on every token's advantage of a response whose reward is 1
+  +0.1 on every token's advantage of a right answer, cut off or not
   (--correct_advantage_boost, its correct_sample_advantage_boost_value,
-  added after (2)); the laptop config keeps the paper's 0 and 0. Its k3
-  KL loss of 5e-4 is not here (it would add a reference forward to the
-  planned programs). Not implemented: the difficulty-aware limit
-  (DA-DLER) and the update-selective weight merging.
+  on its score before the cut-off scale, added after (2)); the laptop
+  config keeps the paper's 0 and 0. (The script's group filter reads
+  that score too: (4)'s correctness.) Its k3 KL loss of 5e-4 is not here
+  (it would add a reference forward to the planned programs). Not
+  implemented: the difficulty-aware limit (DA-DLER) and the
+  update-selective weight merging.
 After training, accuracy_vs_tokens.png in the workdir plots the train
 accuracy against the mean response length, step by step.
 
@@ -89,7 +91,7 @@ class Config(grpo.TinyConfig):
   kl_coef: float = 0.0  # (5)
   aggregation: str = "token-mean"  # (5)
   cutoff_reward_scale: float = 0.0  # script: cut-off right answers earn this
-  correct_advantage_boost: float = 0.0  # script: added to reward-1 advantages
+  correct_advantage_boost: float = 0.0  # script: on right answers' advantages
 
   @property
   def limit(self) -> int:
@@ -164,7 +166,9 @@ def make_batch(rollout, examples, ctx):
     rollout, examples, ctx, rewards=(r, {"truncation": r})
   )
   if cfg.correct_advantage_boost:
-    boost = np.float32(cfg.correct_advantage_boost) * (r >= 1.0)
+    # On the score before the cut-off scale, as the script's actor reads
+    # token_level_scores: right answers cut off are boosted too.
+    boost = np.float32(cfg.correct_advantage_boost) * (correct >= 1.0)
     adv = batch["adv"]
     batch["adv"] = adv + boost.reshape((-1,) + (1,) * (adv.ndim - 1))
   metrics["truncated_correct"] = float((correct * ~finished).mean())

@@ -423,8 +423,9 @@ def test_dler_truncates_then_whitens_group_centred_rewards_over_tokens():
 def test_dler_script_extras_pay_cut_off_answers_and_boost_right_ones():
   """--cutoff_reward_scale pays a right answer cut off at the limit that
   share of 1 (the script's stop_properly_penalty), and
-  --correct_advantage_boost adds to every token's advantage of a reward-1
-  response after the whitening."""
+  --correct_advantage_boost adds to every token's advantage of a right
+  answer (cut off or not: the score before the cut-off scale, as the
+  script's actor reads it) after the whitening."""
   from experiments import dler
   from rlreason.data.sources import Example
 
@@ -452,10 +453,11 @@ def test_dler_script_extras_pay_cut_off_answers_and_boost_right_ones():
   examples = [Example("0", "q", "1"), Example("1", "q", "1")]
   batch, m = dler.make_batch(rollout, examples, ctx)
   # r = [1, 0 | 0.1, 1], centred [0.5, -0.5 | -0.45, 0.45]; over the 8
-  # tokens the mean is 0 and the variance (ddof 1) 2 * 0.905 / 7; rows 0
-  # and 3 (reward 1) then gain 0.25 on each token.
+  # tokens the mean is 0 and the variance (ddof 1) 2 * 0.905 / 7; rows 0,
+  # 2 and 3 (right, row 2 cut off) then gain 0.25 on each token.
   s = np.sqrt(2 * 0.905 / 7 + 1e-8)
-  want = np.array([0.5 / s + 0.25, -0.5 / s, -0.45 / s, 0.45 / s + 0.25])
+  boosted = np.array([0.25, 0.0, 0.25, 0.25])
+  want = np.array([0.5, -0.5, -0.45, 0.45]) / s + boosted
   np.testing.assert_allclose(
     batch["adv"], np.repeat(want[:, None], 2, 1), rtol=1e-5, atol=1e-6
   )
