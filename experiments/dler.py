@@ -34,10 +34,10 @@ Differs from experiments/grpo.py in exactly:
   (--correct_advantage_boost, its correct_sample_advantage_boost_value,
   on its score before the cut-off scale, added after (2)); the laptop
   config keeps the paper's 0 and 0. (The script's group filter reads
-  that score too: (4)'s correctness.) Its k3 KL loss of 5e-4 is not here
-  (it would add a reference forward to the planned programs). Not
-  implemented: the difficulty-aware limit (DA-DLER) and the
-  update-selective weight merging.
+  that score too: (4)'s correctness.) PAPER has its KL loss too
+  (kl_loss_coef 5e-4, low_var_kl: k3 here, without verl's clamps), where
+  (5) has none. Not implemented: the difficulty-aware limit (DA-DLER)
+  and the update-selective weight merging.
 After training, accuracy_vs_tokens.png in the workdir plots the train
 accuracy against the mean response length, step by step.
 
@@ -142,6 +142,7 @@ PAPER = dict(
   lr=1e-6,
   weight_decay=0.01,
   dual_clip=10.0,  # clip_ratio_c
+  kl_coef=5e-4,  # use_kl_loss, kl_loss_coef (low_var_kl: k3)
   cutoff_reward_scale=0.1,  # stop_properly_penalty.penalty_coef
   correct_advantage_boost=0.1,  # correct_sample_advantage_boost_value
   steps=1000,  # assumption
