@@ -389,11 +389,13 @@ def test_empo_rejects_an_empty_entropy_band():
     empo.Config(entropy_min=1.0, entropy_max=0.5).validate()
 
 
-def test_dler_truncates_then_whitens_group_centred_rewards_over_tokens():
+def _dler_batch(**overrides):
+  """dler.make_batch on two groups of two 2-token rows: right, wrong |
+  right but cut off at the limit, right."""
   from experiments import dler
   from rlreason.data.sources import Example
 
-  cfg = dler.Config(group_size=2, max_new_tokens=2)
+  cfg = dler.Config(group_size=2, max_new_tokens=2, **overrides)
   correct = np.array([1.0, 0.0, 1.0, 1.0], np.float32)
   rollout = types.SimpleNamespace(
     texts=["a"] * 4,
@@ -410,7 +412,11 @@ def test_dler_truncates_then_whitens_group_centred_rewards_over_tokens():
     },
   )
   examples = [Example("0", "q", "1"), Example("1", "q", "1")]
-  batch, _ = dler.make_batch(rollout, examples, ctx)
+  return dler.make_batch(rollout, examples, ctx)
+
+
+def test_dler_truncates_then_whitens_group_centred_rewards_over_tokens():
+  batch, _ = _dler_batch()
   # Row 2 is right but cut off: reward 0, so r = [1, 0 | 0, 1], centred
   # [0.5, -0.5 | -0.5, 0.5]. Every token carries its row's return; over
   # the 8 tokens the mean is 0 and the variance (ddof 1) 8 * 0.25 / 7.
@@ -427,31 +433,8 @@ def test_dler_script_extras_pay_cut_off_answers_and_boost_right_ones():
   answer (cut off or not: the score before the cut-off scale, as the
   script's actor reads it) after the whitening."""
   from experiments import dler
-  from rlreason.data.sources import Example
 
-  cfg = dler.Config(
-    group_size=2,
-    max_new_tokens=2,
-    cutoff_reward_scale=0.1,
-    correct_advantage_boost=0.25,
-  )
-  correct = np.array([1.0, 0.0, 1.0, 1.0], np.float32)
-  rollout = types.SimpleNamespace(
-    texts=["a"] * 4,
-    lengths=np.array([2, 1, 2, 2]),
-    finish_reasons=np.array(["eos", "eos", "length", "eos"]),
-    prompt_ids=np.array([0, 0, 1, 1]),
-  )
-  ctx = types.SimpleNamespace(
-    cfg=cfg,
-    correct_fn=lambda texts, gold: correct,
-    batch_from_rollout=lambda r: {
-      "mask": np.ones((4, 2), np.float32),
-      "old_logp": np.zeros((4, 2), np.float32),
-    },
-  )
-  examples = [Example("0", "q", "1"), Example("1", "q", "1")]
-  batch, m = dler.make_batch(rollout, examples, ctx)
+  batch, m = _dler_batch(cutoff_reward_scale=0.1, correct_advantage_boost=0.25)
   # r = [1, 0 | 0.1, 1], centred [0.5, -0.5 | -0.45, 0.45]; over the 8
   # tokens the mean is 0 and the variance (ddof 1) 2 * 0.905 / 7; rows 0,
   # 2 and 3 (right, row 2 cut off) then gain 0.25 on each token.
